@@ -1,0 +1,52 @@
+/** createApp(deps): the whole HTTP API as one Elysia instance, without listening. */
+import { Elysia } from 'elysia'
+import { openapi } from '@elysiajs/openapi'
+import type { Deps } from './deps.ts'
+import { httpErrors } from './http/error-handler.ts'
+import { authPlugin } from './auth/plugin.ts'
+import { authRoutes } from './auth/routes.ts'
+import { participantRoutes } from './participants/routes.ts'
+import { healthRoutes } from './health/routes.ts'
+
+export function createApp(deps: Deps) {
+  const auth = authPlugin(deps.authenticator)
+  // Unknown fields are refused (400), not silently dropped: a typo should not look like success.
+  return new Elysia({ normalize: false })
+    .use(httpErrors(deps.log))
+    .use(
+      openapi({
+        path: '/swagger',
+        specPath: '/swagger/json',
+        provider: 'swagger-ui',
+        documentation: {
+          info: {
+            title: 'Agent Marketplace API',
+            version: '1.0.0',
+            description:
+              'Billing, identity, agent blog, the poll-based agent API, shared knowledge and event streams. ' +
+              'Success: `{success: true, data}`. Errors: `{success: false, statusCode, error, message, details?}`.',
+          },
+          tags: [
+            { name: 'auth', description: 'Profile, API keys, device flow, SSE tokens' },
+            { name: 'participants', description: 'Agents and their settings' },
+            { name: 'operations', description: 'Health' },
+          ],
+          components: {
+            securitySchemes: {
+              bearer: {
+                type: 'http',
+                scheme: 'bearer',
+                description: 'A JWT from the identity provider, or an API key (sk_usr_... or sk_agt_...)',
+              },
+              apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key', description: 'An agent key (sk_agt_...)' },
+            },
+          },
+        },
+      }),
+    )
+    .use(healthRoutes(deps))
+    .use(authRoutes(deps, auth))
+    .use(participantRoutes(deps, auth))
+}
+
+export type App = ReturnType<typeof createApp>

@@ -1,0 +1,65 @@
+/** Turns request headers into a principal: Bearer JWT, Bearer sk_ key, or X-API-Key agent key. */
+import type { Sql } from '../db.ts'
+import { errors } from '../errors.ts'
+import { hashKey, keyKind } from './api-key.ts'
+import type { VerifyJwt } from './jwt.ts'
+import type { KeyCache } from './key-cache.ts'
+import type { Principal } from './principal.ts'
+import { upsertUser } from './store.ts'
+
+export interface Authenticator {
+  /**
+   * The caller, or null when no credential was sent; throws 401 `invalid_token` for a bad one.
+   * `prefer` picks which header wins when both are sent (agent routes read X-API-Key first).
+   */
+  authenticate(headers: Headers, prefer?: 'user' | 'agent'): Promise<Principal | null>
+  keys: KeyCache
+}
+
+const userTtlMs = 60_000
+
+export function createAuthenticator(sql: Sql, verifyJwt: VerifyJwt, keys: KeyCache): Authenticator {
+  // JWT subject -> user id, so a signed-in user costs one signature check, not a query, per call.
+  const users = new Map<string, { id: string; expires: number }>()
+
+  const fromKey = async (key: string): Promise<Principal> => {
+    if (!keyKind(key)) throw errors.invalidToken()
+    const principal = await keys.lookup(hashKey(key))
+    if (!principal) throw errors.invalidToken()
+    return principal
+  }
+
+  const fromJwt = async (token: string): Promise<Principal> => {
+    const claims = await verifyJwt(token)
+    const hit = users.get(claims.sub)
+    if (hit && hit.expires > Date.now()) return { kind: 'user', userId: hit.id, keyId: null }
+    const id = await upsertUser(sql, claims)
+    if (users.size > 100_000) users.clear()
+    users.set(claims.sub, { id, expires: Date.now() + userTtlMs })
+    return { kind: 'user', userId: id, keyId: null }
+  }
+
+  const fromBearer = (header: string): Promise<Principal> => {
+    const match = /^Bearer[ ]+([^\s]+)[ ]*$/i.exec(header)
+    if (!match) throw errors.invalidToken('The Authorization header must be "Bearer <token>"')
+    const token = match[1]!
+    return token.startsWith('sk_') ? fromKey(token) : fromJwt(token)
+  }
+
+  const fromApiKey = (key: string): Promise<Principal> => {
+    if (!key.startsWith('sk_agt_')) throw errors.invalidToken('X-API-Key takes an agent key (sk_agt_...)')
+    return fromKey(key)
+  }
+
+  return {
+    keys,
+    async authenticate(headers, prefer = 'user') {
+      const authorization = headers.get('authorization')
+      const apiKey = headers.get('x-api-key')
+      if (prefer === 'agent' && apiKey) return fromApiKey(apiKey.trim())
+      if (authorization) return fromBearer(authorization)
+      if (apiKey) return fromApiKey(apiKey.trim())
+      return null
+    },
+  }
+}

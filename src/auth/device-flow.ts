@@ -1,0 +1,106 @@
+/** The device authorization flow (after RFC 8628): start, poll, approve or deny. */
+import { randomBytes } from 'node:crypto'
+import type { Sql } from '../db.ts'
+import type { Redis } from '../redis.ts'
+import type { Keys } from '../keys.ts'
+import type { Clock } from '../clock.ts'
+import { errors } from '../errors.ts'
+import { generateKey } from './api-key.ts'
+import { decideDeviceCode, findDeviceCode, insertDeviceCode, markDelivered } from './device-store.ts'
+import { getUser, insertApiKey } from './store.ts'
+
+export const deviceCodeTtlSeconds = 900
+export const pollIntervalSeconds = 5
+// A poll sooner than this after the previous one is told to slow down (the advertised interval is 5 s).
+const minPollGapMs = 4000
+const userCodeAlphabet = 'BCDFGHJKLMNPQRSTVWXZ'
+const uuidShape = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+export type PollResult =
+  | { status: 'pending' | 'denied' | 'expired' }
+  | { status: 'approved'; apiKey: string; user: { id: string; email: string | null } }
+
+export interface DeviceFlowDeps {
+  sql: Sql
+  redis: Redis
+  keys: Keys
+  clock: Clock
+  siteUrl: string
+}
+
+export async function startDeviceAuthorization({ sql, clock, siteUrl }: DeviceFlowDeps) {
+  const createdAt = clock.now()
+  const expiresAt = new Date(createdAt.getTime() + deviceCodeTtlSeconds * 1000)
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const code = randomUserCode()
+    const deviceCode = await insertDeviceCode(sql, { userCode: code, createdAt, expiresAt })
+    if (!deviceCode) continue
+    const userCode = `${code.slice(0, 4)}-${code.slice(4)}`
+    return {
+      deviceCode,
+      userCode,
+      verificationUri: `${siteUrl}/device`,
+      verificationUriComplete: `${siteUrl}/device?user_code=${userCode}`,
+      expiresIn: deviceCodeTtlSeconds,
+      interval: pollIntervalSeconds,
+    }
+  }
+  throw errors.unavailable('Could not allocate a user code; try again')
+}
+
+export async function pollDeviceAuthorization(deps: DeviceFlowDeps, deviceCode: string): Promise<PollResult> {
+  const { sql, redis, keys, clock } = deps
+  if (!uuidShape.test(deviceCode)) throw errors.notFound('Device code')
+  const now = clock.now()
+  const previous = (await redis.call(
+    'set',
+    keys.devicePoll(deviceCode.toLowerCase()),
+    String(now.getTime()),
+    'PX',
+    String(deviceCodeTtlSeconds * 1000),
+    'GET',
+  )) as string | null
+  if (previous !== null && now.getTime() - Number(previous) < minPollGapMs) {
+    throw errors.slowDown(pollIntervalSeconds)
+  }
+
+  const row = await findDeviceCode(sql, deviceCode)
+  if (!row || row.status === 'delivered') throw errors.notFound('Device code')
+  if (row.status === 'denied') return { status: 'denied' }
+  if (row.status === 'pending') return { status: row.expiresAt <= now ? 'expired' : 'pending' }
+
+  return sql.begin(async tx => {
+    const userId = await markDelivered(tx, deviceCode, now)
+    if (!userId) throw errors.notFound('Device code')
+    const { key, hash, prefix } = generateKey('user')
+    const name = `Device authorization ${now.toISOString().slice(0, 10)}`
+    await insertApiKey(tx, { kind: 'user', owner: userId, name, prefix, hash })
+    const user = await getUser(tx, userId)
+    return { status: 'approved' as const, apiKey: key, user: { id: userId, email: user?.email ?? null } }
+  })
+}
+
+/** True when a pending, unexpired code was decided; false is a miss (unknown, decided or expired). */
+export async function decideDeviceAuthorization(
+  { sql, clock }: DeviceFlowDeps,
+  userId: string,
+  userCode: string,
+  action: 'approve' | 'deny',
+): Promise<'approved' | 'denied' | null> {
+  const code = userCode.toUpperCase().replace(/-/g, '')
+  if (!/^[BCDFGHJKLMNPQRSTVWXZ]{8}$/.test(code)) return null
+  const status = action === 'approve' ? 'approved' : 'denied'
+  const decided = await decideDeviceCode(sql, code, { status, userId, at: clock.now() })
+  return decided ? status : null
+}
+
+function randomUserCode(): string {
+  let out = ''
+  while (out.length < 8) {
+    for (const byte of randomBytes(16)) {
+      // 240 = 12 * 20: rejecting bytes above it keeps every letter equally likely
+      if (byte < 240 && out.length < 8) out += userCodeAlphabet[byte % 20]
+    }
+  }
+  return out
+}

@@ -1,0 +1,65 @@
+/** SQL for device authorizations. */
+import type { Db } from '../db.ts'
+
+export type DeviceStatus = 'pending' | 'approved' | 'denied' | 'delivered'
+
+export interface DeviceCodeRow {
+  deviceCode: string
+  status: DeviceStatus
+  userId: string | null
+  expiresAt: Date
+}
+
+/** Inserts a pending authorization; undefined when the user code is already pending elsewhere. */
+export async function insertDeviceCode(
+  sql: Db,
+  row: { userCode: string; createdAt: Date; expiresAt: Date },
+): Promise<string | undefined> {
+  const [inserted] = await sql<{ deviceCode: string }[]>`
+    insert into device_codes (user_code, created_at, expires_at)
+    values (${row.userCode}, ${row.createdAt}, ${row.expiresAt})
+    on conflict (user_code) where status = 'pending' do nothing
+    returning device_code as "deviceCode"
+  `
+  return inserted?.deviceCode
+}
+
+export async function findDeviceCode(sql: Db, deviceCode: string): Promise<DeviceCodeRow | undefined> {
+  const [row] = await sql<DeviceCodeRow[]>`
+    select device_code as "deviceCode", status, user_id as "userId", expires_at as "expiresAt"
+    from device_codes
+    where device_code = ${deviceCode}
+  `
+  return row
+}
+
+/** Marks an approved authorization delivered, once; returns who approved it. */
+export async function markDelivered(sql: Db, deviceCode: string, at: Date): Promise<string | undefined> {
+  const [row] = await sql<{ userId: string }[]>`
+    update device_codes set status = 'delivered', delivered_at = ${at}
+    where device_code = ${deviceCode} and status = 'approved'
+    returning user_id as "userId"
+  `
+  return row?.userId
+}
+
+/** Approves or denies a pending, unexpired authorization by its user code. */
+export async function decideDeviceCode(
+  sql: Db,
+  userCode: string,
+  decision: { status: 'approved' | 'denied'; userId: string; at: Date },
+): Promise<boolean> {
+  const rows = await sql`
+    update device_codes
+    set status = ${decision.status}, user_id = ${decision.userId}, decided_at = ${decision.at}
+    where user_code = ${userCode} and status = 'pending' and expires_at > ${decision.at}
+    returning 1
+  `
+  return rows.length === 1
+}
+
+/** Forgets authorizations that ended long enough ago that no device still polls them. */
+export async function purgeDeviceCodes(sql: Db, olderThan: Date): Promise<number> {
+  const rows = await sql`delete from device_codes where expires_at < ${olderThan} returning 1`
+  return rows.length
+}

@@ -1,0 +1,71 @@
+/** JWT verification with jose: HS256 by shared secret and/or RS256, ES256, EdDSA from a remote JWKS. */
+import { createRemoteJWKSet, decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose'
+import type { Config } from '../config.ts'
+import { errors } from '../errors.ts'
+
+export interface TokenClaims {
+  sub: string
+  email: string | null
+  walletAddress: string | null
+}
+
+export type VerifyJwt = (token: string) => Promise<TokenClaims>
+
+const asymmetric = ['RS256', 'ES256', 'EdDSA']
+
+/**
+ * Builds the verifier for the configured algorithms only: a token signed any other way is refused.
+ *
+ * @example
+ * const verify = createJwtVerifier(config.auth)
+ * const { sub } = await verify(token)
+ */
+export function createJwtVerifier(auth: Config['auth']): VerifyJwt {
+  const secret = auth.jwtSecret ? new TextEncoder().encode(auth.jwtSecret) : undefined
+  const jwks = auth.jwksUrl
+    ? createRemoteJWKSet(new URL(auth.jwksUrl), { cooldownDuration: 30_000, cacheMaxAge: 600_000 })
+    : undefined
+  const options = {
+    ...(auth.issuer ? { issuer: auth.issuer } : {}),
+    ...(auth.audience ? { audience: auth.audience } : {}),
+    clockTolerance: 5,
+  }
+
+  return async token => {
+    let alg: string | undefined
+    try {
+      alg = decodeProtectedHeader(token).alg
+    } catch {
+      throw errors.invalidToken()
+    }
+    let payload: JWTPayload
+    try {
+      if (alg === 'HS256' && secret) {
+        payload = (await jwtVerify(token, secret, { ...options, algorithms: ['HS256'] })).payload
+      } else if (alg && asymmetric.includes(alg) && jwks) {
+        payload = (await jwtVerify(token, jwks, { ...options, algorithms: asymmetric })).payload
+      } else {
+        throw errors.invalidToken()
+      }
+    } catch (error) {
+      if (isJwksUnreachable(error)) throw errors.unavailable('The identity provider keys could not be fetched')
+      throw errors.invalidToken()
+    }
+    if (typeof payload.sub !== 'string' || payload.sub.length === 0 || payload.sub.length > 255) {
+      throw errors.invalidToken('The token has no subject')
+    }
+    return {
+      sub: payload.sub,
+      email: typeof payload.email === 'string' && payload.email.length <= 320 ? payload.email : null,
+      walletAddress:
+        typeof payload.wallet_address === 'string' && /^0x[0-9a-fA-F]{40}$/.test(payload.wallet_address)
+          ? payload.wallet_address
+          : null,
+    }
+  }
+}
+
+function isJwksUnreachable(error: unknown): boolean {
+  const code = (error as { code?: string } | null)?.code
+  return code === 'ERR_JWKS_TIMEOUT' || (error instanceof TypeError && /fetch|connect/i.test(error.message))
+}

@@ -1,0 +1,111 @@
+/** The in-process key cache: key hash -> principal, evicted on every instance by pub/sub on revocation. */
+import type { Sql } from '../db.ts'
+import type { Redis } from '../redis.ts'
+import type { PubSub } from '../pubsub.ts'
+import type { Log } from '../log.ts'
+import type { Clock } from '../clock.ts'
+import { errorFields } from '../log.ts'
+import { findKeyPrincipal, touchKeys } from './store.ts'
+import type { Principal } from './principal.ts'
+
+export interface KeyCache {
+  /** The principal of a live key, or null; from memory when possible, else one query. */
+  lookup(hash: Buffer): Promise<Principal | null>
+  /** Evicts keys here and, through Redis, on every other instance. Call after the revoking commit. */
+  revoke(hashes: Buffer[]): Promise<void>
+  /** Writes the buffered last-used times. */
+  flushUsage(): Promise<void>
+  close(): Promise<void>
+}
+
+export interface KeyCacheOptions {
+  sql: Sql
+  redis: Redis
+  pubsub: PubSub
+  channel: string
+  clock: Clock
+  log: Log
+  ttlMs?: number
+  negativeTtlMs?: number
+  maxEntries?: number
+  flushEveryMs?: number
+}
+
+export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache> {
+  const { sql, redis, pubsub, channel, clock, log } = options
+  const ttlMs = options.ttlMs ?? 300_000
+  const negativeTtlMs = options.negativeTtlMs ?? 30_000
+  const maxEntries = options.maxEntries ?? 200_000
+  const entries = new Map<string, { principal: Principal | null; expires: number }>()
+  const pending = new Map<string, Promise<Principal | null>>()
+  const used = new Set<string>()
+  // Bumped by every eviction: a lookup that started before one must not cache what it read.
+  let epoch = 0
+
+  const evict = (hex: string) => {
+    epoch++
+    entries.delete(hex)
+  }
+  const unsubscribe = await pubsub.subscribe(channel, evict)
+  pubsub.onReconnect(() => {
+    epoch++
+    entries.clear()
+  })
+
+  const load = async (hex: string, hash: Buffer) => {
+    const started = epoch
+    const principal = await findKeyPrincipal(sql, hash)
+    if (epoch === started) {
+      if (entries.size >= maxEntries) {
+        const oldest = entries.keys().next().value
+        if (oldest !== undefined) entries.delete(oldest)
+      }
+      entries.set(hex, { principal, expires: Date.now() + (principal ? ttlMs : negativeTtlMs) })
+    }
+    return principal
+  }
+
+  const flushUsage = async () => {
+    if (used.size === 0) return
+    const ids = [...used]
+    used.clear()
+    await touchKeys(sql, ids, clock.now())
+  }
+  const timer = setInterval(() => {
+    flushUsage().catch(error => log.warn('could not record key usage', errorFields(error)))
+  }, options.flushEveryMs ?? 15_000)
+  timer.unref()
+
+  return {
+    async lookup(hash) {
+      const hex = hash.toString('hex')
+      const hit = entries.get(hex)
+      let principal: Principal | null
+      if (hit && hit.expires > Date.now()) {
+        principal = hit.principal
+      } else {
+        let inflight = pending.get(hex)
+        if (!inflight) {
+          inflight = load(hex, hash).finally(() => pending.delete(hex))
+          pending.set(hex, inflight)
+        }
+        principal = await inflight
+      }
+      if (principal?.keyId) used.add(principal.keyId)
+      return principal
+    },
+    async revoke(hashes) {
+      for (const hash of hashes) {
+        const hex = hash.toString('hex')
+        evict(hex)
+        await redis.publish(channel, hex)
+      }
+    },
+    flushUsage,
+    async close() {
+      clearInterval(timer)
+      await unsubscribe()
+      await flushUsage().catch(() => {})
+    },
+  }
+}

@@ -1,0 +1,58 @@
+/** The auth plugin: route options `user`, `agent`, `caller` and `viewer` resolve the principal. */
+import { Elysia } from 'elysia'
+import { errors } from '../errors.ts'
+import type { Authenticator } from './authenticator.ts'
+import type { AgentPrincipal, Principal, UserPrincipal } from './principal.ts'
+
+type Security = Record<string, string[]>[]
+const bearer: Security = [{ bearer: [] }]
+const agentKey: Security = [{ apiKey: [] }, { bearer: [] }]
+const anyCredential: Security = [{ bearer: [] }, { apiKey: [] }]
+const optionalBearer: Security = [{}, { bearer: [] }]
+
+/**
+ * @example
+ * new Elysia().use(auth).get('/v1/auth/me', ({ user }) => user.userId, { user: true })
+ */
+export function authPlugin(authenticator: Authenticator) {
+  return new Elysia({ name: 'auth' }).macro({
+    /** A user (JWT or sk_usr_ key); an agent key is 403. */
+    user: {
+      detail: { security: bearer },
+      async resolve({ request }) {
+        const principal = await authenticator.authenticate(request.headers)
+        if (!principal) throw errors.unauthorized()
+        if (principal.kind !== 'user') throw errors.userOnly()
+        return { user: principal as UserPrincipal }
+      },
+    },
+    /** An agent, by X-API-Key or Bearer sk_agt_; a user credential is 403. */
+    agent: {
+      detail: { security: agentKey },
+      async resolve({ request }) {
+        const principal = await authenticator.authenticate(request.headers, 'agent')
+        if (!principal) throw errors.unauthorized()
+        if (principal.kind !== 'agent') throw errors.agentOnly()
+        return { agent: principal as AgentPrincipal }
+      },
+    },
+    /** A user or an agent. */
+    caller: {
+      detail: { security: anyCredential },
+      async resolve({ request }) {
+        const principal = await authenticator.authenticate(request.headers)
+        if (!principal) throw errors.unauthorized()
+        return { caller: principal as Principal }
+      },
+    },
+    /** Public, but a credential, when sent, must be valid and shows more (e.g. to an owner). */
+    viewer: {
+      detail: { security: optionalBearer },
+      async resolve({ request }) {
+        return { viewer: (await authenticator.authenticate(request.headers)) as Principal | null }
+      },
+    },
+  })
+}
+
+export type AuthPlugin = ReturnType<typeof authPlugin>

@@ -1,0 +1,150 @@
+/** Configuration: the only reader of the environment, validated once at boot. */
+import { Type as T, type Static } from '@sinclair/typebox'
+import { Value } from '@sinclair/typebox/value'
+
+const Env = T.Object({
+  PORT: T.Integer({ minimum: 0, maximum: 65535, default: 3000 }),
+  DATABASE_URL: T.Optional(T.String({ pattern: '^postgres(ql)?://' })),
+  REDIS_URL: T.String({ pattern: '^rediss?://', default: 'redis://127.0.0.1:6379' }),
+  REDIS_PREFIX: T.String({ pattern: '^[A-Za-z0-9:_.-]{0,64}$', default: 'am:' }),
+  SITE_URL: T.Optional(T.String({ pattern: '^https?://[^\\s]+$' })),
+  AUTH_JWT_SECRET: T.Optional(T.String({ minLength: 32 })),
+  AUTH_JWKS_URL: T.Optional(T.String({ pattern: '^https?://' })),
+  AUTH_ISSUER: T.Optional(T.String({ minLength: 1 })),
+  AUTH_AUDIENCE: T.Optional(T.String({ minLength: 1 })),
+  CONNECTIONS_KEY: T.Optional(T.String({ pattern: '^([0-9a-fA-F]{64}|[A-Za-z0-9+/]{43}=)$' })),
+  PROXY_ALLOWED_HOSTS: T.String({ default: '' }),
+  NODE_ENV: T.Union([T.Literal('development'), T.Literal('production'), T.Literal('test')], {
+    default: 'development',
+  }),
+  DATA_DIR: T.String({ minLength: 1, default: '.data' }),
+  LOG_LEVEL: T.Union([T.Literal('debug'), T.Literal('info'), T.Literal('warn'), T.Literal('error')], {
+    default: 'info',
+  }),
+  RATE_LIMITS: T.String({ default: '{}' }),
+  SHUTDOWN_TIMEOUT_MS: T.Integer({ minimum: 0, default: 10000 }),
+})
+
+const RateRule = T.Object(
+  {
+    capacity: T.Integer({ minimum: 1 }),
+    perSeconds: T.Number({ exclusiveMinimum: 0 }),
+  },
+  { additionalProperties: false },
+)
+export type RateRule = Static<typeof RateRule>
+
+/** The limits every rate-limited action gets unless RATE_LIMITS overrides them. */
+export const defaultRateLimits = {
+  deviceCodeCreate: { capacity: 10, perSeconds: 60 },
+  deviceCodeApprove: { capacity: 30, perSeconds: 60 },
+  deviceCodeMisses: { capacity: 10, perSeconds: 3600 },
+  apiKeyCreate: { capacity: 20, perSeconds: 3600 },
+  participantCreate: { capacity: 20, perSeconds: 3600 },
+} satisfies Record<string, RateRule>
+export type RateLimitName = keyof typeof defaultRateLimits
+export type RateLimits = Record<RateLimitName, RateRule>
+
+const RateLimitsOverride = T.Partial(
+  T.Object(
+    Object.fromEntries(Object.keys(defaultRateLimits).map(name => [name, RateRule])) as Record<
+      RateLimitName,
+      typeof RateRule
+    >,
+    { additionalProperties: false },
+  ),
+)
+
+export type NodeEnv = 'development' | 'production' | 'test'
+
+export interface Config {
+  port: number
+  databaseUrl: string | undefined
+  redisUrl: string
+  redisPrefix: string
+  siteUrl: string
+  auth: {
+    jwtSecret: string | undefined
+    jwksUrl: string | undefined
+    issuer: string | undefined
+    audience: string | undefined
+  }
+  connectionsKey: Buffer | undefined
+  proxyAllowedHosts: string[]
+  nodeEnv: NodeEnv
+  dataDir: string
+  logLevel: 'debug' | 'info' | 'warn' | 'error'
+  rateLimits: RateLimits
+  shutdownTimeoutMs: number
+}
+
+/** A configuration problem worth one line on stderr and a non-zero exit. */
+export class ConfigError extends Error {
+  override name = 'ConfigError'
+}
+
+/**
+ * Reads and validates the environment once.
+ *
+ * @example
+ * const config = loadConfig(process.env)
+ */
+export function loadConfig(env: Record<string, string | undefined>): Config {
+  const raw: Record<string, string> = {}
+  for (const name of Object.keys(Env.properties)) {
+    const value = env[name]
+    if (value !== undefined && value !== '') raw[name] = value
+  }
+  const converted = Value.Convert(Env, Value.Default(Env, raw))
+  const firstError = Value.Errors(Env, converted).First()
+  if (firstError) {
+    const name = firstError.path.replace(/^\//, '')
+    throw new ConfigError(`invalid ${name}: ${firstError.message}`)
+  }
+  const e = converted as Static<typeof Env>
+
+  let overrides: unknown
+  try {
+    overrides = JSON.parse(e.RATE_LIMITS)
+  } catch {
+    throw new ConfigError('invalid RATE_LIMITS: not JSON')
+  }
+  const overrideError = Value.Errors(RateLimitsOverride, overrides).First()
+  if (overrideError) throw new ConfigError(`invalid RATE_LIMITS${overrideError.path}: ${overrideError.message}`)
+
+  const auth = {
+    jwtSecret: e.AUTH_JWT_SECRET,
+    jwksUrl: e.AUTH_JWKS_URL,
+    issuer: e.AUTH_ISSUER,
+    audience: e.AUTH_AUDIENCE,
+  }
+  if (e.NODE_ENV === 'production') {
+    if (!auth.jwtSecret && !auth.jwksUrl) {
+      throw new ConfigError('AUTH_JWT_SECRET or AUTH_JWKS_URL must be set when NODE_ENV=production')
+    }
+    if (!e.CONNECTIONS_KEY) throw new ConfigError('CONNECTIONS_KEY must be set when NODE_ENV=production')
+    if (!e.DATABASE_URL) throw new ConfigError('DATABASE_URL must be set when NODE_ENV=production')
+  }
+
+  return {
+    port: e.PORT,
+    databaseUrl: e.DATABASE_URL,
+    redisUrl: e.REDIS_URL,
+    redisPrefix: e.REDIS_PREFIX,
+    siteUrl: (e.SITE_URL ?? `http://localhost:${e.PORT}`).replace(/\/+$/, ''),
+    auth,
+    connectionsKey: e.CONNECTIONS_KEY ? decodeKey(e.CONNECTIONS_KEY) : undefined,
+    proxyAllowedHosts: e.PROXY_ALLOWED_HOSTS.split(',')
+      .map(host => host.trim().toLowerCase())
+      .filter(Boolean),
+    nodeEnv: e.NODE_ENV,
+    dataDir: e.DATA_DIR,
+    logLevel: e.LOG_LEVEL,
+    rateLimits: { ...defaultRateLimits, ...(overrides as Partial<RateLimits>) },
+    shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
+  }
+}
+
+function decodeKey(text: string): Buffer {
+  return /^[0-9a-fA-F]{64}$/.test(text) ? Buffer.from(text, 'hex') : Buffer.from(text, 'base64')
+}

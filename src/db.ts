@@ -1,0 +1,53 @@
+/** PostgreSQL connections: one postgres.js pool per process, bigint parsed as number (all amounts fit). */
+import postgres from 'postgres'
+
+export type Sql = postgres.Sql<{ bigint: number }>
+export type TxSql = postgres.TransactionSql<{ bigint: number }>
+/** What store functions take: the pool or a transaction, so transactions compose. */
+export type Db = postgres.ISql<{ bigint: number }>
+
+export interface SqlOptions {
+  max?: number
+  applicationName?: string
+}
+
+export function createSql(url: string, options: SqlOptions = {}): Sql {
+  return postgres(url, {
+    max: options.max ?? 10,
+    idle_timeout: 30,
+    connect_timeout: 5,
+    onnotice: () => {},
+    connection: { application_name: options.applicationName ?? 'agent-marketplace' },
+    types: {
+      bigint: {
+        to: 20,
+        from: [20],
+        serialize: (value: number) => String(value),
+        parse: (value: string) => Number(value),
+      },
+    },
+  }) as unknown as Sql
+}
+
+/** True when an error means the database cannot be reached (as opposed to a bad query). */
+export function isConnectionError(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code
+  return (
+    code === 'ECONNREFUSED' ||
+    code === 'ECONNRESET' ||
+    code === 'ETIMEDOUT' ||
+    code === 'CONNECT_TIMEOUT' ||
+    code === 'CONNECTION_CLOSED' ||
+    code === 'CONNECTION_ENDED' ||
+    code === 'CONNECTION_DESTROYED' ||
+    code === '57P01' ||
+    code === '57P03' ||
+    code === '53300'
+  )
+}
+
+/** The Postgres error code for a unique violation, with the constraint that fired. */
+export function uniqueViolation(error: unknown): string | undefined {
+  const e = error as { code?: string; constraint_name?: string } | null
+  return e?.code === '23505' ? (e.constraint_name ?? '') : undefined
+}

@@ -1,0 +1,68 @@
+/** The dependencies every slice gets through createApp(deps): connections, caches, clock, log. */
+import type { Config } from './config.ts'
+import { createSql, type Sql } from './db.ts'
+import { connectRedis, createRedis, type Redis } from './redis.ts'
+import { createPubSub, type PubSub } from './pubsub.ts'
+import { createKeys, type Keys } from './keys.ts'
+import { systemClock, type Clock } from './clock.ts'
+import { createLog, type Log } from './log.ts'
+import { createJwtVerifier } from './auth/jwt.ts'
+import { createKeyCache } from './auth/key-cache.ts'
+import { createAuthenticator, type Authenticator } from './auth/authenticator.ts'
+import { createRateLimiter, type RateLimiter } from './rate-limit/token-bucket.ts'
+
+export interface Deps {
+  config: Config
+  sql: Sql
+  redis: Redis
+  pubsub: PubSub
+  keys: Keys
+  clock: Clock
+  log: Log
+  authenticator: Authenticator
+  rateLimiter: RateLimiter
+  close(): Promise<void>
+}
+
+export interface DepsOptions {
+  clock?: Clock
+  log?: Log
+  sqlMax?: number
+}
+
+/** Opens every connection the API and workers need; `close` ends them in reverse order. */
+export async function createDeps(config: Config, options: DepsOptions = {}): Promise<Deps> {
+  if (!config.databaseUrl) throw new Error('createDeps needs a database URL')
+  const log = options.log ?? createLog(config.logLevel)
+  const clock = options.clock ?? systemClock
+  const keys = createKeys(config.redisPrefix)
+
+  const redis = createRedis(config.redisUrl, log, 'commands')
+  await connectRedis(redis, config.redisUrl)
+  const subscriber = createRedis(config.redisUrl, log, 'subscriber')
+  await connectRedis(subscriber, config.redisUrl)
+  const pubsub = createPubSub(subscriber)
+  const sql = createSql(config.databaseUrl, { max: options.sqlMax ?? 20 })
+
+  const keyCache = await createKeyCache({ sql, redis, pubsub, channel: keys.channels.keyRevoked, clock, log })
+  const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache)
+  const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
+
+  return {
+    config,
+    sql,
+    redis,
+    pubsub,
+    keys,
+    clock,
+    log,
+    authenticator,
+    rateLimiter,
+    async close() {
+      await keyCache.close()
+      await pubsub.close()
+      await redis.quit().catch(() => redis.disconnect())
+      await sql.end({ timeout: 5 })
+    },
+  }
+}

@@ -1,0 +1,85 @@
+/** The error catalogue: every failure a client can see, with its status and stable code. */
+
+export interface ErrorDetail {
+  path: string
+  message: string
+}
+
+/** The one error type that crosses slice boundaries; rendered by the HTTP error handler. */
+export class AppError extends Error {
+  override name = 'AppError'
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly details?: ErrorDetail[],
+    readonly headers?: Record<string, string>,
+  ) {
+    super(message)
+  }
+}
+
+export const errors = {
+  validation: (message: string, details?: ErrorDetail[]) =>
+    new AppError(400, 'validation_failed', message, details),
+  field: (path: string, message: string) =>
+    new AppError(400, 'validation_failed', 'The request is not valid', [{ path, message }]),
+  invalidJson: () => new AppError(400, 'invalid_json', 'The request body is not valid JSON'),
+  invalidCursor: () => new AppError(400, 'invalid_cursor', 'The cursor is not valid'),
+
+  unauthorized: () => new AppError(401, 'unauthorized', 'A credential is required'),
+  invalidToken: (message = 'The credential is invalid, expired or revoked') =>
+    new AppError(401, 'invalid_token', message),
+
+  forbidden: (message = 'You may not do this') => new AppError(403, 'forbidden', message),
+  userOnly: () => new AppError(403, 'forbidden', 'This endpoint needs a user credential, not an agent key'),
+  agentOnly: () => new AppError(403, 'forbidden', 'This endpoint needs an agent key'),
+  notSubscribed: () => new AppError(403, 'not_subscribed', 'An active subscription to this agent is required'),
+  notACustomer: () =>
+    new AppError(403, 'not_a_customer', 'Only customers of this agent may review it'),
+  blogDisabled: () => new AppError(403, 'blog_disabled', 'Blog is not enabled'),
+  confidenceNotAllowed: () =>
+    new AppError(403, 'confidence_not_allowed', 'Agents may write only derived or suggested entries'),
+  cannotSubscribeOwnAgent: () =>
+    new AppError(403, 'cannot_subscribe_own_agent', 'You cannot subscribe to your own agent'),
+  cannotReviewOwnAgent: () =>
+    new AppError(403, 'cannot_review_own_agent', 'You cannot review your own agent'),
+  cannotBuyOwnConfig: () =>
+    new AppError(403, 'cannot_buy_own_config', 'You cannot buy your own config'),
+
+  notFound: (what = 'Resource') => new AppError(404, 'not_found', `${what} not found`),
+  connectionNotFound: () =>
+    new AppError(404, 'connection_not_found', 'No connected account for that provider'),
+  methodNotAllowed: () => new AppError(405, 'not_found', 'No such route for this method'),
+
+  alreadySubscribed: () =>
+    new AppError(409, 'already_subscribed', 'You already have an active subscription to this agent'),
+  alreadyCancelled: () => new AppError(409, 'already_cancelled', 'The subscription is already cancelled'),
+  planInactive: () => new AppError(409, 'plan_inactive', 'The plan is no longer offered'),
+  configInactive: () => new AppError(409, 'config_inactive', 'The config is no longer for sale'),
+  alreadyResponded: () => new AppError(409, 'already_responded', 'The request has already been answered'),
+  userProvidedPrecedence: () =>
+    new AppError(409, 'user_provided_precedence', 'The user has set this entry; agents cannot override it'),
+  nameTaken: () => new AppError(409, 'name_taken', 'That name is taken'),
+  idempotencyKeyReused: () =>
+    new AppError(409, 'idempotency_key_reused', 'The Idempotency-Key was used with a different request'),
+
+  payloadTooLarge: (limit: number) =>
+    new AppError(413, 'payload_too_large', `The request body is over ${limit} bytes`),
+
+  rateLimited: (retryAfterSeconds: number) =>
+    new AppError(429, 'rate_limited', 'Too many requests', undefined, {
+      'retry-after': String(retryAfterSeconds),
+    }),
+  slowDown: (retryAfterSeconds: number) =>
+    new AppError(429, 'slow_down', 'Polling too fast; wait longer between polls', undefined, {
+      'retry-after': String(retryAfterSeconds),
+    }),
+
+  upstreamUnreachable: () => new AppError(502, 'upstream_unreachable', 'The upstream could not be reached'),
+  upstreamTooLarge: () => new AppError(502, 'upstream_too_large', 'The upstream response was over 1 MiB'),
+  upstreamTimeout: () => new AppError(504, 'upstream_timeout', 'The upstream did not answer in time'),
+  unavailable: (message = 'A backing service is unavailable; try again') =>
+    new AppError(503, 'unavailable', message),
+  internal: () => new AppError(500, 'internal', 'Something went wrong on our side'),
+}

@@ -1,0 +1,106 @@
+/** Renders every failure, ours and the framework's, as the contract's error envelope. */
+import { Elysia, ValidationError } from 'elysia'
+import { AppError, errors, type ErrorDetail } from '../errors.ts'
+import { errorFields, type Log } from '../log.ts'
+import { isConnectionError } from '../db.ts'
+import { isRedisUnavailable } from '../redis.ts'
+
+export function renderError(error: AppError): Response {
+  const headers: Record<string, string> = { 'content-type': 'application/json', ...error.headers }
+  if (error.status === 401) {
+    headers['www-authenticate'] =
+      error.code === 'invalid_token' ? 'Bearer realm="api", error="invalid_token"' : 'Bearer realm="api"'
+  }
+  const body = {
+    success: false,
+    statusCode: error.status,
+    error: error.code,
+    message: error.message,
+    ...(error.details ? { details: error.details } : {}),
+  }
+  return new Response(JSON.stringify(body), { status: error.status, headers })
+}
+
+/** Maps anything thrown to the AppError a client should see; logs what is our fault. */
+export function toAppError(code: unknown, error: unknown, log: Log, path: string): AppError {
+  if (error instanceof AppError) return error
+  if (error instanceof ValidationError) {
+    if (error.type === 'response') {
+      log.error('response failed its own schema', { path, ...errorFields(error) })
+      return errors.internal()
+    }
+    return errors.validation(`The ${parts[error.type] ?? 'request'} ${error.type === 'body' ? 'is' : 'are'} not valid`, validationDetails(error))
+  }
+  switch (code) {
+    case 'NOT_FOUND':
+      return errors.notFound('Route')
+    case 'PARSE':
+      return errors.invalidJson()
+    case 'INVALID_FILE_TYPE':
+    case 'INVALID_COOKIE_SIGNATURE':
+      return errors.validation('The request is not valid')
+  }
+  if (isConnectionError(error) || isRedisUnavailable(error)) {
+    log.error('backing service unavailable', { path, ...errorFields(error) })
+    return errors.unavailable()
+  }
+  log.error('unhandled error', { path, ...errorFields(error) })
+  return errors.internal()
+}
+
+const parts: Record<string, string> = {
+  body: 'request body',
+  params: 'path parameters',
+  query: 'query parameters',
+  headers: 'headers',
+  cookie: 'cookies',
+}
+
+function validationDetails(error: ValidationError): ErrorDetail[] {
+  const seen = new Set<string>()
+  const details: ErrorDetail[] = []
+  for (const issue of error.all) {
+    const path = 'path' in issue && typeof issue.path === 'string' ? issue.path : ''
+    const message = 'message' in issue && typeof issue.message === 'string' ? issue.message : 'is not valid'
+    const line = `${path}\u0000${message}`
+    if (seen.has(line)) continue
+    seen.add(line)
+    details.push({ path: path || '/', message })
+    if (details.length === 20) break
+  }
+  return details
+}
+
+/**
+ * The global error handler, the body size limit and the JSON parser, as one plugin.
+ * Bodies are capped per route family (config listings carry files, so they get more).
+ */
+export function httpErrors(log: Log) {
+  return new Elysia({ name: 'http-errors' })
+    .onRequest(({ request }) => {
+      const length = request.headers.get('content-length')
+      if (length === null) return
+      const limit = bodyLimit(request)
+      if (Number(length) > limit) return renderError(errors.payloadTooLarge(limit))
+      return undefined
+    })
+    .onParse({ as: 'global' }, async ({ request, contentType }) => {
+      if (!contentType || !/^application\/([a-z.+-]*\+)?json/i.test(contentType)) return undefined
+      const text = await request.text()
+      const limit = bodyLimit(request)
+      if (Buffer.byteLength(text) > limit) throw errors.payloadTooLarge(limit)
+      if (text.trim() === '') return null
+      try {
+        return JSON.parse(text)
+      } catch {
+        throw errors.invalidJson()
+      }
+    })
+    .onError({ as: 'global' }, ({ code, error, path }) => renderError(toAppError(code, error, log, path)))
+}
+
+export const maxBodyBytes = 2 * 1024 * 1024
+
+function bodyLimit(request: Request): number {
+  return new URL(request.url).pathname.startsWith('/v1/billing/configs') ? maxBodyBytes : 1024 * 1024
+}

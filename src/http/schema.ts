@@ -1,0 +1,72 @@
+/** Shared wire schemas: the success and error envelopes, ids, times and list parameters. */
+import { t, type TSchema } from 'elysia'
+import { errors } from '../errors.ts'
+
+export const ErrorBody = t.Object(
+  {
+    success: t.Literal(false),
+    statusCode: t.Integer(),
+    error: t.String({ description: 'Stable snake_case code' }),
+    message: t.String(),
+    details: t.Optional(t.Array(t.Object({ path: t.String(), message: t.String() }))),
+  },
+  { description: 'Error envelope' },
+)
+
+/** The success envelope around a payload schema. */
+export const Ok = <S extends TSchema>(data: S) => t.Object({ success: t.Literal(true), data })
+
+/** Wraps a payload in the success envelope. */
+export const ok = <T>(data: T) => ({ success: true as const, data })
+
+const errorDescriptions: Record<number, string> = {
+  400: 'Invalid request (validation_failed, invalid_json, invalid_cursor)',
+  401: 'Missing or invalid credential',
+  403: 'Not allowed',
+  404: 'Not found, or not visible to the caller',
+  409: 'Conflict with the current state',
+  413: 'Body too large',
+  429: 'Rate limited; see Retry-After',
+  502: 'Upstream failed',
+  503: 'A backing service is unavailable',
+  504: 'Upstream timed out',
+}
+
+/** Error responses for a route's documentation, by status. */
+export function failures<const S extends readonly number[]>(...statuses: S) {
+  const out = {} as Record<S[number], typeof ErrorBody>
+  for (const status of statuses) {
+    out[status as S[number]] = t.Composite([ErrorBody], { description: errorDescriptions[status] })
+  }
+  return out
+}
+
+export const Uuid = t.String({ format: 'uuid' })
+export const Timestamp = t.String({ format: 'date-time', description: 'ISO 8601 UTC with milliseconds' })
+export const NullableTimestamp = t.Union([Timestamp, t.Null()])
+
+export const iso = (date: Date) => date.toISOString()
+export const isoOrNull = (date: Date | null | undefined) => (date ? date.toISOString() : null)
+
+/** A `limit` query parameter as the contract has it: a string holding an integer. */
+export const LimitParam = t.Optional(t.String({ description: 'Integer from 1 to the maximum', examples: ['20'] }))
+export const BeforeParam = t.Optional(
+  t.String({ description: 'ISO time: only items strictly older than it', examples: ['2026-11-22T10:00:00.000Z'] }),
+)
+
+export function parseLimit(value: string | undefined, fallback: number, max: number): number {
+  if (value === undefined) return fallback
+  if (!/^[0-9]{1,7}$/.test(value) || Number(value) < 1 || Number(value) > max) {
+    throw errors.field('/limit', `must be an integer from 1 to ${max}`)
+  }
+  return Number(value)
+}
+
+export function parseTime(value: string | undefined, path: string): Date | undefined {
+  if (value === undefined) return undefined
+  const at = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})$/.test(value)
+    ? new Date(value)
+    : undefined
+  if (!at || Number.isNaN(at.getTime())) throw errors.field(path, 'must be an ISO 8601 time')
+  return at
+}

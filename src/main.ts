@@ -1,0 +1,87 @@
+/** Boot: configuration, database (embedded when none is configured), migrations, API and/or workers, drain on SIGTERM. */
+import { ConfigError, loadConfig } from './config.ts'
+import { withDevSecrets } from './dev-secrets.ts'
+import { createLog, errorFields } from './log.ts'
+import { createSql } from './db.ts'
+import { migrate } from './migrate.ts'
+import { createDeps, type Deps } from './deps.ts'
+import { createApp } from './app.ts'
+import { maxBodyBytes } from './http/error-handler.ts'
+import { startEmbeddedPostgres, type EmbeddedDatabase } from './embedded-postgres.ts'
+import { startWorkers, type Workers } from '../workers/index.ts'
+
+type Role = 'all' | 'api' | 'workers'
+
+const role: Role = process.argv.includes('--api') ? 'api' : process.argv.includes('--workers') ? 'workers' : 'all'
+
+async function main() {
+  let config = withDevSecrets(loadConfig(process.env))
+  const log = createLog(config.logLevel)
+
+  let embedded: EmbeddedDatabase | undefined
+  if (!config.databaseUrl) {
+    if (role !== 'all') throw new ConfigError(`start:${role} needs DATABASE_URL; the embedded database serves only \`start\``)
+    embedded = await startEmbeddedPostgres(config.dataDir, log)
+    config = { ...config, databaseUrl: embedded.url }
+  }
+
+  let deps: Deps | undefined
+  let workers: Workers | undefined
+  let server: ReturnType<ReturnType<typeof createApp>['listen']> | undefined
+  try {
+    const migrator = createSql(config.databaseUrl!, { max: 1 })
+    try {
+      const applied = await migrate(migrator)
+      if (applied.length > 0) log.info('migrations applied', { applied })
+    } finally {
+      await migrator.end()
+    }
+
+    deps = await createDeps(config, { log })
+    if (role !== 'workers') {
+      server = createApp(deps).listen({
+        port: config.port,
+        maxRequestBodySize: maxBodyBytes + 64 * 1024,
+        idleTimeout: 30,
+      })
+      log.info('api listening', { port: server.server?.port, swagger: `${config.siteUrl}/swagger` })
+    }
+    if (role !== 'api') workers = await startWorkers(deps)
+  } catch (error) {
+    await deps?.close().catch(() => {})
+    await embedded?.stop().catch(() => {})
+    throw error
+  }
+
+  let stopping = false
+  const shutdown = async (signal: string) => {
+    if (stopping) return
+    stopping = true
+    log.info('shutting down', { signal })
+    const force = setTimeout(() => {
+      log.error('shutdown timed out; exiting')
+      process.exit(1)
+    }, config.shutdownTimeoutMs)
+    try {
+      // Stop accepting, let open requests finish, then stop the workers and the connections.
+      await server?.stop()
+      await workers?.close()
+      await deps?.close()
+      await embedded?.stop()
+      clearTimeout(force)
+      log.info('stopped')
+      process.exit(0)
+    } catch (error) {
+      log.error('shutdown failed', errorFields(error))
+      process.exit(1)
+    }
+  }
+  process.on('SIGTERM', () => void shutdown('SIGTERM'))
+  process.on('SIGINT', () => void shutdown('SIGINT'))
+}
+
+main().catch(error => {
+  const message = error instanceof Error ? error.message : String(error)
+  console.error(`agent-marketplace: ${message.split('\n')[0]}`)
+  process.exit(1)
+})

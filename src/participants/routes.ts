@@ -1,0 +1,157 @@
+/** /v1/participants: register agents, read them, change their settings, rotate keys, deactivate. */
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../deps.ts'
+import { errors } from '../errors.ts'
+import { uniqueViolation } from '../db.ts'
+import { Ok, failures, iso, ok, Uuid } from '../http/schema.ts'
+import type { AuthPlugin } from '../auth/plugin.ts'
+import type { Principal } from '../auth/principal.ts'
+import { generateKey } from '../auth/api-key.ts'
+import { insertApiKey, revokeAgentKeys } from '../auth/store.ts'
+import {
+  CreateParticipant,
+  CreatedParticipant,
+  Deactivated,
+  Participant,
+  RotatedKey,
+  UpdateParticipant,
+} from './schema.ts'
+import {
+  deactivateParticipant,
+  findParticipant,
+  insertParticipant,
+  listOwnedParticipants,
+  updateParticipant,
+  type ParticipantRow,
+} from './store.ts'
+import { requireOwnedParticipant } from './ownership.ts'
+
+/** The public shape; settings only for the owner. */
+export function participantView(row: ParticipantRow, viewer: Principal | null): Participant {
+  const isOwner = viewer?.kind === 'user' && viewer.userId === row.ownerId
+  return {
+    id: row.id,
+    name: row.name,
+    displayName: row.displayName,
+    description: row.description,
+    ownerId: row.ownerId,
+    ...(isOwner ? { settings: { blogEnabled: row.blogEnabled, blogAutoPublish: row.blogAutoPublish } } : {}),
+    rating: {
+      average: row.ratingCount === 0 ? null : Math.round((row.ratingSum / row.ratingCount) * 100) / 100,
+      count: row.ratingCount,
+    },
+    activeSubscribers: row.activeSubscribers,
+    createdAt: iso(row.createdAt),
+  }
+}
+
+const AgentId = t.Object({ agent_id: Uuid })
+
+export function participantRoutes(deps: Deps, auth: AuthPlugin) {
+  const { sql, rateLimiter, authenticator } = deps
+
+  return new Elysia({ prefix: '/v1/participants', tags: ['participants'] })
+    .use(auth)
+    .post(
+      '/',
+      async ({ user, body, set }) => {
+        await rateLimiter.take('participantCreate', `user:${user.userId}`)
+        const { key, hash, prefix } = generateKey('agent')
+        try {
+          const row = await sql.begin(async tx => {
+            const participant = await insertParticipant(tx, {
+              ownerId: user.userId,
+              name: body.name,
+              displayName: body.displayName ?? body.name,
+              description: body.description ?? null,
+            })
+            await insertApiKey(tx, { kind: 'agent', owner: participant.id, name: 'Agent key', prefix, hash })
+            return participant
+          })
+          set.status = 201
+          return ok({ ...participantView(row, user), apiKey: key })
+        } catch (error) {
+          if (uniqueViolation(error) === 'participants_name_key') throw errors.nameTaken()
+          throw error
+        }
+      },
+      {
+        user: true,
+        body: CreateParticipant,
+        response: { 201: Ok(CreatedParticipant), ...failures(400, 401, 403, 409, 429) },
+        detail: { operationId: 'createParticipant', summary: 'Register an agent; its key is shown this once' },
+      },
+    )
+    .get('/', async ({ user }) => ok((await listOwnedParticipants(sql, user.userId)).map(row => participantView(row, user))), {
+      user: true,
+      response: { 200: Ok(t.Array(Participant)), ...failures(401, 403) },
+      detail: { operationId: 'listMyParticipants', summary: 'The caller’s agents' },
+    })
+    .get(
+      '/:idOrName',
+      async ({ viewer, params }) => {
+        const row = await findParticipant(sql, params.idOrName)
+        if (!row) throw errors.notFound('Participant')
+        return ok(participantView(row, viewer))
+      },
+      {
+        viewer: true,
+        params: t.Object({ idOrName: t.String({ maxLength: 64 }) }),
+        response: { 200: Ok(Participant), ...failures(401, 404) },
+        detail: { operationId: 'getParticipant', summary: 'An agent by id or name (public)' },
+      },
+    )
+    .patch(
+      '/:agent_id',
+      async ({ user, params, body }) => {
+        await requireOwnedParticipant(sql, params.agent_id, user.userId)
+        return ok(participantView(await updateParticipant(sql, params.agent_id, body), user))
+      },
+      {
+        user: true,
+        params: AgentId,
+        body: UpdateParticipant,
+        response: { 200: Ok(Participant), ...failures(400, 401, 403, 404) },
+        detail: { operationId: 'updateParticipant', summary: 'Change an agent’s profile or settings (owner)' },
+      },
+    )
+    .post(
+      '/:agent_id/api-key',
+      async ({ user, params, set }) => {
+        const { key, hash, prefix } = generateKey('agent')
+        const { revoked, createdAt } = await sql.begin(async tx => {
+          await requireOwnedParticipant(tx, params.agent_id, user.userId, { lock: true })
+          const revoked = await revokeAgentKeys(tx, params.agent_id)
+          const row = await insertApiKey(tx, { kind: 'agent', owner: params.agent_id, name: 'Agent key', prefix, hash })
+          return { revoked, createdAt: row.createdAt }
+        })
+        await authenticator.keys.revoke(revoked)
+        set.status = 201
+        return ok({ participantId: params.agent_id, apiKey: key, createdAt: iso(createdAt) })
+      },
+      {
+        user: true,
+        params: AgentId,
+        response: { 201: Ok(RotatedKey), ...failures(400, 401, 403, 404) },
+        detail: { operationId: 'rotateParticipantKey', summary: 'Issue a new agent key; the old one stops at once' },
+      },
+    )
+    .delete(
+      '/:agent_id',
+      async ({ user, params }) => {
+        const revoked = await sql.begin(async tx => {
+          await requireOwnedParticipant(tx, params.agent_id, user.userId, { lock: true })
+          await deactivateParticipant(tx, params.agent_id)
+          return revokeAgentKeys(tx, params.agent_id)
+        })
+        await authenticator.keys.revoke(revoked)
+        return ok({ id: params.agent_id, active: false as const })
+      },
+      {
+        user: true,
+        params: AgentId,
+        response: { 200: Ok(Deactivated), ...failures(400, 401, 403, 404) },
+        detail: { operationId: 'deactivateParticipant', summary: 'Deactivate an agent: key stops, pages 404, data stays' },
+      },
+    )
+}

@@ -1,0 +1,84 @@
+/** SQL for agents ("participants"). */
+import type { Db } from '../db.ts'
+import type { UpdateParticipant } from './schema.ts'
+
+export interface ParticipantRow {
+  id: string
+  name: string
+  displayName: string
+  description: string | null
+  ownerId: string
+  blogEnabled: boolean
+  blogAutoPublish: boolean
+  ratingSum: number
+  ratingCount: number
+  activeSubscribers: number
+  createdAt: Date
+}
+
+const columns = (sql: Db) => sql`
+  id, name, display_name as "displayName", description, owner_id as "ownerId",
+  blog_enabled as "blogEnabled", blog_auto_publish as "blogAutoPublish",
+  rating_sum as "ratingSum", rating_count as "ratingCount",
+  active_subscribers as "activeSubscribers", created_at as "createdAt"
+`
+
+export async function insertParticipant(
+  sql: Db,
+  row: { ownerId: string; name: string; displayName: string; description: string | null },
+): Promise<ParticipantRow> {
+  const [inserted] = await sql<ParticipantRow[]>`
+    insert into participants (owner_id, name, display_name, description)
+    values (${row.ownerId}, ${row.name}, ${row.displayName}, ${row.description})
+    returning ${columns(sql)}
+  `
+  return inserted!
+}
+
+/** An active participant by id or by name. */
+export async function findParticipant(sql: Db, idOrName: string): Promise<ParticipantRow | undefined> {
+  const byId = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(idOrName)
+  const [row] = byId
+    ? await sql<ParticipantRow[]>`select ${columns(sql)} from participants where id = ${idOrName} and active`
+    : await sql<ParticipantRow[]>`
+        select ${columns(sql)} from participants where name = ${idOrName.toLowerCase()} and active
+      `
+  return row
+}
+
+/** Like findParticipant by id, locking the row for the rest of the transaction. */
+export async function lockParticipant(sql: Db, id: string): Promise<ParticipantRow | undefined> {
+  const [row] = await sql<ParticipantRow[]>`
+    select ${columns(sql)} from participants where id = ${id} and active for update
+  `
+  return row
+}
+
+export async function listOwnedParticipants(sql: Db, ownerId: string): Promise<ParticipantRow[]> {
+  return sql<ParticipantRow[]>`
+    select ${columns(sql)} from participants
+    where owner_id = ${ownerId} and active
+    order by created_at, id
+  `
+}
+
+export async function updateParticipant(sql: Db, id: string, patch: UpdateParticipant): Promise<ParticipantRow> {
+  const changes: Record<string, unknown> = {}
+  if (patch.displayName !== undefined) changes.display_name = patch.displayName
+  if (patch.description !== undefined) changes.description = patch.description
+  if (patch.settings?.blogEnabled !== undefined) changes.blog_enabled = patch.settings.blogEnabled
+  if (patch.settings?.blogAutoPublish !== undefined) changes.blog_auto_publish = patch.settings.blogAutoPublish
+  const [row] =
+    Object.keys(changes).length === 0
+      ? await sql<ParticipantRow[]>`select ${columns(sql)} from participants where id = ${id}`
+      : await sql<ParticipantRow[]>`
+          update participants set ${sql(changes)}, updated_at = now()
+          where id = ${id}
+          returning ${columns(sql)}
+        `
+  return row!
+}
+
+export async function deactivateParticipant(sql: Db, id: string): Promise<void> {
+  await sql`update participants set active = false, updated_at = now() where id = ${id}`
+}

@@ -1,0 +1,55 @@
+/** Pub/sub: one subscriber connection per process, fanned out to in-process handlers by channel. */
+import type { Redis } from './redis.ts'
+
+export type Handler = (message: string) => void
+
+export interface PubSub {
+  /** Listens on a channel; resolves once Redis confirms, returns the function that stops listening. */
+  subscribe(channel: string, handler: Handler): Promise<() => Promise<void>>
+  /** Called after the subscriber reconnects: messages may have been missed, caches must forget. */
+  onReconnect(handler: () => void): void
+  close(): Promise<void>
+}
+
+export function createPubSub(subscriber: Redis): PubSub {
+  const handlers = new Map<string, Set<Handler>>()
+  const reconnectHandlers: (() => void)[] = []
+  let connectedOnce = false
+
+  subscriber.on('message', (channel: string, message: string) => {
+    const set = handlers.get(channel)
+    if (set) for (const handler of set) handler(message)
+  })
+  subscriber.on('ready', () => {
+    if (connectedOnce) for (const handler of reconnectHandlers) handler()
+    connectedOnce = true
+  })
+
+  return {
+    async subscribe(channel, handler) {
+      let set = handlers.get(channel)
+      if (!set) {
+        set = new Set()
+        handlers.set(channel, set)
+        await subscriber.subscribe(channel)
+      }
+      set.add(handler)
+      return async () => {
+        const current = handlers.get(channel)
+        if (!current) return
+        current.delete(handler)
+        if (current.size === 0) {
+          handlers.delete(channel)
+          await subscriber.unsubscribe(channel).catch(() => {})
+        }
+      }
+    },
+    onReconnect(handler) {
+      reconnectHandlers.push(handler)
+    },
+    async close() {
+      handlers.clear()
+      await subscriber.quit().catch(() => subscriber.disconnect())
+    },
+  }
+}

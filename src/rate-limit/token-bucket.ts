@@ -1,0 +1,54 @@
+/** Rate limiting: a token bucket per (rule, subject) in Redis, refilled continuously, atomic by Lua. */
+import { defineScript, type Redis } from '../redis.ts'
+import type { Keys } from '../keys.ts'
+import type { Clock } from '../clock.ts'
+import type { RateLimitName, RateLimits } from '../config.ts'
+import { errors } from '../errors.ts'
+
+// KEYS[1] bucket; ARGV capacity, tokens per ms, now (ms), tokens needed, tokens taken.
+// Returns {allowed (0|1), ms until the tokens needed are there}.
+const tokenBucket = defineScript(`
+local capacity = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local now = tonumber(ARGV[3])
+local need = tonumber(ARGV[4])
+local take = tonumber(ARGV[5])
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(state[1]) or capacity
+local at = tonumber(state[2]) or now
+if now > at then
+  tokens = math.min(capacity, tokens + (now - at) * rate)
+  at = now
+end
+if tokens >= need then
+  tokens = tokens - take
+  redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(at))
+  redis.call('PEXPIRE', KEYS[1], math.ceil((capacity - tokens) / rate) + 1000)
+  return {1, 0}
+end
+return {0, math.ceil((need - tokens) / rate)}
+`)
+
+export interface RateLimiter {
+  /** Takes one token or throws 429 `rate_limited` with Retry-After. */
+  take(rule: RateLimitName, subject: string): Promise<void>
+  /** Throws 429 when the bucket is empty, without taking anything. */
+  check(rule: RateLimitName, subject: string): Promise<void>
+}
+
+export function createRateLimiter(redis: Redis, keys: Keys, clock: Clock, limits: RateLimits): RateLimiter {
+  const run = async (rule: RateLimitName, subject: string, take: number) => {
+    const { capacity, perSeconds } = limits[rule]
+    const rate = capacity / (perSeconds * 1000)
+    const [allowed, waitMs] = (await tokenBucket(
+      redis,
+      [keys.rateLimit(rule, subject)],
+      [capacity, rate, clock.now().getTime(), 1, take],
+    )) as [number, number]
+    if (allowed !== 1) throw errors.rateLimited(Math.max(1, Math.ceil(waitMs / 1000)))
+  }
+  return {
+    take: (rule, subject) => run(rule, subject, 1),
+    check: (rule, subject) => run(rule, subject, 0),
+  }
+}

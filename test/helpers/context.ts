@@ -1,0 +1,172 @@
+/** A test's world: a fresh database, a random Redis prefix, the app, an adjustable clock, request helpers. */
+import { randomBytes } from 'node:crypto'
+import { SignJWT } from 'jose'
+import { Redis } from 'ioredis'
+import { loadConfig, type Config } from '../../src/config.ts'
+import { createDeps, type Deps } from '../../src/deps.ts'
+import { createApp, type App } from '../../src/app.ts'
+import { adjustableClock } from '../../src/clock.ts'
+import { createLog } from '../../src/log.ts'
+import { createTestDatabase, type TestDatabase } from './database.ts'
+
+export const testJwtSecret = 'test-secret-that-is-at-least-32-characters-long'
+export const redisUrl = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379'
+
+export interface CallOptions {
+  body?: unknown
+  /** Sent as is, with content-type application/json unless headers say otherwise. */
+  rawBody?: string
+  token?: string
+  apiKey?: string
+  headers?: Record<string, string>
+}
+
+export interface CallResult {
+  status: number
+  headers: Headers
+  // Tests read whatever came back; the assertions check its shape.
+  body: any
+}
+
+export interface TestContext {
+  config: Config
+  deps: Deps
+  app: App
+  clock: ReturnType<typeof adjustableClock>
+  database: TestDatabase
+  call(method: string, path: string, options?: CallOptions): Promise<CallResult>
+  close(): Promise<void>
+}
+
+export function randomPrefix(): string {
+  return `amtest:${randomBytes(6).toString('hex')}:`
+}
+
+/** Configuration for tests: every limit generous unless the test narrows it. */
+export function testConfig(env: Record<string, string> = {}): Config {
+  return loadConfig({
+    NODE_ENV: 'test',
+    REDIS_URL: redisUrl,
+    REDIS_PREFIX: randomPrefix(),
+    AUTH_JWT_SECRET: testJwtSecret,
+    SITE_URL: 'http://test.local',
+    CONNECTIONS_KEY: randomBytes(32).toString('hex'),
+    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'error',
+    RATE_LIMITS: JSON.stringify({
+      deviceCodeCreate: { capacity: 10000, perSeconds: 1 },
+      deviceCodeApprove: { capacity: 10000, perSeconds: 1 },
+      apiKeyCreate: { capacity: 10000, perSeconds: 1 },
+      participantCreate: { capacity: 10000, perSeconds: 1 },
+    }),
+    ...env,
+  })
+}
+
+export async function createTestContext(
+  options: { env?: Record<string, string>; database?: TestDatabase } = {},
+): Promise<TestContext> {
+  const database = options.database ?? (await createTestDatabase())
+  const config = { ...testConfig(options.env), databaseUrl: database.url }
+  const clock = adjustableClock()
+  const deps = await createDeps(config, { clock, log: createLog(config.logLevel), sqlMax: 5 })
+  const app = createApp(deps)
+  return {
+    config,
+    deps,
+    app,
+    clock,
+    database,
+    call: (method, path, callOptions) => callApp(app, method, path, callOptions),
+    async close() {
+      await deps.close()
+      await deleteKeys(config.redisPrefix)
+      if (!options.database) await database.drop()
+    },
+  }
+}
+
+export async function callApp(app: App, method: string, path: string, options: CallOptions = {}): Promise<CallResult> {
+  const headers = new Headers(options.headers)
+  if (options.token) headers.set('authorization', `Bearer ${options.token}`)
+  if (options.apiKey) headers.set('x-api-key', options.apiKey)
+  let body: string | undefined
+  if (options.rawBody !== undefined) body = options.rawBody
+  else if (options.body !== undefined) body = JSON.stringify(options.body)
+  if (body !== undefined && !headers.has('content-type')) headers.set('content-type', 'application/json')
+  const response = await app.handle(new Request(`http://test.local${path}`, { method, headers, body }))
+  const text = await response.text()
+  let parsed: unknown = text
+  try {
+    parsed = JSON.parse(text)
+  } catch {
+    // not JSON: the test gets the text
+  }
+  return { status: response.status, headers: response.headers, body: parsed }
+}
+
+/** Deletes a test's keys by prefix; never flushes the shared Redis. */
+export async function deleteKeys(prefix: string): Promise<void> {
+  const redis = new Redis(redisUrl)
+  try {
+    let cursor = '0'
+    do {
+      const [next, found] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000)
+      cursor = next
+      if (found.length > 0) await redis.unlink(...found)
+    } while (cursor !== '0')
+  } finally {
+    redis.disconnect()
+  }
+}
+
+/** A JWT signed with the test secret. */
+export async function userToken(
+  sub: string,
+  claims: Record<string, unknown> = {},
+  options: { secret?: string; expiresIn?: string } = {},
+): Promise<string> {
+  return new SignJWT(claims)
+    .setProtectedHeader({ alg: 'HS256' })
+    .setSubject(sub)
+    .setIssuedAt()
+    .setExpirationTime(options.expiresIn ?? '1h')
+    .sign(new TextEncoder().encode(options.secret ?? testJwtSecret))
+}
+
+export interface TestUser {
+  token: string
+  id: string
+  sub: string
+}
+
+/** Signs a new user in (their first token creates them). */
+export async function signUp(ctx: TestContext, sub = `user-${randomBytes(4).toString('hex')}`): Promise<TestUser> {
+  const token = await userToken(sub, { email: `${sub}@example.com` })
+  const me = await ctx.call('GET', '/v1/auth/me', { token })
+  if (me.status !== 200) throw new Error(`sign-up failed: ${me.status} ${JSON.stringify(me.body)}`)
+  return { token, id: me.body.data.id, sub }
+}
+
+export interface TestAgent {
+  id: string
+  name: string
+  apiKey: string
+}
+
+export async function createAgent(ctx: TestContext, owner: TestUser, name?: string): Promise<TestAgent> {
+  const agentName = name ?? `agent-${randomBytes(4).toString('hex')}`
+  const res = await ctx.call('POST', '/v1/participants', { token: owner.token, body: { name: agentName } })
+  if (res.status !== 201) throw new Error(`agent creation failed: ${res.status} ${JSON.stringify(res.body)}`)
+  return { id: res.body.data.id, name: agentName, apiKey: res.body.data.apiKey }
+}
+
+/** Asserts the contract's error envelope and returns the body. */
+export function expectError(result: CallResult, status: number, code: string) {
+  const context = `${result.status} ${JSON.stringify(result.body)}`
+  if (result.status !== status) throw new Error(`expected ${status} ${code}, got ${context}`)
+  const body = result.body
+  if (body?.success !== false || body.statusCode !== status || body.error !== code || typeof body.message !== 'string') {
+    throw new Error(`expected the error envelope with ${code}, got ${context}`)
+  }
+  return body
+}

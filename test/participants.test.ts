@@ -1,0 +1,146 @@
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { createAgent, createTestContext, expectError, signUp, type TestContext, type TestUser } from './helpers/context.ts'
+
+let ctx: TestContext
+let alice: TestUser
+let bob: TestUser
+
+beforeAll(async () => {
+  ctx = await createTestContext()
+  alice = await signUp(ctx, 'alice')
+  bob = await signUp(ctx, 'bob')
+})
+afterAll(() => ctx.close())
+
+describe('registering an agent', () => {
+  test('returns 201 with the participant, default settings and a one-time sk_agt_ key', async () => {
+    const res = await ctx.call('POST', '/v1/participants', {
+      token: alice.token,
+      body: { name: 'research-bot', displayName: 'Research Bot', description: 'Finds things' },
+    })
+    expect(res.status).toBe(201)
+    expect(res.body.success).toBe(true)
+    expect(res.body.data).toMatchObject({
+      name: 'research-bot',
+      displayName: 'Research Bot',
+      description: 'Finds things',
+      ownerId: alice.id,
+      settings: { blogEnabled: false, blogAutoPublish: false },
+      rating: { average: null, count: 0 },
+      activeSubscribers: 0,
+    })
+    expect(res.body.data.apiKey).toMatch(/^sk_agt_[0-9A-Za-z]{38}$/)
+    expect(res.body.data.createdAt).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/)
+  })
+
+  test('refuses a taken name with 409 name_taken', async () => {
+    await createAgent(ctx, alice, 'taken-name')
+    expectError(await ctx.call('POST', '/v1/participants', { token: bob.token, body: { name: 'taken-name' } }), 409, 'name_taken')
+  })
+
+  test.each(['ab', 'Upper', '-starts', 'ends-', 'has_underscore', 'a'.repeat(33)])(
+    'refuses the name %p with 400 validation_failed and details',
+    async name => {
+      const body = expectError(await ctx.call('POST', '/v1/participants', { token: alice.token, body: { name } }), 400, 'validation_failed')
+      expect(body.details[0].path).toBe('/name')
+    },
+  )
+
+  test('refuses unknown fields, no credential and an agent key', async () => {
+    expectError(await ctx.call('POST', '/v1/participants', { token: alice.token, body: { name: 'okay-name', extra: 1 } }), 400, 'validation_failed')
+    const none = expectError(await ctx.call('POST', '/v1/participants', { body: { name: 'okay-name' } }), 401, 'unauthorized')
+    expect(none).toBeTruthy()
+    const agent = await createAgent(ctx, alice)
+    expectError(await ctx.call('POST', '/v1/participants', { apiKey: agent.apiKey, body: { name: 'okay-name' } }), 403, 'forbidden')
+  })
+})
+
+describe('reading agents', () => {
+  test('is public by id or name, and shows settings to the owner only', async () => {
+    const agent = await createAgent(ctx, alice)
+    const byName = await ctx.call('GET', `/v1/participants/${agent.name}`)
+    expect(byName.status).toBe(200)
+    expect(byName.body.data.id).toBe(agent.id)
+    expect(byName.body.data.settings).toBeUndefined()
+    expect(byName.body.data.apiKey).toBeUndefined()
+    const byOther = await ctx.call('GET', `/v1/participants/${agent.id}`, { token: bob.token })
+    expect(byOther.body.data.settings).toBeUndefined()
+    const byOwner = await ctx.call('GET', `/v1/participants/${agent.id}`, { token: alice.token })
+    expect(byOwner.body.data.settings).toEqual({ blogEnabled: false, blogAutoPublish: false })
+  })
+
+  test('unknown agents are 404 and a bad credential on a public route is 401', async () => {
+    expectError(await ctx.call('GET', '/v1/participants/no-such-agent'), 404, 'not_found')
+    expectError(await ctx.call('GET', '/v1/participants/00000000-0000-4000-8000-000000000000'), 404, 'not_found')
+    expectError(await ctx.call('GET', '/v1/participants/no-such-agent', { token: 'garbage' }), 401, 'invalid_token')
+  })
+
+  test('lists only the caller’s own agents', async () => {
+    const carol = await signUp(ctx)
+    const one = await createAgent(ctx, carol)
+    const two = await createAgent(ctx, carol)
+    const res = await ctx.call('GET', '/v1/participants', { token: carol.token })
+    expect(res.status).toBe(200)
+    expect(res.body.data.map((p: { id: string }) => p.id)).toEqual([one.id, two.id])
+    expectError(await ctx.call('GET', '/v1/participants'), 401, 'unauthorized')
+  })
+})
+
+describe('changing an agent', () => {
+  test('the owner updates profile and blog settings', async () => {
+    const agent = await createAgent(ctx, alice)
+    const res = await ctx.call('PATCH', `/v1/participants/${agent.id}`, {
+      token: alice.token,
+      body: { displayName: 'New Name', description: null, settings: { blogEnabled: true } },
+    })
+    expect(res.status).toBe(200)
+    expect(res.body.data).toMatchObject({
+      displayName: 'New Name',
+      description: null,
+      settings: { blogEnabled: true, blogAutoPublish: false },
+    })
+  })
+
+  test('unknown settings keys are 400; another user is 403; an unknown agent is 404', async () => {
+    const agent = await createAgent(ctx, alice)
+    const bad = expectError(
+      await ctx.call('PATCH', `/v1/participants/${agent.id}`, { token: alice.token, body: { settings: { colour: 'red' } } }),
+      400,
+      'validation_failed',
+    )
+    expect(bad.details.length).toBeGreaterThan(0)
+    expectError(await ctx.call('PATCH', `/v1/participants/${agent.id}`, { token: bob.token, body: { displayName: 'x' } }), 403, 'forbidden')
+    expectError(
+      await ctx.call('PATCH', '/v1/participants/00000000-0000-4000-8000-000000000000', { token: alice.token, body: {} }),
+      404,
+      'not_found',
+    )
+    const unchanged = await ctx.call('GET', `/v1/participants/${agent.id}`, { token: alice.token })
+    expect(unchanged.body.data.settings).toEqual({ blogEnabled: false, blogAutoPublish: false })
+  })
+
+  test('rotating the key stops the old one at once', async () => {
+    const agent = await createAgent(ctx, alice)
+    expect((await ctx.call('GET', `/v1/participants/${agent.id}`, { apiKey: agent.apiKey })).status).toBe(200)
+    expectError(await ctx.call('POST', `/v1/participants/${agent.id}/api-key`, { token: bob.token }), 403, 'forbidden')
+    const rotated = await ctx.call('POST', `/v1/participants/${agent.id}/api-key`, { token: alice.token })
+    expect(rotated.status).toBe(201)
+    expect(rotated.body.data.apiKey).toMatch(/^sk_agt_/)
+    expectError(await ctx.call('GET', `/v1/participants/${agent.id}`, { apiKey: agent.apiKey }), 401, 'invalid_token')
+    expect((await ctx.call('GET', `/v1/participants/${agent.id}`, { apiKey: rotated.body.data.apiKey })).status).toBe(200)
+  })
+
+  test('deactivating keeps the data, stops the key and hides the agent', async () => {
+    const agent = await createAgent(ctx, alice)
+    expectError(await ctx.call('DELETE', `/v1/participants/${agent.id}`, { token: bob.token }), 403, 'forbidden')
+    const res = await ctx.call('DELETE', `/v1/participants/${agent.id}`, { token: alice.token })
+    expect(res.status).toBe(200)
+    expect(res.body.data).toEqual({ id: agent.id, active: false })
+    expectError(await ctx.call('GET', `/v1/participants/${agent.id}`), 404, 'not_found')
+    expectError(await ctx.call('GET', `/v1/participants/${agent.name}`, { apiKey: agent.apiKey }), 401, 'invalid_token')
+    expectError(await ctx.call('DELETE', `/v1/participants/${agent.id}`, { token: alice.token }), 404, 'not_found')
+    const [row] = await ctx.deps.sql`select active from participants where id = ${agent.id}`
+    expect(row).toEqual({ active: false })
+    expectError(await ctx.call('POST', '/v1/participants', { token: bob.token, body: { name: agent.name } }), 409, 'name_taken')
+  })
+})

@@ -1,0 +1,34 @@
+/** Starts every BullMQ worker and its repeatable schedules; `close` lets running jobs finish. */
+import { Queue, Worker } from 'bullmq'
+import type { Deps } from '../src/deps.ts'
+import { createRedis } from '../src/redis.ts'
+import { errorFields } from '../src/log.ts'
+import { maintenanceEveryMs, maintenanceQueue, runMaintenance } from './maintenance.ts'
+
+export interface Workers {
+  close(): Promise<void>
+}
+
+export async function startWorkers(deps: Deps): Promise<Workers> {
+  const { config, keys, log } = deps
+  const connection = createRedis(config.redisUrl, log, 'bullmq')
+  const options = { connection, prefix: keys.bullPrefix }
+
+  const maintenance = new Queue(maintenanceQueue, options)
+  await maintenance.upsertJobScheduler('maintenance', { every: maintenanceEveryMs }, { name: 'maintenance' })
+
+  const workers = [new Worker(maintenanceQueue, () => runMaintenance(deps), { ...options, concurrency: 1 })]
+  for (const worker of workers) {
+    worker.on('failed', (job, error) => log.warn('job failed', { queue: worker.name, job: job?.id, ...errorFields(error) }))
+    worker.on('error', error => log.warn('worker error', { queue: worker.name, ...errorFields(error) }))
+  }
+  log.info('workers started', { queues: workers.map(worker => worker.name) })
+
+  return {
+    async close() {
+      await Promise.all(workers.map(worker => worker.close()))
+      await maintenance.close()
+      await connection.quit().catch(() => connection.disconnect())
+    },
+  }
+}
