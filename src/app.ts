@@ -7,6 +7,7 @@ import { authPlugin } from './auth/plugin.ts'
 import { authRoutes } from './auth/routes.ts'
 import { participantRoutes } from './participants/routes.ts'
 import { healthRoutes } from './health/routes.ts'
+import { billingRoutes } from './billing/routes.ts'
 
 export function createApp(deps: Deps) {
   const auth = authPlugin(deps.authenticator)
@@ -29,6 +30,7 @@ export function createApp(deps: Deps) {
           tags: [
             { name: 'auth', description: 'Profile, API keys, device flow, SSE tokens' },
             { name: 'participants', description: 'Agents and their settings' },
+            { name: 'billing', description: 'Plans, subscriptions, reviews, config listings, purchases, stats' },
             { name: 'operations', description: 'Health' },
           ],
           components: {
@@ -47,6 +49,7 @@ export function createApp(deps: Deps) {
     .use(healthRoutes(deps))
     .use(authRoutes(deps, auth))
     .use(participantRoutes(deps, auth))
+    .use(billingRoutes(deps, auth))
 }
 
 export type App = ReturnType<typeof createApp>

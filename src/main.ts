@@ -7,7 +7,7 @@ import { migrate } from './migrate.ts'
 import { createDeps, type Deps } from './deps.ts'
 import { createApp } from './app.ts'
 import { maxBodyBytes } from './http/error-handler.ts'
-import { startEmbeddedPostgres, type EmbeddedDatabase } from './embedded-postgres.ts'
+import type { EmbeddedDatabase } from './embedded-postgres.ts'
 import { startWorkers, type Workers } from '../workers/index.ts'
 
 type Role = 'all' | 'api' | 'workers'
@@ -21,6 +21,8 @@ async function main() {
   let embedded: EmbeddedDatabase | undefined
   if (!config.databaseUrl) {
     if (role !== 'all') throw new ConfigError(`start:${role} needs DATABASE_URL; the embedded database serves only \`start\``)
+    // Loaded only when used: the embedded-postgres package hooks SIGTERM on import (see that module).
+    const { startEmbeddedPostgres } = await import('./embedded-postgres.ts')
     embedded = await startEmbeddedPostgres(config.dataDir, log)
     config = { ...config, databaseUrl: embedded.url }
   }

@@ -67,7 +67,9 @@ export async function pollDeviceAuthorization(deps: DeviceFlowDeps, deviceCode: 
   const row = await findDeviceCode(sql, deviceCode)
   if (!row || row.status === 'delivered') throw errors.notFound('Device code')
   if (row.status === 'denied') return { status: 'denied' }
-  if (row.status === 'pending') return { status: row.expiresAt <= now ? 'expired' : 'pending' }
+  // An approval is collected within the code's lifetime or not at all (RFC 8628 3.5, expired_token).
+  if (row.expiresAt <= now) return { status: 'expired' }
+  if (row.status === 'pending') return { status: 'pending' }
 
   return sql.begin(async tx => {
     const userId = await markDelivered(tx, deviceCode, now)

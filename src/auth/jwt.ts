@@ -2,6 +2,7 @@
 import { createRemoteJWKSet, decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose'
 import type { Config } from '../config.ts'
 import { errors } from '../errors.ts'
+import { checksumAddress } from './wallet.ts'
 
 export interface TokenClaims {
   sub: string
@@ -57,10 +58,8 @@ export function createJwtVerifier(auth: Config['auth']): VerifyJwt {
     return {
       sub: payload.sub,
       email: typeof payload.email === 'string' && payload.email.length <= 320 ? payload.email : null,
-      walletAddress:
-        typeof payload.wallet_address === 'string' && /^0x[0-9a-fA-F]{40}$/.test(payload.wallet_address)
-          ? payload.wallet_address
-          : null,
+      // the same rule as PATCH /v1/auth/me: stored in EIP-55 form, a bad mixed-case checksum ignored
+      walletAddress: typeof payload.wallet_address === 'string' ? checksumAddress(payload.wallet_address) : null,
     }
   }
 }

@@ -160,7 +160,7 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
       {
         user: true,
         params: t.Object({ userCode: t.String({ maxLength: 16 }) }),
-        body: t.Optional(DeviceDecision),
+        body: DeviceDecision,
         response: { 200: Ok(DeviceDecided), ...failures(400, 401, 403, 404, 429) },
         detail: {
           operationId: 'decideDeviceAuthorization',

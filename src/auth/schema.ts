@@ -1,6 +1,6 @@
 /** Wire schemas of the identity endpoints. */
 import { t } from 'elysia'
-import { NullableTimestamp, Timestamp, Uuid } from '../http/schema.ts'
+import { Int, NullableTimestamp, Timestamp, Uuid } from '../http/schema.ts'
 
 export const UserProfile = t.Object({
   id: Uuid,
@@ -39,8 +39,8 @@ export const DeviceAuthorization = t.Object({
   userCode: t.String({ pattern: '^[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}$' }),
   verificationUri: t.String(),
   verificationUriComplete: t.String(),
-  expiresIn: t.Integer({ description: 'Seconds' }),
-  interval: t.Integer({ description: 'Seconds to wait between polls' }),
+  expiresIn: Int({ description: 'Seconds' }),
+  interval: Int({ description: 'Seconds to wait between polls' }),
 })
 
 export const DevicePoll = t.Union([
@@ -52,16 +52,17 @@ export const DevicePoll = t.Union([
   }),
 ])
 
-export const DeviceDecision = t.Union([
-  t.Null(),
+// MaybeEmpty, not t.Optional: Elysia skips checking a primitive body against an optional schema,
+// so a body of "deny" would pass, be read as no action, and approve.
+export const DeviceDecision = t.MaybeEmpty(
   t.Object(
     { action: t.Optional(t.Union([t.Literal('approve'), t.Literal('deny')])) },
     { additionalProperties: false },
   ),
-])
+)
 export const DeviceDecided = t.Object({ status: t.Union([t.Literal('approved'), t.Literal('denied')]) })
 
 export const SseToken = t.Object({
   token: Uuid,
-  expiresIn: t.Integer({ description: 'Seconds; the token opens one stream' }),
+  expiresIn: Int({ description: 'Seconds; the token opens one stream' }),
 })

@@ -24,6 +24,8 @@ export function renderError(error: AppError): Response {
 /** Maps anything thrown to the AppError a client should see; logs what is our fault. */
 export function toAppError(code: unknown, error: unknown, log: Log, path: string): AppError {
   if (error instanceof AppError) return error
+  // Elysia wraps whatever our JSON parser throws (413 for a chunked body over the limit) in a ParseError.
+  if (code === 'PARSE' && error instanceof Error && error.cause instanceof AppError) return error.cause
   if (error instanceof ValidationError) {
     if (error.type === 'response') {
       log.error('response failed its own schema', { path, ...errorFields(error) })

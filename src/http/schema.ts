@@ -1,11 +1,12 @@
 /** Shared wire schemas: the success and error envelopes, ids, times and list parameters. */
 import { t, type TSchema } from 'elysia'
+import { Type, type IntegerOptions } from '@sinclair/typebox'
 import { errors } from '../errors.ts'
 
 export const ErrorBody = t.Object(
   {
     success: t.Literal(false),
-    statusCode: t.Integer(),
+    statusCode: Type.Integer(),
     error: t.String({ description: 'Stable snake_case code' }),
     message: t.String(),
     details: t.Optional(t.Array(t.Object({ path: t.String(), message: t.String() }))),
@@ -40,6 +41,12 @@ export function failures<const S extends readonly number[]>(...statuses: S) {
   }
   return out
 }
+
+/**
+ * A strict JSON integer. Elysia's own `t.Integer` also takes numeric strings, which a JSON API
+ * should refuse (and which would document the field as a string-or-integer union).
+ */
+export const Int = (options?: IntegerOptions) => Type.Integer(options)
 
 export const Uuid = t.String({ format: 'uuid' })
 export const Timestamp = t.String({ format: 'date-time', description: 'ISO 8601 UTC with milliseconds' })

@@ -53,7 +53,7 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
   return new Elysia({ prefix: '/v1/participants', tags: ['participants'] })
     .use(auth)
     .post(
-      '/',
+      '',
       async ({ user, body, set }) => {
         await rateLimiter.take('participantCreate', `user:${user.userId}`)
         const { key, hash, prefix } = generateKey('agent')
@@ -82,7 +82,7 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
         detail: { operationId: 'createParticipant', summary: 'Register an agent; its key is shown this once' },
       },
     )
-    .get('/', async ({ user }) => ok((await listOwnedParticipants(sql, user.userId)).map(row => participantView(row, user))), {
+    .get('', async ({ user }) => ok((await listOwnedParticipants(sql, user.userId)).map(row => participantView(row, user))), {
       user: true,
       response: { 200: Ok(t.Array(Participant)), ...failures(401, 403) },
       detail: { operationId: 'listMyParticipants', summary: 'The caller’s agents' },

@@ -1,6 +1,6 @@
 /** Wire schemas of agents ("participants"). */
 import { t } from 'elysia'
-import { Timestamp, Uuid } from '../http/schema.ts'
+import { Int, Timestamp, Uuid } from '../http/schema.ts'
 
 export const Settings = t.Object({ blogEnabled: t.Boolean(), blogAutoPublish: t.Boolean() })
 
@@ -13,9 +13,9 @@ export const Participant = t.Object({
   settings: t.Optional(Settings),
   rating: t.Object({
     average: t.Union([t.Number(), t.Null()], { description: 'Mean rating to two decimals; null with no reviews' }),
-    count: t.Integer(),
+    count: Int(),
   }),
-  activeSubscribers: t.Integer(),
+  activeSubscribers: Int(),
   createdAt: Timestamp,
 })
 export type Participant = typeof Participant.static

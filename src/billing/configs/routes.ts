@@ -1,0 +1,190 @@
+/** /v1/billing/configs and /v1/billing/my-configs: owners sell config files; users buy them once. */
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../../deps.ts'
+import { errors } from '../../errors.ts'
+import { Ok, failures, iso, ok, Uuid } from '../../http/schema.ts'
+import type { AuthPlugin } from '../../auth/plugin.ts'
+import type { Principal } from '../../auth/principal.ts'
+import { principalSubject } from '../../auth/principal.ts'
+import { IdempotencyHeaders, idempotent } from '../../idempotency/idempotent.ts'
+import { requireOwnedParticipant } from '../../participants/ownership.ts'
+import { findParticipant } from '../../participants/store.ts'
+import { ConfigListing, CreateConfig, DeactivatedConfig, MyConfig, Purchase, UpdateConfig } from './schema.ts'
+import {
+  deactivateConfig,
+  findConfig,
+  findPurchase,
+  insertConfig,
+  insertPurchase,
+  listConfigs,
+  listPurchases,
+  updateConfig,
+  type ConfigRow,
+  type PurchaseRow,
+} from './store.ts'
+
+const readerId = (principal: Principal) => (principal.kind === 'user' ? principal.userId : null)
+
+/** Content shows to the owner and to buyers only. */
+const configView = (row: ConfigRow, reader: Principal): ConfigListing => {
+  const canRead = row.purchased || (reader.kind === 'user' && reader.userId === row.ownerId)
+  return {
+    id: row.id,
+    participantId: row.participantId,
+    name: row.name,
+    description: row.description,
+    priceCents: row.priceCents,
+    fileType: row.fileType,
+    previewSnippet: row.previewSnippet,
+    active: row.active,
+    createdAt: iso(row.createdAt),
+    updatedAt: iso(row.updatedAt),
+    ...(canRead ? { content: row.content } : {}),
+  }
+}
+
+const purchaseView = (row: PurchaseRow): Purchase => ({
+  purchaseId: row.purchaseId,
+  configId: row.configId,
+  priceCents: row.priceCents,
+  content: row.content,
+  invoiceId: row.invoiceId,
+  purchasedAt: iso(row.purchasedAt),
+})
+
+export function configRoutes(deps: Deps, auth: AuthPlugin) {
+  const { sql, clock } = deps
+
+  const ownedConfig = async (configId: string, userId: string) => {
+    const config = await findConfig(sql, configId, userId)
+    if (!config) throw errors.notFound('Config')
+    if (config.ownerId !== userId) throw errors.forbidden('You do not own this agent')
+    return config
+  }
+
+  return new Elysia({ tags: ['billing'] })
+    .use(auth)
+    .post(
+      '/configs',
+      async ({ user, body, set }) => {
+        await requireOwnedParticipant(sql, body.participantId, user.userId)
+        const id = await insertConfig(sql, body, clock.now())
+        set.status = 201
+        return ok(configView((await findConfig(sql, id, user.userId))!, user))
+      },
+      {
+        user: true,
+        body: CreateConfig,
+        response: { 201: Ok(ConfigListing), ...failures(400, 401, 403, 404, 413) },
+        detail: { operationId: 'createConfig', summary: 'List a config file for sale (bodies up to 2 MiB)' },
+      },
+    )
+    .get(
+      '/configs/:participantId',
+      async ({ caller, params }) => {
+        const participant = await findParticipant(sql, params.participantId)
+        if (!participant || participant.id !== params.participantId) throw errors.notFound('Participant')
+        const isOwner = caller.kind === 'user' && caller.userId === participant.ownerId
+        const rows = await listConfigs(sql, participant.id, readerId(caller), isOwner)
+        return ok(rows.map(row => configView(row, caller)))
+      },
+      {
+        caller: true,
+        params: t.Object({ participantId: Uuid }),
+        response: { 200: Ok(t.Array(ConfigListing)), ...failures(400, 401, 404) },
+        detail: {
+          operationId: 'listConfigs',
+          summary: 'An agent’s active listings; content only for buyers (the owner sees all, with content)',
+        },
+      },
+    )
+    .patch(
+      '/configs/:configId',
+      async ({ user, params, body }) => {
+        await ownedConfig(params.configId, user.userId)
+        await updateConfig(sql, params.configId, body, clock.now())
+        return ok(configView((await findConfig(sql, params.configId, user.userId))!, user))
+      },
+      {
+        user: true,
+        params: t.Object({ configId: Uuid }),
+        body: UpdateConfig,
+        response: { 200: Ok(ConfigListing), ...failures(400, 401, 403, 404, 413) },
+        detail: { operationId: 'updateConfig', summary: 'Change a listing (owner)' },
+      },
+    )
+    .delete(
+      '/configs/:configId',
+      async ({ user, params }) => {
+        await ownedConfig(params.configId, user.userId)
+        await deactivateConfig(sql, params.configId, clock.now())
+        return ok({ id: params.configId, active: false as const })
+      },
+      {
+        user: true,
+        params: t.Object({ configId: Uuid }),
+        response: { 200: Ok(DeactivatedConfig), ...failures(400, 401, 403, 404) },
+        detail: { operationId: 'deactivateConfig', summary: 'Take a listing off sale; buyers keep it' },
+      },
+    )
+    .post(
+      '/configs/:configId/purchase',
+      async ({ user, params, headers, set }) => {
+        const outcome = await idempotent(
+          deps,
+          {
+            subject: principalSubject(user),
+            key: headers['idempotency-key'],
+            method: 'POST',
+            path: `/v1/billing/configs/${params.configId}/purchase`,
+            body: null,
+          },
+          async tx => {
+            const config = await findConfig(tx, params.configId, user.userId)
+            if (!config) throw errors.notFound('Config')
+            const bought = await findPurchase(tx, config.id, user.userId)
+            if (bought) return { status: 200, body: ok(purchaseView(bought)) }
+            if (config.ownerId === user.userId) throw errors.cannotBuyOwnConfig()
+            if (!config.active) throw errors.configInactive()
+            const at = clock.now()
+            const created = await insertPurchase(tx, { configId: config.id, userId: user.userId, priceCents: config.priceCents }, at)
+            const row = (await findPurchase(tx, config.id, user.userId))!
+            return { status: created ? 201 : 200, body: ok(purchaseView(row)) }
+          },
+        )
+        set.status = outcome.status
+        return outcome.body as { success: true; data: Purchase }
+      },
+      {
+        user: true,
+        params: t.Object({ configId: Uuid }),
+        headers: IdempotencyHeaders,
+        response: { 201: Ok(Purchase), 200: Ok(Purchase), ...failures(400, 401, 403, 404, 409) },
+        detail: {
+          operationId: 'purchaseConfig',
+          summary: 'Buy a config and get its content: 201 the first time, 200 with the same purchase after',
+        },
+      },
+    )
+    .get(
+      '/my-configs',
+      async ({ user }) =>
+        ok(
+          (await listPurchases(sql, user.userId)).map(row => ({
+            purchaseId: row.purchaseId,
+            configId: row.configId,
+            participantId: row.participantId,
+            name: row.name,
+            fileType: row.fileType,
+            priceCents: row.priceCents,
+            content: row.content,
+            purchasedAt: iso(row.purchasedAt),
+          })),
+        ),
+      {
+        user: true,
+        response: { 200: Ok(t.Array(MyConfig)), ...failures(401, 403) },
+        detail: { operationId: 'listMyConfigs', summary: 'Configs the caller bought, with their current content' },
+      },
+    )
+}

@@ -1,0 +1,78 @@
+/** Wire schemas of config listings and purchases. */
+import { t } from 'elysia'
+import { Int, Timestamp, Uuid } from '../../http/schema.ts'
+
+const fields = {
+  name: t.String({ minLength: 1, maxLength: 100 }),
+  description: t.Union([t.String({ maxLength: 1000 }), t.Null()]),
+  priceCents: Int({ minimum: 0, maximum: 10_000_000 }),
+  fileType: t.String({ pattern: '^[A-Za-z0-9._-]{1,64}$', description: 'A file-name-like label', examples: ['.cursorrules'] }),
+  content: t.String({ maxLength: 1_000_000, description: 'Delivered to purchasers' }),
+  previewSnippet: t.Union([t.String({ maxLength: 500 }), t.Null()]),
+}
+
+export const ConfigListing = t.Object({
+  id: Uuid,
+  participantId: Uuid,
+  name: t.String(),
+  description: t.Union([t.String(), t.Null()]),
+  priceCents: Int(),
+  fileType: t.String(),
+  previewSnippet: t.Union([t.String(), t.Null()]),
+  active: t.Boolean(),
+  createdAt: Timestamp,
+  updatedAt: Timestamp,
+  content: t.Optional(t.String({ description: 'Only for the owner and for buyers' })),
+})
+export type ConfigListing = typeof ConfigListing.static
+
+export const CreateConfig = t.Object(
+  {
+    participantId: Uuid,
+    name: fields.name,
+    description: t.Optional(fields.description),
+    priceCents: fields.priceCents,
+    fileType: fields.fileType,
+    content: fields.content,
+    previewSnippet: t.Optional(fields.previewSnippet),
+  },
+  { additionalProperties: false },
+)
+export type CreateConfig = typeof CreateConfig.static
+
+export const UpdateConfig = t.Object(
+  {
+    name: t.Optional(fields.name),
+    description: t.Optional(fields.description),
+    priceCents: t.Optional(fields.priceCents),
+    fileType: t.Optional(fields.fileType),
+    content: t.Optional(fields.content),
+    previewSnippet: t.Optional(fields.previewSnippet),
+  },
+  { additionalProperties: false },
+)
+export type UpdateConfig = typeof UpdateConfig.static
+
+export const DeactivatedConfig = t.Object({ id: Uuid, active: t.Literal(false) })
+
+export const Purchase = t.Object({
+  purchaseId: Uuid,
+  configId: Uuid,
+  priceCents: Int({ description: 'What was paid' }),
+  content: t.String(),
+  invoiceId: t.Union([Uuid, t.Null()]),
+  purchasedAt: Timestamp,
+})
+export type Purchase = typeof Purchase.static
+
+export const MyConfig = t.Object({
+  purchaseId: Uuid,
+  configId: Uuid,
+  participantId: Uuid,
+  name: t.String(),
+  fileType: t.String(),
+  priceCents: Int({ description: 'What was paid' }),
+  content: t.String({ description: 'The content as it is now' }),
+  purchasedAt: Timestamp,
+})
+

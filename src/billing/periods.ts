@@ -1,0 +1,35 @@
+/** Billing periods: whole calendar months counted from the subscription's start, day clamped. */
+
+/**
+ * The anchor moved by whole months, the day clamped to the target month's length (UTC).
+ *
+ * @example
+ * addMonths(new Date('2026-01-31T10:00:00Z'), 1) // 2026-02-28T10:00:00Z
+ * addMonths(new Date('2026-01-31T10:00:00Z'), 2) // 2026-03-31T10:00:00Z (anchored, not chained)
+ */
+export function addMonths(anchor: Date, months: number): Date {
+  const total = anchor.getUTCMonth() + months
+  const year = anchor.getUTCFullYear() + Math.floor(total / 12)
+  const month = ((total % 12) + 12) % 12
+  const lastDay = new Date(Date.UTC(year, month + 1, 0)).getUTCDate()
+  return new Date(
+    Date.UTC(
+      year,
+      month,
+      Math.min(anchor.getUTCDate(), lastDay),
+      anchor.getUTCHours(),
+      anchor.getUTCMinutes(),
+      anchor.getUTCSeconds(),
+      anchor.getUTCMilliseconds(),
+    ),
+  )
+}
+
+export function periodBounds(startedAt: Date, index: number): { start: Date; end: Date } {
+  return { start: addMonths(startedAt, index), end: addMonths(startedAt, index + 1) }
+}
+
+/** The first instant of the calendar month (UTC) that holds `at`. */
+export function monthStart(at: Date): Date {
+  return new Date(Date.UTC(at.getUTCFullYear(), at.getUTCMonth(), 1))
+}

@@ -1,0 +1,100 @@
+/** /v1/billing/plans: owners price their agents; anyone signed in reads the active plans. */
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../../deps.ts'
+import { errors } from '../../errors.ts'
+import { Ok, failures, iso, ok, Uuid } from '../../http/schema.ts'
+import type { AuthPlugin } from '../../auth/plugin.ts'
+import { requireOwnedParticipant } from '../../participants/ownership.ts'
+import { findParticipant } from '../../participants/store.ts'
+import { CreatePlan, DeactivatedPlan, Plan, UpdatePlan } from './schema.ts'
+import { deactivatePlan, findPlan, insertPlan, listPlans, updatePlan, type PlanRow } from './store.ts'
+
+export const planView = (row: PlanRow): Plan => ({
+  id: row.id,
+  participantId: row.participantId,
+  name: row.name,
+  description: row.description,
+  monthlyPriceCents: row.monthlyPriceCents,
+  includedProxyCalls: row.includedProxyCalls,
+  overagePerCallCents: row.overagePerCallCents,
+  active: row.active,
+  createdAt: iso(row.createdAt),
+  updatedAt: iso(row.updatedAt),
+})
+
+export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
+  const ownedPlan = async (planId: string, userId: string) => {
+    const plan = await findPlan(sql, planId)
+    if (!plan) throw errors.notFound('Plan')
+    if (plan.ownerId !== userId) throw errors.forbidden('You do not own this agent')
+    return plan
+  }
+
+  return new Elysia({ prefix: '/plans', tags: ['billing'] })
+    .use(auth)
+    .post(
+      '',
+      async ({ user, body, set }) => {
+        await requireOwnedParticipant(sql, body.participantId, user.userId)
+        const id = await insertPlan(sql, body, clock.now())
+        set.status = 201
+        return ok(planView((await findPlan(sql, id))!))
+      },
+      {
+        user: true,
+        body: CreatePlan,
+        response: { 201: Ok(Plan), ...failures(400, 401, 403, 404) },
+        detail: { operationId: 'createPlan', summary: 'Create a plan for an agent you own' },
+      },
+    )
+    .get(
+      '/:participantId',
+      async ({ caller, params }) => {
+        const participant = await findParticipant(sql, params.participantId)
+        if (!participant || participant.id !== params.participantId) throw errors.notFound('Participant')
+        const isOwner = caller.kind === 'user' && caller.userId === participant.ownerId
+        return ok((await listPlans(sql, participant.id, isOwner)).map(planView))
+      },
+      {
+        caller: true,
+        params: t.Object({ participantId: Uuid }),
+        response: { 200: Ok(t.Array(Plan)), ...failures(400, 401, 404) },
+        detail: { operationId: 'listPlans', summary: 'An agent’s active plans (the owner also sees inactive ones)' },
+      },
+    )
+    .patch(
+      '/:planId',
+      async ({ user, params, body }) => {
+        await ownedPlan(params.planId, user.userId)
+        await updatePlan(sql, params.planId, body, clock.now())
+        return ok(planView((await findPlan(sql, params.planId))!))
+      },
+      {
+        user: true,
+        params: t.Object({ planId: Uuid }),
+        body: UpdatePlan,
+        response: { 200: Ok(Plan), ...failures(400, 401, 403, 404) },
+        detail: {
+          operationId: 'updatePlan',
+          summary: 'Change a plan; price changes reach existing subscribers from their next period',
+        },
+      },
+    )
+    .delete(
+      '/:planId',
+      async ({ user, params }) => {
+        await ownedPlan(params.planId, user.userId)
+        await deactivatePlan(sql, params.planId, clock.now())
+        return ok({ id: params.planId, active: false as const })
+      },
+      {
+        user: true,
+        params: t.Object({ planId: Uuid }),
+        response: { 200: Ok(DeactivatedPlan), ...failures(400, 401, 403, 404) },
+        detail: {
+          operationId: 'deactivatePlan',
+          summary: 'Deactivate a plan: no new subscriptions, existing ones go on',
+        },
+      },
+    )
+}

@@ -1,0 +1,72 @@
+/** SQL for billing plans. */
+import type { Db } from '../../db.ts'
+import type { CreatePlan, UpdatePlan } from './schema.ts'
+
+export interface PlanRow {
+  id: string
+  participantId: string
+  ownerId: string
+  name: string
+  description: string | null
+  monthlyPriceCents: number
+  includedProxyCalls: number
+  overagePerCallCents: number
+  active: boolean
+  createdAt: Date
+  updatedAt: Date
+}
+
+const columns = (sql: Db) => sql`
+  p.id, p.participant_id as "participantId", a.owner_id as "ownerId", p.name, p.description,
+  p.monthly_price_cents as "monthlyPriceCents", p.included_proxy_calls as "includedProxyCalls",
+  p.overage_per_call_cents as "overagePerCallCents", p.active,
+  p.created_at as "createdAt", p.updated_at as "updatedAt"
+`
+
+export async function insertPlan(sql: Db, plan: CreatePlan, at: Date): Promise<string> {
+  const [row] = await sql<{ id: string }[]>`
+    insert into plans (
+      participant_id, name, description, monthly_price_cents, included_proxy_calls,
+      overage_per_call_cents, created_at, updated_at
+    ) values (
+      ${plan.participantId}, ${plan.name}, ${plan.description ?? null}, ${plan.monthlyPriceCents},
+      ${plan.includedProxyCalls}, ${plan.overagePerCallCents}, ${at}, ${at}
+    )
+    returning id
+  `
+  return row!.id
+}
+
+/** A plan of an active agent, with the agent's owner. */
+export async function findPlan(sql: Db, id: string): Promise<PlanRow | undefined> {
+  const [row] = await sql<PlanRow[]>`
+    select ${columns(sql)}
+    from plans p join participants a on a.id = p.participant_id
+    where p.id = ${id} and a.active
+  `
+  return row
+}
+
+export async function listPlans(sql: Db, participantId: string, includeInactive: boolean): Promise<PlanRow[]> {
+  return sql<PlanRow[]>`
+    select ${columns(sql)}
+    from plans p join participants a on a.id = p.participant_id
+    where p.participant_id = ${participantId} and (p.active or ${includeInactive})
+    order by p.created_at, p.id
+  `
+}
+
+export async function updatePlan(sql: Db, id: string, patch: UpdatePlan, at: Date): Promise<void> {
+  const changes: Record<string, unknown> = {}
+  if (patch.name !== undefined) changes.name = patch.name
+  if (patch.description !== undefined) changes.description = patch.description
+  if (patch.monthlyPriceCents !== undefined) changes.monthly_price_cents = patch.monthlyPriceCents
+  if (patch.includedProxyCalls !== undefined) changes.included_proxy_calls = patch.includedProxyCalls
+  if (patch.overagePerCallCents !== undefined) changes.overage_per_call_cents = patch.overagePerCallCents
+  if (Object.keys(changes).length === 0) return
+  await sql`update plans set ${sql(changes)}, updated_at = ${at} where id = ${id}`
+}
+
+export async function deactivatePlan(sql: Db, id: string, at: Date): Promise<void> {
+  await sql`update plans set active = false, updated_at = ${at} where id = ${id} and active`
+}

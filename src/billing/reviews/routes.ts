@@ -1,0 +1,73 @@
+/** /v1/billing/reviews: one rating and comment per customer and agent, created or updated. */
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../../deps.ts'
+import { errors } from '../../errors.ts'
+import { BeforeParam, LimitParam, Ok, failures, iso, ok, parseLimit, parseTime, Uuid } from '../../http/schema.ts'
+import type { AuthPlugin } from '../../auth/plugin.ts'
+import { findParticipant, lockParticipant } from '../../participants/store.ts'
+import { hasSubscribed } from '../subscriptions/store.ts'
+import { hasBoughtFrom } from '../configs/store.ts'
+import { Review, WriteReview } from './schema.ts'
+import { findReview, insertReview, listReviews, updateReview, type ReviewRow } from './store.ts'
+
+const reviewView = (row: ReviewRow): Review => ({
+  id: row.id,
+  participantId: row.participantId,
+  userId: row.userId,
+  rating: row.rating,
+  comment: row.comment,
+  createdAt: iso(row.createdAt),
+  updatedAt: iso(row.updatedAt),
+})
+
+export function reviewRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
+  return new Elysia({ prefix: '/reviews', tags: ['billing'] })
+    .use(auth)
+    .post(
+      '',
+      async ({ user, body, set }) => {
+        const { created, row } = await sql.begin(async tx => {
+          // The agent's row lock serialises its reviews, so the aggregate never races.
+          const participant = await lockParticipant(tx, body.participantId)
+          if (!participant) throw errors.notFound('Participant')
+          if (participant.ownerId === user.userId) throw errors.cannotReviewOwnAgent()
+          const customer =
+            (await hasSubscribed(tx, user.userId, participant.id)) || (await hasBoughtFrom(tx, user.userId, participant.id))
+          if (!customer) throw errors.notACustomer()
+          const change = { rating: body.rating, comment: body.comment ?? null }
+          const previous = await findReview(tx, participant.id, user.userId)
+          const at = clock.now()
+          return previous
+            ? { created: false, row: await updateReview(tx, previous, change, at) }
+            : { created: true, row: await insertReview(tx, { participantId: participant.id, userId: user.userId, ...change }, at) }
+        })
+        set.status = created ? 201 : 200
+        return ok(reviewView(row))
+      },
+      {
+        user: true,
+        body: WriteReview,
+        response: { 200: Ok(Review), 201: Ok(Review), ...failures(400, 401, 403, 404) },
+        detail: {
+          operationId: 'writeReview',
+          summary: 'Review an agent you subscribed to or bought from: 201 created, 200 updated',
+        },
+      },
+    )
+    .get(
+      '/:participantId',
+      async ({ params, query }) => {
+        const participant = await findParticipant(sql, params.participantId)
+        if (!participant || participant.id !== params.participantId) throw errors.notFound('Participant')
+        const page = { limit: parseLimit(query.limit, 20, 100), before: parseTime(query.before, '/before') }
+        return ok((await listReviews(sql, participant.id, page)).map(reviewView))
+      },
+      {
+        caller: true,
+        params: t.Object({ participantId: Uuid }),
+        query: t.Object({ limit: LimitParam, before: BeforeParam }),
+        response: { 200: Ok(t.Array(Review)), ...failures(400, 401, 404) },
+        detail: { operationId: 'listReviews', summary: 'An agent’s reviews, newest first (default 20, max 100)' },
+      },
+    )
+}

@@ -1,0 +1,73 @@
+/** SQL for reviews and the rating aggregates they keep on the participant. */
+import type { Db } from '../../db.ts'
+
+export interface ReviewRow {
+  id: string
+  participantId: string
+  userId: string
+  rating: number
+  comment: string | null
+  createdAt: Date
+  updatedAt: Date
+}
+
+const columns = (sql: Db) => sql`
+  id, participant_id as "participantId", user_id as "userId", rating, comment,
+  created_at as "createdAt", updated_at as "updatedAt"
+`
+
+export async function findReview(sql: Db, participantId: string, userId: string): Promise<ReviewRow | undefined> {
+  const [row] = await sql<ReviewRow[]>`
+    select ${columns(sql)} from reviews where participant_id = ${participantId} and user_id = ${userId}
+  `
+  return row
+}
+
+export async function insertReview(
+  sql: Db,
+  review: { participantId: string; userId: string; rating: number; comment: string | null },
+  at: Date,
+): Promise<ReviewRow> {
+  const [row] = await sql<ReviewRow[]>`
+    insert into reviews (participant_id, user_id, rating, comment, created_at, updated_at)
+    values (${review.participantId}, ${review.userId}, ${review.rating}, ${review.comment}, ${at}, ${at})
+    returning ${columns(sql)}
+  `
+  await sql`
+    update participants set rating_sum = rating_sum + ${review.rating}, rating_count = rating_count + 1
+    where id = ${review.participantId}
+  `
+  return row!
+}
+
+export async function updateReview(
+  sql: Db,
+  previous: ReviewRow,
+  change: { rating: number; comment: string | null },
+  at: Date,
+): Promise<ReviewRow> {
+  const [row] = await sql<ReviewRow[]>`
+    update reviews set rating = ${change.rating}, comment = ${change.comment}, updated_at = ${at}
+    where id = ${previous.id}
+    returning ${columns(sql)}
+  `
+  await sql`
+    update participants set rating_sum = rating_sum + ${change.rating - previous.rating}
+    where id = ${previous.participantId}
+  `
+  return row!
+}
+
+export async function listReviews(
+  sql: Db,
+  participantId: string,
+  page: { limit: number; before: Date | undefined },
+): Promise<ReviewRow[]> {
+  return sql<ReviewRow[]>`
+    select ${columns(sql)} from reviews
+    where participant_id = ${participantId}
+      and (${page.before ?? null}::timestamptz is null or created_at < ${page.before ?? null})
+    order by created_at desc, id desc
+    limit ${page.limit}
+  `
+}

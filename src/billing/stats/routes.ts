@@ -1,0 +1,46 @@
+/** /v1/billing/creator-stats: revenue and subscribers of the caller's agents. */
+import { Elysia } from 'elysia'
+import type { Deps } from '../../deps.ts'
+import { Ok, failures, ok } from '../../http/schema.ts'
+import type { AuthPlugin } from '../../auth/plugin.ts'
+import { addMonths, monthStart } from '../periods.ts'
+import { CreatorStats } from './schema.ts'
+import { agentStats } from './store.ts'
+
+export function statsRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
+  return new Elysia({ tags: ['billing'] }).use(auth).get(
+    '/creator-stats',
+    async ({ user }) => {
+      const start = monthStart(clock.now())
+      const rows = await agentStats(sql, user.userId, { start, end: addMonths(start, 1) })
+      const agents = rows.map(row => ({
+        participantId: row.participantId,
+        name: row.name,
+        activeSubscribers: row.activeSubscribers,
+        revenueCents: row.configRevenueCents,
+        revenueThisMonthCents: row.configRevenueThisMonthCents,
+        configSales: row.configSales,
+        configRevenueCents: row.configRevenueCents,
+        proxyCallsThisMonth: row.proxyCallsThisMonth,
+        rating: {
+          average: row.ratingCount === 0 ? null : Math.round((row.ratingSum / row.ratingCount) * 100) / 100,
+          count: row.ratingCount,
+        },
+      }))
+      const stats: CreatorStats = {
+        totals: {
+          revenueCents: agents.reduce((sum, agent) => sum + agent.revenueCents, 0),
+          activeSubscribers: agents.reduce((sum, agent) => sum + agent.activeSubscribers, 0),
+          configSales: agents.reduce((sum, agent) => sum + agent.configSales, 0),
+        },
+        agents,
+      }
+      return ok(stats)
+    },
+    {
+      user: true,
+      response: { 200: Ok(CreatorStats), ...failures(401, 403) },
+      detail: { operationId: 'creatorStats', summary: 'Revenue and subscriber stats for the agents the caller owns' },
+    },
+  )
+}

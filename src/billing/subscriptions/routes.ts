@@ -1,0 +1,132 @@
+/** /v1/billing/subscriptions: subscribe to a plan, list your subscriptions, cancel. */
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../../deps.ts'
+import { errors } from '../../errors.ts'
+import { uniqueViolation } from '../../db.ts'
+import { BeforeParam, LimitParam, Ok, failures, iso, isoOrNull, ok, parseLimit, parseTime, Uuid } from '../../http/schema.ts'
+import type { AuthPlugin } from '../../auth/plugin.ts'
+import { principalSubject } from '../../auth/principal.ts'
+import { IdempotencyHeaders, idempotent } from '../../idempotency/idempotent.ts'
+import { findPlan } from '../plans/store.ts'
+import { periodBounds } from '../periods.ts'
+import { CreateSubscription, Subscription } from './schema.ts'
+import {
+  adjustActiveSubscribers,
+  cancelSubscription,
+  findSubscription,
+  insertSubscription,
+  listSubscriptions,
+  type SubscriptionRow,
+} from './store.ts'
+
+export const subscriptionView = (row: SubscriptionRow): Subscription => ({
+  id: row.id,
+  planId: row.planId,
+  participantId: row.participantId,
+  participantName: row.participantName,
+  planName: row.planName,
+  status: row.status,
+  currentPeriodStart: iso(row.currentPeriodStart),
+  currentPeriodEnd: iso(row.currentPeriodEnd),
+  usage: { proxyCalls: row.proxyCalls, includedProxyCalls: row.includedProxyCalls },
+  createdAt: iso(row.createdAt),
+  cancelledAt: isoOrNull(row.cancelledAt),
+})
+
+export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
+  const { sql, clock } = deps
+
+  return new Elysia({ prefix: '/subscriptions', tags: ['billing'] })
+    .use(auth)
+    .post(
+      '',
+      async ({ user, body, headers, set }) => {
+        const outcome = await idempotent(
+          deps,
+          {
+            subject: principalSubject(user),
+            key: headers['idempotency-key'],
+            method: 'POST',
+            path: '/v1/billing/subscriptions',
+            body,
+          },
+          async tx => {
+            const plan = await findPlan(tx, body.planId)
+            if (!plan) throw errors.notFound('Plan')
+            if (plan.ownerId === user.userId) throw errors.cannotSubscribeOwnAgent()
+            if (!plan.active) throw errors.planInactive()
+            const startedAt = clock.now()
+            let id: string
+            try {
+              id = await tx.savepoint(savepoint =>
+                insertSubscription(savepoint, {
+                  userId: user.userId,
+                  participantId: plan.participantId,
+                  planId: plan.id,
+                  startedAt,
+                  periodEnd: periodBounds(startedAt, 0).end,
+                  terms: plan,
+                }),
+              )
+            } catch (error) {
+              if (uniqueViolation(error) === 'subscriptions_one_active') throw errors.alreadySubscribed()
+              throw error
+            }
+            await adjustActiveSubscribers(tx, plan.participantId, 1)
+            return { status: 201, body: ok(subscriptionView((await findSubscription(tx, id, user.userId))!)) }
+          },
+        )
+        set.status = outcome.status
+        return outcome.body as { success: true; data: Subscription }
+      },
+      {
+        user: true,
+        body: CreateSubscription,
+        headers: IdempotencyHeaders,
+        response: { 201: Ok(Subscription), ...failures(400, 401, 403, 404, 409) },
+        detail: {
+          operationId: 'subscribe',
+          summary: 'Subscribe to a plan (one active subscription per agent; honours Idempotency-Key)',
+        },
+      },
+    )
+    .get(
+      '',
+      async ({ user, query }) => {
+        const page = { limit: parseLimit(query.limit, 50, 100), before: parseTime(query.before, '/before') }
+        return ok((await listSubscriptions(sql, user.userId, page)).map(subscriptionView))
+      },
+      {
+        user: true,
+        query: t.Object({ limit: LimitParam, before: BeforeParam }),
+        response: { 200: Ok(t.Array(Subscription)), ...failures(400, 401, 403) },
+        detail: {
+          operationId: 'listSubscriptions',
+          summary: 'The caller’s subscriptions, active and cancelled, newest first (default 50, max 100)',
+        },
+      },
+    )
+    .delete(
+      '/:id',
+      async ({ user, params }) => {
+        const row = await sql.begin(async tx => {
+          const cancelled = await cancelSubscription(tx, params.id, user.userId, clock.now())
+          if (cancelled.result !== 'cancelled') {
+            throw cancelled.result === 'missing' ? errors.notFound('Subscription') : errors.alreadyCancelled()
+          }
+          await adjustActiveSubscribers(tx, cancelled.participantId, -1)
+          return (await findSubscription(tx, params.id, user.userId))!
+        })
+        return ok(subscriptionView(row))
+      },
+      {
+        user: true,
+        params: t.Object({ id: Uuid }),
+        response: { 200: Ok(Subscription), ...failures(400, 401, 403, 404, 409) },
+        detail: {
+          operationId: 'cancelSubscription',
+          summary: 'Cancel; the period it was cancelled in is still invoiced',
+        },
+      },
+    )
+}

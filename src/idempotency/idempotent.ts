@@ -1,0 +1,100 @@
+/** Idempotency-Key: the first response is stored with the effect, in one transaction, and replayed. */
+import { createHash } from 'node:crypto'
+import { t } from 'elysia'
+import type { Sql, TxSql } from '../db.ts'
+import type { Clock } from '../clock.ts'
+import { errors } from '../errors.ts'
+
+export const idempotencyWindowMs = 24 * 3_600_000
+
+export interface Outcome {
+  status: number
+  body: unknown
+}
+
+export interface IdempotentRequest {
+  /** Whose key it is: keys of different callers never collide. */
+  subject: string
+  key: string | undefined | null
+  method: string
+  path: string
+  body: unknown
+}
+
+/**
+ * Runs `effect` in a transaction. With an Idempotency-Key, a repeat of the same request within 24 h
+ * returns the stored outcome without running anything; the same key with another request is 409.
+ * Concurrent repeats wait for the first to commit. A failed effect stores nothing, so it may be retried.
+ *
+ * @example
+ * const outcome = await idempotent({ sql, clock }, request, tx => subscribe(tx, ...))
+ */
+export async function idempotent(
+  { sql, clock }: { sql: Sql; clock: Clock },
+  request: IdempotentRequest,
+  effect: (tx: TxSql) => Promise<Outcome>,
+): Promise<Outcome & { replayed: boolean }> {
+  const key = request.key
+  if (key === undefined || key === null) return { ...(await sql.begin(effect)), replayed: false }
+  if (key.length < 1 || key.length > 255) {
+    throw errors.field('/headers/idempotency-key', 'must be 1 to 255 characters')
+  }
+  const hash = requestHash(request)
+  return sql.begin(async tx => {
+    await tx`select pg_advisory_xact_lock(hashtext(${request.subject}), hashtext(${key}))`
+    const now = clock.now()
+    const [stored] = await tx<{ requestHash: Buffer; status: number; body: unknown; createdAt: Date }[]>`
+      select request_hash as "requestHash", response_status as status, response_body as body, created_at as "createdAt"
+      from idempotency_keys
+      where subject = ${request.subject} and key = ${key}
+    `
+    if (stored && now.getTime() - stored.createdAt.getTime() < idempotencyWindowMs) {
+      if (!stored.requestHash.equals(hash)) throw errors.idempotencyKeyReused()
+      return { status: stored.status, body: stored.body, replayed: true }
+    }
+    const outcome = await effect(tx)
+    await tx`
+      insert into idempotency_keys (subject, key, request_hash, response_status, response_body, created_at)
+      values (${request.subject}, ${key}, ${hash}, ${outcome.status}, ${tx.json(outcome.body as never)}, ${now})
+      on conflict (subject, key) do update
+        set request_hash = excluded.request_hash, response_status = excluded.response_status,
+            response_body = excluded.response_body, created_at = excluded.created_at
+    `
+    return { ...outcome, replayed: false }
+  })
+}
+
+/** Forgets keys older than the replay window. */
+export async function purgeIdempotencyKeys(sql: Sql, now: Date): Promise<number> {
+  const rows = await sql`
+    delete from idempotency_keys where created_at < ${new Date(now.getTime() - idempotencyWindowMs)} returning 1
+  `
+  return rows.length
+}
+
+function requestHash({ method, path, body }: IdempotentRequest): Buffer {
+  return createHash('sha256').update(JSON.stringify([method, path, canonical(body)])).digest()
+}
+
+function canonical(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(canonical)
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(
+      Object.keys(value)
+        .sort()
+        .map(key => [key, canonical((value as Record<string, unknown>)[key])]),
+    )
+  }
+  return value ?? null
+}
+
+/** The optional header, documented on every route that honours it. */
+export const IdempotencyHeaders = t.Object({
+  'idempotency-key': t.Optional(
+    t.String({
+      minLength: 1,
+      maxLength: 255,
+      description: 'Repeats with the same key and body within 24 h replay the first response',
+    }),
+  ),
+})
