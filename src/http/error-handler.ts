@@ -24,8 +24,6 @@ export function renderError(error: AppError): Response {
 /** Maps anything thrown to the AppError a client should see; logs what is our fault. */
 export function toAppError(code: unknown, error: unknown, log: Log, path: string): AppError {
   if (error instanceof AppError) return error
-  // Elysia wraps whatever our JSON parser throws (413 for a chunked body over the limit) in a ParseError.
-  if (code === 'PARSE' && error instanceof Error && error.cause instanceof AppError) return error.cause
   if (error instanceof ValidationError) {
     if (error.type === 'response') {
       log.error('response failed its own schema', { path, ...errorFields(error) })
@@ -74,29 +72,19 @@ function validationDetails(error: ValidationError): ErrorDetail[] {
 }
 
 /**
- * The global error handler, the body size limit and the JSON parser, as one plugin.
- * Bodies are capped per route family (config listings carry files, so they get more).
+ * The global error handler and the body size limit, as one plugin. Bodies are capped per route
+ * family (config listings carry files, so they get more). JSON is parsed by Elysia's own parser, so
+ * the OpenAPI document keeps every request schema; its parse failures render as `invalid_json`.
  */
 export function httpErrors(log: Log) {
   return new Elysia({ name: 'http-errors' })
-    .onRequest(({ request }) => {
+    .onRequest(async ({ request }) => {
+      if (request.body === null) return undefined
+      const limit = bodyLimit(request)
       const length = request.headers.get('content-length')
-      if (length === null) return
-      const limit = bodyLimit(request)
-      if (Number(length) > limit) return renderError(errors.payloadTooLarge(limit))
-      return undefined
-    })
-    .onParse({ as: 'global' }, async ({ request, contentType }) => {
-      if (!contentType || !/^application\/([a-z.+-]*\+)?json/i.test(contentType)) return undefined
-      const text = await request.text()
-      const limit = bodyLimit(request)
-      if (Buffer.byteLength(text) > limit) throw errors.payloadTooLarge(limit)
-      if (text.trim() === '') return null
-      try {
-        return JSON.parse(text)
-      } catch {
-        throw errors.invalidJson()
-      }
+      // Without a length (chunked), measure a copy; Bun's server-wide cap bounds what that can cost.
+      const size = length !== null ? Number(length) : (await request.clone().arrayBuffer()).byteLength
+      return size > limit ? renderError(errors.payloadTooLarge(limit)) : undefined
     })
     .onError({ as: 'global' }, ({ code, error, path }) => renderError(toAppError(code, error, log, path)))
 }

@@ -1,0 +1,543 @@
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { createHash, randomBytes } from 'node:crypto'
+import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from 'jose'
+import {
+  createAgent,
+  createTestContext,
+  expectError,
+  signUp,
+  testJwtSecret,
+  userToken,
+  type CallResult,
+  type TestContext,
+  type TestUser,
+} from './helpers/context.ts'
+
+const isoMs = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/
+const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+const base62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
+
+let ctx: TestContext
+let alice: TestUser
+let bob: TestUser
+
+beforeAll(async () => {
+  ctx = await createTestContext()
+  alice = await signUp(ctx)
+  bob = await signUp(ctx)
+})
+afterAll(() => ctx.close())
+
+/** A 401 in the contract's envelope that also carries `WWW-Authenticate: Bearer ...`. */
+function expect401(result: CallResult, code: 'unauthorized' | 'invalid_token') {
+  expectError(result, 401, code)
+  expect(result.headers.get('www-authenticate') ?? '').toStartWith('Bearer')
+}
+
+function hs256(claims: Record<string, unknown>, secret = testJwtSecret) {
+  return new SignJWT(claims).setProtectedHeader({ alg: 'HS256' }).sign(new TextEncoder().encode(secret))
+}
+
+const b64url = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url')
+const nowSeconds = () => Math.floor(Date.now() / 1000)
+
+async function createUserKey(user: TestUser, name = 'laptop') {
+  const res = await ctx.call('POST', '/v1/auth/api-keys', { token: user.token, body: { name } })
+  expect(res.status).toBe(201)
+  return res.body.data as { id: string; name: string; key: string; createdAt: string }
+}
+
+/** The same key with its last checksum character replaced by another base62 character. */
+function corrupt(key: string): string {
+  const last = key.at(-1)!
+  return key.slice(0, -1) + base62[(base62.indexOf(last) + 1) % 62]
+}
+
+describe('JWT bearer (HS256)', () => {
+  test('the first valid token of a new subject creates the user and /me returns the profile', async () => {
+    const sub = `new-${randomBytes(4).toString('hex')}`
+    const token = await userToken(sub, { email: `${sub}@example.com` })
+    const res = await ctx.call('GET', '/v1/auth/me', { token })
+    expect(res.status).toBe(200)
+    expect(res.body.success).toBe(true)
+    expect(Object.keys(res.body.data).sort()).toEqual(['createdAt', 'email', 'id', 'providerId', 'walletAddress'])
+    expect(res.body.data).toMatchObject({ providerId: sub, email: `${sub}@example.com`, walletAddress: null })
+    expect(res.body.data.id).toMatch(uuid)
+    expect(res.body.data.createdAt).toMatch(isoMs)
+    const [row] = await ctx.deps.sql`select count(*)::int as n from users where provider_id = ${sub}`
+    expect(row).toEqual({ n: 1 })
+
+    const again = await ctx.call('GET', '/v1/auth/me', { token: await userToken(sub) })
+    expect(again.body.data.id).toBe(res.body.data.id)
+  })
+
+  test('an expired token is 401 invalid_token with WWW-Authenticate', async () => {
+    const sub = `expired-${randomBytes(4).toString('hex')}`
+    const token = await hs256({ sub, iat: nowSeconds() - 7200, exp: nowSeconds() - 60 })
+    expect401(await ctx.call('GET', '/v1/auth/me', { token }), 'invalid_token')
+    const [row] = await ctx.deps.sql`select count(*)::int as n from users where provider_id = ${sub}`
+    expect(row).toEqual({ n: 0 })
+  })
+
+  test('a token signed with another secret is 401 invalid_token', async () => {
+    const token = await userToken(alice.sub, {}, { secret: 'another-secret-that-is-at-least-32-characters' })
+    expect401(await ctx.call('GET', '/v1/auth/me', { token }), 'invalid_token')
+  })
+
+  test('an unsigned alg:none token is 401 invalid_token', async () => {
+    const payload = b64url({ sub: alice.sub, exp: nowSeconds() + 3600 })
+    for (const token of [`${b64url({ alg: 'none', typ: 'JWT' })}.${payload}.`, `${b64url({ alg: 'HS256' })}.${payload}.`]) {
+      expect401(await ctx.call('GET', '/v1/auth/me', { token }), 'invalid_token')
+    }
+  })
+
+  test('email and wallet_address claims fill the new user’s profile, the wallet in EIP-55 form', async () => {
+    const sub = `claims-${randomBytes(4).toString('hex')}`
+    const token = await userToken(sub, { email: 'c@example.com', wallet_address: '0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed' })
+    const res = await ctx.call('GET', '/v1/auth/me', { token })
+    expect(res.status).toBe(200)
+    expect(res.body.data).toMatchObject({ email: 'c@example.com', walletAddress: '0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed' })
+  })
+
+  test('a wallet_address claim with a wrong checksum is ignored, not stored', async () => {
+    const sub = `claims-${randomBytes(4).toString('hex')}`
+    const token = await userToken(sub, { wallet_address: '0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD' })
+    const res = await ctx.call('GET', '/v1/auth/me', { token })
+    expect(res.status).toBe(200)
+    expect(res.body.data).toMatchObject({ providerId: sub, email: null, walletAddress: null })
+  })
+
+  test('a token in an algorithm that is not configured is 401 invalid_token', async () => {
+    const hs512 = await new SignJWT({ sub: alice.sub })
+      .setProtectedHeader({ alg: 'HS512' })
+      .setExpirationTime('1h')
+      .sign(new TextEncoder().encode(testJwtSecret))
+    expect401(await ctx.call('GET', '/v1/auth/me', { token: hs512 }), 'invalid_token')
+    // no JWKS is configured here, so an asymmetric token has nothing to be checked against
+    const { privateKey } = await generateKeyPair('RS256')
+    const rs256 = await new SignJWT({ sub: alice.sub }).setProtectedHeader({ alg: 'RS256' }).setExpirationTime('1h').sign(privateKey)
+    expect401(await ctx.call('GET', '/v1/auth/me', { token: rs256 }), 'invalid_token')
+  })
+
+  test('a token without a subject is 401 invalid_token', async () => {
+    const token = await hs256({ exp: nowSeconds() + 3600 })
+    expect401(await ctx.call('GET', '/v1/auth/me', { token }), 'invalid_token')
+  })
+
+  test.each(['Basic x', 'Bearer', 'Bearer ', 'Bearer a b', 'Bearer not-a-jwt', `Token ${'x'.repeat(10)}`])(
+    'the Authorization header %p is 401 invalid_token',
+    async authorization => {
+      expect401(await ctx.call('GET', '/v1/auth/me', { headers: { authorization } }), 'invalid_token')
+    },
+  )
+
+  test('no credential at all is 401 unauthorized with WWW-Authenticate', async () => {
+    expect401(await ctx.call('GET', '/v1/auth/me'), 'unauthorized')
+    expect401(await ctx.call('GET', '/v1/auth/api-keys'), 'unauthorized')
+  })
+})
+
+describe('JWT bearer (remote JWKS)', () => {
+  let jwks: ReturnType<typeof Bun.serve>
+  let idp: TestContext
+  let rsa: CryptoKey
+  let ec: CryptoKey
+  let ed: CryptoKey
+
+  beforeAll(async () => {
+    const rsaPair = await generateKeyPair('RS256')
+    const ecPair = await generateKeyPair('ES256')
+    const edPair = await generateKeyPair('EdDSA', { crv: 'Ed25519' })
+    rsa = rsaPair.privateKey
+    ec = ecPair.privateKey
+    ed = edPair.privateKey
+    const keys: JWK[] = [
+      { ...(await exportJWK(rsaPair.publicKey)), kid: 'rsa-1', alg: 'RS256', use: 'sig' },
+      { ...(await exportJWK(ecPair.publicKey)), kid: 'ec-1', alg: 'ES256', use: 'sig' },
+      { ...(await exportJWK(edPair.publicKey)), kid: 'ed-1', alg: 'EdDSA', use: 'sig' },
+    ]
+    jwks = Bun.serve({
+      hostname: '127.0.0.1',
+      port: 0,
+      fetch: request =>
+        new URL(request.url).pathname === '/jwks.json' ? Response.json({ keys }) : new Response('not found', { status: 404 }),
+    })
+    idp = await createTestContext({
+      env: {
+        AUTH_JWKS_URL: `http://127.0.0.1:${jwks.port}/jwks.json`,
+        AUTH_ISSUER: 'https://idp.test',
+        AUTH_AUDIENCE: 'marketplace',
+      },
+    })
+  })
+  afterAll(async () => {
+    await idp.close()
+    jwks.stop(true)
+  })
+
+  const sign = (key: CryptoKey, alg: string, kid: string, options: { sub?: string; iss?: string; aud?: string } = {}) =>
+    new SignJWT({ email: 'jwks@example.com' })
+      .setProtectedHeader({ alg, kid })
+      .setSubject(options.sub ?? `idp-${randomBytes(4).toString('hex')}`)
+      .setIssuer(options.iss ?? 'https://idp.test')
+      .setAudience(options.aud ?? 'marketplace')
+      .setIssuedAt()
+      .setExpirationTime('10m')
+      .sign(key)
+
+  test('an RS256 token with the right issuer and audience signs the user in', async () => {
+    const sub = `idp-${randomBytes(4).toString('hex')}`
+    const res = await idp.call('GET', '/v1/auth/me', { token: await sign(rsa, 'RS256', 'rsa-1', { sub }) })
+    expect(res.status).toBe(200)
+    expect(res.body.data).toMatchObject({ providerId: sub, email: 'jwks@example.com', walletAddress: null })
+  })
+
+  test('an ES256 token from the same key set signs the user in', async () => {
+    const res = await idp.call('GET', '/v1/auth/me', { token: await sign(ec, 'ES256', 'ec-1') })
+    expect(res.status).toBe(200)
+    expect(res.body.data.id).toMatch(uuid)
+  })
+
+  test('an EdDSA token from the same key set signs the user in', async () => {
+    const res = await idp.call('GET', '/v1/auth/me', { token: await sign(ed, 'EdDSA', 'ed-1') })
+    expect(res.status).toBe(200)
+    expect(res.body.data.id).toMatch(uuid)
+  })
+
+  test('a wrong audience is 401 invalid_token', async () => {
+    const token = await sign(rsa, 'RS256', 'rsa-1', { aud: 'someone-else' })
+    expect401(await idp.call('GET', '/v1/auth/me', { token }), 'invalid_token')
+  })
+
+  test('a wrong issuer is 401 invalid_token', async () => {
+    const token = await sign(rsa, 'RS256', 'rsa-1', { iss: 'https://evil.test' })
+    expect401(await idp.call('GET', '/v1/auth/me', { token }), 'invalid_token')
+  })
+
+  test('a token signed by a different RSA key under a known kid is 401 invalid_token', async () => {
+    const { privateKey } = await generateKeyPair('RS256')
+    expect401(await idp.call('GET', '/v1/auth/me', { token: await sign(privateKey, 'RS256', 'rsa-1') }), 'invalid_token')
+    expect401(await idp.call('GET', '/v1/auth/me', { token: await sign(privateKey, 'RS256', 'unknown-kid') }), 'invalid_token')
+  })
+
+  test('an HS256 token keyed with the public JWK (algorithm confusion) is 401 invalid_token', async () => {
+    const publicJwk = await (await fetch(`http://127.0.0.1:${jwks.port}/jwks.json`)).text()
+    const token = await hs256({ sub: 'confused', iss: 'https://idp.test', aud: 'marketplace', exp: nowSeconds() + 600 }, publicJwk)
+    expect401(await idp.call('GET', '/v1/auth/me', { token }), 'invalid_token')
+  })
+})
+
+describe('wallet address', () => {
+  const lower = '0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed'
+  const eip55 = '0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed'
+  const otherEip55 = '0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359'
+
+  const patch = (user: TestUser, body: unknown) => ctx.call('PATCH', '/v1/auth/me', { token: user.token, body })
+  const storedWallet = async (user: TestUser) =>
+    (await ctx.call('GET', '/v1/auth/me', { token: user.token })).body.data.walletAddress
+
+  test('an all-lowercase address is accepted and returned in EIP-55 form', async () => {
+    const user = await signUp(ctx)
+    const res = await patch(user, { walletAddress: lower })
+    expect(res.status).toBe(200)
+    expect(res.body.data).toMatchObject({ id: user.id, walletAddress: eip55 })
+    expect(await storedWallet(user)).toBe(eip55)
+  })
+
+  test('an all-uppercase address is accepted and returned in EIP-55 form', async () => {
+    const user = await signUp(ctx)
+    const res = await patch(user, { walletAddress: `0x${lower.slice(2).toUpperCase()}` })
+    expect(res.status).toBe(200)
+    expect(res.body.data.walletAddress).toBe(eip55)
+  })
+
+  test('a correctly checksummed mixed-case address is accepted as is', async () => {
+    const user = await signUp(ctx)
+    const res = await patch(user, { walletAddress: otherEip55 })
+    expect(res.status).toBe(200)
+    expect(res.body.data.walletAddress).toBe(otherEip55)
+  })
+
+  test('a mixed-case address with a wrong checksum is 400 at /walletAddress and changes nothing', async () => {
+    const user = await signUp(ctx)
+    expect((await patch(user, { walletAddress: eip55 })).status).toBe(200)
+    // one letter's case flipped: still mixed case, no longer the EIP-55 form
+    const wrong = eip55.slice(0, -1) + eip55.at(-1)!.toUpperCase()
+    const body = expectError(await patch(user, { walletAddress: wrong }), 400, 'validation_failed')
+    expect(body.details).toEqual([{ path: '/walletAddress', message: expect.any(String) }])
+    expect(await storedWallet(user)).toBe(eip55)
+  })
+
+  test.each([
+    ['not hex', '0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaeg'],
+    ['too short', lower.slice(0, -1)],
+    ['too long', `${lower}0`],
+    ['no 0x', `00${lower.slice(2)}`],
+    ['empty', ''],
+  ])('an address that is %s is 400 at /walletAddress and changes nothing', async (_, walletAddress) => {
+    const user = await signUp(ctx)
+    expect((await patch(user, { walletAddress: otherEip55 })).status).toBe(200)
+    const body = expectError(await patch(user, { walletAddress }), 400, 'validation_failed')
+    expect(body.details[0].path).toBe('/walletAddress')
+    expect(await storedWallet(user)).toBe(otherEip55)
+  })
+
+  test('an unknown field, a missing address or a non-string is 400 and changes nothing', async () => {
+    const user = await signUp(ctx)
+    expect((await patch(user, { walletAddress: otherEip55 })).status).toBe(200)
+    for (const body of [{ walletAddress: lower, email: 'x@example.com' }, {}, { walletAddress: 42 }, { walletAddress: null }]) {
+      const error = expectError(await patch(user, body), 400, 'validation_failed')
+      expect(error.details.length).toBeGreaterThan(0)
+    }
+    expectError(await ctx.call('PATCH', '/v1/auth/me', { token: user.token, rawBody: '{"walletAddress":' }), 400, 'invalid_json')
+    expect(await storedWallet(user)).toBe(otherEip55)
+  })
+
+  test('no credential is 401 and an agent key is 403', async () => {
+    expect401(await ctx.call('PATCH', '/v1/auth/me', { body: { walletAddress: lower } }), 'unauthorized')
+    const agent = await createAgent(ctx, alice)
+    expectError(await ctx.call('PATCH', '/v1/auth/me', { apiKey: agent.apiKey, body: { walletAddress: lower } }), 403, 'forbidden')
+  })
+})
+
+describe('user API keys', () => {
+  test('creating one returns 201 with a one-time sk_usr_ key that acts as its user', async () => {
+    const res = await ctx.call('POST', '/v1/auth/api-keys', { token: alice.token, body: { name: 'ci' } })
+    expect(res.status).toBe(201)
+    expect(res.body.success).toBe(true)
+    expect(Object.keys(res.body.data).sort()).toEqual(['createdAt', 'id', 'key', 'name'])
+    expect(res.body.data).toMatchObject({ name: 'ci' })
+    expect(res.body.data.id).toMatch(uuid)
+    expect(res.body.data.key).toMatch(/^sk_usr_[0-9A-Za-z]{38}$/)
+    expect(res.body.data.createdAt).toMatch(isoMs)
+
+    const me = await ctx.call('GET', '/v1/auth/me', { token: res.body.data.key })
+    expect(me.status).toBe(200)
+    expect(me.body.data.id).toBe(alice.id)
+  })
+
+  test('the list shows the prefix and never the key', async () => {
+    const user = await signUp(ctx)
+    const first = await createUserKey(user, 'first')
+    const second = await createUserKey(user, 'second')
+    const res = await ctx.call('GET', '/v1/auth/api-keys', { token: user.token })
+    expect(res.status).toBe(200)
+    expect(res.body.data).toHaveLength(2)
+    for (const created of [first, second]) {
+      const listed = res.body.data.find((k: { id: string }) => k.id === created.id)
+      expect(listed).toEqual({
+        id: created.id,
+        name: created.name,
+        prefix: created.key.slice(0, 12),
+        createdAt: created.createdAt,
+        lastUsedAt: null,
+      })
+    }
+    expect(JSON.stringify(res.body)).not.toContain(first.key)
+    expect(JSON.stringify(res.body)).not.toContain(second.key)
+    // another user's list does not show them
+    const others = await ctx.call('GET', '/v1/auth/api-keys', { token: bob.token })
+    expect(others.body.data.map((k: { id: string }) => k.id)).not.toContain(first.id)
+  })
+
+  test('a bad name is 400 validation_failed', async () => {
+    for (const body of [{}, { name: '' }, { name: 'x'.repeat(101) }, { name: 'ok', extra: true }]) {
+      expectError(await ctx.call('POST', '/v1/auth/api-keys', { token: alice.token, body }), 400, 'validation_failed')
+    }
+  })
+
+  test('revoking stops the key at once and drops it from the list', async () => {
+    const user = await signUp(ctx)
+    const created = await createUserKey(user)
+    expect((await ctx.call('GET', '/v1/auth/me', { token: created.key })).status).toBe(200)
+    const res = await ctx.call('DELETE', `/v1/auth/api-keys/${created.id}`, { token: user.token })
+    expect(res.status).toBe(200)
+    expect(res.body.data).toEqual({ id: created.id, revoked: true })
+    expect401(await ctx.call('GET', '/v1/auth/me', { token: created.key }), 'invalid_token')
+    const list = await ctx.call('GET', '/v1/auth/api-keys', { token: user.token })
+    expect(list.body.data).toEqual([])
+  })
+
+  test('revoking twice, another user’s key or an unknown id is 404; a non-uuid id is 400', async () => {
+    const user = await signUp(ctx)
+    const created = await createUserKey(user)
+    expectError(await ctx.call('DELETE', `/v1/auth/api-keys/${created.id}`, { token: bob.token }), 404, 'not_found')
+    expect((await ctx.call('GET', '/v1/auth/me', { token: created.key })).status).toBe(200)
+    expect((await ctx.call('DELETE', `/v1/auth/api-keys/${created.id}`, { token: user.token })).status).toBe(200)
+    expectError(await ctx.call('DELETE', `/v1/auth/api-keys/${created.id}`, { token: user.token }), 404, 'not_found')
+    expectError(
+      await ctx.call('DELETE', '/v1/auth/api-keys/00000000-0000-4000-8000-000000000000', { token: user.token }),
+      404,
+      'not_found',
+    )
+    expectError(await ctx.call('DELETE', '/v1/auth/api-keys/not-a-uuid', { token: user.token }), 400, 'validation_failed')
+  })
+
+  test('an agent’s key cannot revoke its owner’s user key', async () => {
+    const agent = await createAgent(ctx, alice)
+    const created = await createUserKey(alice)
+    expectError(await ctx.call('DELETE', `/v1/auth/api-keys/${created.id}`, { apiKey: agent.apiKey }), 403, 'forbidden')
+    expect((await ctx.call('GET', '/v1/auth/me', { token: created.key })).status).toBe(200)
+  })
+
+  test('an agent key on /v1/auth/me is 403 forbidden, as bearer or X-API-Key', async () => {
+    const agent = await createAgent(ctx, alice)
+    expectError(await ctx.call('GET', '/v1/auth/me', { token: agent.apiKey }), 403, 'forbidden')
+    expectError(await ctx.call('GET', '/v1/auth/me', { apiKey: agent.apiKey }), 403, 'forbidden')
+  })
+
+  test('a user key in X-API-Key is 401 invalid_token', async () => {
+    const created = await createUserKey(alice)
+    expect401(await ctx.call('GET', '/v1/auth/me', { apiKey: created.key }), 'invalid_token')
+  })
+
+  test('a key with a corrupted checksum or an unknown key is 401 invalid_token', async () => {
+    const created = await createUserKey(alice)
+    expect401(await ctx.call('GET', '/v1/auth/me', { token: corrupt(created.key) }), 'invalid_token')
+    const agent = await createAgent(ctx, alice)
+    expect401(await ctx.call('GET', '/v1/auth/me', { apiKey: corrupt(agent.apiKey) }), 'invalid_token')
+    expect401(await ctx.call('GET', '/v1/auth/me', { token: `sk_usr_${'a'.repeat(38)}` }), 'invalid_token')
+    expect401(await ctx.call('GET', '/v1/auth/me', { token: created.key.slice(0, -1) }), 'invalid_token')
+    // the original is untouched by the failed attempts
+    expect((await ctx.call('GET', '/v1/auth/me', { token: created.key })).status).toBe(200)
+  })
+
+  test('using a key records lastUsedAt once usage is flushed', async () => {
+    const user = await signUp(ctx)
+    const created = await createUserKey(user)
+    const before = await ctx.call('GET', '/v1/auth/api-keys', { token: user.token })
+    expect(before.body.data[0].lastUsedAt).toBeNull()
+    expect((await ctx.call('GET', '/v1/auth/me', { token: created.key })).status).toBe(200)
+    await ctx.deps.authenticator.keys.flushUsage()
+    const after = await ctx.call('GET', '/v1/auth/api-keys', { token: user.token })
+    expect(after.body.data[0].id).toBe(created.id)
+    expect(after.body.data[0].lastUsedAt).toMatch(isoMs)
+    expect(Date.parse(after.body.data[0].lastUsedAt)).toBeGreaterThanOrEqual(Date.parse(created.createdAt))
+  })
+})
+
+describe('key storage', () => {
+  test('no issued key is stored in plaintext anywhere; only its SHA-256', async () => {
+    const user = await signUp(ctx)
+    const userKeys = [await createUserKey(user, 'one'), await createUserKey(user, 'two')]
+    const agent = await createAgent(ctx, user)
+    const rotated = await ctx.call('POST', `/v1/participants/${agent.id}/api-key`, { token: user.token })
+    expect(rotated.status).toBe(201)
+    // use each live key once, so any caching or usage tracking has had its chance to write
+    for (const { key } of userKeys) expect((await ctx.call('GET', '/v1/auth/me', { token: key })).status).toBe(200)
+    expect((await ctx.call('GET', `/v1/participants/${agent.id}`, { apiKey: rotated.body.data.apiKey })).status).toBe(200)
+    await ctx.deps.authenticator.keys.flushUsage()
+
+    const issued = [...userKeys.map(k => k.key), agent.apiKey, rotated.body.data.apiKey as string]
+    const sql = ctx.deps.sql
+    const columns = await sql<{ table: string; column: string; type: string }[]>`
+      select table_name as "table", column_name as "column", data_type as "type"
+      from information_schema.columns
+      where table_schema = 'public'
+        and data_type in ('text', 'character varying', 'character', 'bytea', 'json', 'jsonb', 'ARRAY')
+      order by table_name, column_name
+    `
+    expect(columns.map(c => `${c.table}.${c.column}`)).toContain('api_keys.key_hash')
+    let scanned = 0
+    for (const { table, column, type } of columns) {
+      const rows = await sql<{ value: unknown }[]>`select ${sql(column)} as value from ${sql(table)}`
+      for (const { value } of rows) {
+        if (value === null) continue
+        scanned++
+        const text = type === 'bytea' ? (value as Buffer).toString('latin1') : typeof value === 'string' ? value : JSON.stringify(value)
+        for (const key of issued) expect(text.includes(key), `${table}.${column} holds an issued key`).toBe(false)
+      }
+    }
+    expect(scanned).toBeGreaterThan(0)
+
+    // and nothing under this test's Redis prefix holds one either
+    const redis = ctx.deps.redis
+    let cursor = '0'
+    do {
+      const [next, names] = await redis.scan(cursor, 'MATCH', `${ctx.config.redisPrefix}*`, 'COUNT', 1000)
+      cursor = next
+      for (const name of names) {
+        const type = await redis.type(name)
+        const value = type === 'string' ? await redis.get(name) : type === 'hash' ? JSON.stringify(await redis.hgetall(name)) : ''
+        for (const key of issued) expect((value ?? '').includes(key)).toBe(false)
+      }
+    } while (cursor !== '0')
+
+    for (const key of issued) {
+      const hash = createHash('sha256').update(key).digest()
+      const [row] = await sql<{ prefix: string; kind: string }[]>`select prefix, kind from api_keys where key_hash = ${hash}`
+      expect(row).toEqual({ prefix: key.slice(0, 12), kind: key.startsWith('sk_usr_') ? 'user' : 'agent' })
+    }
+    const [stored] = await sql<{ keyHash: Buffer }[]>`select key_hash as "keyHash" from api_keys where id = ${userKeys[0]!.id}`
+    expect(stored!.keyHash.toString('hex')).toBe(createHash('sha256').update(userKeys[0]!.key).digest('hex'))
+  })
+})
+
+describe('revocation across instances sharing Redis', () => {
+  let a: TestContext
+  let b: TestContext
+  let owner: TestUser
+
+  beforeAll(async () => {
+    a = await createTestContext()
+    b = await createTestContext({ database: a.database, env: { REDIS_PREFIX: a.config.redisPrefix } })
+    owner = await signUp(a)
+  })
+  afterAll(async () => {
+    await b.close()
+    await a.close()
+  })
+
+  /** Calls `request` on instance B until it is refused; returns how long that took. */
+  async function msUntilRefused(request: () => Promise<CallResult>): Promise<number> {
+    const started = performance.now()
+    for (;;) {
+      const res = await request()
+      const elapsed = performance.now() - started
+      if (res.status === 401) {
+        expect401(res, 'invalid_token')
+        return elapsed
+      }
+      expect(res.status).toBe(200)
+      if (elapsed > 1000) return elapsed
+      await Bun.sleep(10)
+    }
+  }
+
+  test('the instances share one database and one key-revocation channel', () => {
+    expect(b.config.databaseUrl).toBe(a.config.databaseUrl)
+    expect(b.deps.keys.channels.keyRevoked).toBe(a.deps.keys.channels.keyRevoked)
+    expect(b.deps).not.toBe(a.deps)
+  })
+
+  test('instance B serves keys from its cache (so the revocation tests below measure propagation)', async () => {
+    const created = (await a.call('POST', '/v1/auth/api-keys', { token: owner.token, body: { name: 'cached' } })).body.data
+    expect((await b.call('GET', '/v1/auth/me', { token: created.key })).status).toBe(200)
+    // revoked behind the app's back: no eviction is published, so B still trusts its cached entry
+    await a.deps.sql`update api_keys set revoked_at = now() where id = ${created.id}`
+    expect((await b.call('GET', '/v1/auth/me', { token: created.key })).status).toBe(200)
+  })
+
+  test('a user key revoked on instance A is refused by instance B within 1 s', async () => {
+    const created = (await a.call('POST', '/v1/auth/api-keys', { token: owner.token, body: { name: 'shared' } })).body.data
+    const me = await b.call('GET', '/v1/auth/me', { token: created.key })
+    expect(me.status).toBe(200)
+    expect(me.body.data.id).toBe(owner.id)
+
+    expect((await a.call('DELETE', `/v1/auth/api-keys/${created.id}`, { token: owner.token })).status).toBe(200)
+    const elapsed = await msUntilRefused(() => b.call('GET', '/v1/auth/me', { token: created.key }))
+    expect(elapsed).toBeLessThan(1000)
+  })
+
+  test('an agent key rotated on instance A is refused by instance B within 1 s; the new key works there', async () => {
+    const agent = await createAgent(a, owner)
+    const path = `/v1/participants/${agent.id}`
+    expect((await b.call('GET', path, { apiKey: agent.apiKey })).status).toBe(200)
+
+    const rotated = await a.call('POST', `${path}/api-key`, { token: owner.token })
+    expect(rotated.status).toBe(201)
+    const elapsed = await msUntilRefused(() => b.call('GET', path, { apiKey: agent.apiKey }))
+    expect(elapsed).toBeLessThan(1000)
+    expect((await b.call('GET', path, { apiKey: rotated.body.data.apiKey })).status).toBe(200)
+  })
+})

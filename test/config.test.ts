@@ -1,0 +1,174 @@
+import { afterAll, describe, expect, test } from 'bun:test'
+import { randomBytes } from 'node:crypto'
+import { mkdtempSync, readFileSync, rmSync, statSync, existsSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { ConfigError, defaultRateLimits, loadConfig } from '../src/config.ts'
+import { withDevSecrets } from '../src/dev-secrets.ts'
+
+const secret = 'a-production-secret-of-at-least-32-chars'
+const production = {
+  NODE_ENV: 'production',
+  AUTH_JWT_SECRET: secret,
+  CONNECTIONS_KEY: randomBytes(32).toString('hex'),
+  DATABASE_URL: 'postgres://db.internal/app',
+}
+
+function configError(env: Record<string, string | undefined>): ConfigError {
+  try {
+    loadConfig(env)
+  } catch (error) {
+    if (error instanceof ConfigError) return error
+    throw error
+  }
+  throw new Error(`expected a ConfigError for ${JSON.stringify(env)}`)
+}
+
+describe('loadConfig', () => {
+  test('an empty environment gets the documented defaults', () => {
+    const config = loadConfig({})
+    expect(config).toMatchObject({
+      port: 3000,
+      databaseUrl: undefined,
+      redisUrl: 'redis://127.0.0.1:6379',
+      redisPrefix: 'am:',
+      siteUrl: 'http://localhost:3000',
+      auth: { jwtSecret: undefined, jwksUrl: undefined, issuer: undefined, audience: undefined },
+      connectionsKey: undefined,
+      proxyAllowedHosts: [],
+      nodeEnv: 'development',
+      dataDir: '.data',
+      logLevel: 'info',
+      rateLimits: defaultRateLimits,
+      shutdownTimeoutMs: 10000,
+    })
+  })
+
+  test('empty strings count as unset', () => {
+    expect(loadConfig({ PORT: '', REDIS_URL: '', NODE_ENV: '' })).toMatchObject({
+      port: 3000,
+      redisUrl: 'redis://127.0.0.1:6379',
+      nodeEnv: 'development',
+    })
+  })
+
+  test('SITE_URL follows PORT by default and loses a trailing slash', () => {
+    expect(loadConfig({ PORT: '8080' }).siteUrl).toBe('http://localhost:8080')
+    expect(loadConfig({ SITE_URL: 'https://market.example.com/' }).siteUrl).toBe('https://market.example.com')
+  })
+
+  test.each(['abc', '70000', '-1', '3000.5', '1e3', 'true', '0x50'])('refuses PORT=%p with a ConfigError naming PORT', port => {
+    expect(configError({ PORT: port }).message).toContain('PORT')
+  })
+
+  test('SHUTDOWN_TIMEOUT_MS is a whole number of milliseconds', () => {
+    expect(loadConfig({ SHUTDOWN_TIMEOUT_MS: '2500' }).shutdownTimeoutMs).toBe(2500)
+    expect(configError({ SHUTDOWN_TIMEOUT_MS: '1.5' }).message).toContain('SHUTDOWN_TIMEOUT_MS')
+  })
+
+  test('refuses malformed URLs, a short JWT secret and an unknown LOG_LEVEL, naming the variable', () => {
+    expect(configError({ DATABASE_URL: 'mysql://x' }).message).toContain('DATABASE_URL')
+    expect(configError({ REDIS_URL: 'localhost:6379' }).message).toContain('REDIS_URL')
+    expect(configError({ AUTH_JWT_SECRET: 'short' }).message).toContain('AUTH_JWT_SECRET')
+    expect(configError({ LOG_LEVEL: 'verbose' }).message).toContain('LOG_LEVEL')
+    expect(configError({ CONNECTIONS_KEY: 'not-a-key' }).message).toContain('CONNECTIONS_KEY')
+  })
+
+  test('production without AUTH_JWT_SECRET or AUTH_JWKS_URL is refused', () => {
+    const error = configError({ ...production, AUTH_JWT_SECRET: undefined })
+    expect(error.message).toContain('AUTH_JWT_SECRET')
+    expect(error.message).toContain('AUTH_JWKS_URL')
+    const withJwks = loadConfig({ ...production, AUTH_JWT_SECRET: undefined, AUTH_JWKS_URL: 'https://id.example.com/jwks' })
+    expect(withJwks.auth.jwksUrl).toBe('https://id.example.com/jwks')
+  })
+
+  test('production without CONNECTIONS_KEY or DATABASE_URL is refused', () => {
+    expect(configError({ ...production, CONNECTIONS_KEY: undefined }).message).toContain('CONNECTIONS_KEY')
+    expect(configError({ ...production, DATABASE_URL: undefined }).message).toContain('DATABASE_URL')
+    expect(loadConfig(production).nodeEnv).toBe('production')
+  })
+
+  test('CONNECTIONS_KEY decodes from 64 hex digits or base64 to the same 32 bytes', () => {
+    const key = randomBytes(32)
+    const fromHex = loadConfig({ CONNECTIONS_KEY: key.toString('hex') }).connectionsKey
+    const fromUpperHex = loadConfig({ CONNECTIONS_KEY: key.toString('hex').toUpperCase() }).connectionsKey
+    const fromBase64 = loadConfig({ CONNECTIONS_KEY: key.toString('base64') }).connectionsKey
+    for (const decoded of [fromHex, fromUpperHex, fromBase64]) {
+      expect(decoded?.length).toBe(32)
+      expect(decoded?.equals(key)).toBe(true)
+    }
+    expect(configError({ CONNECTIONS_KEY: randomBytes(16).toString('hex') }).message).toContain('CONNECTIONS_KEY')
+    expect(configError({ CONNECTIONS_KEY: randomBytes(31).toString('base64') }).message).toContain('CONNECTIONS_KEY')
+  })
+
+  test('PROXY_ALLOWED_HOSTS is split on commas, trimmed, lower-cased, empty entries dropped', () => {
+    const config = loadConfig({ PROXY_ALLOWED_HOSTS: ' API.Example.com, localhost ,,10.0.0.5:8080 ,' })
+    expect(config.proxyAllowedHosts).toEqual(['api.example.com', 'localhost', '10.0.0.5:8080'])
+  })
+
+  test('RATE_LIMITS overrides the named rules and keeps the defaults of the others', () => {
+    const config = loadConfig({ RATE_LIMITS: '{"deviceCodeCreate":{"capacity":3,"perSeconds":0.5}}' })
+    expect(config.rateLimits).toEqual({ ...defaultRateLimits, deviceCodeCreate: { capacity: 3, perSeconds: 0.5 } })
+  })
+
+  test('RATE_LIMITS that is not JSON, names an unknown rule or a bad rule is refused', () => {
+    expect(configError({ RATE_LIMITS: '{deviceCodeCreate:' }).message).toContain('RATE_LIMITS')
+    expect(configError({ RATE_LIMITS: '{"noSuchRule":{"capacity":1,"perSeconds":1}}' }).message).toContain('RATE_LIMITS')
+    expect(configError({ RATE_LIMITS: '{"apiKeyCreate":{"capacity":0,"perSeconds":1}}' }).message).toContain('RATE_LIMITS')
+    expect(configError({ RATE_LIMITS: '{"apiKeyCreate":{"capacity":1}}' }).message).toContain('RATE_LIMITS')
+    expect(configError({ RATE_LIMITS: '[]' }).message).toContain('RATE_LIMITS')
+  })
+
+  test('a ConfigError message is one line', () => {
+    for (const env of [{ PORT: 'x' }, { RATE_LIMITS: '{' }, { ...production, AUTH_JWT_SECRET: undefined }]) {
+      expect(configError(env).message).not.toContain('\n')
+    }
+  })
+})
+
+describe('withDevSecrets', () => {
+  const root = mkdtempSync(join(tmpdir(), 'am-config-'))
+  afterAll(() => rmSync(root, { recursive: true, force: true }))
+
+  test('creates 0600 secret files once under DATA_DIR and returns the same secrets on the next call', () => {
+    const dataDir = join(root, 'first', 'nested')
+    const first = withDevSecrets(loadConfig({ DATA_DIR: dataDir }))
+    expect(first.auth.jwtSecret).toMatch(/^[0-9a-f]{64}$/)
+    expect(first.connectionsKey?.length).toBe(32)
+    for (const name of ['dev-jwt-secret', 'dev-connections-key']) {
+      const file = join(dataDir, name)
+      expect(statSync(file).mode & 0o777).toBe(0o600)
+    }
+    expect(readFileSync(join(dataDir, 'dev-jwt-secret'), 'utf8').trim()).toBe(first.auth.jwtSecret!)
+
+    const second = withDevSecrets(loadConfig({ DATA_DIR: dataDir }))
+    expect(second.auth.jwtSecret).toBe(first.auth.jwtSecret)
+    expect(second.connectionsKey?.equals(first.connectionsKey!)).toBe(true)
+  })
+
+  test('configured secrets win and no file is written for them', () => {
+    const dataDir = join(root, 'configured')
+    const key = randomBytes(32)
+    const config = withDevSecrets(
+      loadConfig({ DATA_DIR: dataDir, AUTH_JWT_SECRET: secret, CONNECTIONS_KEY: key.toString('hex') }),
+    )
+    expect(config.auth.jwtSecret).toBe(secret)
+    expect(config.connectionsKey?.equals(key)).toBe(true)
+    expect(existsSync(join(dataDir, 'dev-jwt-secret'))).toBe(false)
+    expect(existsSync(join(dataDir, 'dev-connections-key'))).toBe(false)
+  })
+
+  test('a JWKS provider needs no development JWT secret', () => {
+    const dataDir = join(root, 'jwks')
+    const config = withDevSecrets(loadConfig({ DATA_DIR: dataDir, AUTH_JWKS_URL: 'https://id.example.com/jwks' }))
+    expect(config.auth.jwtSecret).toBeUndefined()
+    expect(existsSync(join(dataDir, 'dev-jwt-secret'))).toBe(false)
+  })
+
+  test('production is left as configured and writes nothing', () => {
+    const dataDir = join(root, 'production')
+    const config = loadConfig({ ...production, DATA_DIR: dataDir })
+    expect(withDevSecrets(config)).toBe(config)
+    expect(existsSync(dataDir)).toBe(false)
+  })
+})

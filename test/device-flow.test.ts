@@ -1,0 +1,331 @@
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import {
+  createAgent,
+  createTestContext,
+  expectError,
+  signUp,
+  type CallResult,
+  type TestContext,
+  type TestUser,
+} from './helpers/context.ts'
+
+const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+const userCodeShape = /^[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}$/
+const unknownCode = '00000000-0000-4000-8000-000000000000'
+
+/** Every limit generous except the ones a test narrows; RATE_LIMITS replaces the helper's own list. */
+function rateLimits(overrides: Record<string, { capacity: number; perSeconds: number }>) {
+  const plenty = { capacity: 10000, perSeconds: 1 }
+  return JSON.stringify({
+    deviceCodeCreate: plenty,
+    deviceCodeApprove: plenty,
+    deviceCodeMisses: plenty,
+    apiKeyCreate: plenty,
+    participantCreate: plenty,
+    ...overrides,
+  })
+}
+
+interface Started {
+  deviceCode: string
+  userCode: string
+  verificationUri: string
+  verificationUriComplete: string
+  expiresIn: number
+  interval: number
+}
+
+let ctx: TestContext
+
+beforeAll(async () => {
+  ctx = await createTestContext()
+})
+afterAll(() => ctx.close())
+
+async function start(c: TestContext = ctx): Promise<Started> {
+  const res = await c.call('POST', '/v1/auth/device-codes')
+  expect(res.status).toBe(201)
+  return res.body.data
+}
+
+const poll = (deviceCode: string, c: TestContext = ctx) => c.call('GET', `/v1/auth/device-codes/${deviceCode}`)
+
+/** Polls once the advertised interval has passed, as a well-behaved device does. */
+function pollLater(deviceCode: string, c: TestContext = ctx) {
+  c.clock.advance(5000)
+  return poll(deviceCode, c)
+}
+
+const decide = (user: TestUser | undefined, userCode: string, body?: unknown, c: TestContext = ctx) =>
+  c.call('PATCH', `/v1/auth/device-codes/${encodeURIComponent(userCode)}`, { token: user?.token, body })
+
+function expectRetryAfter(res: CallResult): number {
+  const header = res.headers.get('retry-after')
+  expect(header).toMatch(/^[0-9]+$/)
+  const seconds = Number(header)
+  expect(seconds).toBeGreaterThanOrEqual(1)
+  return seconds
+}
+
+describe('starting a device authorization', () => {
+  test('returns 201 with a uuid device code, an XXXX-XXXX user code and where to enter it', async () => {
+    const res = await ctx.call('POST', '/v1/auth/device-codes')
+    expect(res.status).toBe(201)
+    expect(res.body.success).toBe(true)
+    const data = res.body.data
+    expect(Object.keys(data).sort()).toEqual([
+      'deviceCode',
+      'expiresIn',
+      'interval',
+      'userCode',
+      'verificationUri',
+      'verificationUriComplete',
+    ])
+    expect(data.deviceCode).toMatch(uuid)
+    expect(data.userCode).toMatch(userCodeShape)
+    expect(data).toMatchObject({ verificationUri: 'http://test.local/device', expiresIn: 900, interval: 5 })
+    expect(data.verificationUriComplete).toStartWith('http://test.local/device?')
+    expect(new URL(data.verificationUriComplete).searchParams.get('user_code')).toBe(data.userCode)
+  })
+
+  test('each start gets its own device code and user code', async () => {
+    const codes = await Promise.all(Array.from({ length: 10 }, () => start()))
+    expect(new Set(codes.map(c => c.deviceCode)).size).toBe(10)
+    expect(new Set(codes.map(c => c.userCode)).size).toBe(10)
+  })
+
+  test('needs no credential, and ignores a bad one rather than failing', async () => {
+    const res = await ctx.call('POST', '/v1/auth/device-codes', { token: 'garbage' })
+    expect(res.status).toBe(201)
+  })
+})
+
+describe('polling', () => {
+  test('a fresh code is pending; polling again at once is 429 slow_down with Retry-After', async () => {
+    const { deviceCode } = await start()
+    const first = await poll(deviceCode)
+    expect(first.status).toBe(200)
+    expect(first.body).toEqual({ success: true, data: { status: 'pending' } })
+    const tooSoon = await poll(deviceCode)
+    expectError(tooSoon, 429, 'slow_down')
+    expect(expectRetryAfter(tooSoon)).toBe(5)
+    ctx.clock.advance(3000)
+    expectError(await poll(deviceCode), 429, 'slow_down')
+    const later = await pollLater(deviceCode)
+    expect(later.status).toBe(200)
+    expect(later.body.data).toEqual({ status: 'pending' })
+  })
+
+  test('a non-uuid or unknown device code is 404 not_found', async () => {
+    expectError(await poll('not-a-uuid'), 404, 'not_found')
+    expectError(await poll('BCDF-GHJK'), 404, 'not_found')
+    expectError(await poll(unknownCode), 404, 'not_found')
+  })
+
+  test('a code past its 900 s is expired, and can no longer be approved', async () => {
+    const user = await signUp(ctx)
+    const { deviceCode, userCode } = await start()
+    ctx.clock.advance(899_000)
+    expect((await poll(deviceCode)).body.data).toEqual({ status: 'pending' })
+    ctx.clock.advance(2000)
+    expectError(await decide(user, userCode), 404, 'not_found')
+    const res = await pollLater(deviceCode)
+    expect(res.status).toBe(200)
+    expect(res.body.data).toEqual({ status: 'expired' })
+  })
+
+  test('an approval not collected before the code expires is never delivered', async () => {
+    const user = await signUp(ctx)
+    const { deviceCode, userCode } = await start()
+    expect((await decide(user, userCode)).status).toBe(200)
+    ctx.clock.advance(901_000)
+    const res = await poll(deviceCode)
+    expect(res.status).toBe(200)
+    expect(res.body.data).toEqual({ status: 'expired' })
+    const [row] = await ctx.deps.sql`select count(*)::int as n from api_keys where user_id = ${user.id}`
+    expect(row).toEqual({ n: 0 })
+  })
+})
+
+describe('approving', () => {
+  test.each([
+    ['as shown', (code: string) => code],
+    ['in lower case', (code: string) => code.toLowerCase()],
+    ['without the hyphen', (code: string) => code.replace('-', '')],
+    ['in lower case without the hyphen', (code: string) => code.replace('-', '').toLowerCase()],
+  ])('a user code entered %s delivers a working user key once, then the code is spent', async (_, entered) => {
+    const user = await signUp(ctx)
+    const { deviceCode, userCode } = await start()
+    expect((await poll(deviceCode)).body.data).toEqual({ status: 'pending' })
+
+    const approved = await decide(user, entered(userCode))
+    expect(approved.status).toBe(200)
+    expect(approved.body).toEqual({ success: true, data: { status: 'approved' } })
+
+    const delivered = await pollLater(deviceCode)
+    expect(delivered.status).toBe(200)
+    expect(delivered.body.data).toEqual({
+      status: 'approved',
+      apiKey: expect.stringMatching(/^sk_usr_[0-9A-Za-z]{38}$/),
+      user: { id: user.id, email: `${user.sub}@example.com` },
+    })
+    const apiKey: string = delivered.body.data.apiKey
+
+    const me = await ctx.call('GET', '/v1/auth/me', { token: apiKey })
+    expect(me.status).toBe(200)
+    expect(me.body.data.id).toBe(user.id)
+    const keys = await ctx.call('GET', '/v1/auth/api-keys', { token: user.token })
+    expect(keys.body.data).toEqual([expect.objectContaining({ prefix: apiKey.slice(0, 12), name: expect.stringMatching(/^Device authorization/) })])
+
+    expectError(await pollLater(deviceCode), 404, 'not_found')
+    expectError(await decide(user, userCode), 404, 'not_found')
+  })
+
+  test('an explicit {action: "approve"} approves', async () => {
+    const user = await signUp(ctx)
+    const { deviceCode, userCode } = await start()
+    expect((await decide(user, userCode, { action: 'approve' })).body.data).toEqual({ status: 'approved' })
+    expect((await poll(deviceCode)).body.data.status).toBe('approved')
+  })
+
+  test('an API key of the user can approve too', async () => {
+    const user = await signUp(ctx)
+    const created = await ctx.call('POST', '/v1/auth/api-keys', { token: user.token, body: { name: 'cli' } })
+    const { deviceCode, userCode } = await start()
+    const res = await ctx.call('PATCH', `/v1/auth/device-codes/${userCode}`, { token: created.body.data.key })
+    expect(res.status).toBe(200)
+    expect((await poll(deviceCode)).body.data.user.id).toBe(user.id)
+  })
+
+  test('deny makes the device see denied, and the code cannot then be approved', async () => {
+    const user = await signUp(ctx)
+    const { deviceCode, userCode } = await start()
+    const denied = await decide(user, userCode, { action: 'deny' })
+    expect(denied.status).toBe(200)
+    expect(denied.body.data).toEqual({ status: 'denied' })
+    expect((await poll(deviceCode)).body.data).toEqual({ status: 'denied' })
+    expectError(await decide(user, userCode), 404, 'not_found')
+    expect((await pollLater(deviceCode)).body.data).toEqual({ status: 'denied' })
+    const [row] = await ctx.deps.sql`select count(*)::int as n from api_keys where user_id = ${user.id}`
+    expect(row).toEqual({ n: 0 })
+  })
+
+  test('an unknown or malformed user code is 404 not_found', async () => {
+    const user = await signUp(ctx)
+    // well-formed but never issued here (a random code matches it with odds of 1 in 20^8)
+    expectError(await decide(user, 'BBBB-BBBB'), 404, 'not_found')
+    expectError(await decide(user, 'AEIO-U123'), 404, 'not_found')
+    expectError(await decide(user, 'x'), 404, 'not_found')
+  })
+
+  test('an agent key is 403, no credential is 401, a bad action or unknown field is 400; none decide', async () => {
+    const owner = await signUp(ctx)
+    const agent = await createAgent(ctx, owner)
+    const { deviceCode, userCode } = await start()
+    const path = `/v1/auth/device-codes/${userCode}`
+    expectError(await ctx.call('PATCH', path, { apiKey: agent.apiKey }), 403, 'forbidden')
+    expectError(await ctx.call('PATCH', path, { token: agent.apiKey }), 403, 'forbidden')
+    const none = await ctx.call('PATCH', path)
+    expectError(none, 401, 'unauthorized')
+    expect(none.headers.get('www-authenticate') ?? '').toStartWith('Bearer')
+    expectError(await decide(owner, userCode, { action: 'allow' }), 400, 'validation_failed')
+    expectError(await decide(owner, userCode, { action: 'approve', scope: 'all' }), 400, 'validation_failed')
+    expectError(await decide(owner, userCode, 'approve'), 400, 'validation_failed')
+    expect((await poll(deviceCode)).body.data).toEqual({ status: 'pending' })
+  })
+})
+
+describe('delivery under concurrency', () => {
+  test('20 parallel polls of an approved code deliver the key exactly once', async () => {
+    const user = await signUp(ctx)
+    const { deviceCode, userCode } = await start()
+    expect((await poll(deviceCode)).body.data).toEqual({ status: 'pending' })
+    expect((await decide(user, userCode)).status).toBe(200)
+    ctx.clock.advance(5000)
+
+    const results = await Promise.all(Array.from({ length: 20 }, () => poll(deviceCode)))
+    const delivered = results.filter(r => r.status === 200)
+    expect(delivered).toHaveLength(1)
+    expect(delivered[0]!.body.data.status).toBe('approved')
+    for (const res of results) {
+      if (res.status === 200) continue
+      expectError(res, res.status, res.status === 404 ? 'not_found' : 'slow_down')
+      expect([404, 429]).toContain(res.status)
+    }
+    const [row] = await ctx.deps.sql`select count(*)::int as n from api_keys where user_id = ${user.id}`
+    expect(row).toEqual({ n: 1 })
+  })
+
+  test('instances that do not share the poll gate still deliver the key exactly once', async () => {
+    // Separate Redis prefixes give each instance its own slow_down gate, so the database alone must
+    // make delivery happen once.
+    const others = await Promise.all(Array.from({ length: 3 }, () => createTestContext({ database: ctx.database })))
+    try {
+      const user = await signUp(ctx)
+      const { deviceCode, userCode } = await start()
+      expect((await decide(user, userCode)).status).toBe(200)
+      const instances = [ctx, ...others]
+      const results = await Promise.all(Array.from({ length: 20 }, (_, i) => poll(deviceCode, instances[i % 4])))
+      expect(results.filter(r => r.status === 200)).toHaveLength(1)
+      expect(results.filter(r => r.status === 404).length).toBeGreaterThanOrEqual(3)
+      for (const res of results) if (res.status !== 200) expectError(res, res.status, res.status === 404 ? 'not_found' : 'slow_down')
+      const [row] = await ctx.deps.sql`select count(*)::int as n from api_keys where user_id = ${user.id}`
+      expect(row).toEqual({ n: 1 })
+    } finally {
+      await Promise.all(others.map(other => other.close()))
+    }
+  })
+})
+
+describe('approval misses', () => {
+  let limited: TestContext
+
+  beforeAll(async () => {
+    limited = await createTestContext({ env: { RATE_LIMITS: rateLimits({ deviceCodeMisses: { capacity: 10, perSeconds: 3600 } }) } })
+  })
+  afterAll(() => limited.close())
+
+  test('after 10 misses in an hour a user is refused with 429 rate_limited, even for a real code; others are not', async () => {
+    const guesser = await signUp(limited)
+    const other = await signUp(limited)
+    const real = await start(limited)
+    for (let i = 0; i < 10; i++) {
+      expectError(await decide(guesser, 'BBBB-BBBB', undefined, limited), 404, 'not_found')
+    }
+    const refused = await decide(guesser, real.userCode, undefined, limited)
+    expectError(refused, 429, 'rate_limited')
+    expectRetryAfter(refused)
+    expect((await poll(real.deviceCode, limited)).body.data).toEqual({ status: 'pending' })
+
+    const approved = await decide(other, real.userCode, undefined, limited)
+    expect(approved.status).toBe(200)
+    expect((await pollLater(real.deviceCode, limited)).body.data.user.id).toBe(other.id)
+  })
+
+  test('approvals that succeed are not misses', async () => {
+    const user = await signUp(limited)
+    for (let i = 0; i < 12; i++) {
+      const { userCode } = await start(limited)
+      expect((await decide(user, userCode, undefined, limited)).status).toBe(200)
+    }
+  })
+})
+
+describe('creation rate limit', () => {
+  let limited: TestContext
+
+  beforeAll(async () => {
+    limited = await createTestContext({ env: { RATE_LIMITS: rateLimits({ deviceCodeCreate: { capacity: 3, perSeconds: 3600 } }) } })
+  })
+  afterAll(() => limited.close())
+
+  test('the 4th start from one address is 429 rate_limited with a Retry-After that is honest', async () => {
+    for (let i = 0; i < 3; i++) expect((await limited.call('POST', '/v1/auth/device-codes')).status).toBe(201)
+    const refused = await limited.call('POST', '/v1/auth/device-codes')
+    expectError(refused, 429, 'rate_limited')
+    const seconds = expectRetryAfter(refused)
+    expect(seconds).toBeLessThanOrEqual(1200)
+    limited.clock.advance(seconds * 1000)
+    expect((await limited.call('POST', '/v1/auth/device-codes')).status).toBe(201)
+  })
+})

@@ -1,0 +1,266 @@
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import SwaggerParser from '@apidevtools/swagger-parser'
+import { createTestContext, expectError, signUp, type CallResult, type TestContext, type TestUser } from './helpers/context.ts'
+
+let ctx: TestContext
+let alice: TestUser
+
+beforeAll(async () => {
+  ctx = await createTestContext()
+  alice = await signUp(ctx, 'alice')
+})
+afterAll(() => ctx.close())
+
+const oneMiB = 1024 * 1024
+
+/** Sends a body with an explicit content-length, as most clients do. */
+async function send(path: string, body: string, headers: Record<string, string> = {}) {
+  return ctx.call('POST', path, {
+    rawBody: body,
+    headers: { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), ...headers },
+  })
+}
+
+/** What a client must never see in an error: a stack trace, SQL text, or the framework's raw dump. */
+function expectClean(result: CallResult) {
+  const body = result.body
+  expect(typeof body).toBe('object')
+  for (const key of ['type', 'schema', 'found', 'errors', 'stack', 'on', 'property', 'expected']) {
+    expect(body).not.toHaveProperty(key)
+  }
+  expect(Object.keys(body).sort()).toEqual(
+    body.details ? ['details', 'error', 'message', 'statusCode', 'success'] : ['error', 'message', 'statusCode', 'success'],
+  )
+  const text = JSON.stringify(body)
+  expect(text).not.toMatch(/\n\s*at /)
+  expect(text).not.toMatch(/\bat .+\.(ts|js):\d+/)
+  expect(text.toLowerCase()).not.toMatch(/\b(select|insert|update|delete) .*\b(from|into|set|where)\b/)
+  expect(body.message).not.toMatch(/^\s*at /m)
+  expect(body.message.toLowerCase()).not.toContain('select')
+}
+
+describe('framework-level errors', () => {
+  test('an unknown route is 404 not_found in the envelope', async () => {
+    const res = await ctx.call('GET', '/v1/no-such-thing')
+    expectError(res, 404, 'not_found')
+    expectClean(res)
+    expectError(await ctx.call('POST', '/nowhere', { body: {} }), 404, 'not_found')
+  })
+
+  test('a wrong method on a known path is 404 or 405 in the same envelope', async () => {
+    for (const [method, path] of [
+      ['PUT', '/v1/auth/me'],
+      ['DELETE', '/health'],
+      ['PUT', '/v1/participants'],
+    ] as const) {
+      const res = await ctx.call(method, path, { token: alice.token, body: {} })
+      expect([404, 405]).toContain(res.status)
+      expectError(res, res.status, 'not_found')
+      expectClean(res)
+    }
+  })
+
+  test('a malformed JSON body is 400 invalid_json, before authentication', async () => {
+    for (const token of [alice.token, undefined]) {
+      const res = await ctx.call('POST', '/v1/participants', { token, rawBody: '{"name": "half' })
+      expectError(res, 400, 'invalid_json')
+      expectClean(res)
+    }
+    const patch = await ctx.call('PATCH', '/v1/auth/me', { token: alice.token, rawBody: '{walletAddress:1}' })
+    expectError(patch, 400, 'invalid_json')
+  })
+
+  test('a body declared over 1 MiB is 413 payload_too_large on /v1/participants', async () => {
+    const body = JSON.stringify({ name: 'x'.repeat(oneMiB) })
+    const res = await send('/v1/participants', body, { authorization: `Bearer ${alice.token}` })
+    const error = expectError(res, 413, 'payload_too_large')
+    expect(error.message).toContain(String(oneMiB))
+    expectClean(res)
+  })
+
+  test('a body over 1 MiB without a content-length (chunked) is also 413, not invalid_json', async () => {
+    const bytes = new TextEncoder().encode(JSON.stringify({ name: 'x'.repeat(oneMiB) }))
+    const stream = new ReadableStream({
+      start(controller) {
+        controller.enqueue(bytes)
+        controller.close()
+      },
+    })
+    const request = new Request('http://test.local/v1/participants', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${alice.token}` },
+      body: stream,
+    })
+    expect(request.headers.get('content-length')).toBeNull()
+    const response = await ctx.app.handle(request)
+    expectError({ status: response.status, headers: response.headers, body: await response.json() }, 413, 'payload_too_large')
+  })
+
+  test('a body just under 1 MiB is not refused for its size', async () => {
+    const body = JSON.stringify({ name: 'x'.repeat(oneMiB - 64) })
+    const res = await send('/v1/participants', body, { authorization: `Bearer ${alice.token}` })
+    expectError(res, 400, 'validation_failed')
+  })
+
+  test('config listings accept bodies up to 2 MiB: 1.5 MiB on /v1/billing/configs is not 413', async () => {
+    const body = JSON.stringify({ content: 'x'.repeat(1.5 * oneMiB) })
+    const res = await send('/v1/billing/configs', body, { authorization: `Bearer ${alice.token}` })
+    expect(res.status).not.toBe(413)
+    const over = await send('/v1/billing/configs', JSON.stringify({ content: 'x'.repeat(2 * oneMiB) }))
+    expectError(over, 413, 'payload_too_large')
+  })
+
+  test('a validation failure is 400 validation_failed with {path, message} details and no framework dump', async () => {
+    const res = await ctx.call('POST', '/v1/participants', { token: alice.token, body: { name: 5, extra: true } })
+    const body = expectError(res, 400, 'validation_failed')
+    expectClean(res)
+    expect(body.details.length).toBeGreaterThan(0)
+    for (const detail of body.details) {
+      expect(Object.keys(detail).sort()).toEqual(['message', 'path'])
+      expect(detail.path).toMatch(/^\//)
+      expect(typeof detail.message).toBe('string')
+    }
+    expect(body.details.map((detail: { path: string }) => detail.path)).toContain('/name')
+    expect(body.details.map((detail: { path: string }) => detail.path)).toContain('/extra')
+  })
+
+  test('invalid path parameters are 400 validation_failed naming the parameter', async () => {
+    const res = await ctx.call('DELETE', '/v1/auth/api-keys/not-a-uuid', { token: alice.token })
+    const body = expectError(res, 400, 'validation_failed')
+    expectClean(res)
+    expect(body.details).toEqual([{ path: '/id', message: expect.any(String) }])
+  })
+})
+
+describe('health', () => {
+  test('GET /health is 200 with Postgres and Redis ok', async () => {
+    const res = await ctx.call('GET', '/health')
+    expect(res.status).toBe(200)
+    expect(res.body).toEqual({ status: 'ok', postgres: 'ok', redis: 'ok' })
+  })
+
+  test('names Redis, then Postgres, as down with 503; a request needing Postgres is 503 unavailable without SQL', async () => {
+    const broken = await createTestContext()
+    try {
+      broken.deps.redis.disconnect()
+      const redisDown = await broken.call('GET', '/health')
+      expect(redisDown.status).toBe(503)
+      expect(redisDown.body).toEqual({ status: 'unavailable', postgres: 'ok', redis: 'down' })
+
+      await broken.deps.sql.end()
+      const bothDown = await broken.call('GET', '/health')
+      expect(bothDown.status).toBe(503)
+      expect(bothDown.body).toEqual({ status: 'unavailable', postgres: 'down', redis: 'down' })
+
+      const res = await broken.call('GET', '/v1/participants/some-agent')
+      expectError(res, 503, 'unavailable')
+      expectClean(res)
+    } finally {
+      await broken.close()
+    }
+  })
+})
+
+describe('OpenAPI document', () => {
+  // The document is checked field by field below.
+  let doc: any
+
+  beforeAll(async () => {
+    const res = await ctx.call('GET', '/swagger/json')
+    expect(res.status).toBe(200)
+    doc = res.body
+  })
+
+  const operations = () =>
+    Object.entries<Record<string, any>>(doc.paths).flatMap(([path, item]) =>
+      Object.entries<any>(item)
+        .filter(([method]) => ['get', 'put', 'post', 'patch', 'delete', 'head', 'options'].includes(method))
+        .map(([method, operation]) => ({ path, method, operation })),
+    )
+
+  test('is a valid OpenAPI 3 document', async () => {
+    expect(doc.openapi).toMatch(/^3\./)
+    await SwaggerParser.validate(structuredClone(doc))
+  })
+
+  test('every operation has a unique operationId, tags and a schema for every declared status', () => {
+    const ids = new Set<string>()
+    for (const { path, method, operation } of operations()) {
+      const where = `${method.toUpperCase()} ${path}`
+      expect(typeof operation.operationId, where).toBe('string')
+      expect(ids.has(operation.operationId), `${where}: duplicate ${operation.operationId}`).toBe(false)
+      ids.add(operation.operationId)
+      expect(operation.tags?.length, where).toBeGreaterThan(0)
+      const statuses = Object.keys(operation.responses ?? {})
+      expect(statuses.length, where).toBeGreaterThan(0)
+      for (const status of statuses) {
+        const schema = operation.responses[status].content?.['application/json']?.schema
+        expect(schema, `${where} ${status}`).toBeObject()
+      }
+      // /health answers 503 with its own report (what is down), not the error envelope.
+      for (const status of statuses.filter(status => Number(status) >= 400 && path !== '/health')) {
+        const schema = operation.responses[status].content['application/json'].schema
+        expect(schema.required, `${where} ${status}`).toEqual(expect.arrayContaining(['success', 'statusCode', 'error', 'message']))
+      }
+    }
+    expect(ids.size).toBeGreaterThanOrEqual(16)
+  })
+
+  test('documents a JSON schema for every request body', () => {
+    const withBodies = operations().filter(({ operation }) => operation.requestBody)
+    expect(withBodies.length).toBeGreaterThan(0)
+    for (const { operation } of withBodies) {
+      expect(operation.requestBody.content['application/json']?.schema).toBeObject()
+    }
+  })
+
+  test('declares the bearer and X-API-Key security schemes', () => {
+    expect(doc.components.securitySchemes.bearer).toMatchObject({ type: 'http', scheme: 'bearer' })
+    expect(doc.components.securitySchemes.apiKey).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-API-Key' })
+    for (const { operation } of operations()) {
+      for (const requirement of operation.security ?? []) {
+        for (const scheme of Object.keys(requirement)) expect(doc.components.securitySchemes).toHaveProperty(scheme)
+      }
+    }
+  })
+
+  test('lists every route the service has today', () => {
+    const expected: Record<string, string[]> = {
+      '/health': ['get'],
+      '/v1/auth/me': ['get', 'patch'],
+      '/v1/auth/api-keys': ['get', 'post'],
+      '/v1/auth/api-keys/{id}': ['delete'],
+      '/v1/auth/device-codes': ['post'],
+      '/v1/auth/device-codes/{deviceCode}': ['get'],
+      '/v1/auth/device-codes/{userCode}': ['patch'],
+      '/v1/auth/sse-token': ['post'],
+      '/v1/participants': ['get', 'post'],
+      '/v1/participants/{idOrName}': ['get'],
+      '/v1/participants/{agent_id}': ['patch', 'delete'],
+      '/v1/participants/{agent_id}/api-key': ['post'],
+    }
+    for (const [path, methods] of Object.entries(expected)) {
+      for (const method of methods) expect(doc.paths[path]?.[method], `${method.toUpperCase()} ${path}`).toBeObject()
+    }
+  })
+
+  test('documents every route the app registers, except the documentation itself', () => {
+    const routes = ctx.app.routes.filter(route => !route.path.startsWith('/swagger'))
+    expect(routes.length).toBeGreaterThanOrEqual(16)
+    for (const route of routes) {
+      const path = route.path.replace(/:([A-Za-z0-9_]+)/g, '{$1}')
+      expect(doc.paths[path]?.[route.method.toLowerCase()], `${route.method} ${route.path}`).toBeObject()
+    }
+    expect(doc.paths).not.toHaveProperty('/swagger')
+    expect(doc.paths).not.toHaveProperty('/swagger/json')
+  })
+
+  test('GET /swagger serves the HTML reference', async () => {
+    const response = await ctx.app.handle(new Request('http://test.local/swagger'))
+    expect(response.status).toBe(200)
+    expect(response.headers.get('content-type')).toContain('text/html')
+    const html = await response.text()
+    expect(html).toContain('<!DOCTYPE html>')
+    expect(html).toContain('swagger/json')
+  })
+})

@@ -1,0 +1,208 @@
+import { afterAll, describe, expect, test } from 'bun:test'
+import type { Subprocess } from 'bun'
+import { randomBytes } from 'node:crypto'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { connect, createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createSql } from '../src/db.ts'
+import { readMigrations } from '../src/migrate.ts'
+import { deleteKeys, randomPrefix, redisUrl, testJwtSecret } from './helpers/context.ts'
+import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+
+const cwd = join(import.meta.dir, '..')
+const root = mkdtempSync(join(tmpdir(), 'am-process-'))
+const running: Subprocess[] = []
+const databases: TestDatabase[] = []
+const prefixes: string[] = []
+
+afterAll(async () => {
+  for (const proc of running) if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL')
+  await Promise.all(running.map(proc => proc.exited))
+  await Promise.all(databases.map(database => database.drop()))
+  await Promise.all(prefixes.map(prefix => deleteKeys(prefix)))
+  rmSync(root, { recursive: true, force: true })
+})
+
+async function emptyDatabase(): Promise<TestDatabase> {
+  const database = await createTestDatabase({ empty: true })
+  databases.push(database)
+  return database
+}
+
+async function freePort(): Promise<number> {
+  const server = createServer()
+  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
+  const address = server.address()
+  await new Promise(resolve => server.close(resolve))
+  if (address === null || typeof address === 'string') throw new Error('no port')
+  return address.port
+}
+
+/** The environment of a real deployment, built from scratch so nothing leaks in from the test runner. */
+function environment(database: TestDatabase, overrides: Record<string, string | undefined> = {}): Record<string, string> {
+  const prefix = randomPrefix()
+  prefixes.push(prefix)
+  const env: Record<string, string | undefined> = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME ?? root,
+    DATABASE_URL: database.url,
+    REDIS_URL: redisUrl,
+    REDIS_PREFIX: prefix,
+    AUTH_JWT_SECRET: testJwtSecret,
+    LOG_LEVEL: 'warn',
+    NODE_ENV: 'development',
+    DATA_DIR: mkdtempSync(join(root, 'data-')),
+    ...overrides,
+  }
+  return Object.fromEntries(Object.entries(env).filter((entry): entry is [string, string] => entry[1] !== undefined))
+}
+
+interface Started {
+  proc: Subprocess<'ignore', 'pipe', 'pipe'>
+  stdout: Promise<string>
+  stderr: Promise<string>
+}
+
+function start(args: string[], env: Record<string, string>): Started {
+  const proc = Bun.spawn([process.execPath, ...args], { cwd, env, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' })
+  running.push(proc)
+  return { proc, stdout: new Response(proc.stdout).text(), stderr: new Response(proc.stderr).text() }
+}
+
+/** Resolves with the exit code, or fails when the process is still running after `ms`. */
+async function exitWithin(proc: Subprocess, ms: number): Promise<number | null> {
+  const timeout = Bun.sleep(ms).then(() => 'timeout' as const)
+  const result = await Promise.race([proc.exited, timeout])
+  if (result === 'timeout') throw new Error(`process ${proc.pid} still running after ${ms} ms`)
+  return result
+}
+
+async function waitForHealth(port: number, started: Started, ms = 20_000): Promise<void> {
+  const deadline = Date.now() + ms
+  while (Date.now() < deadline) {
+    if (started.proc.exitCode !== null) {
+      throw new Error(`exited with ${started.proc.exitCode} before answering: ${await started.stderr}`)
+    }
+    try {
+      const response = await fetch(`http://127.0.0.1:${port}/health`)
+      if (response.status === 200) {
+        expect(await response.json()).toEqual({ status: 'ok', postgres: 'ok', redis: 'ok' })
+        return
+      }
+    } catch {
+      // not listening yet
+    }
+    await Bun.sleep(100)
+  }
+  throw new Error(`no healthy answer on port ${port} within ${ms} ms`)
+}
+
+/** Sends a request whose body arrives in two parts; returns the first write's completion and a finisher. */
+function slowRequest(port: number, head: string, body: string) {
+  const socket = connect(port, '127.0.0.1')
+  let received = ''
+  socket.on('data', chunk => (received += chunk.toString()))
+  const ended = new Promise<string>((resolve, reject) => {
+    socket.on('end', () => resolve(received))
+    socket.on('error', reject)
+  })
+  const half = Math.floor(body.length / 2)
+  const opened = new Promise<void>(resolve => socket.on('connect', () => socket.write(head + body.slice(0, half), () => resolve())))
+  return {
+    opened,
+    async finish(): Promise<{ status: number; body: any }> {
+      socket.write(body.slice(half))
+      const text = await ended
+      const [headers = '', payload = ''] = text.split('\r\n\r\n')
+      return { status: Number(headers.split(' ')[1]), body: JSON.parse(payload) }
+    },
+    destroy: () => socket.destroy(),
+  }
+}
+
+describe('the service as a process', () => {
+  test('two API processes started together on one empty database both come up; migrations run once', async () => {
+    const database = await emptyDatabase()
+    const ports = [await freePort(), await freePort()]
+    const both = ports.map(port => start(['src/main.ts', '--api'], environment(database, { PORT: String(port) })))
+    await Promise.all(both.map((started, index) => waitForHealth(ports[index]!, started)))
+
+    const sql = createSql(database.url, { max: 1 })
+    try {
+      const rows = await sql<{ id: number }[]>`select id from migrations order by id`
+      expect(rows.map(row => row.id)).toEqual(readMigrations().map(migration => migration.id))
+    } finally {
+      await sql.end()
+    }
+
+    for (const { proc } of both) proc.kill('SIGTERM')
+    for (const { proc } of both) expect(await exitWithin(proc, 15_000)).toBe(0)
+  }, 30_000)
+
+  test('`start` serves a token from the CLI, and SIGTERM lets an open request finish before exiting 0', async () => {
+    const database = await emptyDatabase()
+    const port = await freePort()
+    const env = environment(database, { PORT: String(port) })
+    const service = start(['src/main.ts'], env)
+    await waitForHealth(port, service)
+
+    const cli = start(['src/cli/token.ts', '--sub', 'alice', '--email', 'a@b.c'], env)
+    expect(await exitWithin(cli.proc, 10_000)).toBe(0)
+    const token = (await cli.stdout).trim()
+    expect(token).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+$/)
+    const me = await fetch(`http://127.0.0.1:${port}/v1/auth/me`, { headers: { authorization: `Bearer ${token}` } })
+    expect(me.status).toBe(200)
+    expect(((await me.json()) as { data: unknown }).data).toMatchObject({ providerId: 'alice', email: 'a@b.c' })
+
+    const body = JSON.stringify({ name: 'drain-bot', description: 'x'.repeat(2000) })
+    const head =
+      'POST /v1/participants HTTP/1.1\r\n' +
+      `host: 127.0.0.1:${port}\r\n` +
+      `authorization: Bearer ${token}\r\n` +
+      'content-type: application/json\r\n' +
+      `content-length: ${Buffer.byteLength(body)}\r\n` +
+      'connection: close\r\n\r\n'
+    const request = slowRequest(port, head, body)
+    try {
+      await request.opened
+      await Bun.sleep(200)
+      service.proc.kill('SIGTERM')
+      await Bun.sleep(300)
+      expect(service.proc.exitCode).toBeNull()
+      const response = await request.finish()
+      expect(response.status).toBe(201)
+      expect(response.body.data).toMatchObject({ name: 'drain-bot' })
+    } finally {
+      request.destroy()
+    }
+    expect(await exitWithin(service.proc, 15_000)).toBe(0)
+    expect(await service.stderr).toBe('')
+  }, 30_000)
+
+  test('an unreachable Redis stops the boot with one stderr line naming REDIS_URL and how to install Redis', async () => {
+    const database = await emptyDatabase()
+    const env = environment(database, { PORT: String(await freePort()), REDIS_URL: 'redis://127.0.0.1:1' })
+    const service = start(['src/main.ts', '--api'], env)
+    expect(await exitWithin(service.proc, 20_000)).not.toBe(0)
+    const lines = (await service.stderr).trimEnd().split('\n')
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toContain('REDIS_URL=redis://127.0.0.1:1')
+    expect(lines[0]).toContain('apt-get install redis-server')
+  }, 30_000)
+
+  test('production without an auth configuration stops the boot with one stderr line naming AUTH_JWT_SECRET', async () => {
+    const database = await emptyDatabase()
+    const env = environment(database, {
+      PORT: String(await freePort()),
+      NODE_ENV: 'production',
+      AUTH_JWT_SECRET: undefined,
+      CONNECTIONS_KEY: randomBytes(32).toString('hex'),
+    })
+    const service = start(['src/main.ts', '--api'], env)
+    expect(await exitWithin(service.proc, 20_000)).not.toBe(0)
+    const lines = (await service.stderr).trimEnd().split('\n')
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toContain('AUTH_JWT_SECRET')
+  }, 30_000)
+})
