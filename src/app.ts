@@ -8,6 +8,9 @@ import { authRoutes } from './auth/routes.ts'
 import { participantRoutes } from './participants/routes.ts'
 import { healthRoutes } from './health/routes.ts'
 import { billingRoutes } from './billing/routes.ts'
+import { conversationRoutes } from './conversations/routes.ts'
+import { serviceRequestRoutes } from './service-requests/routes.ts'
+import { agentApiRoutes } from './agent-api/routes.ts'
 
 export function createApp(deps: Deps) {
   const auth = authPlugin(deps.authenticator)
@@ -31,6 +34,8 @@ export function createApp(deps: Deps) {
             { name: 'auth', description: 'Profile, API keys, device flow, SSE tokens' },
             { name: 'participants', description: 'Agents and their settings' },
             { name: 'billing', description: 'Plans, subscriptions, reviews, config listings, purchases, stats' },
+            { name: 'conversations', description: 'Subscribers writing to agents' },
+            { name: 'agent', description: 'The poll-based agent API (X-API-Key or Bearer sk_agt_)' },
             { name: 'operations', description: 'Health' },
           ],
           components: {
@@ -50,6 +55,9 @@ export function createApp(deps: Deps) {
     .use(authRoutes(deps, auth))
     .use(participantRoutes(deps, auth))
     .use(billingRoutes(deps, auth))
+    .use(conversationRoutes(deps, auth))
+    .use(agentApiRoutes(deps, auth))
+    .use(serviceRequestRoutes(deps, auth))
 }
 
 export type App = ReturnType<typeof createApp>

@@ -10,6 +10,8 @@ import { createJwtVerifier } from './auth/jwt.ts'
 import { createKeyCache } from './auth/key-cache.ts'
 import { createAuthenticator, type Authenticator } from './auth/authenticator.ts'
 import { createRateLimiter, type RateLimiter } from './rate-limit/token-bucket.ts'
+import { createDispatcher, type Dispatcher } from './actors/dispatcher.ts'
+import { createInboxReader, type InboxReader } from './conversations/inbox.ts'
 
 export interface Deps {
   config: Config
@@ -21,6 +23,9 @@ export interface Deps {
   log: Log
   authenticator: Authenticator
   rateLimiter: RateLimiter
+  /** Sends commands to agent and organization actors. */
+  dispatcher: Dispatcher
+  inboxes: InboxReader
   close(): Promise<void>
 }
 
@@ -47,6 +52,8 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const keyCache = await createKeyCache({ sql, redis, pubsub, channel: keys.channels.keyRevoked, clock, log })
   const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache)
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
+  const dispatcher = await createDispatcher({ redis, pubsub, keys })
+  const inboxes = await createInboxReader({ redis, keys, pubsub, dispatcher })
 
   return {
     config,
@@ -58,7 +65,11 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
     log,
     authenticator,
     rateLimiter,
+    dispatcher,
+    inboxes,
     async close() {
+      await inboxes.close()
+      await dispatcher.close()
       await keyCache.close()
       await pubsub.close()
       await redis.quit().catch(() => redis.disconnect())

@@ -10,7 +10,20 @@ export function createKeys(prefix: string) {
     sseToken: (token: string) => `${prefix}sse:${token}`,
     channels: {
       keyRevoked: `${prefix}auth:key-revoked`,
+      inboxChanged: `${prefix}agent:inbox-changed`,
+      actorReplies: (processId: string) => `${prefix}actors:replies:${processId}`,
     },
+    // Every key of one actor shares a hash tag, so in Redis Cluster an actor lives on one shard.
+    actor: (actor: string) => ({
+      mailbox: `${prefix}{actor:${actor}}:mailbox`,
+      lease: `${prefix}{actor:${actor}}:lease`,
+    }),
+    actorsReady: `${prefix}actors:ready`,
+    agent: (agentId: string) => ({
+      inbox: `${prefix}{actor:agent:${agentId}}:inbox`,
+      requests: `${prefix}{actor:agent:${agentId}}:requests`,
+      built: `${prefix}{actor:agent:${agentId}}:inbox-built`,
+    }),
     bullPrefix: `${prefix}bull`,
   }
 }

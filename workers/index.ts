@@ -4,6 +4,7 @@ import type { Deps } from '../src/deps.ts'
 import { createRedis } from '../src/redis.ts'
 import { errorFields } from '../src/log.ts'
 import { maintenanceEveryMs, maintenanceQueue, runMaintenance } from './maintenance.ts'
+import { startActors } from './actors.ts'
 
 export interface Workers {
   close(): Promise<void>
@@ -22,10 +23,12 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
     worker.on('failed', (job, error) => log.warn('job failed', { queue: worker.name, job: job?.id, ...errorFields(error) }))
     worker.on('error', error => log.warn('worker error', { queue: worker.name, ...errorFields(error) }))
   }
-  log.info('workers started', { queues: workers.map(worker => worker.name) })
+  const actors = await startActors(deps)
+  log.info('workers started', { queues: workers.map(worker => worker.name), actorRuntime: actors.id })
 
   return {
     async close() {
+      await actors.stop()
       await Promise.all(workers.map(worker => worker.close()))
       await maintenance.close()
       await connection.quit().catch(() => connection.disconnect())

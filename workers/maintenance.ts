@@ -1,15 +1,28 @@
-/** The maintenance queue: forgets device authorizations a day after they expired, and old idempotency keys. */
+/**
+ * The maintenance queue: expires service requests after 24 h, forgets device authorizations a day
+ * after they expired, and drops idempotency records past any replay window.
+ */
 import type { Deps } from '../src/deps.ts'
 import { purgeDeviceCodes } from '../src/auth/device-store.ts'
 import { purgeIdempotencyKeys } from '../src/idempotency/idempotent.ts'
+import { purgeAppliedCommands } from '../src/actors/store.ts'
+import { expireRequests } from '../src/service-requests/store.ts'
+import { removeOpenRequest } from '../src/conversations/inbox.ts'
 
 export const maintenanceQueue = 'maintenance'
-export const maintenanceEveryMs = 3_600_000
+export const maintenanceEveryMs = 60_000
 
-export async function runMaintenance({ sql, clock, log }: Deps) {
+export async function runMaintenance(deps: Deps) {
+  const { sql, clock, log } = deps
   const now = clock.now()
+  const expired = await expireRequests(sql, now)
+  // The inbox entry goes too; an agent's poll already hides expired requests, this only frees memory.
+  for (const request of expired) await removeOpenRequest(deps, request.targetAgentId, request.requestId)
   const deviceCodes = await purgeDeviceCodes(sql, new Date(now.getTime() - 86_400_000))
   const idempotencyKeys = await purgeIdempotencyKeys(sql, now)
-  if (deviceCodes + idempotencyKeys > 0) log.info('maintenance purged', { deviceCodes, idempotencyKeys })
-  return { deviceCodes, idempotencyKeys }
+  // Twice the Idempotency-Key window: a retried command must still find its first result.
+  const appliedCommands = await purgeAppliedCommands(sql, new Date(now.getTime() - 2 * 86_400_000))
+  const counts = { serviceRequests: expired.length, deviceCodes, idempotencyKeys, appliedCommands }
+  if (Object.values(counts).some(count => count > 0)) log.info('maintenance', counts)
+  return counts
 }

@@ -36,9 +36,7 @@ export async function idempotent(
 ): Promise<Outcome & { replayed: boolean }> {
   const key = request.key
   if (key === undefined || key === null) return { ...(await sql.begin(effect)), replayed: false }
-  if (key.length < 1 || key.length > 255) {
-    throw errors.field('/headers/idempotency-key', 'must be 1 to 255 characters')
-  }
+  checkKey(key)
   const hash = requestHash(request)
   return sql.begin(async tx => {
     await tx`select pg_advisory_xact_lock(hashtext(${request.subject}), hashtext(${key}))`
@@ -70,6 +68,26 @@ export async function purgeIdempotencyKeys(sql: Sql, now: Date): Promise<number>
     delete from idempotency_keys where created_at < ${new Date(now.getTime() - idempotencyWindowMs)} returning 1
   `
   return rows.length
+}
+
+/**
+ * For commands applied by actors: with an Idempotency-Key, a command id derived from it (so a retry
+ * is the same command, applied once) and the request's fingerprint (so a reused key is refused).
+ */
+export function commandIdentity(request: IdempotentRequest): { commandId?: string; requestHash?: Buffer } {
+  const key = request.key
+  if (key === undefined || key === null) return {}
+  checkKey(key)
+  const commandId = createHash('sha256')
+    .update(JSON.stringify([request.subject, request.method, request.path, key]))
+    .digest('hex')
+  return { commandId, requestHash: requestHash(request) }
+}
+
+function checkKey(key: string) {
+  if (key.length < 1 || key.length > 255) {
+    throw errors.field('/headers/idempotency-key', 'must be 1 to 255 characters')
+  }
 }
 
 function requestHash({ method, path, body }: IdempotentRequest): Buffer {

@@ -8,6 +8,8 @@ import { createApp, type App } from '../../src/app.ts'
 import { adjustableClock } from '../../src/clock.ts'
 import { createLog } from '../../src/log.ts'
 import { createTestDatabase, type TestDatabase } from './database.ts'
+import { startActors } from '../../workers/actors.ts'
+import type { ActorRuntime } from '../../src/actors/runtime.ts'
 
 export const testJwtSecret = 'test-secret-that-is-at-least-32-characters-long'
 export const redisUrl = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -63,13 +65,15 @@ export function testConfig(env: Record<string, string> = {}): Config {
 }
 
 export async function createTestContext(
-  options: { env?: Record<string, string>; database?: TestDatabase } = {},
+  options: { env?: Record<string, string>; database?: TestDatabase; actors?: boolean } = {},
 ): Promise<TestContext> {
   const database = options.database ?? (await createTestDatabase())
   const config = { ...testConfig(options.env), databaseUrl: database.url }
   const clock = adjustableClock()
   const deps = await createDeps(config, { clock, log: createLog(config.logLevel), sqlMax: 5 })
   const app = createApp(deps)
+  // The all-in-one process runs an actor runtime beside the API; tests that send commands do too.
+  const runtime: ActorRuntime | undefined = options.actors ? await startActors(deps, { leaseMs: 2000 }) : undefined
   return {
     config,
     deps,
@@ -78,6 +82,7 @@ export async function createTestContext(
     database,
     call: (method, path, callOptions) => callApp(app, method, path, callOptions),
     async close() {
+      await runtime?.stop()
       await deps.close()
       await deleteKeys(config.redisPrefix)
       if (!options.database) await database.drop()

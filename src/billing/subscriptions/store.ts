@@ -111,3 +111,11 @@ export async function hasSubscribed(sql: Db, userId: string, participantId: stri
   `
   return row !== undefined
 }
+
+/** Whether the user holds an active subscription to the agent. */
+export async function hasActiveSubscription(sql: Db, userId: string, participantId: string): Promise<boolean> {
+  const [row] = await sql`
+    select 1 from subscriptions where user_id = ${userId} and participant_id = ${participantId} and status = 'active'
+  `
+  return row !== undefined
+}

@@ -1,0 +1,98 @@
+/** Sending commands to actors: append to the actor's mailbox stream and hint the runtimes; `ask` waits for the result. */
+import { randomUUID } from 'node:crypto'
+import type { Redis } from '../redis.ts'
+import type { PubSub } from '../pubsub.ts'
+import type { Keys } from '../keys.ts'
+import { errors } from '../errors.ts'
+
+export interface SendOptions {
+  /** Repeats with one id are applied once (derive it from an Idempotency-Key); random by default. */
+  commandId?: string
+  /** Fingerprint of the request behind the command, to refuse a reused id with another request. */
+  requestHash?: Buffer
+}
+
+export interface Dispatcher {
+  /** Queues a command; resolves once it is in the mailbox, not when it is applied. */
+  tell(actor: string, type: string, payload: unknown, options?: SendOptions): Promise<string>
+  /** Queues a command and resolves with its result; 503 `unavailable` after the timeout (it is still applied once). */
+  ask<Result>(actor: string, type: string, payload: unknown, options?: SendOptions & { timeoutMs?: number }): Promise<Result>
+  close(): Promise<void>
+}
+
+// Hints are trimmed only past this backlog; a mailbox whose hint was trimmed is still drained by the
+// runtime's recheck after its next command.
+const readyMaxLength = 1_000_000
+
+export async function createDispatcher(options: {
+  redis: Redis
+  pubsub: PubSub
+  keys: Keys
+  defaultTimeoutMs?: number
+}): Promise<Dispatcher> {
+  const { redis, pubsub, keys } = options
+  const replyChannel = keys.channels.actorReplies(randomUUID())
+  const waiting = new Map<string, { resolve(result: unknown): void; reject(error: unknown): void }>()
+
+  const stop = await pubsub.subscribe(replyChannel, message => {
+    const reply = JSON.parse(message) as { ask: string; result?: unknown; failed?: boolean }
+    const waiter = waiting.get(reply.ask)
+    if (!waiter) return
+    waiting.delete(reply.ask)
+    if (reply.failed) waiter.reject(errors.unavailable('The command could not be applied'))
+    else waiter.resolve(reply.result)
+  })
+
+  const send = async (actor: string, type: string, payload: unknown, sendOptions: SendOptions, ask: string) => {
+    const commandId = sendOptions.commandId ?? randomUUID()
+    const fields = [
+      'type', type,
+      'payload', JSON.stringify(payload),
+      'command', commandId,
+      'hash', sendOptions.requestHash?.toString('hex') ?? '',
+      'reply', ask ? replyChannel : '',
+      'ask', ask,
+    ]
+    await redis
+      .multi()
+      .xadd(keys.actor(actor).mailbox, '*', ...fields)
+      .xadd(keys.actorsReady, 'MAXLEN', '~', readyMaxLength, '*', 'actor', actor)
+      .exec()
+    return commandId
+  }
+
+  return {
+    tell: (actor, type, payload, sendOptions = {}) => send(actor, type, payload, sendOptions, ''),
+    async ask<Result>(actor: string, type: string, payload: unknown, sendOptions: SendOptions & { timeoutMs?: number } = {}) {
+      const ask = randomUUID()
+      const timeoutMs = sendOptions.timeoutMs ?? options.defaultTimeoutMs ?? 10_000
+      const result = new Promise<Result>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          waiting.delete(ask)
+          reject(errors.unavailable('The agent did not answer in time; the command will still be applied once'))
+        }, timeoutMs)
+        waiting.set(ask, {
+          resolve: value => {
+            clearTimeout(timer)
+            resolve(value as Result)
+          },
+          reject: error => {
+            clearTimeout(timer)
+            reject(error)
+          },
+        })
+      })
+      try {
+        await send(actor, type, payload, sendOptions, ask)
+      } catch (error) {
+        waiting.get(ask)?.reject(error)
+      }
+      return result
+    },
+    async close() {
+      for (const waiter of waiting.values()) waiter.reject(errors.unavailable('Shutting down'))
+      waiting.clear()
+      await stop()
+    },
+  }
+}

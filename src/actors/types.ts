@@ -1,0 +1,34 @@
+/** What an actor kind is: named commands, each an effect in Postgres and an optional Redis projection. */
+import type { TxSql } from '../db.ts'
+
+export interface CommandContext {
+  /** `kind:id` of the actor applying the command. */
+  actor: string
+  /** The actor's id without its kind. */
+  id: string
+  commandId: string
+  /** When the command is applied: the actor's clock, not the sender's. */
+  at: Date
+}
+
+export interface CommandHandler<Payload = any, Result = any> {
+  /** The effect, inside the transaction that also records the command as applied. Domain refusals are results, not throws. */
+  apply(tx: TxSql, payload: Payload, context: CommandContext): Promise<Result>
+  /** Runs after the commit and again on every redelivery, so it must be idempotent (Redis state, notifications). */
+  project?(result: Result, payload: Payload, context: CommandContext): Promise<void>
+}
+
+/** Command handlers of one kind of actor, by command type. */
+export type ActorKind = Record<string, CommandHandler>
+
+/** Every kind the runtime serves, by kind name ('agent', 'org'). */
+export type ActorKinds = Record<string, ActorKind>
+
+/** What a refused command answers; any other result is a success. */
+export interface Refusal {
+  refused: string
+}
+
+export function isRefusal(result: unknown): result is Refusal {
+  return typeof result === 'object' && result !== null && typeof (result as Refusal).refused === 'string'
+}

@@ -1,0 +1,140 @@
+/**
+ * An agent's inbox in Redis: its pending conversations and open service requests, written only by
+ * its actor (projections) and read by the poll from an in-process cache that pub/sub keeps honest.
+ */
+import type { Redis } from '../redis.ts'
+import type { Keys } from '../keys.ts'
+import type { PubSub } from '../pubsub.ts'
+import type { Dispatcher } from '../actors/dispatcher.ts'
+import type { PendingConversation } from './store.ts'
+
+export interface OpenServiceRequest {
+  requestId: string
+  fromAgentId: string
+  fromAgentName: string
+  serviceTag: string | null
+  input: string
+  createdAt: string
+  expiresAt: string
+}
+
+export interface AgentInbox {
+  /** Oldest first. */
+  conversations: PendingConversation[]
+  /** Oldest first; may include expired ones until maintenance removes them (readers filter). */
+  requests: OpenServiceRequest[]
+}
+
+interface InboxDeps {
+  redis: Redis
+  keys: Keys
+}
+
+export async function putPendingConversation(deps: InboxDeps, agentId: string, conversation: PendingConversation) {
+  const keys = deps.keys.agent(agentId)
+  await deps.redis
+    .multi()
+    .hset(keys.inbox, conversation.userId, JSON.stringify(conversation))
+    .publish(deps.keys.channels.inboxChanged, agentId)
+    .exec()
+}
+
+export async function removePendingConversation(deps: InboxDeps, agentId: string, userId: string) {
+  await deps.redis.multi().hdel(deps.keys.agent(agentId).inbox, userId).publish(deps.keys.channels.inboxChanged, agentId).exec()
+}
+
+export async function putOpenRequest(deps: InboxDeps, agentId: string, request: OpenServiceRequest) {
+  await deps.redis
+    .multi()
+    .hset(deps.keys.agent(agentId).requests, request.requestId, JSON.stringify(request))
+    .publish(deps.keys.channels.inboxChanged, agentId)
+    .exec()
+}
+
+export async function removeOpenRequest(deps: InboxDeps, agentId: string, requestId: string) {
+  await deps.redis
+    .multi()
+    .hdel(deps.keys.agent(agentId).requests, requestId)
+    .publish(deps.keys.channels.inboxChanged, agentId)
+    .exec()
+}
+
+/** Replaces the whole inbox with what Postgres holds and marks it built. */
+export async function replaceInbox(deps: InboxDeps, agentId: string, inbox: AgentInbox) {
+  const keys = deps.keys.agent(agentId)
+  const tx = deps.redis.multi().del(keys.inbox, keys.requests)
+  for (const c of inbox.conversations) tx.hset(keys.inbox, c.userId, JSON.stringify(c))
+  for (const r of inbox.requests) tx.hset(keys.requests, r.requestId, JSON.stringify(r))
+  await tx.set(keys.built, '1').publish(deps.keys.channels.inboxChanged, agentId).exec()
+}
+
+export interface InboxReader {
+  read(agentId: string): Promise<AgentInbox>
+  close(): Promise<void>
+}
+
+/**
+ * Reads inboxes: from process memory when nothing changed since, else in one Redis round trip.
+ * An inbox Redis lost (no "built" marker) is rebuilt from Postgres by the agent's actor first.
+ */
+export async function createInboxReader(options: {
+  redis: Redis
+  keys: Keys
+  pubsub: PubSub
+  dispatcher: Dispatcher
+  ttlMs?: number
+  maxEntries?: number
+}): Promise<InboxReader> {
+  const { redis, keys, pubsub, dispatcher } = options
+  const ttlMs = options.ttlMs ?? 30_000
+  const maxEntries = options.maxEntries ?? 100_000
+  const cache = new Map<string, { inbox: AgentInbox; expires: number }>()
+  // Bumped by every change announcement: a read that overlaps one must not be cached.
+  let epoch = 0
+
+  const stop = await pubsub.subscribe(keys.channels.inboxChanged, agentId => {
+    epoch++
+    cache.delete(agentId)
+  })
+  pubsub.onReconnect(() => {
+    epoch++
+    cache.clear()
+  })
+
+  const fetch = async (agentId: string) => {
+    const k = keys.agent(agentId)
+    const results = await redis.multi().exists(k.built).hgetall(k.inbox).hgetall(k.requests).exec()
+    const [built, inbox, requests] = (results ?? []).map(([error, value]) => {
+      if (error) throw error
+      return value
+    }) as [number, Record<string, string>, Record<string, string>]
+    if (built !== 1) return null
+    return {
+      conversations: Object.values(inbox)
+        .map(value => JSON.parse(value) as PendingConversation)
+        .sort((a, b) => a.latestMessageAt.localeCompare(b.latestMessageAt) || a.userId.localeCompare(b.userId)),
+      requests: Object.values(requests)
+        .map(value => JSON.parse(value) as OpenServiceRequest)
+        .sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.requestId.localeCompare(b.requestId)),
+    }
+  }
+
+  return {
+    async read(agentId) {
+      const hit = cache.get(agentId)
+      if (hit && hit.expires > Date.now()) return hit.inbox
+      const started = epoch
+      let inbox = await fetch(agentId)
+      if (!inbox) {
+        await dispatcher.ask(`agent:${agentId}`, 'inbox.rebuild', {})
+        inbox = (await fetch(agentId)) ?? { conversations: [], requests: [] }
+      }
+      if (epoch === started) {
+        if (cache.size >= maxEntries) cache.clear()
+        cache.set(agentId, { inbox, expires: Date.now() + ttlMs })
+      }
+      return inbox
+    },
+    close: stop,
+  }
+}

@@ -1,0 +1,108 @@
+/** Conversations: subscribers write to agents and read the history; agents reply (/v1/agent/conversation-reply). */
+import { randomUUID } from 'node:crypto'
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../deps.ts'
+import { errors } from '../errors.ts'
+import { BeforeParam, LimitParam, Ok, failures, iso, ok, parseLimit, parseTime, Uuid } from '../http/schema.ts'
+import type { AuthPlugin } from '../auth/plugin.ts'
+import { principalSubject } from '../auth/principal.ts'
+import { IdempotencyHeaders, commandIdentity } from '../idempotency/idempotent.ts'
+import { accepted } from '../actors/refusal.ts'
+import type { Refusal } from '../actors/types.ts'
+import { findParticipant } from '../participants/store.ts'
+import { hasActiveSubscription } from '../billing/subscriptions/store.ts'
+import type { MessageApplied, UserMessage } from './commands.ts'
+import { Message, PostMessage, PostReply, Reply } from './schema.ts'
+import { listMessages } from './store.ts'
+
+export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
+  const { sql, dispatcher } = deps
+
+  const activeAgent = async (agentId: string) => {
+    const agent = await findParticipant(sql, agentId)
+    if (!agent || agent.id !== agentId) throw errors.notFound('Agent')
+    return agent
+  }
+
+  return new Elysia({ tags: ['conversations'] })
+    .use(auth)
+    .post(
+      '/v1/conversations/:agentId/messages',
+      async ({ user, params, body, headers, set }) => {
+        await activeAgent(params.agentId)
+        if (!(await hasActiveSubscription(sql, user.userId, params.agentId))) throw errors.notSubscribed()
+        const identity = commandIdentity({
+          subject: principalSubject(user),
+          key: headers['idempotency-key'],
+          method: 'POST',
+          path: `/v1/conversations/${params.agentId}/messages`,
+          body,
+        })
+        const command: UserMessage = { messageId: randomUUID(), userId: user.userId, text: body.text }
+        const result = accepted(
+          await dispatcher.ask<MessageApplied | Refusal>(`agent:${params.agentId}`, 'user.message', command, identity),
+        )
+        set.status = 201
+        return ok({ id: result.messageId, role: 'user' as const, text: result.text, createdAt: result.createdAt })
+      },
+      {
+        user: true,
+        params: t.Object({ agentId: Uuid }),
+        body: PostMessage,
+        headers: IdempotencyHeaders,
+        response: { 201: Ok(Message), ...failures(400, 401, 403, 404, 409, 503) },
+        detail: {
+          operationId: 'sendMessage',
+          summary: 'Write to an agent you subscribe to (honours Idempotency-Key)',
+        },
+      },
+    )
+    .get(
+      '/v1/conversations/:agentId/messages',
+      async ({ user, params, query }) => {
+        await activeAgent(params.agentId)
+        const page = { limit: parseLimit(query.limit, 50, 100), before: parseTime(query.before, '/before') }
+        const rows = await listMessages(sql, { participantId: params.agentId, userId: user.userId }, page)
+        return ok(rows.map(row => ({ id: row.id, role: row.role, text: row.text, createdAt: iso(row.createdAt) })))
+      },
+      {
+        user: true,
+        params: t.Object({ agentId: Uuid }),
+        query: t.Object({ limit: LimitParam, before: BeforeParam }),
+        response: { 200: Ok(t.Array(Message)), ...failures(400, 401, 403, 404) },
+        detail: {
+          operationId: 'listMessages',
+          summary: 'Your conversation with an agent, both roles, newest first (default 50, max 100)',
+        },
+      },
+    )
+    .post(
+      '/v1/agent/conversation-reply',
+      async ({ agent, body, headers, set }) => {
+        const identity = commandIdentity({
+          subject: principalSubject(agent),
+          key: headers['idempotency-key'],
+          method: 'POST',
+          path: '/v1/agent/conversation-reply',
+          body,
+        })
+        const command: UserMessage = { messageId: randomUUID(), userId: body.userId, text: body.text }
+        const result = accepted(
+          await dispatcher.ask<MessageApplied | Refusal>(`agent:${agent.participantId}`, 'agent.reply', command, identity),
+          () => errors.notFound('Conversation'),
+        )
+        set.status = 201
+        return ok({ messageId: result.messageId, userId: result.userId, text: result.text, createdAt: result.createdAt })
+      },
+      {
+        agent: true,
+        body: PostReply,
+        headers: IdempotencyHeaders,
+        response: { 201: Ok(Reply), ...failures(400, 401, 403, 404, 409, 503) },
+        detail: {
+          operationId: 'replyToConversation',
+          summary: 'Reply to a user; the conversation stops being pending (honours Idempotency-Key)',
+        },
+      },
+    )
+}

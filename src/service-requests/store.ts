@@ -1,0 +1,76 @@
+/** SQL for agent-to-agent service requests. */
+import type { Db } from '../db.ts'
+import type { OpenServiceRequest } from '../conversations/inbox.ts'
+
+export type RequestStatus = 'pending' | 'completed' | 'failed' | 'expired'
+
+export interface ServiceRequestRow {
+  requestId: string
+  fromAgentId: string
+  targetAgentId: string
+  serviceTag: string | null
+  input: string
+  status: RequestStatus
+  output: string | null
+  success: boolean | null
+  createdAt: Date
+  expiresAt: Date
+  respondedAt: Date | null
+}
+
+export async function insertServiceRequest(
+  sql: Db,
+  request: { id: string; fromAgentId: string; targetAgentId: string; serviceTag: string | null; input: string; at: Date; expiresAt: Date },
+): Promise<void> {
+  await sql`
+    insert into service_requests (id, from_participant_id, target_participant_id, service_tag, input, created_at, expires_at)
+    values (${request.id}, ${request.fromAgentId}, ${request.targetAgentId}, ${request.serviceTag}, ${request.input}, ${request.at}, ${request.expiresAt})
+  `
+}
+
+export async function findServiceRequest(sql: Db, id: string): Promise<ServiceRequestRow | undefined> {
+  const [row] = await sql<ServiceRequestRow[]>`
+    select id as "requestId", from_participant_id as "fromAgentId", target_participant_id as "targetAgentId",
+      service_tag as "serviceTag", input, status, output, success, created_at as "createdAt",
+      expires_at as "expiresAt", responded_at as "respondedAt"
+    from service_requests
+    where id = ${id}
+  `
+  return row
+}
+
+/** Answers a pending, unexpired request; false when it was answered or expired before. */
+export async function respondToRequest(
+  sql: Db,
+  answer: { id: string; output: string; success: boolean; at: Date },
+): Promise<boolean> {
+  const rows = await sql`
+    update service_requests
+    set status = ${answer.success ? 'completed' : 'failed'}, output = ${answer.output},
+        success = ${answer.success}, responded_at = ${answer.at}
+    where id = ${answer.id} and status = 'pending' and expires_at > ${answer.at}
+    returning 1
+  `
+  return rows.length === 1
+}
+
+/** The agent's unanswered, unexpired requests, oldest first: what its inbox is rebuilt from. */
+export async function openRequests(sql: Db, targetAgentId: string, now: Date): Promise<OpenServiceRequest[]> {
+  const rows = await sql<(Omit<OpenServiceRequest, 'createdAt' | 'expiresAt'> & { createdAt: Date; expiresAt: Date })[]>`
+    select r.id as "requestId", r.from_participant_id as "fromAgentId", p.name as "fromAgentName",
+      r.service_tag as "serviceTag", r.input, r.created_at as "createdAt", r.expires_at as "expiresAt"
+    from service_requests r join participants p on p.id = r.from_participant_id
+    where r.target_participant_id = ${targetAgentId} and r.status = 'pending' and r.expires_at > ${now}
+    order by r.created_at, r.id
+  `
+  return rows.map(row => ({ ...row, createdAt: row.createdAt.toISOString(), expiresAt: row.expiresAt.toISOString() }))
+}
+
+/** Marks requests past their 24 h expired; returns them so their inboxes can drop them. */
+export async function expireRequests(sql: Db, now: Date): Promise<{ requestId: string; targetAgentId: string }[]> {
+  return sql<{ requestId: string; targetAgentId: string }[]>`
+    update service_requests set status = 'expired'
+    where status = 'pending' and expires_at <= ${now}
+    returning id as "requestId", target_participant_id as "targetAgentId"
+  `
+}

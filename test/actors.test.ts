@@ -1,0 +1,139 @@
+/** The actor runtime on its own: order, exactly-once effects, takeover after a crash, the ask pattern. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { randomUUID } from 'node:crypto'
+import { startActorRuntime, type ActorRuntime } from '../src/actors/runtime.ts'
+import type { ActorKinds } from '../src/actors/types.ts'
+import { AppError } from '../src/errors.ts'
+import { createTestContext, type TestContext } from './helpers/context.ts'
+
+let ctx: TestContext
+const runtimes: ActorRuntime[] = []
+let failOnce = new Set<string>()
+
+// A toy kind: each 'append' inserts a row; the result is the running count for that actor.
+const kinds: ActorKinds = {
+  log: {
+    append: {
+      async apply(tx, payload: { n: number }, { id, commandId }) {
+        if (failOnce.delete(commandId)) throw new Error('transient failure')
+        await tx`insert into actor_log (actor, n) values (${id}, ${payload.n})`
+        const [row] = await tx<{ count: number }[]>`select count(*)::int as count from actor_log where actor = ${id}`
+        return { count: row!.count }
+      },
+    },
+  },
+}
+
+async function runtime(options: Partial<Parameters<typeof startActorRuntime>[0]> = {}) {
+  const { sql, redis, keys, clock, log } = ctx.deps
+  const started = await startActorRuntime({ sql, redis, keys, clock, log, kinds, leaseMs: 600, claimIdleMs: 400, ...options })
+  runtimes.push(started)
+  return started
+}
+
+const appended = async (actor: string) =>
+  (await ctx.deps.sql<{ n: number }[]>`select n from actor_log where actor = ${actor} order by seq`).map(row => row.n)
+
+async function until(check: () => Promise<boolean>, ms = 15_000) {
+  const deadline = Date.now() + ms
+  while (Date.now() < deadline) {
+    if (await check()) return
+    await Bun.sleep(25)
+  }
+  throw new Error('condition not met in time')
+}
+
+beforeAll(async () => {
+  ctx = await createTestContext()
+  await ctx.deps.sql`create table actor_log (seq bigserial primary key, actor text not null, n integer not null)`
+})
+afterAll(async () => {
+  for (const r of runtimes) await r.stop().catch(() => {})
+  await ctx.close()
+})
+
+describe('actor runtime', () => {
+  test('applies an actor’s commands one at a time, in order, and answers asks', async () => {
+    const r = await runtime()
+    const actor = randomUUID()
+    await Promise.all(Array.from({ length: 50 }, (_, n) => ctx.deps.dispatcher.tell(`log:${actor}`, 'append', { n })))
+    const result = await ctx.deps.dispatcher.ask<{ count: number }>(`log:${actor}`, 'append', { n: 50 })
+    expect(result).toEqual({ count: 51 })
+    const order = await appended(actor)
+    expect(order.length).toBe(51)
+    expect(new Set(order).size).toBe(51)
+    await r.stop()
+  })
+
+  test('a repeated command id is applied once and answered with the first result', async () => {
+    const r = await runtime()
+    const actor = randomUUID()
+    const first = await ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 1 }, { commandId: 'same' })
+    await ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 2 })
+    const again = await ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 1 }, { commandId: 'same' })
+    expect(again).toEqual(first)
+    expect(await appended(actor)).toEqual([1, 2])
+    await r.stop()
+  })
+
+  test('a runtime killed mid-stream loses no command and applies none twice: another takes the actor over', async () => {
+    const actor = randomUUID()
+    let applied = 0
+    const victim = await runtime({
+      // After the effect of the 4th command commits, die before acknowledging it.
+      beforeAck: () => {
+        applied++
+        if (applied === 4) victim.abandon()
+      },
+    })
+    for (let n = 0; n < 20; n++) await ctx.deps.dispatcher.tell(`log:${actor}`, 'append', { n })
+    await until(async () => applied >= 4)
+    const survivor = await runtime()
+    await until(async () => (await appended(actor)).length === 20)
+    await Bun.sleep(300)
+    expect(await appended(actor)).toEqual(Array.from({ length: 20 }, (_, n) => n))
+    const [left] = await ctx.deps.sql`select count(*)::int as n from actor_applied where actor = ${`log:${actor}`}`
+    expect(left!.n).toBe(20)
+    expect(await ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${actor}`).mailbox)).toBe(0)
+    await survivor.stop()
+  })
+
+  test('two runtimes share many actors; each actor keeps its order and every command lands once', async () => {
+    const r1 = await runtime()
+    const r2 = await runtime()
+    const actors = Array.from({ length: 10 }, () => randomUUID())
+    await Promise.all(
+      actors.map(async actor => {
+        for (let n = 0; n < 30; n++) await ctx.deps.dispatcher.tell(`log:${actor}`, 'append', { n })
+      }),
+    )
+    for (const actor of actors) {
+      await until(async () => (await appended(actor)).length >= 30)
+      expect(await appended(actor)).toEqual(Array.from({ length: 30 }, (_, n) => n))
+    }
+    await Promise.all([r1.stop(), r2.stop()])
+  })
+
+  test('a command whose effect fails is retried and applied once', async () => {
+    const r = await runtime()
+    const actor = randomUUID()
+    failOnce = new Set(['flaky'])
+    const result = await ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 7 }, { commandId: 'flaky' })
+    expect(result).toEqual({ count: 1 })
+    expect(await appended(actor)).toEqual([7])
+    await r.stop()
+  })
+
+  test('an ask nobody answers in time is 503 unavailable, and the command is still applied once later', async () => {
+    for (const r of runtimes) await r.stop().catch(() => {})
+    const actor = randomUUID()
+    const error = await ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 9 }, { timeoutMs: 200 }).catch(e => e)
+    expect(error).toBeInstanceOf(AppError)
+    expect((error as AppError).status).toBe(503)
+    expect((error as AppError).code).toBe('unavailable')
+    const r = await runtime()
+    await until(async () => (await appended(actor)).length === 1)
+    expect(await appended(actor)).toEqual([9])
+    await r.stop()
+  })
+})

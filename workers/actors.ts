@@ -1,0 +1,20 @@
+/** The actor runtime with every kind this service has: agents (conversations, service requests). */
+import type { Deps } from '../src/deps.ts'
+import { startActorRuntime, type ActorRuntime, type ActorRuntimeOptions } from '../src/actors/runtime.ts'
+import type { ActorKinds } from '../src/actors/types.ts'
+import { conversationCommands } from '../src/conversations/commands.ts'
+import { serviceRequestCommands } from '../src/service-requests/commands.ts'
+
+export function actorKinds(deps: Deps): ActorKinds {
+  return {
+    agent: { ...conversationCommands(deps), ...serviceRequestCommands(deps) },
+  }
+}
+
+export function startActors(
+  deps: Deps,
+  options: Partial<Pick<ActorRuntimeOptions, 'leaseMs' | 'claimIdleMs' | 'concurrency' | 'beforeAck'>> = {},
+): Promise<ActorRuntime> {
+  const { sql, redis, keys, clock, log } = deps
+  return startActorRuntime({ sql, redis, keys, clock, log, kinds: actorKinds(deps), ...options })
+}
