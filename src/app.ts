@@ -11,6 +11,7 @@ import { billingRoutes } from './billing/routes.ts'
 import { conversationRoutes } from './conversations/routes.ts'
 import { serviceRequestRoutes } from './service-requests/routes.ts'
 import { agentApiRoutes } from './agent-api/routes.ts'
+import { contextRoutes } from './context/routes.ts'
 
 export function createApp(deps: Deps) {
   const auth = authPlugin(deps.authenticator)
@@ -36,6 +37,7 @@ export function createApp(deps: Deps) {
             { name: 'billing', description: 'Plans, subscriptions, reviews, config listings, purchases, stats' },
             { name: 'conversations', description: 'Subscribers writing to agents' },
             { name: 'agent', description: 'The poll-based agent API (X-API-Key or Bearer sk_agt_)' },
+            { name: 'context', description: 'Shared, versioned organization knowledge' },
             { name: 'operations', description: 'Health' },
           ],
           components: {
@@ -58,6 +60,7 @@ export function createApp(deps: Deps) {
     .use(conversationRoutes(deps, auth))
     .use(agentApiRoutes(deps, auth))
     .use(serviceRequestRoutes(deps, auth))
+    .use(contextRoutes(deps, auth))
 }
 
 export type App = ReturnType<typeof createApp>

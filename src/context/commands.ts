@@ -1,0 +1,55 @@
+/** The organization actor's commands: new versions of context entries, one at a time per organization. */
+import type { ActorKind, Refusal } from '../actors/types.ts'
+import { hasActiveSubscription } from '../billing/subscriptions/store.ts'
+import type { ContextEntry, ContextType } from './schema.ts'
+import { entryVersion, insertVersion, newestVersion, organizationOwner } from './store.ts'
+
+export interface WriteEntry {
+  type: ContextType
+  key: string
+  data: Record<string, unknown>
+  confidence: ContextEntry['confidence']
+  source: ContextEntry['source']
+  author: ContextEntry['author']
+}
+
+export interface RevertEntry {
+  type: ContextType
+  key: string
+  version: number
+  userId: string
+}
+
+export function contextCommands(): ActorKind {
+  return {
+    'context.write': {
+      async apply(tx, write: WriteEntry, { id: orgId, at }): Promise<ContextEntry | Refusal> {
+        const newest = await newestVersion(tx, orgId, write)
+        if (write.author.kind === 'agent') {
+          // Checked here too, not only by the route: a cancellation that lands first ends access.
+          const owner = await organizationOwner(tx, orgId)
+          if (!owner || !(await hasActiveSubscription(tx, owner, write.author.id))) return { refused: 'not_subscribed' }
+          if (newest?.confidence === 'user_provided') return { refused: 'user_provided_precedence' }
+        }
+        return insertVersion(tx, orgId, { ...write, version: (newest?.version ?? 0) + 1, at })
+      },
+    },
+    'context.revert': {
+      async apply(tx, revert: RevertEntry, { id: orgId, at }): Promise<ContextEntry | Refusal> {
+        const target = await entryVersion(tx, orgId, revert)
+        if (!target) return { refused: 'not_found' }
+        const newest = (await newestVersion(tx, orgId, revert))!
+        return insertVersion(tx, orgId, {
+          type: revert.type,
+          key: revert.key,
+          data: target.data,
+          confidence: target.confidence,
+          source: { method: `revert:v${revert.version}` },
+          version: newest.version + 1,
+          author: { kind: 'user', id: revert.userId },
+          at,
+        })
+      },
+    },
+  }
+}

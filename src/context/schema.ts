@@ -1,0 +1,57 @@
+/** Wire schemas of shared knowledge context entries. */
+import { t } from 'elysia'
+import { Int, Timestamp, Uuid } from '../http/schema.ts'
+
+export const ContextTypeParam = t.Union(
+  [
+    t.Literal('brand'),
+    t.Literal('audience'),
+    t.Literal('tone'),
+    t.Literal('products'),
+    t.Literal('competitors'),
+    t.Literal('keywords'),
+    t.Literal('goals'),
+    t.Literal('preferences'),
+    t.Literal('team'),
+    t.Literal('content_insights'),
+    t.Literal('custom'),
+  ],
+  { description: 'One of the eleven context types' },
+)
+export type ContextType = typeof ContextTypeParam.static
+
+export const ContextKey = t.String({ pattern: '^[A-Za-z0-9_.:-]{1,100}$', description: '1 to 100 of A-Z a-z 0-9 _ . : -' })
+export const Confidence = t.Union([t.Literal('user_provided'), t.Literal('derived'), t.Literal('suggested')])
+
+export const ContextData = t.Record(t.String(), t.Unknown(), { description: 'A JSON object of at most 64 KiB' })
+export const Source = t.Object(
+  { method: t.String({ minLength: 1, maxLength: 200, description: 'How the value was obtained' }) },
+  { additionalProperties: true, description: 'At most 4 KiB' },
+)
+
+export const ContextEntry = t.Object({
+  type: ContextTypeParam,
+  key: t.String(),
+  data: ContextData,
+  confidence: Confidence,
+  version: Int({ minimum: 1 }),
+  source: t.Union([Source, t.Null()]),
+  author: t.Object({ kind: t.Union([t.Literal('agent'), t.Literal('user')]), id: Uuid }),
+  createdAt: Timestamp,
+})
+export type ContextEntry = typeof ContextEntry.static
+
+export const AgentWrite = t.Object(
+  {
+    userId: Uuid,
+    type: ContextTypeParam,
+    key: ContextKey,
+    data: ContextData,
+    confidence: t.Optional(Confidence),
+    source: t.Optional(Source),
+  },
+  { additionalProperties: false },
+)
+
+export const UserWrite = t.Object({ data: ContextData }, { additionalProperties: false })
+export const Revert = t.Object({ version: Int({ minimum: 1 }) }, { additionalProperties: false })

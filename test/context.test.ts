@@ -1,0 +1,188 @@
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+
+let ctx: TestContext
+let owner: TestUser
+
+beforeAll(async () => {
+  ctx = await createTestContext({ actors: true })
+  owner = await signUp(ctx)
+})
+afterAll(() => ctx.close())
+
+async function hire(user: TestUser, count: number): Promise<{ agents: TestAgent[]; subscriptions: string[] }> {
+  const agents: TestAgent[] = []
+  const subscriptions: string[] = []
+  for (let i = 0; i < count; i++) {
+    const agent = await createAgent(ctx, owner)
+    const plan = await ctx.call('POST', '/v1/billing/plans', {
+      token: owner.token,
+      body: { participantId: agent.id, name: 'P', monthlyPriceCents: 1, includedProxyCalls: 1, overagePerCallCents: 1 },
+    })
+    const sub = await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId: plan.body.data.id } })
+    agents.push(agent)
+    subscriptions.push(sub.body.data.id)
+  }
+  return { agents, subscriptions }
+}
+
+const agentWrite = (agent: TestAgent, body: Record<string, unknown>) => ctx.call('POST', '/v1/agent/context', { apiKey: agent.apiKey, body })
+const agentRead = (agent: TestAgent, query: string) => ctx.call('GET', `/v1/agent/context?${query}`, { apiKey: agent.apiKey })
+
+describe('agents sharing a subscriber’s knowledge', () => {
+  test('100 concurrent writes to one entry from 5 agents yield exactly versions 1..100', async () => {
+    const user = await signUp(ctx)
+    const { agents } = await hire(user, 5)
+    const results = await Promise.all(
+      Array.from({ length: 100 }, (_, i) =>
+        agentWrite(agents[i % 5]!, { userId: user.id, type: 'keywords', key: 'seo', data: { n: i }, confidence: 'derived', source: { method: 'analysis' } }),
+      ),
+    )
+    expect(results.every(r => r.status === 201)).toBe(true)
+    expect(results.map(r => r.body.data.version).sort((a, b) => a - b)).toEqual(Array.from({ length: 100 }, (_, i) => i + 1))
+    const versions = await ctx.call('GET', '/v1/context/keywords/seo/versions', { token: user.token })
+    expect(versions.body.data.entries.map((e: { version: number }) => e.version)).toEqual(Array.from({ length: 100 }, (_, i) => 100 - i))
+    const [row] = await ctx.deps.sql`
+      select count(*)::int as n, count(distinct version)::int as distinct_versions, max(version) as max
+      from context_entries where type = 'keywords' and key = 'seo'
+    `
+    expect(row).toEqual({ n: 100, distinct_versions: 100, max: 100 })
+  })
+
+  test('an entry written by agent A is read by agent B of the same subscriber, with its author and source', async () => {
+    const user = await signUp(ctx)
+    const { agents: [a, b] } = await hire(user, 2)
+    const written = await agentWrite(a!, {
+      userId: user.id,
+      type: 'brand',
+      key: 'company',
+      data: { name: 'Acme', mission: 'Rockets' },
+      source: { method: 'website scrape' },
+    })
+    expect(written.status).toBe(201)
+    expect(written.body.data).toMatchObject({
+      type: 'brand',
+      key: 'company',
+      data: { name: 'Acme', mission: 'Rockets' },
+      confidence: 'suggested',
+      version: 1,
+      source: { method: 'website scrape' },
+      author: { kind: 'agent', id: a!.id },
+    })
+    const read = await agentRead(b!, `userId=${user.id}&type=brand`)
+    expect(read.status).toBe(200)
+    expect(read.body.data.entries).toEqual([written.body.data])
+  })
+
+  test('an agent the user does not subscribe to gets 403, and access ends when the subscription is cancelled', async () => {
+    const user = await signUp(ctx)
+    const { agents: [a], subscriptions: [subscriptionId] } = await hire(user, 1)
+    const stranger = await createAgent(ctx, owner)
+    await agentWrite(a!, { userId: user.id, type: 'goals', key: 'q1', data: { grow: true } })
+    expectError(await agentRead(stranger, `userId=${user.id}`), 403, 'not_subscribed')
+    expectError(await agentWrite(stranger, { userId: user.id, type: 'goals', key: 'q1', data: {} }), 403, 'not_subscribed')
+    await ctx.call('DELETE', `/v1/billing/subscriptions/${subscriptionId}`, { token: user.token })
+    expectError(await agentRead(a!, `userId=${user.id}`), 403, 'not_subscribed')
+    expectError(await agentWrite(a!, { userId: user.id, type: 'goals', key: 'q1', data: { more: 1 } }), 403, 'not_subscribed')
+    const versions = await ctx.call('GET', '/v1/context/goals/q1/versions', { token: user.token })
+    expect(versions.body.data.entries.length).toBe(1)
+  })
+
+  test('a user write blocks agent writes (409) until the user reverts to an agent version; every step is kept', async () => {
+    const user = await signUp(ctx)
+    const { agents: [a] } = await hire(user, 1)
+    const path = '/v1/context/tone/voice'
+    await agentWrite(a!, { userId: user.id, type: 'tone', key: 'voice', data: { style: 'formal' }, confidence: 'derived' })
+    const mine = await ctx.call('PUT', path, { token: user.token, body: { data: { style: 'playful' } } })
+    expect(mine.status).toBe(200)
+    expect(mine.body.data).toMatchObject({ version: 2, confidence: 'user_provided', author: { kind: 'user', id: user.id } })
+    expectError(await agentWrite(a!, { userId: user.id, type: 'tone', key: 'voice', data: { style: 'stiff' } }), 409, 'user_provided_precedence')
+    const reverted = await ctx.call('POST', `${path}/revert`, { token: user.token, body: { version: 1 } })
+    expect(reverted.status).toBe(201)
+    expect(reverted.body.data).toMatchObject({ version: 3, data: { style: 'formal' }, confidence: 'derived', source: { method: 'revert:v1' } })
+    const again = await agentWrite(a!, { userId: user.id, type: 'tone', key: 'voice', data: { style: 'warm' } })
+    expect(again.status).toBe(201)
+    expect(again.body.data.version).toBe(4)
+    const versions = await ctx.call('GET', `${path}/versions`, { token: user.token })
+    expect(versions.body.data.entries.map((e: { version: number; confidence: string; data: { style: string } }) => [e.version, e.confidence, e.data.style])).toEqual([
+      [4, 'suggested', 'warm'],
+      [3, 'derived', 'formal'],
+      [2, 'user_provided', 'playful'],
+      [1, 'derived', 'formal'],
+    ])
+    const newest = await ctx.call('GET', '/v1/context?type=tone', { token: user.token })
+    expect(newest.body.data.entries.map((e: { version: number }) => e.version)).toEqual([4])
+  })
+
+  test('reading lists the newest version of each entry ordered by type then key, filtered by type and key', async () => {
+    const user = await signUp(ctx)
+    const { agents: [a] } = await hire(user, 1)
+    for (const [type, key] of [['team', 'b'], ['brand', 'z'], ['team', 'a'], ['brand', 'a']] as const) {
+      await agentWrite(a!, { userId: user.id, type, key, data: { v: 1 } })
+    }
+    await agentWrite(a!, { userId: user.id, type: 'team', key: 'a', data: { v: 2 } })
+    const all = (await agentRead(a!, `userId=${user.id}`)).body.data.entries
+    expect(all.map((e: { type: string; key: string; version: number }) => `${e.type}/${e.key}@${e.version}`)).toEqual([
+      'brand/a@1',
+      'brand/z@1',
+      'team/a@2',
+      'team/b@1',
+    ])
+    const one = (await agentRead(a!, `userId=${user.id}&type=team&key=a`)).body.data.entries
+    expect(one.map((e: { data: { v: number } }) => e.data.v)).toEqual([2])
+    expect((await agentRead(a!, `userId=${user.id}&type=goals`)).body.data.entries).toEqual([])
+  })
+})
+
+describe('bad input writes nothing', () => {
+  test('unknown types, bad keys, non-object or oversized data, and user_provided from an agent are refused', async () => {
+    const user = await signUp(ctx)
+    const { agents: [a] } = await hire(user, 1)
+    const base = { userId: user.id, type: 'custom', key: 'k', data: { ok: true } }
+    expectError(await agentRead(a!, `userId=${user.id}&type=unknown`), 400, 'validation_failed')
+    expectError(await agentRead(a!, 'type=brand'), 400, 'validation_failed')
+    for (const body of [
+      { ...base, type: 'unknown' },
+      { ...base, key: '' },
+      { ...base, key: 'has space' },
+      { ...base, key: 'k'.repeat(101) },
+      { ...base, data: [1, 2] },
+      { ...base, data: 'text' },
+      { ...base, data: null },
+      { ...base, data: { big: 'x'.repeat(64 * 1024) } },
+      { ...base, confidence: 'certain' },
+      { ...base, source: { note: 'no method' } },
+      { ...base, extra: 1 },
+    ]) {
+      expectError(await agentWrite(a!, body), 400, 'validation_failed')
+    }
+    expectError(await agentWrite(a!, { ...base, confidence: 'user_provided' }), 403, 'confidence_not_allowed')
+    expectError(await ctx.call('PUT', '/v1/context/unknown/k', { token: user.token, body: { data: {} } }), 400, 'validation_failed')
+    expectError(await ctx.call('PUT', '/v1/context/custom/k', { token: user.token, body: { data: [] } }), 400, 'validation_failed')
+    const [row] = await ctx.deps.sql`select count(*)::int as n from context_entries where key = 'k'`
+    expect(row!.n).toBe(0)
+    expect((await agentWrite(a!, { ...base, data: { fits: 'x'.repeat(60 * 1024) } })).status).toBe(201)
+  })
+
+  test('user endpoints: unknown entries and versions are 404; credentials are checked', async () => {
+    const user = await signUp(ctx)
+    const { agents: [a] } = await hire(user, 1)
+    expectError(await ctx.call('GET', '/v1/context/brand/none/versions', { token: user.token }), 404, 'not_found')
+    expectError(await ctx.call('POST', '/v1/context/brand/none/revert', { token: user.token, body: { version: 1 } }), 404, 'not_found')
+    await ctx.call('PUT', '/v1/context/brand/x', { token: user.token, body: { data: { a: 1 } } })
+    expectError(await ctx.call('POST', '/v1/context/brand/x/revert', { token: user.token, body: { version: 9 } }), 404, 'not_found')
+    expectError(await ctx.call('POST', '/v1/context/brand/x/revert', { token: user.token, body: { version: 0 } }), 400, 'validation_failed')
+    expectError(await ctx.call('GET', '/v1/context', { apiKey: a!.apiKey }), 403, 'forbidden')
+    expectError(await ctx.call('GET', `/v1/agent/context?userId=${user.id}`, { token: user.token }), 403, 'forbidden')
+    expectError(await ctx.call('GET', '/v1/context'), 401, 'unauthorized')
+    const other = await signUp(ctx)
+    expect((await ctx.call('GET', '/v1/context', { token: other.token })).body.data.entries).toEqual([])
+  })
+
+  test('the table is append-only: the database refuses updates and deletes', async () => {
+    const user = await signUp(ctx)
+    await ctx.call('PUT', '/v1/context/custom/locked', { token: user.token, body: { data: { a: 1 } } })
+    await expect(ctx.deps.sql`update context_entries set data = '{}' where key = 'locked'`.then(() => 'updated')).rejects.toThrow('append-only')
+    await expect(ctx.deps.sql`delete from context_entries where key = 'locked'`.then(() => 'deleted')).rejects.toThrow('append-only')
+  })
+})
