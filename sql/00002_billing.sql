@@ -16,20 +16,28 @@ create table plans (
 );
 create index plans_by_participant on plans (participant_id, created_at);
 
+-- Every price a plan has had, from when it took effect: a period's terms are those in force at the
+-- period's start, so a price change reaches a subscriber only from their next period.
+create table plan_terms (
+  plan_id uuid not null references plans (id),
+  effective_from timestamptz not null,
+  monthly_price_cents integer not null check (monthly_price_cents between 0 and 10000000),
+  included_proxy_calls integer not null check (included_proxy_calls between 0 and 10000000),
+  overage_per_call_cents integer not null check (overage_per_call_cents between 0 and 100000),
+  primary key (plan_id, effective_from)
+);
+
 create table subscriptions (
   id uuid primary key default gen_random_uuid(),
   user_id uuid not null references users (id),
   participant_id uuid not null references participants (id),
   plan_id uuid not null references plans (id),
   status text not null check (status in ('active', 'cancelled')),
-  -- periods are whole calendar months counted from here (day of month clamped)
+  -- period k runs from started_at + k months to started_at + k+1 months (Postgres clamps the day of
+  -- month, as the application does); the current one follows from the clock, nothing to keep in step
   started_at timestamptz not null,
-  current_period_index integer not null default 0 check (current_period_index >= 0),
-  current_period_start timestamptz not null,
-  current_period_end timestamptz not null,
   cancelled_at timestamptz,
   created_at timestamptz not null,
-  check (current_period_end > current_period_start),
   check ((status = 'cancelled') = (cancelled_at is not null))
 );
 -- one active subscription per user and agent
@@ -37,8 +45,9 @@ create unique index subscriptions_one_active on subscriptions (user_id, particip
 create index subscriptions_by_user on subscriptions (user_id, created_at desc, id desc);
 create index subscriptions_by_participant on subscriptions (participant_id) where status = 'active';
 
--- The terms of each period, fixed when the period starts: a plan's price change reaches a
--- subscriber only from their next period.
+-- The periods of a subscription that have begun, each with the terms in force at its start and the
+-- proxy calls counted in it. Rows appear at subscribe, on the first metered call of a period, or
+-- when the invoice run reaches the period, whichever comes first.
 create table subscription_periods (
   subscription_id uuid not null references subscriptions (id),
   period_index integer not null check (period_index >= 0),

@@ -12,6 +12,9 @@ import { conversationRoutes } from './conversations/routes.ts'
 import { serviceRequestRoutes } from './service-requests/routes.ts'
 import { agentApiRoutes } from './agent-api/routes.ts'
 import { contextRoutes } from './context/routes.ts'
+import { connectionRoutes } from './connections/routes.ts'
+import { proxyCallRoutes } from './proxy-calls/routes.ts'
+import { invoiceRoutes } from './invoices/routes.ts'
 
 export function createApp(deps: Deps) {
   const auth = authPlugin(deps.authenticator)
@@ -38,6 +41,7 @@ export function createApp(deps: Deps) {
             { name: 'conversations', description: 'Subscribers writing to agents' },
             { name: 'agent', description: 'The poll-based agent API (X-API-Key or Bearer sk_agt_)' },
             { name: 'context', description: 'Shared, versioned organization knowledge' },
+            { name: 'connections', description: 'Connected accounts that agents act on through proxy calls' },
             { name: 'operations', description: 'Health' },
           ],
           components: {
@@ -61,6 +65,9 @@ export function createApp(deps: Deps) {
     .use(agentApiRoutes(deps, auth))
     .use(serviceRequestRoutes(deps, auth))
     .use(contextRoutes(deps, auth))
+    .use(invoiceRoutes(deps, auth))
+    .use(connectionRoutes(deps, auth))
+    .use(proxyCallRoutes(deps, auth))
 }
 
 export type App = ReturnType<typeof createApp>

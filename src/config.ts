@@ -23,6 +23,8 @@ const Env = T.Object({
   }),
   RATE_LIMITS: T.String({ default: '{}' }),
   SHUTDOWN_TIMEOUT_MS: T.Integer({ minimum: 0, default: 10000 }),
+  INVOICE_EVERY_MS: T.Integer({ minimum: 1000, default: 3_600_000 }),
+  QUEUE_LOCK_MS: T.Integer({ minimum: 1000, default: 30_000 }),
 })
 
 const RateRule = T.Object(
@@ -76,6 +78,10 @@ export interface Config {
   logLevel: 'debug' | 'info' | 'warn' | 'error'
   rateLimits: RateLimits
   shutdownTimeoutMs: number
+  /** How often the invoice run looks for ended periods. */
+  invoiceEveryMs: number
+  /** How long a worker's hold on a job lasts; a dead worker's jobs return to the queue after it. */
+  queueLockMs: number
 }
 
 /** A configuration problem worth one line on stderr and a non-zero exit. */
@@ -148,6 +154,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     logLevel: e.LOG_LEVEL,
     rateLimits: { ...defaultRateLimits, ...(overrides as Partial<RateLimits>) },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
+    invoiceEveryMs: e.INVOICE_EVERY_MS,
+    queueLockMs: e.QUEUE_LOCK_MS,
   }
 }
 

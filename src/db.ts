@@ -17,7 +17,8 @@ export function createSql(url: string, options: SqlOptions = {}): Sql {
     idle_timeout: 30,
     connect_timeout: 5,
     onnotice: () => {},
-    connection: { application_name: options.applicationName ?? 'agent-marketplace' },
+    // UTC, so month arithmetic in SQL (billing periods) matches the application's.
+    connection: { application_name: options.applicationName ?? 'agent-marketplace', TimeZone: 'UTC' },
     types: {
       bigint: {
         to: 20,

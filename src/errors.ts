@@ -61,6 +61,8 @@ export const errors = {
   userProvidedPrecedence: () =>
     new AppError(409, 'user_provided_precedence', 'The user has set this entry; agents cannot override it'),
   nameTaken: () => new AppError(409, 'name_taken', 'That name is taken'),
+  providerTaken: () =>
+    new AppError(409, 'name_taken', 'You already have a connection for this provider; delete it first'),
   idempotencyKeyReused: () =>
     new AppError(409, 'idempotency_key_reused', 'The Idempotency-Key was used with a different request'),
 
@@ -79,6 +81,8 @@ export const errors = {
   upstreamUnreachable: () => new AppError(502, 'upstream_unreachable', 'The upstream could not be reached'),
   upstreamTooLarge: () => new AppError(502, 'upstream_too_large', 'The upstream response was over 1 MiB'),
   upstreamTimeout: () => new AppError(504, 'upstream_timeout', 'The upstream did not answer in time'),
+  upstreamRefused: () =>
+    new AppError(403, 'forbidden', 'The connection’s address is not allowed: it resolves to a private, loopback or link-local address'),
   unavailable: (message = 'A backing service is unavailable; try again') =>
     new AppError(503, 'unavailable', message),
   internal: () => new AppError(500, 'internal', 'Something went wrong on our side'),

@@ -19,6 +19,10 @@ export function createKeys(prefix: string) {
       lease: `${prefix}{actor:${actor}}:lease`,
     }),
     actorsReady: `${prefix}actors:ready`,
+    usage: (subscriptionId: string, periodIndex: number) => ({
+      calls: `${prefix}usage:${subscriptionId}:${periodIndex}`,
+    }),
+    usageEvent: (eventId: string) => `${prefix}usage-event:${eventId}`,
     agent: (agentId: string) => ({
       inbox: `${prefix}{actor:agent:${agentId}}:inbox`,
       requests: `${prefix}{actor:agent:${agentId}}:requests`,

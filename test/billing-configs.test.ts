@@ -95,12 +95,26 @@ describe('purchases', () => {
     const buyer = await signUp(ctx)
     const first = await ctx.call('POST', `/v1/billing/configs/${config.id}/purchase`, { token: buyer.token })
     expect(first.status).toBe(201)
-    expect(first.body.data).toMatchObject({ configId: config.id, priceCents: 700, content: 'SECRET CONTENT', invoiceId: null })
+    expect(first.body.data).toMatchObject({ configId: config.id, priceCents: 700, content: 'SECRET CONTENT' })
+    expect(first.body.data.invoiceId).toMatch(/^[0-9a-f-]{36}$/)
+    const invoices = (await ctx.call('GET', '/v1/billing/invoices', { token: buyer.token })).body.data
+    expect(invoices).toMatchObject([
+      {
+        id: first.body.data.invoiceId,
+        participantId: agent.id,
+        subscriptionId: null,
+        lines: [{ kind: 'config_purchase', quantity: 1, unitPriceCents: 700, amountCents: 700 }],
+        totalCents: 700,
+        status: 'issued',
+      },
+    ])
     await ctx.call('PATCH', `/v1/billing/configs/${config.id}`, { token: owner.token, body: { priceCents: 900, content: 'NEW' } })
     const again = await ctx.call('POST', `/v1/billing/configs/${config.id}/purchase`, { token: buyer.token })
     expect(again.status).toBe(200)
     expect(again.body.data.purchaseId).toBe(first.body.data.purchaseId)
     expect(again.body.data.priceCents).toBe(700)
+    expect(again.body.data.invoiceId).toBe(first.body.data.invoiceId)
+    expect((await ctx.call('GET', '/v1/billing/invoices', { token: buyer.token })).body.data.length).toBe(1)
     const mine = await ctx.call('GET', '/v1/billing/my-configs', { token: buyer.token })
     expect(mine.body.data).toEqual([
       {

@@ -1,10 +1,13 @@
 /** Starts every BullMQ worker and its repeatable schedules; `close` lets running jobs finish. */
-import { Queue, Worker } from 'bullmq'
+import { Worker } from 'bullmq'
 import type { Deps } from '../src/deps.ts'
 import { createRedis } from '../src/redis.ts'
 import { errorFields } from '../src/log.ts'
-import { maintenanceEveryMs, maintenanceQueue, runMaintenance } from './maintenance.ts'
+import { maintenanceEveryMs, runMaintenance } from './maintenance.ts'
 import { startActors } from './actors.ts'
+import { meteringProcessor } from './metering.ts'
+import { invoiceProcessor } from './invoices.ts'
+import { queueNames } from '../src/queues.ts'
 
 export interface Workers {
   close(): Promise<void>
@@ -15,10 +18,16 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
   const connection = createRedis(config.redisUrl, log, 'bullmq')
   const options = { connection, prefix: keys.bullPrefix }
 
-  const maintenance = new Queue(maintenanceQueue, options)
-  await maintenance.upsertJobScheduler('maintenance', { every: maintenanceEveryMs }, { name: 'maintenance' })
+  const { queues } = deps
+  await queues.maintenance.upsertJobScheduler('maintenance', { every: maintenanceEveryMs }, { name: 'maintenance' })
+  await queues.invoices.upsertJobScheduler('invoice-run', { every: config.invoiceEveryMs }, { name: 'invoice-run' })
 
-  const workers = [new Worker(maintenanceQueue, () => runMaintenance(deps), { ...options, concurrency: 1 })]
+  const held = { lockDuration: config.queueLockMs, stalledInterval: config.queueLockMs }
+  const workers = [
+    new Worker(queueNames.maintenance, () => runMaintenance(deps), { ...options, concurrency: 1 }),
+    new Worker(queueNames.metering, meteringProcessor(deps), { ...options, ...held, concurrency: 16 }),
+    new Worker(queueNames.invoices, invoiceProcessor(deps), { ...options, ...held, concurrency: 1 }),
+  ]
   for (const worker of workers) {
     worker.on('failed', (job, error) => log.warn('job failed', { queue: worker.name, job: job?.id, ...errorFields(error) }))
     worker.on('error', error => log.warn('worker error', { queue: worker.name, ...errorFields(error) }))
@@ -30,7 +39,6 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
     async close() {
       await actors.stop()
       await Promise.all(workers.map(worker => worker.close()))
-      await maintenance.close()
       await connection.quit().catch(() => connection.disconnect())
     },
   }

@@ -9,7 +9,6 @@ import { purgeAppliedCommands } from '../src/actors/store.ts'
 import { expireRequests } from '../src/service-requests/store.ts'
 import { removeOpenRequest } from '../src/conversations/inbox.ts'
 
-export const maintenanceQueue = 'maintenance'
 export const maintenanceEveryMs = 60_000
 
 export async function runMaintenance(deps: Deps) {

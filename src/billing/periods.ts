@@ -33,3 +33,11 @@ export function periodBounds(startedAt: Date, index: number): { start: Date; end
 export function monthStart(at: Date): Date {
   return new Date(Date.UTC(at.getUTCFullYear(), at.getUTCMonth(), 1))
 }
+
+/** The index of the period that holds `at` (0 for anything before the start). */
+export function periodIndexAt(startedAt: Date, at: Date): number {
+  const months = (at.getUTCFullYear() - startedAt.getUTCFullYear()) * 12 + at.getUTCMonth() - startedAt.getUTCMonth()
+  let index = Math.max(0, months - 1)
+  while (addMonths(startedAt, index + 1) <= at) index++
+  return index
+}

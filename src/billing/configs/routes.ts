@@ -8,6 +8,7 @@ import type { Principal } from '../../auth/principal.ts'
 import { principalSubject } from '../../auth/principal.ts'
 import { IdempotencyHeaders, idempotent } from '../../idempotency/idempotent.ts'
 import { requireOwnedParticipant } from '../../participants/ownership.ts'
+import { issuePurchaseInvoice } from '../../invoices/store.ts'
 import { findParticipant } from '../../participants/store.ts'
 import { ConfigListing, CreateConfig, DeactivatedConfig, MyConfig, Purchase, UpdateConfig } from './schema.ts'
 import {
@@ -148,6 +149,16 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
             if (!config.active) throw errors.configInactive()
             const at = clock.now()
             const created = await insertPurchase(tx, { configId: config.id, userId: user.userId, priceCents: config.priceCents }, at)
+            if (created) {
+              await issuePurchaseInvoice(tx, {
+                purchaseId: created,
+                userId: user.userId,
+                participantId: config.participantId,
+                configName: config.name,
+                priceCents: config.priceCents,
+                at,
+              })
+            }
             const row = (await findPurchase(tx, config.id, user.userId))!
             return { status: created ? 201 : 200, body: ok(purchaseView(row)) }
           },

@@ -66,7 +66,7 @@ export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
       '/:planId',
       async ({ user, params, body }) => {
         await ownedPlan(params.planId, user.userId)
-        await updatePlan(sql, params.planId, body, clock.now())
+        await sql.begin(tx => updatePlan(tx, params.planId, body, clock.now()))
         return ok(planView((await findPlan(sql, params.planId))!))
       },
       {

@@ -34,7 +34,20 @@ export async function insertPlan(sql: Db, plan: CreatePlan, at: Date): Promise<s
     )
     returning id
   `
+  await recordTerms(sql, row!.id, at)
   return row!.id
+}
+
+/** Appends the plan's current terms to its history, in force from `at`. */
+async function recordTerms(sql: Db, planId: string, at: Date): Promise<void> {
+  await sql`
+    insert into plan_terms (plan_id, effective_from, monthly_price_cents, included_proxy_calls, overage_per_call_cents)
+    select id, ${at}, monthly_price_cents, included_proxy_calls, overage_per_call_cents from plans where id = ${planId}
+    on conflict (plan_id, effective_from) do update
+      set monthly_price_cents = excluded.monthly_price_cents,
+          included_proxy_calls = excluded.included_proxy_calls,
+          overage_per_call_cents = excluded.overage_per_call_cents
+  `
 }
 
 /** A plan of an active agent, with the agent's owner. */
@@ -65,6 +78,9 @@ export async function updatePlan(sql: Db, id: string, patch: UpdatePlan, at: Dat
   if (patch.overagePerCallCents !== undefined) changes.overage_per_call_cents = patch.overagePerCallCents
   if (Object.keys(changes).length === 0) return
   await sql`update plans set ${sql(changes)}, updated_at = ${at} where id = ${id}`
+  const termsChanged =
+    patch.monthlyPriceCents !== undefined || patch.includedProxyCalls !== undefined || patch.overagePerCallCents !== undefined
+  if (termsChanged) await recordTerms(sql, id, at)
 }
 
 export async function deactivatePlan(sql: Db, id: string, at: Date): Promise<void> {

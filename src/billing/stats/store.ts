@@ -7,12 +7,14 @@ export interface AgentStatsRow {
   activeSubscribers: number
   ratingSum: number
   ratingCount: number
+  revenueCents: number
+  revenueThisMonthCents: number
   configSales: number
   configRevenueCents: number
-  configRevenueThisMonthCents: number
   proxyCallsThisMonth: number
 }
 
+/** Revenue is what was invoiced; calls are usage events counted in the calendar month. */
 export async function agentStats(
   sql: Db,
   ownerId: string,
@@ -22,23 +24,25 @@ export async function agentStats(
     select
       a.id as "participantId", a.name, a.active_subscribers as "activeSubscribers",
       a.rating_sum as "ratingSum", a.rating_count as "ratingCount",
-      coalesce(sales.count, 0)::int as "configSales",
-      coalesce(sales.revenue, 0)::bigint as "configRevenueCents",
-      coalesce(sales.revenue_this_month, 0)::bigint as "configRevenueThisMonthCents",
+      coalesce(revenue.total, 0)::bigint as "revenueCents",
+      coalesce(revenue.this_month, 0)::bigint as "revenueThisMonthCents",
+      coalesce(revenue.sales, 0)::int as "configSales",
+      coalesce(revenue.config_total, 0)::bigint as "configRevenueCents",
       coalesce(calls.count, 0)::bigint as "proxyCallsThisMonth"
     from participants a
     left join lateral (
       select
-        count(*) as count,
-        sum(cp.price_cents) as revenue,
-        sum(cp.price_cents) filter (where cp.purchased_at >= ${month.start}) as revenue_this_month
-      from config_purchases cp join config_listings c on c.id = cp.config_id
-      where c.participant_id = a.id
-    ) sales on true
+        sum(i.total_cents) as total,
+        sum(i.total_cents) filter (where i.issued_at >= ${month.start} and i.issued_at < ${month.end}) as this_month,
+        count(*) filter (where i.purchase_id is not null) as sales,
+        sum(i.total_cents) filter (where i.purchase_id is not null) as config_total
+      from invoices i
+      where i.participant_id = a.id
+    ) revenue on true
     left join lateral (
-      select sum(sp.proxy_calls) as count
-      from subscriptions s join subscription_periods sp on sp.subscription_id = s.id
-      where s.participant_id = a.id and sp.period_end > ${month.start} and sp.period_start < ${month.end}
+      select count(*) as count
+      from subscriptions s join usage_events e on e.subscription_id = s.id
+      where s.participant_id = a.id and e.occurred_at >= ${month.start} and e.occurred_at < ${month.end}
     ) calls on true
     where a.owner_id = ${ownerId} and a.active
     order by a.created_at, a.id

@@ -8,7 +8,7 @@ import type { AuthPlugin } from '../../auth/plugin.ts'
 import { principalSubject } from '../../auth/principal.ts'
 import { IdempotencyHeaders, idempotent } from '../../idempotency/idempotent.ts'
 import { findPlan } from '../plans/store.ts'
-import { periodBounds } from '../periods.ts'
+import { liveCounts } from '../../metering/usage-counter.ts'
 import { CreateSubscription, Subscription } from './schema.ts'
 import {
   adjustActiveSubscribers,
@@ -64,8 +64,6 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
                   participantId: plan.participantId,
                   planId: plan.id,
                   startedAt,
-                  periodEnd: periodBounds(startedAt, 0).end,
-                  terms: plan,
                 }),
               )
             } catch (error) {
@@ -73,7 +71,7 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
               throw error
             }
             await adjustActiveSubscribers(tx, plan.participantId, 1)
-            return { status: 201, body: ok(subscriptionView((await findSubscription(tx, id, user.userId))!)) }
+            return { status: 201, body: ok(subscriptionView((await findSubscription(tx, id, user.userId, startedAt))!)) }
           },
         )
         set.status = outcome.status
@@ -94,7 +92,10 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
       '',
       async ({ user, query }) => {
         const page = { limit: parseLimit(query.limit, 50, 100), before: parseTime(query.before, '/before') }
-        return ok((await listSubscriptions(sql, user.userId, page)).map(subscriptionView))
+        const rows = await listSubscriptions(sql, user.userId, page, clock.now())
+        // Calls metered but not yet counted by the worker are in the live counters.
+        const live = await liveCounts(deps, rows.map(row => ({ subscriptionId: row.id, periodIndex: row.periodIndex })))
+        return ok(rows.map((row, i) => subscriptionView({ ...row, proxyCalls: Math.max(row.proxyCalls, live[i] ?? 0) })))
       },
       {
         user: true,
@@ -115,7 +116,7 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
             throw cancelled.result === 'missing' ? errors.notFound('Subscription') : errors.alreadyCancelled()
           }
           await adjustActiveSubscribers(tx, cancelled.participantId, -1)
-          return (await findSubscription(tx, params.id, user.userId))!
+          return (await findSubscription(tx, params.id, user.userId, clock.now()))!
         })
         return ok(subscriptionView(row))
       },

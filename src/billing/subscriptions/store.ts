@@ -8,6 +8,7 @@ export interface SubscriptionRow {
   participantName: string
   planName: string
   status: 'active' | 'cancelled'
+  periodIndex: number
   currentPeriodStart: Date
   currentPeriodEnd: Date
   proxyCalls: number
@@ -16,17 +17,20 @@ export interface SubscriptionRow {
   cancelledAt: Date | null
 }
 
+// The latest period row is the current one once ensurePeriods has run up to now.
 const view = (sql: Db) => sql`
   select
     s.id, s.plan_id as "planId", s.participant_id as "participantId", a.name as "participantName",
-    p.name as "planName", s.status, s.current_period_start as "currentPeriodStart",
-    s.current_period_end as "currentPeriodEnd", sp.proxy_calls as "proxyCalls",
+    p.name as "planName", s.status, sp.period_index as "periodIndex", sp.period_start as "currentPeriodStart",
+    sp.period_end as "currentPeriodEnd", sp.proxy_calls as "proxyCalls",
     sp.included_proxy_calls as "includedProxyCalls", s.created_at as "createdAt",
     s.cancelled_at as "cancelledAt", s.user_id
   from subscriptions s
   join plans p on p.id = s.plan_id
   join participants a on a.id = s.participant_id
-  join subscription_periods sp on sp.subscription_id = s.id and sp.period_index = s.current_period_index
+  join lateral (
+    select * from subscription_periods where subscription_id = s.id order by period_index desc limit 1
+  ) sp on true
 `
 
 export interface NewSubscription {
@@ -34,33 +38,64 @@ export interface NewSubscription {
   participantId: string
   planId: string
   startedAt: Date
-  periodEnd: Date
-  terms: { monthlyPriceCents: number; includedProxyCalls: number; overagePerCallCents: number }
 }
 
 /** Inserts an active subscription and its first period; the unique index refuses a second active one. */
 export async function insertSubscription(sql: Db, s: NewSubscription): Promise<string> {
   const [row] = await sql<{ id: string }[]>`
-    insert into subscriptions (
-      user_id, participant_id, plan_id, status, started_at, current_period_start, current_period_end, created_at
-    ) values (
-      ${s.userId}, ${s.participantId}, ${s.planId}, 'active', ${s.startedAt}, ${s.startedAt}, ${s.periodEnd}, ${s.startedAt}
-    )
+    insert into subscriptions (user_id, participant_id, plan_id, status, started_at, created_at)
+    values (${s.userId}, ${s.participantId}, ${s.planId}, 'active', ${s.startedAt}, ${s.startedAt})
     returning id
   `
-  await sql`
-    insert into subscription_periods (
-      subscription_id, period_index, period_start, period_end,
-      monthly_price_cents, included_proxy_calls, overage_per_call_cents
-    ) values (
-      ${row!.id}, 0, ${s.startedAt}, ${s.periodEnd},
-      ${s.terms.monthlyPriceCents}, ${s.terms.includedProxyCalls}, ${s.terms.overagePerCallCents}
-    )
-  `
+  await ensurePeriods(sql, s.startedAt, row!.id)
   return row!.id
 }
 
-export async function findSubscription(sql: Db, id: string, userId: string): Promise<SubscriptionRow | undefined> {
+/**
+ * Creates the missing rows of every period that has begun by `at` (for a cancelled subscription, up
+ * to the period it was cancelled in), each with the plan terms in force at its start. One
+ * subscription, or all of them in one statement (the invoice run).
+ */
+export async function ensurePeriods(sql: Db, at: Date, subscriptionId: string | null = null): Promise<number> {
+  const rows = await sql`
+    insert into subscription_periods (
+      subscription_id, period_index, period_start, period_end,
+      monthly_price_cents, included_proxy_calls, overage_per_call_cents
+    )
+    select s.id, k, s.started_at + make_interval(months => k), s.started_at + make_interval(months => k + 1),
+      t.monthly_price_cents, t.included_proxy_calls, t.overage_per_call_cents
+    from subscriptions s
+    cross join lateral (
+      select coalesce(max(period_index), -1) + 1 as next from subscription_periods where subscription_id = s.id
+    ) last
+    cross join lateral (select least(${at}::timestamptz, coalesce(s.cancelled_at, ${at}::timestamptz)) as until) bound
+    -- at most one period per 27 days have begun: an upper bound, trimmed by the where clause
+    cross join lateral generate_series(
+      last.next, last.next + greatest(0, floor(extract(epoch from bound.until - s.started_at) / 2332800))::int
+    ) k
+    cross join lateral (
+      select pt.* from plan_terms pt
+      where pt.plan_id = s.plan_id
+      order by (pt.effective_from <= s.started_at + make_interval(months => k)) desc,
+        case when pt.effective_from <= s.started_at + make_interval(months => k) then pt.effective_from end desc nulls last,
+        pt.effective_from
+      limit 1
+    ) t
+    where (${subscriptionId}::uuid is null or s.id = ${subscriptionId})
+      and (k = 0 or s.started_at + make_interval(months => k) <= bound.until)
+    on conflict do nothing
+    returning 1
+  `
+  return rows.length
+}
+
+export async function findSubscription(
+  sql: Db,
+  id: string,
+  userId: string,
+  now: Date,
+): Promise<SubscriptionRow | undefined> {
+  await ensurePeriods(sql, now, id)
   const [row] = await sql<SubscriptionRow[]>`
     select * from (${view(sql)}) v where v.id = ${id} and v.user_id = ${userId}
   `
@@ -71,12 +106,19 @@ export async function listSubscriptions(
   sql: Db,
   userId: string,
   page: { limit: number; before: Date | undefined },
+  now: Date,
 ): Promise<SubscriptionRow[]> {
+  const ids = await sql<{ id: string }[]>`
+    select id from subscriptions
+    where user_id = ${userId} and (${page.before ?? null}::timestamptz is null or created_at < ${page.before ?? null})
+    order by created_at desc, id desc
+    limit ${page.limit}
+  `
+  for (const { id } of ids) await ensurePeriods(sql, now, id)
   return sql<SubscriptionRow[]>`
     select * from (${view(sql)}) v
-    where v.user_id = ${userId} and (${page.before ?? null}::timestamptz is null or v."createdAt" < ${page.before ?? null})
+    where v.id = any(${ids.map(row => row.id)}::uuid[])
     order by v."createdAt" desc, v.id desc
-    limit ${page.limit}
   `
 }
 
@@ -118,4 +160,30 @@ export async function hasActiveSubscription(sql: Db, userId: string, participant
     select 1 from subscriptions where user_id = ${userId} and participant_id = ${participantId} and status = 'active'
   `
   return row !== undefined
+}
+
+/** The user's active subscription to the agent, if any. */
+export async function activeSubscription(
+  sql: Db,
+  userId: string,
+  participantId: string,
+): Promise<{ id: string; startedAt: Date } | undefined> {
+  const [row] = await sql<{ id: string; startedAt: Date }[]>`
+    select id, started_at as "startedAt" from subscriptions
+    where user_id = ${userId} and participant_id = ${participantId} and status = 'active'
+  `
+  return row
+}
+
+export async function periodUsage(
+  sql: Db,
+  subscriptionId: string,
+  periodIndex: number,
+): Promise<{ proxyCalls: number; includedProxyCalls: number; periodEnd: Date } | undefined> {
+  const [row] = await sql<{ proxyCalls: number; includedProxyCalls: number; periodEnd: Date }[]>`
+    select proxy_calls as "proxyCalls", included_proxy_calls as "includedProxyCalls", period_end as "periodEnd"
+    from subscription_periods
+    where subscription_id = ${subscriptionId} and period_index = ${periodIndex}
+  `
+  return row
 }

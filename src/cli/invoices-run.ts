@@ -1,0 +1,42 @@
+/** `bun run invoices:run [--at <ISO time>]`: the invoice run, now, with progress on a terminal; prints how many it issued. */
+import { parseArgs } from 'node:util'
+import { loadConfig } from '../config.ts'
+import { withDevSecrets } from '../dev-secrets.ts'
+import { createDeps } from '../deps.ts'
+import { createLog } from '../log.ts'
+import { runInvoices } from '../invoices/run.ts'
+
+const { values } = parseArgs({ options: { at: { type: 'string' } } })
+const at = values.at ? new Date(values.at) : new Date()
+if (Number.isNaN(at.getTime())) {
+  console.error('invoices:run: --at must be an ISO 8601 time, e.g. 2026-12-01T00:00:00Z')
+  process.exit(2)
+}
+const config = withDevSecrets(loadConfig(process.env))
+if (!config.databaseUrl) {
+  console.error('invoices:run: set DATABASE_URL')
+  process.exit(1)
+}
+const deps = await createDeps(config, { log: createLog('warn') })
+const terminal = process.stdout.isTTY === true
+
+function progress(done: number, total: number) {
+  if (!terminal || total === 0) return
+  const width = 30
+  const filled = Math.round((done / total) * width)
+  process.stdout.write(`\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done}/${total}`)
+}
+
+try {
+  const { issued } = await runInvoices({ sql: deps.sql, log: deps.log, metering: deps.queues.metering }, at, {
+    onProgress: progress,
+  })
+  if (terminal) process.stdout.write('\n')
+  console.log(`issued ${issued} invoice${issued === 1 ? '' : 's'} for periods ended by ${at.toISOString()}`)
+} catch (error) {
+  if (terminal) process.stdout.write('\n')
+  console.error(`invoices:run: ${error instanceof Error ? error.message : String(error)}`)
+  process.exitCode = 1
+} finally {
+  await deps.close()
+}

@@ -1,0 +1,74 @@
+/** /v1/connections: a user's connected accounts, which agents act on through proxy calls. */
+import { randomUUID } from 'node:crypto'
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../deps.ts'
+import { errors } from '../errors.ts'
+import { Ok, failures, iso, ok, Uuid } from '../http/schema.ts'
+import type { AuthPlugin } from '../auth/plugin.ts'
+import { refusalMessages, upstreamRefusal } from './address-policy.ts'
+import { sealCredential } from './credential-box.ts'
+import { Connection, CreateConnection, DeletedConnection } from './schema.ts'
+import { deleteConnection, insertConnection, listConnections, type ConnectionRow } from './store.ts'
+
+const connectionView = (row: ConnectionRow) => ({
+  id: row.id,
+  provider: row.provider,
+  baseUrl: row.baseUrl,
+  label: row.label,
+  createdAt: iso(row.createdAt),
+})
+
+export function connectionRoutes({ sql, config, clock }: Deps, auth: AuthPlugin) {
+  return new Elysia({ prefix: '/v1/connections', tags: ['connections'] })
+    .use(auth)
+    .post(
+      '',
+      async ({ user, body, set }) => {
+        let url: URL
+        try {
+          url = new URL(body.baseUrl)
+        } catch {
+          throw errors.field('/baseUrl', 'must be an absolute URL')
+        }
+        const refusal = await upstreamRefusal(url, config.proxyAllowedHosts)
+        if (refusal) throw errors.field('/baseUrl', refusalMessages[refusal])
+        const id = randomUUID()
+        const row = await insertConnection(sql, {
+          id,
+          userId: user.userId,
+          provider: body.provider,
+          baseUrl: url.toString().replace(/\/+$/, ''),
+          label: body.label ?? null,
+          credential: sealCredential(config.connectionsKey!, body.credential, id),
+          at: clock.now(),
+        })
+        if (!row) throw errors.providerTaken()
+        set.status = 201
+        return ok(connectionView(row))
+      },
+      {
+        user: true,
+        body: CreateConnection,
+        response: { 201: Ok(Connection), ...failures(400, 401, 403, 409) },
+        detail: { operationId: 'createConnection', summary: 'Connect an account; the credential is stored encrypted' },
+      },
+    )
+    .get('', async ({ user }) => ok((await listConnections(sql, user.userId)).map(connectionView)), {
+      user: true,
+      response: { 200: Ok(t.Array(Connection)), ...failures(401, 403) },
+      detail: { operationId: 'listConnections', summary: 'Your connected accounts (credentials never shown)' },
+    })
+    .delete(
+      '/:id',
+      async ({ user, params }) => {
+        if (!(await deleteConnection(sql, user.userId, params.id))) throw errors.notFound('Connection')
+        return ok({ id: params.id, deleted: true as const })
+      },
+      {
+        user: true,
+        params: t.Object({ id: Uuid }),
+        response: { 200: Ok(DeletedConnection), ...failures(400, 401, 403, 404) },
+        detail: { operationId: 'deleteConnection', summary: 'Remove a connection and its credential' },
+      },
+    )
+}

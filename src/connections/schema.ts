@@ -1,0 +1,23 @@
+/** Wire schemas of connected accounts. */
+import { t } from 'elysia'
+import { Timestamp, Uuid } from '../http/schema.ts'
+
+export const Connection = t.Object({
+  id: Uuid,
+  provider: t.String(),
+  baseUrl: t.String(),
+  label: t.Union([t.String(), t.Null()]),
+  createdAt: Timestamp,
+})
+
+export const CreateConnection = t.Object(
+  {
+    provider: t.String({ pattern: '^[a-z0-9][a-z0-9_.-]{0,63}$', description: 'e.g. github; one connection per provider' }),
+    baseUrl: t.String({ maxLength: 2048, description: 'https (http only for allow-listed hosts); no private addresses' }),
+    credential: t.String({ minLength: 1, maxLength: 8192, description: 'Sent upstream as Authorization: Bearer; never returned' }),
+    label: t.Optional(t.String({ maxLength: 100 })),
+  },
+  { additionalProperties: false },
+)
+
+export const DeletedConnection = t.Object({ id: Uuid, deleted: t.Literal(true) })

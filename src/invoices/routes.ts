@@ -1,0 +1,37 @@
+/** GET /v1/billing/invoices: the caller's invoices, newest first. */
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../deps.ts'
+import { BeforeParam, LimitParam, Ok, failures, iso, isoOrNull, ok, parseLimit, parseTime } from '../http/schema.ts'
+import type { AuthPlugin } from '../auth/plugin.ts'
+import { Invoice } from './schema.ts'
+import { listInvoices } from './store.ts'
+
+export function invoiceRoutes({ sql }: Deps, auth: AuthPlugin) {
+  return new Elysia({ tags: ['billing'] }).use(auth).get(
+    '/v1/billing/invoices',
+    async ({ user, query }) => {
+      const page = { limit: parseLimit(query.limit, 50, 100), before: parseTime(query.before, '/before') }
+      const rows = await listInvoices(sql, user.userId, page)
+      return ok(
+        rows.map(row => ({
+          id: row.id,
+          number: row.number,
+          participantId: row.participantId,
+          subscriptionId: row.subscriptionId,
+          periodStart: isoOrNull(row.periodStart),
+          periodEnd: isoOrNull(row.periodEnd),
+          lines: row.lines,
+          totalCents: row.totalCents,
+          status: row.status,
+          issuedAt: iso(row.issuedAt),
+        })),
+      )
+    },
+    {
+      user: true,
+      query: t.Object({ limit: LimitParam, before: BeforeParam }),
+      response: { 200: Ok(t.Array(Invoice)), ...failures(400, 401, 403) },
+      detail: { operationId: 'listInvoices', summary: 'Invoices you were issued, newest first (default 50, max 100)' },
+    },
+  )
+}

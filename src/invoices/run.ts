@@ -1,0 +1,45 @@
+/** The invoice run: every ended period invoiced exactly once, after all its usage is counted, in batches. */
+import type { Queue } from 'bullmq'
+import type { Sql } from '../db.ts'
+import type { Log } from '../log.ts'
+import { errors } from '../errors.ts'
+import { ensurePeriods } from '../billing/subscriptions/store.ts'
+import { meteringCaughtUp } from '../metering/caught-up.ts'
+import { countDuePeriods, issueDueInvoices } from './store.ts'
+
+export interface InvoiceRunOptions {
+  batchSize?: number
+  /** How long to wait for queued usage of ended periods to be counted before giving up this run. */
+  meteringWaitMs?: number
+  onProgress?: (done: number, total: number) => void
+}
+
+/**
+ * @example
+ * const { issued } = await runInvoices({ sql, log, metering }, new Date())
+ */
+export async function runInvoices(
+  deps: { sql: Sql; log: Log; metering: Queue },
+  at: Date,
+  options: InvoiceRunOptions = {},
+): Promise<{ issued: number }> {
+  const { sql, log, metering } = deps
+  const deadline = Date.now() + (options.meteringWaitMs ?? 60_000)
+  while (!(await meteringCaughtUp(metering, at))) {
+    if (Date.now() > deadline) throw errors.unavailable('Usage of ended periods is still being counted; run again later')
+    await Bun.sleep(250)
+  }
+  // Periods nobody called in have no row yet; they are billed all the same.
+  await ensurePeriods(sql, at)
+  const total = await countDuePeriods(sql, at)
+  let issued = 0
+  options.onProgress?.(0, total)
+  for (;;) {
+    const count = await issueDueInvoices(sql, at, options.batchSize ?? 5000)
+    if (count === 0) break
+    issued += count
+    options.onProgress?.(issued, Math.max(total, issued))
+  }
+  if (issued > 0) log.info('invoices issued', { issued, at: at.toISOString() })
+  return { issued }
+}

@@ -1,0 +1,137 @@
+/** SQL for invoices: set-based issuing of ended periods, purchase invoices, and the payer's list. */
+import type { Db, Sql } from '../db.ts'
+
+/** Ended, uninvoiced periods as of `at`. */
+export async function countDuePeriods(sql: Db, at: Date): Promise<number> {
+  const [row] = await sql<{ n: number }[]>`
+    select count(*)::int as n from subscription_periods where invoice_id is null and period_end <= ${at}
+  `
+  return row!.n
+}
+
+/**
+ * Issues invoices for up to `limit` ended periods in one transaction: numbers taken from the counter
+ * (locked until commit, so there are no gaps), the monthly line at the period's terms, an overage
+ * line when calls went over the included ones, and the period marked. Periods another run is
+ * issuing right now are skipped, and (subscription, period) is unique, so none is invoiced twice.
+ */
+export async function issueDueInvoices(sql: Sql, at: Date, limit: number): Promise<number> {
+  return sql.begin(async tx => {
+    const [row] = await tx<{ issued: number }[]>`
+      with due as (
+        select sp.subscription_id, sp.period_index, sp.period_start, sp.period_end, sp.monthly_price_cents,
+          sp.included_proxy_calls, sp.overage_per_call_cents, sp.proxy_calls, s.user_id, s.participant_id,
+          p.name as plan_name
+        from subscription_periods sp
+        join subscriptions s on s.id = sp.subscription_id
+        join plans p on p.id = s.plan_id
+        where sp.invoice_id is null and sp.period_end <= ${at}
+        order by sp.period_end, sp.subscription_id, sp.period_index
+        limit ${limit}
+        for update of sp skip locked
+      ),
+      numbered as (
+        select due.*, gen_random_uuid() as invoice_id,
+          row_number() over (order by period_end, subscription_id, period_index) as n,
+          greatest(0, proxy_calls - included_proxy_calls) as overage_calls
+        from due
+      ),
+      counter as (
+        update invoice_counter set next_number = next_number + (select count(*) from numbered)
+        returning next_number - (select count(*) from numbered) as first
+      ),
+      issued as (
+        insert into invoices (
+          id, number, user_id, participant_id, subscription_id, period_index, period_start, period_end,
+          total_cents, issued_at
+        )
+        select invoice_id, counter.first + n - 1, user_id, participant_id, subscription_id, period_index,
+          period_start, period_end, monthly_price_cents + overage_calls * overage_per_call_cents, ${at}
+        from numbered, counter
+        returning 1
+      ),
+      monthly as (
+        insert into invoice_lines (invoice_id, line_number, kind, description, quantity, unit_price_cents, amount_cents)
+        select invoice_id, 1, 'subscription',
+          plan_name || ', ' || to_char(period_start, 'YYYY-MM-DD') || ' to ' || to_char(period_end, 'YYYY-MM-DD'),
+          1, monthly_price_cents, monthly_price_cents
+        from numbered
+        returning 1
+      ),
+      overage as (
+        insert into invoice_lines (invoice_id, line_number, kind, description, quantity, unit_price_cents, amount_cents)
+        select invoice_id, 2, 'overage', 'Proxy calls over the ' || included_proxy_calls || ' included',
+          overage_calls, overage_per_call_cents, overage_calls * overage_per_call_cents
+        from numbered
+        where overage_calls > 0
+        returning 1
+      ),
+      marked as (
+        update subscription_periods sp set invoice_id = numbered.invoice_id
+        from numbered
+        where sp.subscription_id = numbered.subscription_id and sp.period_index = numbered.period_index
+        returning 1
+      )
+      select (select count(*) from issued)::int as issued
+    `
+    return row!.issued
+  })
+}
+
+/** The one-line invoice of a config purchase, issued in the purchase's own transaction. */
+export async function issuePurchaseInvoice(
+  sql: Db,
+  purchase: { purchaseId: string; userId: string; participantId: string; configName: string; priceCents: number; at: Date },
+): Promise<string> {
+  const [invoice] = await sql<{ id: string }[]>`
+    with counter as (
+      update invoice_counter set next_number = next_number + 1 returning next_number - 1 as number
+    )
+    insert into invoices (number, user_id, participant_id, purchase_id, total_cents, issued_at)
+    select number, ${purchase.userId}, ${purchase.participantId}, ${purchase.purchaseId}, ${purchase.priceCents}, ${purchase.at}
+    from counter
+    returning id
+  `
+  await sql`
+    insert into invoice_lines (invoice_id, line_number, kind, description, quantity, unit_price_cents, amount_cents)
+    values (${invoice!.id}, 1, 'config_purchase', ${`Config: ${purchase.configName}`}, 1, ${purchase.priceCents}, ${purchase.priceCents})
+  `
+  await sql`update config_purchases set invoice_id = ${invoice!.id} where id = ${purchase.purchaseId}`
+  return invoice!.id
+}
+
+export interface InvoiceRow {
+  id: string
+  number: number
+  participantId: string
+  subscriptionId: string | null
+  periodStart: Date | null
+  periodEnd: Date | null
+  lines: { kind: 'subscription' | 'overage' | 'config_purchase'; description: string; quantity: number; unitPriceCents: number; amountCents: number }[]
+  totalCents: number
+  status: 'issued'
+  issuedAt: Date
+}
+
+export async function listInvoices(
+  sql: Db,
+  userId: string,
+  page: { limit: number; before: Date | undefined },
+): Promise<InvoiceRow[]> {
+  return sql<InvoiceRow[]>`
+    select i.id, i.number, i.participant_id as "participantId", i.subscription_id as "subscriptionId",
+      i.period_start as "periodStart", i.period_end as "periodEnd", i.total_cents as "totalCents", i.status,
+      i.issued_at as "issuedAt",
+      (
+        select json_agg(json_build_object(
+          'kind', l.kind, 'description', l.description, 'quantity', l.quantity,
+          'unitPriceCents', l.unit_price_cents, 'amountCents', l.amount_cents
+        ) order by l.line_number)
+        from invoice_lines l where l.invoice_id = i.id
+      ) as lines
+    from invoices i
+    where i.user_id = ${userId} and (${page.before ?? null}::timestamptz is null or i.issued_at < ${page.before ?? null})
+    order by i.issued_at desc, i.number desc
+    limit ${page.limit}
+  `
+}

@@ -1,0 +1,45 @@
+/** Counting usage events into their period, exactly once each, and recording the 80 % and 100 % thresholds. */
+import { Type, type Static } from '@sinclair/typebox'
+import type { Sql } from '../db.ts'
+import { ensurePeriods } from '../billing/subscriptions/store.ts'
+
+export const UsageEvent = Type.Object({
+  eventId: Type.String({ format: 'uuid' }),
+  subscriptionId: Type.String({ format: 'uuid' }),
+  periodIndex: Type.Integer({ minimum: 0 }),
+  occurredAt: Type.String({ format: 'date-time' }),
+})
+export type UsageEvent = Static<typeof UsageEvent>
+
+export const thresholds = [80, 100] as const
+
+/** Counts the event unless it was counted before; returns the thresholds it crossed. */
+export async function countUsage(sql: Sql, event: UsageEvent, at: Date): Promise<{ counted: boolean; crossed: number[] }> {
+  return sql.begin(async tx => {
+    await ensurePeriods(tx, new Date(event.occurredAt), event.subscriptionId)
+    const inserted = await tx`
+      insert into usage_events (id, subscription_id, period_index, occurred_at, counted_at)
+      values (${event.eventId}, ${event.subscriptionId}, ${event.periodIndex}, ${event.occurredAt}, ${at})
+      on conflict (id) do nothing
+      returning 1
+    `
+    if (inserted.length === 0) return { counted: false, crossed: [] }
+    const [period] = await tx<{ calls: number; included: number }[]>`
+      update subscription_periods set proxy_calls = proxy_calls + 1
+      where subscription_id = ${event.subscriptionId} and period_index = ${event.periodIndex}
+      returning proxy_calls as calls, included_proxy_calls as included
+    `
+    const crossed = thresholds.filter(percent => {
+      const limit = Math.ceil((period!.included * percent) / 100)
+      return period!.included > 0 && period!.calls >= limit && period!.calls - 1 < limit
+    })
+    for (const percent of crossed) {
+      await tx`
+        insert into usage_thresholds (subscription_id, period_index, percent, reached_at)
+        values (${event.subscriptionId}, ${event.periodIndex}, ${percent}, ${at})
+        on conflict do nothing
+      `
+    }
+    return { counted: true, crossed }
+  })
+}

@@ -1,0 +1,35 @@
+/** The live count of a period's proxy calls in Redis, so a call's response shows usage including itself. */
+import { defineScript, type Redis } from '../redis.ts'
+import type { Keys } from '../keys.ts'
+
+// KEYS[1] the period's counter, KEYS[2] the event's marker; ARGV seed (calls Postgres had counted), ttl ms.
+// An event bumps the counter once, however often it is offered; a counter Redis lost restarts from the seed.
+const bump = defineScript(`
+if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) == false then
+  return tonumber(redis.call('GET', KEYS[1]) or ARGV[1])
+end
+local calls = redis.call('INCR', KEYS[1])
+if calls == 1 then calls = redis.call('INCRBY', KEYS[1], tonumber(ARGV[1])) end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return calls`)
+
+export async function countLive(
+  { redis, keys }: { redis: Redis; keys: Keys },
+  event: { eventId: string; subscriptionId: string; periodIndex: number; seed: number; ttlMs: number },
+): Promise<number> {
+  return (await bump(
+    redis,
+    [keys.usage(event.subscriptionId, event.periodIndex).calls, keys.usageEvent(event.eventId)],
+    [event.seed, event.ttlMs],
+  )) as number
+}
+
+/** The live counts of several periods (null where Redis has none). */
+export async function liveCounts(
+  { redis, keys }: { redis: Redis; keys: Keys },
+  periods: { subscriptionId: string; periodIndex: number }[],
+): Promise<(number | null)[]> {
+  if (periods.length === 0) return []
+  const values = await redis.mget(...periods.map(p => keys.usage(p.subscriptionId, p.periodIndex).calls))
+  return values.map(value => (value === null ? null : Number(value)))
+}

@@ -1,0 +1,75 @@
+/** A proxy call: check the subscription and connection, build the upstream request under the rules, forward, meter. */
+import type { Deps } from '../deps.ts'
+import { errors } from '../errors.ts'
+import type { AgentPrincipal } from '../auth/principal.ts'
+import { activeSubscription } from '../billing/subscriptions/store.ts'
+import { findSealedConnection } from '../connections/store.ts'
+import { openCredential } from '../connections/credential-box.ts'
+import { upstreamRefusal } from '../connections/address-policy.ts'
+import { meterCall, type Usage } from '../metering/meter.ts'
+import { forward } from './forward.ts'
+import type { ProxyCall } from './schema.ts'
+
+export interface ProxyResult {
+  status: number
+  headers: { 'content-type': string | null }
+  body: unknown
+  usage: Usage
+}
+
+export async function proxyCall(deps: Deps, agent: AgentPrincipal, call: ProxyCall, eventId: string): Promise<ProxyResult> {
+  const { sql, config, clock } = deps
+  const subscription = await activeSubscription(sql, call.userId, agent.participantId)
+  if (!subscription) throw errors.notSubscribed()
+  const connection = await findSealedConnection(sql, call.userId, call.provider)
+  if (!connection) throw errors.connectionNotFound()
+
+  const url = upstreamUrl(connection.baseUrl, call.path, call.query)
+  // Checked again at every call: what a name resolves to can change after the connection was made.
+  const refusal = await upstreamRefusal(url, config.proxyAllowedHosts)
+  if (refusal === 'unresolvable') throw errors.upstreamUnreachable()
+  if (refusal) throw errors.upstreamRefused()
+
+  const headers = allowedHeaders(call.headers ?? {})
+  let body: string | undefined
+  if (call.body !== undefined && call.method !== 'GET' && call.method !== 'HEAD') {
+    body = typeof call.body === 'string' ? call.body : JSON.stringify(call.body)
+    if (typeof call.body !== 'string' && !headers['content-type']) headers['content-type'] = 'application/json'
+  }
+  headers.authorization = `Bearer ${openCredential(config.connectionsKey!, connection.credential, connection.id)}`
+
+  const occurredAt = clock.now()
+  const response = await forward({ url, method: call.method, headers, body })
+  const usage = await meterCall(deps, { eventId, subscription, occurredAt })
+  return { status: response.status, headers: { 'content-type': response.contentType }, body: response.body, usage }
+}
+
+/** The base URL with the path appended; the path may not leave the base's origin or path. */
+function upstreamUrl(base: string, path: string, query: ProxyCall['query']): URL {
+  const baseUrl = new URL(base)
+  const basePath = baseUrl.pathname.replace(/\/+$/, '')
+  let url: URL
+  try {
+    url = new URL(basePath + path, baseUrl.origin)
+  } catch {
+    throw errors.field('/path', 'is not a valid path')
+  }
+  if (url.origin !== baseUrl.origin || !(url.pathname === basePath || url.pathname.startsWith(`${basePath}/`))) {
+    throw errors.field('/path', 'must stay under the connection’s base URL')
+  }
+  for (const [name, value] of Object.entries(query ?? {})) url.searchParams.append(name, String(value))
+  return url
+}
+
+function allowedHeaders(headers: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = {}
+  for (const [rawName, value] of Object.entries(headers)) {
+    const name = rawName.toLowerCase()
+    if (!(name === 'content-type' || name === 'accept' || /^x-[a-z0-9-]+$/.test(name))) {
+      throw errors.field(`/headers/${rawName}`, 'only content-type, accept and x-* headers may be sent')
+    }
+    if (/[\r\n\0]/.test(value)) throw errors.field(`/headers/${rawName}`, 'must not contain line breaks')
+    out[name] = value
+  }
+  return out
+}

@@ -1,0 +1,49 @@
+/** POST /v1/agent/proxy-call: an agent acts on a subscriber's connected account; every call that reaches the upstream is metered. */
+import { createHash, randomUUID } from 'node:crypto'
+import { Elysia } from 'elysia'
+import type { Deps } from '../deps.ts'
+import { Ok, failures, ok } from '../http/schema.ts'
+import type { AuthPlugin } from '../auth/plugin.ts'
+import { principalSubject } from '../auth/principal.ts'
+import { IdempotencyHeaders, commandIdentity, idempotent } from '../idempotency/idempotent.ts'
+import { proxyCall } from './proxy.ts'
+import { ProxyCall, ProxyResult } from './schema.ts'
+
+/** A stable UUID from a longer id, so a retried call is the same usage event. */
+function uuidFrom(id: string): string {
+  const h = createHash('sha256').update(id).digest('hex')
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-4${h.slice(13, 16)}-8${h.slice(17, 20)}-${h.slice(20, 32)}`
+}
+
+export function proxyCallRoutes(deps: Deps, auth: AuthPlugin) {
+  return new Elysia({ tags: ['agent'] }).use(auth).post(
+    '/v1/agent/proxy-call',
+    async ({ agent, body, headers, set }) => {
+      const request = {
+        subject: principalSubject(agent),
+        key: headers['idempotency-key'],
+        method: 'POST',
+        path: '/v1/agent/proxy-call',
+        body,
+      }
+      const { commandId } = commandIdentity(request)
+      const eventId = commandId ? uuidFrom(commandId) : randomUUID()
+      const call = async () => ({ status: 200, body: ok(await proxyCall(deps, agent, body, eventId)) })
+      // Without a key nothing needs recording, so no transaction is held open across the upstream call.
+      const outcome = request.key ? await idempotent(deps, request, call) : await call()
+      set.status = outcome.status
+      return outcome.body as { success: true; data: typeof ProxyResult.static }
+    },
+    {
+      agent: true,
+      body: ProxyCall,
+      headers: IdempotencyHeaders,
+      response: { 200: Ok(ProxyResult), ...failures(400, 401, 403, 404, 409, 502, 503, 504) },
+      detail: {
+        operationId: 'proxyCall',
+        summary:
+          'Call a subscriber’s connected account with its stored credential (10 s limit, 1 MiB response cap); metered; honours Idempotency-Key',
+      },
+    },
+  )
+}

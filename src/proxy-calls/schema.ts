@@ -1,0 +1,39 @@
+/** Wire schemas of proxy calls. */
+import { t } from 'elysia'
+import { Int, Uuid } from '../http/schema.ts'
+
+export const ProxyCall = t.Object(
+  {
+    userId: Uuid,
+    provider: t.String({ pattern: '^[a-z0-9][a-z0-9_.-]{0,63}$' }),
+    method: t.Union([
+      t.Literal('GET'),
+      t.Literal('POST'),
+      t.Literal('PUT'),
+      t.Literal('PATCH'),
+      t.Literal('DELETE'),
+      t.Literal('HEAD'),
+    ]),
+    path: t.String({ pattern: '^/', maxLength: 2048, description: 'Appended to the connection’s base URL' }),
+    query: t.Optional(t.Record(t.String(), t.Union([t.String(), t.Number(), t.Boolean()]))),
+    headers: t.Optional(
+      t.Record(t.String(), t.String({ maxLength: 4096 }), { description: 'Only content-type, accept and x-* headers' }),
+    ),
+    body: t.Optional(t.Unknown({ description: 'A string is sent as is; anything else as JSON' })),
+  },
+  { additionalProperties: false },
+)
+export type ProxyCall = typeof ProxyCall.static
+
+export const Usage = t.Object({
+  periodCalls: Int({ description: 'Calls in the current period, this one included' }),
+  includedProxyCalls: Int(),
+  overageCalls: Int(),
+})
+
+export const ProxyResult = t.Object({
+  status: Int({ description: 'The upstream’s status, not ours' }),
+  headers: t.Object({ 'content-type': t.Union([t.String(), t.Null()]) }),
+  body: t.Unknown(),
+  usage: Usage,
+})

@@ -1,0 +1,12 @@
+/** The invoices queue: a repeatable run (and on-demand runs at a given time) issuing invoices for ended periods. */
+import { UnrecoverableError, type Job } from 'bullmq'
+import type { Deps } from '../src/deps.ts'
+import { runInvoices } from '../src/invoices/run.ts'
+
+export function invoiceProcessor({ sql, log, clock, queues }: Deps) {
+  return async (job: Job) => {
+    const at = typeof job.data?.at === 'string' ? new Date(job.data.at) : clock.now()
+    if (Number.isNaN(at.getTime())) throw new UnrecoverableError('invoice run with a bad time')
+    return runInvoices({ sql, log, metering: queues.metering }, at)
+  }
+}
