@@ -101,15 +101,17 @@ create table config_purchases (
 );
 create index config_purchases_by_user on config_purchases (user_id, purchased_at desc);
 
--- Idempotency-Key records: the response is stored in the same transaction as the effect, so a
--- replay returns exactly what the first call did and nothing happens twice.
+-- Idempotency-Key records: a replay returns exactly what the first call did and nothing happens
+-- twice. For effects in Postgres the response is stored in the effect's transaction; for commands
+-- applied by actors the key is reserved first (response_status null) and completed after.
 create table idempotency_keys (
   subject text not null,
   key text not null check (length(key) between 1 and 255),
   request_hash bytea not null,
-  response_status integer not null,
-  response_body jsonb not null,
+  response_status integer,
+  response_body jsonb,
   created_at timestamptz not null,
-  primary key (subject, key)
+  primary key (subject, key),
+  check ((response_status is null) = (response_body is null))
 );
 create index idempotency_keys_by_age on idempotency_keys (created_at);

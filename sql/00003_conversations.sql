@@ -8,12 +8,23 @@
 create table actor_applied (
   actor text not null,
   command_id text not null,
+  -- the mailbox entry that carried it: only a redelivery of that same entry may project it again
+  entry_id text not null,
   request_hash bytea,
   result jsonb not null,
   applied_at timestamptz not null,
   primary key (actor, command_id)
 );
 create index actor_applied_by_age on actor_applied (applied_at);
+
+-- The fencing token of the runtime that last applied a command of each actor: a holder whose lease
+-- ran out (a long pause) is refused here, inside the transaction, once another has taken over. Also
+-- the time of the last command, so an actor's clock never runs backwards across runtimes.
+create table actor_fences (
+  actor text primary key,
+  token bigint not null,
+  last_at timestamptz not null
+);
 
 create table messages (
   -- apply order: an agent's commands are applied one at a time, so seq orders its messages

@@ -3,6 +3,7 @@ import { Elysia } from 'elysia'
 import { openapi } from '@elysiajs/openapi'
 import type { Deps } from './deps.ts'
 import { httpErrors } from './http/error-handler.ts'
+import { registerFormats } from './http/formats.ts'
 import { authPlugin } from './auth/plugin.ts'
 import { authRoutes } from './auth/routes.ts'
 import { participantRoutes } from './participants/routes.ts'
@@ -17,6 +18,7 @@ import { proxyCallRoutes } from './proxy-calls/routes.ts'
 import { invoiceRoutes } from './invoices/routes.ts'
 
 export function createApp(deps: Deps) {
+  registerFormats()
   const auth = authPlugin(deps.authenticator)
   // Unknown fields are refused (400), not silently dropped: a typo should not look like success.
   return new Elysia({ normalize: false })

@@ -6,16 +6,35 @@ export interface Clock {
 
 export const systemClock: Clock = { now: () => new Date() }
 
-/** A clock that runs with real time but can be moved forward (or set) by tests. */
-export function adjustableClock(): Clock & { advance(ms: number): void; set(at: Date): void } {
+export interface AdjustableClock extends Clock {
+  advance(ms: number): void
+  /** Jumps to `at` and runs on from there. */
+  set(at: Date): void
+  /** Stops at `at` until the next set, advance or resume. */
+  freeze(at: Date): void
+  resume(): void
+}
+
+/** A clock that runs with real time but can be moved, or stopped, by tests. */
+export function adjustableClock(): AdjustableClock {
   let offset = 0
+  let frozen: number | null = null
   return {
-    now: () => new Date(Date.now() + offset),
+    now: () => new Date(frozen ?? Date.now() + offset),
     advance: ms => {
-      offset += ms
+      if (frozen !== null) frozen += ms
+      else offset += ms
     },
     set: at => {
+      frozen = null
       offset = at.getTime() - Date.now()
+    },
+    freeze: at => {
+      frozen = at.getTime()
+    },
+    resume: () => {
+      if (frozen !== null) offset = frozen - Date.now()
+      frozen = null
     },
   }
 }

@@ -56,7 +56,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache)
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
   const dispatcher = await createDispatcher({ redis, pubsub, keys })
-  const inboxes = await createInboxReader({ redis, keys, pubsub, dispatcher })
+  const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock })
   const queues = createQueues(config, keys, log)
 
   return {

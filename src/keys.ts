@@ -17,7 +17,10 @@ export function createKeys(prefix: string) {
     actor: (actor: string) => ({
       mailbox: `${prefix}{actor:${actor}}:mailbox`,
       lease: `${prefix}{actor:${actor}}:lease`,
+      fence: `${prefix}{actor:${actor}}:fence`,
+      dead: `${prefix}{actor:${actor}}:dead`,
     }),
+    mailboxPattern: `${prefix}{actor:*}:mailbox`,
     actorsReady: `${prefix}actors:ready`,
     usage: (subscriptionId: string, periodIndex: number) => ({
       calls: `${prefix}usage:${subscriptionId}:${periodIndex}`,

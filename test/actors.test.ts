@@ -9,6 +9,9 @@ import { createTestContext, type TestContext } from './helpers/context.ts'
 let ctx: TestContext
 const runtimes: ActorRuntime[] = []
 let failOnce = new Set<string>()
+// command id -> failures left; the error looks like a lost database connection
+const outages = new Map<string, number>()
+const projected: string[] = []
 
 // A toy kind: each 'append' inserts a row; the result is the running count for that actor.
 const kinds: ActorKinds = {
@@ -16,9 +19,22 @@ const kinds: ActorKinds = {
     append: {
       async apply(tx, payload: { n: number }, { id, commandId }) {
         if (failOnce.delete(commandId)) throw new Error('transient failure')
+        const left = outages.get(commandId) ?? 0
+        if (left > 0) {
+          outages.set(commandId, left - 1)
+          throw Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })
+        }
         await tx`insert into actor_log (actor, n) values (${id}, ${payload.n})`
         const [row] = await tx<{ count: number }[]>`select count(*)::int as count from actor_log where actor = ${id}`
         return { count: row!.count }
+      },
+      async project(_result, payload: { n: number }, { id }) {
+        projected.push(`${id}:${payload.n}`)
+      },
+    },
+    poison: {
+      async apply() {
+        throw new Error('a bug in the handler')
       },
     },
   },
@@ -62,6 +78,82 @@ describe('actor runtime', () => {
     const order = await appended(actor)
     expect(order.length).toBe(51)
     expect(new Set(order).size).toBe(51)
+    await r.stop()
+  })
+
+  test('commands sent one after another are applied in exactly that order', async () => {
+    const r = await runtime()
+    const actor = randomUUID()
+    for (let n = 0; n < 40; n++) await ctx.deps.dispatcher.tell(`log:${actor}`, 'append', { n })
+    await until(async () => (await appended(actor)).length === 40)
+    expect(await appended(actor)).toEqual(Array.from({ length: 40 }, (_, n) => n))
+    await r.stop()
+  })
+
+  test('an outage longer than the retry budget loses nothing: the command waits and is applied once', async () => {
+    const r = await runtime()
+    const actor = randomUUID()
+    outages.set('during-outage', 8)
+    const answer = ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 1 }, { commandId: 'during-outage', timeoutMs: 25_000 })
+    await ctx.deps.dispatcher.tell(`log:${actor}`, 'append', { n: 2 })
+    expect(await answer).toEqual({ count: 1 })
+    await until(async () => (await appended(actor)).length === 2)
+    expect(await appended(actor)).toEqual([1, 2])
+    expect(await ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${actor}`).dead)).toBe(0)
+    await r.stop()
+  }, 30_000)
+
+  test('a command that always fails goes to the dead-letter stream and the actor goes on', async () => {
+    const r = await runtime()
+    const actor = randomUUID()
+    const failed = await ctx.deps.dispatcher.ask(`log:${actor}`, 'poison', {}, { timeoutMs: 20_000 }).catch(e => e)
+    expect((failed as AppError).code).toBe('unavailable')
+    expect(await ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 5 })).toEqual({ count: 1 })
+    const dead = await ctx.deps.redis.xrange(ctx.deps.keys.actor(`log:${actor}`).dead, '-', '+')
+    expect(dead.length).toBe(1)
+    expect(dead[0]![1]).toContain('poison')
+    await r.stop()
+  }, 30_000)
+
+  test('stopping under a backlog hands the unfinished actors on: a new runtime applies everything', async () => {
+    const r1 = await runtime({ concurrency: 2 })
+    const actors = Array.from({ length: 10 }, () => randomUUID())
+    for (const actor of actors) for (let n = 0; n < 5; n++) await ctx.deps.dispatcher.tell(`log:${actor}`, 'append', { n })
+    await r1.stop()
+    const r2 = await runtime()
+    for (const actor of actors) {
+      await until(async () => (await appended(actor)).length === 5)
+      expect(await appended(actor)).toEqual([0, 1, 2, 3, 4])
+    }
+    await r2.stop()
+  })
+
+  test('a repeat of an old command id sent later is answered but not projected again over newer state', async () => {
+    const r = await runtime()
+    const actor = randomUUID()
+    await ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 1 }, { commandId: 'first' })
+    await ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 2 })
+    const before = projected.filter(p => p.startsWith(actor)).length
+    expect(await ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 1 }, { commandId: 'first' })).toEqual({ count: 1 })
+    expect(projected.filter(p => p.startsWith(actor)).length).toBe(before)
+    expect(await appended(actor)).toEqual([1, 2])
+    await r.stop()
+  })
+
+  test('the runtime recovers when Redis loses the hint stream and its group', async () => {
+    const r = await runtime()
+    await ctx.deps.redis.del(ctx.deps.keys.actorsReady)
+    const actor = randomUUID()
+    expect(await ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 3 }, { timeoutMs: 10_000 })).toEqual({ count: 1 })
+    await r.stop()
+  })
+
+  test('mail whose hint was lost is found by the sweep', async () => {
+    const r = await runtime({ sweepEveryMs: 300 })
+    const actor = randomUUID()
+    await ctx.deps.redis.xadd(ctx.deps.keys.actor(`log:${actor}`).mailbox, '*', 'type', 'append', 'payload', '{"n":9}', 'command', 'c1', 'hash', '', 'reply', '', 'ask', '')
+    await until(async () => (await appended(actor)).length === 1)
+    expect(await appended(actor)).toEqual([9])
     await r.stop()
   })
 

@@ -20,8 +20,7 @@ export interface Dispatcher {
   close(): Promise<void>
 }
 
-// Hints are trimmed only past this backlog; a mailbox whose hint was trimmed is still drained by the
-// runtime's recheck after its next command.
+// Hints are trimmed only past this backlog; a mailbox whose hint was trimmed is found by the runtimes' sweep.
 const readyMaxLength = 1_000_000
 
 export async function createDispatcher(options: {
@@ -53,11 +52,10 @@ export async function createDispatcher(options: {
       'reply', ask ? replyChannel : '',
       'ask', ask,
     ]
-    await redis
-      .multi()
-      .xadd(keys.actor(actor).mailbox, '*', ...fields)
-      .xadd(keys.actorsReady, 'MAXLEN', '~', readyMaxLength, '*', 'actor', actor)
-      .exec()
+    // Two commands, not one transaction: the keys live in different Redis Cluster slots. The mailbox
+    // goes first; should the hint be lost, the runtimes' sweep still finds the mail.
+    await redis.xadd(keys.actor(actor).mailbox, '*', ...fields)
+    await redis.xadd(keys.actorsReady, 'MAXLEN', '~', readyMaxLength, '*', 'actor', actor)
     return commandId
   }
 
@@ -74,10 +72,12 @@ export async function createDispatcher(options: {
         waiting.set(ask, {
           resolve: value => {
             clearTimeout(timer)
+            waiting.delete(ask)
             resolve(value as Result)
           },
           reject: error => {
             clearTimeout(timer)
+            waiting.delete(ask)
             reject(error)
           },
         })

@@ -1,14 +1,15 @@
 /**
  * The actor runtime: finds actors with mail through a shared hint stream, holds each one through a
- * renewed lease, and applies its commands one at a time, in order, exactly once in effect.
+ * renewed, fenced lease, and applies its commands one at a time, in order, exactly once in effect.
  */
 import { randomUUID } from 'node:crypto'
-import type { Sql } from '../db.ts'
-import { defineScript, type Redis } from '../redis.ts'
+import { isConnectionError, type Sql } from '../db.ts'
+import { isRedisUnavailable, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
 import { errorFields, type Log } from '../log.ts'
-import { appliedCommand, claimCommand, recordResult } from './store.ts'
+import { appliedCommand, claimCommand, enterFence, recordResult } from './store.ts'
+import { acquireLease, raiseFence, releaseLease, renewLease } from './lease.ts'
 import { isRefusal, type ActorKinds, type CommandContext } from './types.ts'
 
 export interface ActorRuntimeOptions {
@@ -24,13 +25,15 @@ export interface ActorRuntimeOptions {
   claimIdleMs?: number
   /** Actors drained at once by this runtime. */
   concurrency?: number
+  /** How often mailboxes are swept for mail whose hint was lost. */
+  sweepEveryMs?: number
   /** Test seam: runs after a command's effect and projection, before it is acknowledged. */
   beforeAck?: (actor: string, commandId: string) => Promise<void> | void
 }
 
 export interface ActorRuntime {
   readonly id: string
-  /** Stops taking work, lets running commands finish, releases leases. */
+  /** Stops taking work, lets running commands finish, releases leases, hands unfinished actors on. */
   stop(): Promise<void>
   /** Stops dead, like a killed process: no release, no acknowledgement (for tests). */
   abandon(): void
@@ -41,21 +44,24 @@ const mailboxGroup = 'actor'
 // One consumer name for every holder: the next holder of an actor reads what the last one left unacknowledged.
 const mailboxConsumer = 'holder'
 const batch = 64
+// A command that fails this often for a reason other than an outage goes to the dead-letter stream.
 const maxAttempts = 5
 
-const renewLease = defineScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0`)
-const releaseLease = defineScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0`)
+type Entry = [id: string, fields: string[] | null]
+type Drain = 'drained' | 'held' | 'interrupted'
 
-type Entry = [id: string, fields: string[]]
+/** Another holder took the actor over while this one was paused; stop at once. */
+class FencedOut extends Error {}
+
+function transient(error: unknown): boolean {
+  const code = (error as { code?: string } | null)?.code
+  return isConnectionError(error) || isRedisUnavailable(error) || code === '40001' || code === '40P01'
+}
 
 export async function startActorRuntime(options: ActorRuntimeOptions): Promise<ActorRuntime> {
   const { sql, redis, keys, kinds, clock, log } = options
   const leaseMs = options.leaseMs ?? 10_000
-  const claimIdleMs = options.claimIdleMs ?? leaseMs * 3
+  const claimIdleMs = options.claimIdleMs ?? leaseMs + 5000
   const concurrency = options.concurrency ?? 64
   const id = randomUUID()
   const blocking = redis.duplicate()
@@ -64,109 +70,135 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   let abandoned = false
   const active = new Set<string>()
   const again = new Set<string>()
-  const hints = new Map<string, string[]>()
+  const hints = new Map<string, Set<string>>()
   const attempts = new Map<string, number>()
+  const failures = new Map<string, number>()
   const drains = new Set<Promise<void>>()
   const timers = new Set<ReturnType<typeof setTimeout>>()
   let slots = concurrency
   const queue: (() => void)[] = []
 
-  await redis.xgroup('CREATE', keys.actorsReady, hintGroup, '0', 'MKSTREAM').catch(ignoreBusyGroup)
+  const ensureHintGroup = () => redis.xgroup('CREATE', keys.actorsReady, hintGroup, '0', 'MKSTREAM').catch(ignoreBusyGroup)
+  await ensureHintGroup()
 
-  const acquireSlot = () =>
-    slots > 0 ? (slots--, Promise.resolve()) : new Promise<void>(resolve => queue.push(resolve))
+  const acquireSlot = () => (slots > 0 ? (slots--, Promise.resolve()) : new Promise<void>(resolve => queue.push(resolve)))
   const releaseSlot = () => {
     const next = queue.shift()
     if (next) next()
     else slots++
   }
+  const later = (ms: number, fn: () => void) => {
+    const timer = setTimeout(() => {
+      timers.delete(timer)
+      fn()
+    }, ms)
+    timers.add(timer)
+  }
+  const keep = (actor: string, ids: string[]) => {
+    const set = hints.get(actor) ?? new Set<string>()
+    for (const hintId of ids) set.add(hintId)
+    hints.set(actor, set)
+  }
 
   const hint = (actor: string, hintId: string | null) => {
     if (!running) return
-    if (hintId) hints.set(actor, [...(hints.get(actor) ?? []), hintId])
+    if (hintId) keep(actor, [hintId])
     if (active.has(actor)) {
       again.add(actor)
       return
     }
     active.add(actor)
     const run = (async () => {
-      const taken = hints.get(actor) ?? []
-      hints.delete(actor)
       await acquireSlot()
-      const retry = (ms: number) => {
-        hints.set(actor, [...taken, ...(hints.get(actor) ?? [])])
-        const timer = setTimeout(() => {
-          timers.delete(timer)
-          hint(actor, null)
-        }, ms)
-        timers.add(timer)
-      }
+      const taken = [...(hints.get(actor) ?? [])]
+      hints.delete(actor)
+      let outcome: Drain | 'failed'
       try {
-        if (await drain(actor)) {
-          if (taken.length > 0 && !abandoned) await redis.xack(keys.actorsReady, hintGroup, ...taken)
-        } else if (running) {
-          // Held elsewhere. A live holder looks at the mailbox again after releasing; a dead one never
-          // will, so keep the hints and try again once its lease could have run out.
-          retry(leaseMs / 2)
-        }
+        outcome = running ? await drain(actor) : 'interrupted'
       } catch (error) {
-        if (!running) return
-        // Transient (the database or Redis is away): keep the hints and try the actor again shortly.
-        log.warn('actor drain failed; retrying', { actor, ...errorFields(error) })
-        retry(500)
+        outcome = 'failed'
+        if (running) log.warn('actor drain failed; retrying', { actor, ...errorFields(error) })
       } finally {
         releaseSlot()
-        active.delete(actor)
-        if (again.delete(actor)) hint(actor, null)
+      }
+      active.delete(actor)
+      if (abandoned) return
+      try {
+        if (outcome === 'drained') {
+          failures.delete(actor)
+          if (taken.length > 0) await redis.xack(keys.actorsReady, hintGroup, ...taken)
+          if (again.delete(actor)) hint(actor, null)
+        } else if (outcome === 'interrupted') {
+          // Stopping, or the lease moved on: leave a fresh hint so whoever runs next looks at it.
+          await redis.xadd(keys.actorsReady, '*', 'actor', actor)
+          if (taken.length > 0) await redis.xack(keys.actorsReady, hintGroup, ...taken)
+        } else {
+          // Held elsewhere (a dead holder never rechecks) or failing (an outage): keep the hints, retry later.
+          keep(actor, taken)
+          again.delete(actor)
+          const failed = outcome === 'failed' ? (failures.get(actor) ?? 0) + 1 : 0
+          if (failed > 0) failures.set(actor, failed)
+          const delay = failed > 0 ? Math.min(30_000, 250 * 2 ** Math.min(failed, 7)) : leaseMs / 2
+          later(delay, () => hint(actor, null))
+        }
+      } catch (error) {
+        keep(actor, taken)
+        log.warn('actor hint bookkeeping failed', { actor, ...errorFields(error) })
+        later(1000, () => hint(actor, null))
       }
     })()
     drains.add(run)
     void run.finally(() => drains.delete(run))
   }
 
-  /** Applies the actor's mail until its mailbox is empty; false when another runtime holds the actor. */
-  const drain = async (actor: string): Promise<boolean> => {
-    const { lease, mailbox } = keys.actor(actor)
+  /** Applies the actor's mail until its mailbox is empty. */
+  const drain = async (actor: string): Promise<Drain> => {
+    const { mailbox } = keys.actor(actor)
     for (let round = 0; ; round++) {
-      const taken = await redis.set(lease, id, 'PX', leaseMs, 'NX')
-      if (taken !== 'OK') return round > 0
+      const token = await acquireLease({ redis, keys }, actor, id, leaseMs)
+      // Someone holds it. Another runtime looks at the mailbox again when it lets go.
+      if (token === null) return round === 0 ? 'held' : 'drained'
       let lost = false
       const renewal = setInterval(() => {
         if (abandoned) return clearInterval(renewal)
-        renewLease(redis, [lease], [id, leaseMs]).then(
+        renewLease({ redis, keys }, actor, id, leaseMs).then(
           renewed => {
-            if (renewed !== 1) lost = true
+            if (!renewed) lost = true
           },
           () => {
             lost = true
           },
         )
       }, leaseMs / 3)
+      let finished: boolean
       try {
-        await applyMailbox(actor, mailbox, () => lost || !running)
+        finished = await applyMailbox(actor, mailbox, token, () => lost || !running)
+      } catch (error) {
+        if (!(error instanceof FencedOut)) throw error
+        finished = false
       } finally {
         clearInterval(renewal)
-        if (!abandoned) await releaseLease(redis, [lease], [id]).catch(() => {})
+        if (!abandoned) await releaseLease({ redis, keys }, actor, id).catch(() => {})
       }
-      if (lost || !running || abandoned) return true
-      if ((await redis.xlen(mailbox)) === 0) return true
+      if (!finished || lost) return 'interrupted'
+      if ((await redis.xlen(mailbox)) === 0) return 'drained'
     }
   }
 
-  const applyMailbox = async (actor: string, mailbox: string, stopped: () => boolean) => {
+  /** True when the mailbox was read empty; false when stopped part way. */
+  const applyMailbox = async (actor: string, mailbox: string, token: number, stopped: () => boolean) => {
     await redis.xgroup('CREATE', mailbox, mailboxGroup, '0', 'MKSTREAM').catch(ignoreBusyGroup)
     for (;;) {
+      if (stopped()) return false
       // First what a previous holder read and never acknowledged (it may have died mid-command), then new mail.
-      let redelivered = true
       let entries = await readMailbox(mailbox, '0')
-      if (entries.length === 0) {
-        redelivered = false
-        entries = await readMailbox(mailbox, '>')
-      }
-      if (entries.length === 0) return
+      if (entries.length === 0) entries = await readMailbox(mailbox, '>')
+      if (entries.length === 0) return true
       for (const [entryId, fields] of entries) {
-        if (stopped()) return
-        await applyEntry(actor, mailbox, entryId, fields, redelivered)
+        if (stopped()) return false
+        // Entries deleted while pending come back without fields: they were finished already.
+        if (fields === null) await redis.xack(mailbox, mailboxGroup, entryId)
+        else await applyEntry(actor, mailbox, entryId, fields, token)
       }
     }
   }
@@ -175,46 +207,54 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     const result = (await redis.xreadgroup(
       'GROUP', mailboxGroup, mailboxConsumer, 'COUNT', batch, 'STREAMS', mailbox, from,
     )) as [string, Entry[]][] | null
-    // Entries deleted while pending come back with null fields; they were finished already.
-    return (result?.[0]?.[1] ?? []).filter(([, fields]) => fields !== null)
+    return result?.[0]?.[1] ?? []
   }
 
-  const applyEntry = async (actor: string, mailbox: string, entryId: string, list: string[], redelivered: boolean) => {
+  const applyEntry = async (actor: string, mailbox: string, entryId: string, list: string[], token: number) => {
     const fields = toRecord(list)
     const kind = actor.slice(0, actor.indexOf(':'))
     const handler = kinds[kind]?.[fields.type ?? '']
-    const context: CommandContext = { actor, id: actor.slice(kind.length + 1), commandId: fields.command ?? entryId, at: clock.now() }
-    let outcome: { result: unknown; fresh: boolean } | undefined
+    const commandId = fields.command || entryId
+    const attemptKey = `${actor} ${entryId}`
+    let outcome: { result: unknown; project: boolean; context: CommandContext; payload: unknown } | undefined
     try {
       if (!handler) throw new Error(`no handler for ${kind} command ${fields.type}`)
       const payload = JSON.parse(fields.payload ?? 'null')
       const requestHash = fields.hash ? Buffer.from(fields.hash, 'hex') : null
       outcome = await sql.begin(async tx => {
-        if (await claimCommand(tx, { actor, commandId: context.commandId, requestHash, at: context.at })) {
+        const fence = await enterFence(tx, actor, token, clock.now())
+        if ('newest' in fence) {
+          await raiseFence({ redis, keys }, actor, fence.newest)
+          throw new FencedOut()
+        }
+        const context: CommandContext = { actor, id: actor.slice(kind.length + 1), commandId, at: fence.at }
+        if (await claimCommand(tx, { actor, commandId, entryId, requestHash, at: fence.at })) {
           const result = await handler.apply(tx, payload, context)
-          await recordResult(tx, actor, context.commandId, result)
-          return { result, fresh: true }
+          await recordResult(tx, actor, commandId, result)
+          return { result, project: true, context, payload }
         }
-        const previous = await appliedCommand(tx, actor, context.commandId)
+        const previous = await appliedCommand(tx, actor, commandId)
         if (requestHash && previous?.requestHash && !previous.requestHash.equals(requestHash)) {
-          return { result: { refused: 'idempotency_key_reused' }, fresh: false }
+          return { result: { refused: 'idempotency_key_reused' }, project: false, context, payload }
         }
-        return { result: previous?.result ?? null, fresh: false }
+        // The same entry again means its holder died before acknowledging: finish its projection. Another
+        // entry with an old command id is a repeat sent later; projecting it would undo newer state.
+        return { result: previous?.result ?? null, project: previous?.entryId === entryId, context, payload }
       })
-      // A repeat sent later (same command id) must not replay an old projection over newer state;
-      // a redelivery after a crash is the newest command of this actor, so its projection is safe.
-      if ((outcome.fresh || redelivered) && !isRefusal(outcome.result)) {
-        await handler.project?.(outcome.result, payload, context)
+      if (outcome.project && !isRefusal(outcome.result)) {
+        await handler.project?.(outcome.result, outcome.payload, outcome.context)
       }
-      attempts.delete(entryId)
+      attempts.delete(attemptKey)
     } catch (error) {
-      const count = (attempts.get(entryId) ?? 0) + 1
-      attempts.set(entryId, count)
+      if (error instanceof FencedOut || transient(error) || !running) throw error
+      const count = (attempts.get(attemptKey) ?? 0) + 1
+      attempts.set(attemptKey, count)
       if (count < maxAttempts) throw error
-      attempts.delete(entryId)
-      log.error('actor command dropped after repeated failures', { actor, type: fields.type, entryId, ...errorFields(error) })
+      attempts.delete(attemptKey)
+      log.error('actor command moved to the dead-letter stream', { actor, type: fields.type, entryId, ...errorFields(error) })
+      await redis.xadd(keys.actor(actor).dead, '*', ...list, 'entry', entryId, 'error', String((error as Error).message))
     }
-    await options.beforeAck?.(actor, context.commandId)
+    await options.beforeAck?.(actor, commandId)
     if (abandoned) return new Promise<never>(() => {})
     if (fields.reply) {
       const reply = outcome ? { ask: fields.ask, result: outcome.result } : { ask: fields.ask, failed: true }
@@ -227,27 +267,30 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     while (running) {
       try {
         const result = (await blocking.xreadgroup(
-          'GROUP', hintGroup, id, 'COUNT', 256, 'BLOCK', 1000, 'STREAMS', keys.actorsReady, '>',
+          'GROUP', hintGroup, id, 'COUNT', Math.max(1, slots), 'BLOCK', 1000, 'STREAMS', keys.actorsReady, '>',
         )) as [string, Entry[]][] | null
         for (const [hintId, fields] of result?.[0]?.[1] ?? []) {
-          const actor = toRecord(fields).actor
+          const actor = fields ? toRecord(fields).actor : undefined
           if (actor) hint(actor, hintId)
         }
       } catch (error) {
         if (!running) return
-        log.warn('actor hint read failed', errorFields(error))
-        await sleep(500)
+        // Redis lost the stream or its group (a restart, a failover): make it again and go on.
+        if (error instanceof Error && error.message.startsWith('NOGROUP')) await ensureHintGroup().catch(() => {})
+        else log.warn('actor hint read failed', errorFields(error))
+        await Bun.sleep(250)
       }
     }
   }
 
   // Hints a dead runtime read but never finished are taken over once they have sat long enough.
+  let claimCursor = '0-0'
   const claimTimer = setInterval(async () => {
     try {
-      const [, entries] = (await redis.xautoclaim(keys.actorsReady, hintGroup, id, claimIdleMs, '0-0', 'COUNT', 256)) as [
-        string,
-        Entry[],
-      ]
+      const [next, entries] = (await redis.xautoclaim(
+        keys.actorsReady, hintGroup, id, claimIdleMs, claimCursor, 'COUNT', 256,
+      )) as [string, Entry[]]
+      claimCursor = next
       for (const [hintId, fields] of entries) {
         const actor = fields ? toRecord(fields).actor : undefined
         if (actor) hint(actor, hintId)
@@ -256,7 +299,24 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     } catch (error) {
       if (running) log.warn('actor hint claim failed', errorFields(error))
     }
-  }, Math.max(250, Math.floor(claimIdleMs / 2)))
+  }, Math.max(250, Math.floor(claimIdleMs / 3)))
+
+  // Mail whose hint was lost (Redis trimmed or lost the hint stream) is found by looking.
+  const sweepTimer = setInterval(async () => {
+    try {
+      let cursor = '0'
+      do {
+        const [next, found] = await redis.scan(cursor, 'MATCH', keys.mailboxPattern, 'COUNT', 1000)
+        cursor = next
+        for (const mailbox of found) {
+          const actor = mailbox.slice(mailbox.indexOf('{actor:') + 7, mailbox.lastIndexOf('}'))
+          if (!active.has(actor) && (await redis.xlen(mailbox)) > 0) hint(actor, null)
+        }
+      } while (cursor !== '0' && running)
+    } catch (error) {
+      if (running) log.warn('actor mailbox sweep failed', errorFields(error))
+    }
+  }, options.sweepEveryMs ?? 30_000)
 
   const reading = readLoop()
 
@@ -266,7 +326,9 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       if (abandoned) return
       running = false
       clearInterval(claimTimer)
+      clearInterval(sweepTimer)
       for (const timer of timers) clearTimeout(timer)
+      for (const release of queue.splice(0)) release()
       blocking.disconnect()
       await reading
       await Promise.allSettled([...drains])
@@ -275,6 +337,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       running = false
       abandoned = true
       clearInterval(claimTimer)
+      clearInterval(sweepTimer)
       for (const timer of timers) clearTimeout(timer)
       blocking.disconnect()
     },
@@ -290,5 +353,3 @@ function toRecord(list: string[]): Record<string, string> {
 function ignoreBusyGroup(error: unknown) {
   if (!(error instanceof Error) || !error.message.startsWith('BUSYGROUP')) throw error
 }
-
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms))

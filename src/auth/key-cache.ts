@@ -45,6 +45,8 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
   const evict = (hex: string) => {
     epoch++
     entries.delete(hex)
+    // A load in flight began before the revocation: later lookups must not join it.
+    pending.delete(hex)
   }
   const unsubscribe = await pubsub.subscribe(channel, evict)
   pubsub.onReconnect(() => {
@@ -86,8 +88,11 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
       } else {
         let inflight = pending.get(hex)
         if (!inflight) {
-          inflight = load(hex, hash).finally(() => pending.delete(hex))
-          pending.set(hex, inflight)
+          const started: Promise<Principal | null> = load(hex, hash).finally(() => {
+            if (pending.get(hex) === started) pending.delete(hex)
+          })
+          inflight = started
+          pending.set(hex, started)
         }
         principal = await inflight
       }

@@ -1,10 +1,9 @@
-/** The agent actor's conversation commands: a user's message, the agent's reply, and an inbox rebuild. */
+/** The agent actor's conversation commands: a user's message and the agent's reply. */
 import type { ActorKind, Refusal } from '../actors/types.ts'
 import type { Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
-import { openRequests } from '../service-requests/store.ts'
-import { putPendingConversation, removePendingConversation, replaceInbox, type AgentInbox } from './inbox.ts'
-import { insertReply, insertUserMessage, pendingConversations } from './store.ts'
+import { putPendingConversation, removePendingConversation } from './inbox.ts'
+import { insertReply, insertUserMessage } from './store.ts'
 
 export interface UserMessage {
   messageId: string
@@ -44,14 +43,6 @@ export function conversationCommands(deps: { redis: Redis; keys: Keys }): ActorK
       },
       async project(result: MessageApplied, _reply, { id }) {
         await removePendingConversation(deps, id, result.userId)
-      },
-    },
-    'inbox.rebuild': {
-      async apply(tx, _payload, { id, at }): Promise<AgentInbox> {
-        return { conversations: await pendingConversations(tx, id), requests: await openRequests(tx, id, at) }
-      },
-      async project(inbox: AgentInbox, _payload, { id }) {
-        await replaceInbox(deps, id, inbox)
       },
     },
   }

@@ -5,8 +5,12 @@
 import type { Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { PubSub } from '../pubsub.ts'
-import type { Dispatcher } from '../actors/dispatcher.ts'
-import type { PendingConversation } from './store.ts'
+import { randomUUID } from 'node:crypto'
+import type { Sql } from '../db.ts'
+import type { Clock } from '../clock.ts'
+import { acquireLease, releaseLease } from '../actors/lease.ts'
+import { openRequests } from '../service-requests/store.ts'
+import { pendingConversations, type PendingConversation } from './store.ts'
 
 export interface OpenServiceRequest {
   requestId: string
@@ -74,21 +78,24 @@ export interface InboxReader {
 }
 
 /**
- * Reads inboxes: from process memory when nothing changed since, else in one Redis round trip.
- * An inbox Redis lost (no "built" marker) is rebuilt from Postgres by the agent's actor first.
+ * Reads inboxes: from process memory when nothing changed since, else in one Redis round trip. An
+ * inbox Redis lost (no "built" marker) is rebuilt from Postgres while holding the agent's actor, so
+ * no command is applied meanwhile; if a runtime holds it, this poll is answered from Postgres.
  */
 export async function createInboxReader(options: {
+  sql: Sql
   redis: Redis
   keys: Keys
   pubsub: PubSub
-  dispatcher: Dispatcher
+  clock: Clock
   ttlMs?: number
   maxEntries?: number
 }): Promise<InboxReader> {
-  const { redis, keys, pubsub, dispatcher } = options
+  const { sql, redis, keys, pubsub, clock } = options
   const ttlMs = options.ttlMs ?? 30_000
   const maxEntries = options.maxEntries ?? 100_000
   const cache = new Map<string, { inbox: AgentInbox; expires: number }>()
+  const rebuilding = new Map<string, Promise<AgentInbox>>()
   // Bumped by every change announcement: a read that overlaps one must not be cached.
   let epoch = 0
 
@@ -119,18 +126,39 @@ export async function createInboxReader(options: {
     }
   }
 
+  const rebuild = async (agentId: string): Promise<AgentInbox> => {
+    const actor = `agent:${agentId}`
+    const holder = randomUUID()
+    const token = await acquireLease({ redis, keys }, actor, holder, 5000)
+    try {
+      const inbox = { conversations: await pendingConversations(sql, agentId), requests: await openRequests(sql, agentId, clock.now()) }
+      if (token !== null) await replaceInbox({ redis, keys }, agentId, inbox)
+      return inbox
+    } finally {
+      if (token !== null) {
+        await releaseLease({ redis, keys }, actor, holder)
+        // Mail that came while the actor was held here: make sure a runtime looks at it.
+        if ((await redis.xlen(keys.actor(actor).mailbox)) > 0) await redis.xadd(keys.actorsReady, '*', 'actor', actor)
+      }
+    }
+  }
+
   return {
     async read(agentId) {
       const hit = cache.get(agentId)
       if (hit && hit.expires > Date.now()) return hit.inbox
       const started = epoch
-      let inbox = await fetch(agentId)
+      const inbox = await fetch(agentId)
       if (!inbox) {
-        await dispatcher.ask(`agent:${agentId}`, 'inbox.rebuild', {})
-        inbox = (await fetch(agentId)) ?? { conversations: [], requests: [] }
+        let pending = rebuilding.get(agentId)
+        if (!pending) {
+          pending = rebuild(agentId).finally(() => rebuilding.delete(agentId))
+          rebuilding.set(agentId, pending)
+        }
+        return pending
       }
       if (epoch === started) {
-        if (cache.size >= maxEntries) cache.clear()
+        if (cache.size >= maxEntries) cache.delete(cache.keys().next().value!)
         cache.set(agentId, { inbox, expires: Date.now() + ttlMs })
       }
       return inbox

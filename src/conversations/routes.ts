@@ -6,7 +6,7 @@ import { errors } from '../errors.ts'
 import { BeforeParam, LimitParam, Ok, failures, iso, ok, parseLimit, parseTime, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
-import { IdempotencyHeaders, commandIdentity } from '../idempotency/idempotent.ts'
+import { IdempotencyHeaders, idempotentCommand } from '../idempotency/idempotent.ts'
 import { accepted } from '../actors/refusal.ts'
 import type { Refusal } from '../actors/types.ts'
 import { findParticipant } from '../participants/store.ts'
@@ -29,21 +29,24 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
     .post(
       '/v1/conversations/:agentId/messages',
       async ({ user, params, body, headers, set }) => {
-        await activeAgent(params.agentId)
-        if (!(await hasActiveSubscription(sql, user.userId, params.agentId))) throw errors.notSubscribed()
-        const identity = commandIdentity({
+        const request = {
           subject: principalSubject(user),
           key: headers['idempotency-key'],
           method: 'POST',
           path: `/v1/conversations/${params.agentId}/messages`,
           body,
+        }
+        const outcome = await idempotentCommand(deps, request, async identity => {
+          await activeAgent(params.agentId)
+          if (!(await hasActiveSubscription(sql, user.userId, params.agentId))) throw errors.notSubscribed()
+          const command: UserMessage = { messageId: randomUUID(), userId: user.userId, text: body.text }
+          const result = accepted(
+            await dispatcher.ask<MessageApplied | Refusal>(`agent:${params.agentId}`, 'user.message', command, identity),
+          )
+          return { status: 201, body: ok({ id: result.messageId, role: 'user' as const, text: result.text, createdAt: result.createdAt }) }
         })
-        const command: UserMessage = { messageId: randomUUID(), userId: user.userId, text: body.text }
-        const result = accepted(
-          await dispatcher.ask<MessageApplied | Refusal>(`agent:${params.agentId}`, 'user.message', command, identity),
-        )
-        set.status = 201
-        return ok({ id: result.messageId, role: 'user' as const, text: result.text, createdAt: result.createdAt })
+        set.status = outcome.status
+        return outcome.body as { success: true; data: typeof Message.static }
       },
       {
         user: true,
@@ -79,20 +82,23 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
     .post(
       '/v1/agent/conversation-reply',
       async ({ agent, body, headers, set }) => {
-        const identity = commandIdentity({
+        const request = {
           subject: principalSubject(agent),
           key: headers['idempotency-key'],
           method: 'POST',
           path: '/v1/agent/conversation-reply',
           body,
+        }
+        const outcome = await idempotentCommand(deps, request, async identity => {
+          const command: UserMessage = { messageId: randomUUID(), userId: body.userId, text: body.text }
+          const result = accepted(
+            await dispatcher.ask<MessageApplied | Refusal>(`agent:${agent.participantId}`, 'agent.reply', command, identity),
+            () => errors.notFound('Conversation'),
+          )
+          return { status: 201, body: ok({ messageId: result.messageId, userId: result.userId, text: result.text, createdAt: result.createdAt }) }
         })
-        const command: UserMessage = { messageId: randomUUID(), userId: body.userId, text: body.text }
-        const result = accepted(
-          await dispatcher.ask<MessageApplied | Refusal>(`agent:${agent.participantId}`, 'agent.reply', command, identity),
-          () => errors.notFound('Conversation'),
-        )
-        set.status = 201
-        return ok({ messageId: result.messageId, userId: result.userId, text: result.text, createdAt: result.createdAt })
+        set.status = outcome.status
+        return outcome.body as { success: true; data: typeof Reply.static }
       },
       {
         agent: true,

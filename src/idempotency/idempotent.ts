@@ -71,17 +71,45 @@ export async function purgeIdempotencyKeys(sql: Sql, now: Date): Promise<number>
 }
 
 /**
- * For commands applied by actors: with an Idempotency-Key, a command id derived from it (so a retry
- * is the same command, applied once) and the request's fingerprint (so a reused key is refused).
+ * For commands applied by actors. The key is reserved with the request's fingerprint before anything
+ * is sent, so a key reused with another request is refused whichever actor it would reach; a repeat
+ * gets the stored response without running `send` (so no check can refuse a replay); a repeat of a
+ * call that never got its answer sends the same command id again, which the actor applies once.
  */
-export function commandIdentity(request: IdempotentRequest): { commandId?: string; requestHash?: Buffer } {
+export async function idempotentCommand(
+  { sql, clock }: { sql: Sql; clock: Clock },
+  request: IdempotentRequest,
+  send: (identity: { commandId?: string; requestHash?: Buffer }) => Promise<Outcome>,
+): Promise<Outcome & { replayed: boolean }> {
   const key = request.key
-  if (key === undefined || key === null) return {}
+  if (key === undefined || key === null) return { ...(await send({})), replayed: false }
   checkKey(key)
-  const commandId = createHash('sha256')
-    .update(JSON.stringify([request.subject, request.method, request.path, key]))
-    .digest('hex')
-  return { commandId, requestHash: requestHash(request) }
+  const hash = requestHash(request)
+  const now = clock.now()
+  const reserved = await sql`
+    insert into idempotency_keys (subject, key, request_hash, created_at)
+    values (${request.subject}, ${key}, ${hash}, ${now})
+    on conflict (subject, key) do update
+      set request_hash = excluded.request_hash, created_at = excluded.created_at,
+          response_status = null, response_body = null
+      where idempotency_keys.created_at < ${new Date(now.getTime() - idempotencyWindowMs)}
+    returning 1
+  `
+  if (reserved.length === 0) {
+    const [stored] = await sql<{ requestHash: Buffer; status: number | null; body: unknown }[]>`
+      select request_hash as "requestHash", response_status as status, response_body as body
+      from idempotency_keys where subject = ${request.subject} and key = ${key}
+    `
+    if (stored && !stored.requestHash.equals(hash)) throw errors.idempotencyKeyReused()
+    if (stored?.status != null) return { status: stored.status, body: stored.body, replayed: true }
+  }
+  const commandId = createHash('sha256').update(JSON.stringify([request.subject, key])).digest('hex')
+  const outcome = await send({ commandId, requestHash: hash })
+  await sql`
+    update idempotency_keys set response_status = ${outcome.status}, response_body = ${sql.json(outcome.body as never)}
+    where subject = ${request.subject} and key = ${key}
+  `
+  return { ...outcome, replayed: false }
 }
 
 function checkKey(key: string) {

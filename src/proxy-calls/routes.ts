@@ -5,7 +5,7 @@ import type { Deps } from '../deps.ts'
 import { Ok, failures, ok } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
-import { IdempotencyHeaders, commandIdentity, idempotent } from '../idempotency/idempotent.ts'
+import { IdempotencyHeaders, idempotentCommand } from '../idempotency/idempotent.ts'
 import { proxyCall } from './proxy.ts'
 import { ProxyCall, ProxyResult } from './schema.ts'
 
@@ -26,11 +26,11 @@ export function proxyCallRoutes(deps: Deps, auth: AuthPlugin) {
         path: '/v1/agent/proxy-call',
         body,
       }
-      const { commandId } = commandIdentity(request)
-      const eventId = commandId ? uuidFrom(commandId) : randomUUID()
-      const call = async () => ({ status: 200, body: ok(await proxyCall(deps, agent, body, eventId)) })
-      // Without a key nothing needs recording, so no transaction is held open across the upstream call.
-      const outcome = request.key ? await idempotent(deps, request, call) : await call()
+      // No transaction is held across the upstream call: the key is reserved, then completed.
+      const outcome = await idempotentCommand(deps, request, async ({ commandId }) => ({
+        status: 200,
+        body: ok(await proxyCall(deps, agent, body, commandId ? uuidFrom(commandId) : randomUUID())),
+      }))
       set.status = outcome.status
       return outcome.body as { success: true; data: typeof ProxyResult.static }
     },

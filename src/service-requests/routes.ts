@@ -6,7 +6,7 @@ import { errors } from '../errors.ts'
 import { Ok, failures, iso, isoOrNull, ok, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
-import { IdempotencyHeaders, commandIdentity } from '../idempotency/idempotent.ts'
+import { IdempotencyHeaders, idempotentCommand } from '../idempotency/idempotent.ts'
 import { accepted } from '../actors/refusal.ts'
 import type { Refusal } from '../actors/types.ts'
 import type { OpenServiceRequest } from '../conversations/inbox.ts'
@@ -23,34 +23,37 @@ export function serviceRequestRoutes(deps: Deps, auth: AuthPlugin) {
     .post(
       '/service-requests',
       async ({ agent, body, headers, set }) => {
-        const target = body.targetAgentId ?? body.targetAgentName
-        if ((body.targetAgentId === undefined) === (body.targetAgentName === undefined)) {
-          throw errors.field('/targetAgentId', 'give exactly one of targetAgentId and targetAgentName')
-        }
-        const targetAgent = await findParticipant(sql, target!)
-        if (!targetAgent || (body.targetAgentId !== undefined && targetAgent.id !== body.targetAgentId)) {
-          throw errors.notFound('Target agent')
-        }
-        const from = (await findParticipant(sql, agent.participantId))!
-        const identity = commandIdentity({
+        const request = {
           subject: principalSubject(agent),
           key: headers['idempotency-key'],
           method: 'POST',
           path: '/v1/agent/service-requests',
           body,
-        })
-        const command: NewRequest = {
-          requestId: randomUUID(),
-          fromAgentId: from.id,
-          fromAgentName: from.name,
-          serviceTag: body.serviceTag ?? null,
-          input: body.input,
         }
-        const created = accepted(
-          await dispatcher.ask<OpenServiceRequest | Refusal>(`agent:${targetAgent.id}`, 'service.request', command, identity),
-        )
-        set.status = 201
-        return ok({ requestId: created.requestId, status: 'pending' as const, createdAt: created.createdAt })
+        const outcome = await idempotentCommand(deps, request, async identity => {
+          const target = body.targetAgentId ?? body.targetAgentName
+          if ((body.targetAgentId === undefined) === (body.targetAgentName === undefined)) {
+            throw errors.field('/targetAgentId', 'give exactly one of targetAgentId and targetAgentName')
+          }
+          const targetAgent = await findParticipant(sql, target!)
+          if (!targetAgent || (body.targetAgentId !== undefined && targetAgent.id !== body.targetAgentId)) {
+            throw errors.notFound('Target agent')
+          }
+          const from = (await findParticipant(sql, agent.participantId))!
+          const command: NewRequest = {
+            requestId: randomUUID(),
+            fromAgentId: from.id,
+            fromAgentName: from.name,
+            serviceTag: body.serviceTag ?? null,
+            input: body.input,
+          }
+          const created = accepted(
+            await dispatcher.ask<OpenServiceRequest | Refusal>(`agent:${targetAgent.id}`, 'service.request', command, identity),
+          )
+          return { status: 201, body: ok({ requestId: created.requestId, status: 'pending' as const, createdAt: created.createdAt }) }
+        })
+        set.status = outcome.status
+        return outcome.body as { success: true; data: typeof CreatedServiceRequest.static }
       },
       {
         agent: true,
@@ -93,20 +96,24 @@ export function serviceRequestRoutes(deps: Deps, auth: AuthPlugin) {
     )
     .post(
       '/service-respond',
-      async ({ agent, body, headers }) => {
-        const identity = commandIdentity({
+      async ({ agent, body, headers, set }) => {
+        const request = {
           subject: principalSubject(agent),
           key: headers['idempotency-key'],
           method: 'POST',
           path: '/v1/agent/service-respond',
           body,
+        }
+        const outcome = await idempotentCommand(deps, request, async identity => {
+          const answer: Answer = { requestId: body.requestId, output: body.output, success: body.success }
+          const answered = accepted(
+            await dispatcher.ask<Answered | Refusal>(`agent:${agent.participantId}`, 'service.respond', answer, identity),
+            () => errors.notFound('Service request'),
+          )
+          return { status: 200, body: ok({ requestId: answered.requestId, status: answered.status }) }
         })
-        const answer: Answer = { requestId: body.requestId, output: body.output, success: body.success }
-        const answered = accepted(
-          await dispatcher.ask<Answered | Refusal>(`agent:${agent.participantId}`, 'service.respond', answer, identity),
-          () => errors.notFound('Service request'),
-        )
-        return ok({ requestId: answered.requestId, status: answered.status })
+        set.status = outcome.status
+        return outcome.body as { success: true; data: typeof ServiceResponded.static }
       },
       {
         agent: true,

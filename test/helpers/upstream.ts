@@ -1,0 +1,50 @@
+/** A real HTTP server on 127.0.0.1 standing in for a third-party API behind proxy calls. */
+import type { Server } from 'bun'
+
+export interface Upstream {
+  url: string
+  port: number
+  /** Requests received, in order. */
+  received: { method: string; path: string; query: string; headers: Record<string, string>; body: string }[]
+  stop(): void
+}
+
+/**
+ * Routes: /echo (JSON of what arrived), /status/<n>, /hang (never answers), /big (5 MiB),
+ * /redirect (302 to /echo); anything else 404.
+ */
+export function startUpstream(): Upstream {
+  const received: Upstream['received'] = []
+  const server: Server<unknown> = Bun.serve({
+    hostname: '127.0.0.1',
+    port: 0,
+    idleTimeout: 30,
+    async fetch(request) {
+      const url = new URL(request.url)
+      const body = await request.text()
+      received.push({
+        method: request.method,
+        path: url.pathname,
+        query: url.search,
+        headers: Object.fromEntries(request.headers),
+        body,
+      })
+      const path = url.pathname.replace(/^\/api/, '')
+      if (path === '/echo') {
+        return Response.json({ method: request.method, path: url.pathname, query: url.search, headers: Object.fromEntries(request.headers), body })
+      }
+      const status = /^\/status\/(\d{3})$/.exec(path)
+      if (status) return new Response('status page', { status: Number(status[1]), headers: { 'content-type': 'text/plain' } })
+      if (path === '/hang') return new Promise<Response>(() => {})
+      if (path === '/big') return new Response('x'.repeat(5 * 1024 * 1024), { headers: { 'content-type': 'text/plain' } })
+      if (path === '/redirect') return new Response(null, { status: 302, headers: { location: '/echo' } })
+      return new Response('no such thing', { status: 404 })
+    },
+  })
+  return {
+    url: `http://127.0.0.1:${server.port}`,
+    port: server.port!,
+    received,
+    stop: () => server.stop(true),
+  }
+}

@@ -1,0 +1,309 @@
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { randomBytes } from 'node:crypto'
+import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import { startUpstream, type Upstream } from './helpers/upstream.ts'
+import { startWorker } from './helpers/workers.ts'
+import { meteringProcessor } from '../workers/metering.ts'
+import { runInvoices } from '../src/invoices/run.ts'
+import { addMonths } from '../src/billing/periods.ts'
+
+let ctx: TestContext
+let upstream: Upstream
+let worker: { stop(): Promise<void> }
+let owner: TestUser
+const connectionsKey = randomBytes(32).toString('hex')
+
+beforeAll(async () => {
+  ctx = await createTestContext({ env: { PROXY_ALLOWED_HOSTS: '127.0.0.1', CONNECTIONS_KEY: connectionsKey } })
+  upstream = startUpstream()
+  worker = await startWorker(ctx.deps, 'metering', meteringProcessor(ctx.deps))
+  owner = await signUp(ctx)
+})
+afterAll(async () => {
+  await worker.stop()
+  upstream.stop()
+  await ctx.close()
+})
+
+interface Setup {
+  agent: TestAgent
+  user: TestUser
+  planId: string
+  subscriptionId: string
+}
+
+async function setup(terms: Record<string, number> = {}, provider = 'acme'): Promise<Setup> {
+  const agent = await createAgent(ctx, owner)
+  const plan = await ctx.call('POST', '/v1/billing/plans', {
+    token: owner.token,
+    body: { participantId: agent.id, name: 'Metered', monthlyPriceCents: 1000, includedProxyCalls: 3, overagePerCallCents: 10, ...terms },
+  })
+  const user = await signUp(ctx)
+  const sub = await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId: plan.body.data.id } })
+  const connection = await ctx.call('POST', '/v1/connections', {
+    token: user.token,
+    body: { provider, baseUrl: `${upstream.url}/api`, credential: 'upstream-secret-token', label: 'Acme' },
+  })
+  if (connection.status !== 201) throw new Error(JSON.stringify(connection.body))
+  return { agent, user, planId: plan.body.data.id, subscriptionId: sub.body.data.id }
+}
+
+const proxy = (s: Setup, body: Record<string, unknown> = {}, headers?: Record<string, string>) =>
+  ctx.call('POST', '/v1/agent/proxy-call', {
+    apiKey: s.agent.apiKey,
+    body: { userId: s.user.id, provider: 'acme', method: 'GET', path: '/echo', ...body },
+    headers,
+  })
+
+async function counted(subscriptionId: string, expected: number) {
+  const deadline = Date.now() + 15_000
+  for (;;) {
+    const [row] = await ctx.deps.sql<{ n: number }[]>`
+      select coalesce(sum(proxy_calls), 0)::int as n from subscription_periods where subscription_id = ${subscriptionId}
+    `
+    if (row!.n === expected || Date.now() > deadline) return row!.n
+    await Bun.sleep(25)
+  }
+}
+
+describe('connected accounts', () => {
+  test('are created with the credential sealed, listed without it, and deleted by their owner only', async () => {
+    const user = await signUp(ctx)
+    const created = await ctx.call('POST', '/v1/connections', {
+      token: user.token,
+      body: { provider: 'github', baseUrl: `${upstream.url}/`, credential: 'ghp_supersecret', label: 'Work' },
+    })
+    expect(created.status).toBe(201)
+    expect(created.body.data).toEqual({
+      id: created.body.data.id,
+      provider: 'github',
+      baseUrl: upstream.url,
+      label: 'Work',
+      createdAt: created.body.data.createdAt,
+    })
+    const [stored] = await ctx.deps.sql`select credential::text as sealed, credential from connections where id = ${created.body.data.id}`
+    expect(Buffer.from(stored!.credential).includes(Buffer.from('ghp_supersecret'))).toBe(false)
+    expect(JSON.stringify(stored)).not.toContain('supersecret')
+    const list = await ctx.call('GET', '/v1/connections', { token: user.token })
+    expect(list.body.data).toEqual([created.body.data])
+    expectError(
+      await ctx.call('POST', '/v1/connections', { token: user.token, body: { provider: 'github', baseUrl: upstream.url, credential: 'x' } }),
+      409,
+      'name_taken',
+    )
+    const stranger = await signUp(ctx)
+    expectError(await ctx.call('DELETE', `/v1/connections/${created.body.data.id}`, { token: stranger.token }), 404, 'not_found')
+    expect((await ctx.call('DELETE', `/v1/connections/${created.body.data.id}`, { token: user.token })).body.data).toEqual({
+      id: created.body.data.id,
+      deleted: true,
+    })
+    expect((await ctx.call('GET', '/v1/connections', { token: user.token })).body.data).toEqual([])
+  })
+
+  test('refuse http, private and loopback addresses unless the host is allow-listed', async () => {
+    const strict = await createTestContext({ database: ctx.database, env: { REDIS_PREFIX: ctx.config.redisPrefix, CONNECTIONS_KEY: connectionsKey } })
+    try {
+      const user = await signUp(strict)
+      for (const baseUrl of [
+        upstream.url,
+        'https://127.0.0.1/api',
+        'https://localhost/api',
+        'https://10.1.2.3',
+        'https://192.168.0.10',
+        'https://169.254.169.254/latest',
+        'https://[::1]/',
+        'https://user:pass@example.com',
+        'ftp://example.com',
+        'not a url',
+      ]) {
+        const res = await strict.call('POST', '/v1/connections', { token: user.token, body: { provider: 'p', baseUrl, credential: 'x' } })
+        const body = expectError(res, 400, 'validation_failed')
+        expect(body.details[0].path).toBe('/baseUrl')
+      }
+      const [row] = await strict.deps.sql`select count(*)::int as n from connections where user_id = ${user.id}`
+      expect(row!.n).toBe(0)
+    } finally {
+      await strict.close()
+    }
+  })
+})
+
+describe('proxy calls', () => {
+  test('forward with the stored credential and allowed headers, report the upstream status, and meter', async () => {
+    const s = await setup()
+    const res = await proxy(s, { method: 'POST', path: '/echo', query: { q: 'x y', n: 2 }, headers: { 'X-Trace': 'abc', accept: 'application/json' }, body: { hello: 'world' } })
+    expect(res.status).toBe(200)
+    expect(res.body.data.status).toBe(200)
+    expect(res.body.data.headers['content-type']).toContain('application/json')
+    const echoed = res.body.data.body
+    expect(echoed.method).toBe('POST')
+    expect(echoed.path).toBe('/api/echo')
+    expect(echoed.query).toBe('?q=x+y&n=2')
+    expect(echoed.headers.authorization).toBe('Bearer upstream-secret-token')
+    expect(echoed.headers['x-trace']).toBe('abc')
+    expect(echoed.headers['content-type']).toBe('application/json')
+    expect(JSON.parse(echoed.body)).toEqual({ hello: 'world' })
+    expect(res.body.data.usage).toEqual({ periodCalls: 1, includedProxyCalls: 3, overageCalls: 0 })
+    const teapot = await proxy(s, { path: '/status/418' })
+    expect(teapot.status).toBe(200)
+    expect(teapot.body.data).toMatchObject({ status: 418, body: 'status page' })
+    const redirect = await proxy(s, { path: '/redirect' })
+    expect(redirect.body.data.status).toBe(302)
+    expect(await counted(s.subscriptionId, 3)).toBe(3)
+  })
+
+  test('refuse other headers, escaping paths, no subscription (403) and no connection (404)', async () => {
+    const s = await setup()
+    const calls = upstream.received.length
+    for (const headers of [{ authorization: 'Bearer mine' }, { host: 'evil' }, { cookie: 'a=b' }]) {
+      expectError(await proxy(s, { headers }), 400, 'validation_failed')
+    }
+    for (const path of ['/../admin', '/%2e%2e/admin', 'echo']) {
+      expectError(await proxy(s, { path }), 400, 'validation_failed')
+    }
+    expectError(await proxy(s, { provider: 'other' }), 404, 'connection_not_found')
+    const stranger = await signUp(ctx)
+    expectError(await proxy(s, { userId: stranger.id }), 403, 'not_subscribed')
+    expectError(await ctx.call('POST', '/v1/agent/proxy-call', { token: s.user.token, body: { userId: s.user.id, provider: 'acme', method: 'GET', path: '/echo' } }), 403, 'forbidden')
+    expect(upstream.received.length).toBe(calls)
+    expect(await counted(s.subscriptionId, 0)).toBe(0)
+  })
+
+  test('an unreachable upstream is 502, a 5 MiB body is 502, a hanging one is 504 after about 10 s', async () => {
+    const s = await setup()
+    const closed = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: () => new Response('') })
+    const deadPort = closed.port
+    closed.stop(true)
+    await ctx.call('DELETE', `/v1/connections/${(await ctx.call('GET', '/v1/connections', { token: s.user.token })).body.data[0].id}`, { token: s.user.token })
+    await ctx.call('POST', '/v1/connections', { token: s.user.token, body: { provider: 'acme', baseUrl: `http://127.0.0.1:${deadPort}`, credential: 'x' } })
+    expectError(await proxy(s, { path: '/anything' }), 502, 'upstream_unreachable')
+    await ctx.call('DELETE', `/v1/connections/${(await ctx.call('GET', '/v1/connections', { token: s.user.token })).body.data[0].id}`, { token: s.user.token })
+    await ctx.call('POST', '/v1/connections', { token: s.user.token, body: { provider: 'acme', baseUrl: `${upstream.url}/api`, credential: 'x' } })
+    expectError(await proxy(s, { path: '/big' }), 502, 'upstream_too_large')
+    const started = Date.now()
+    expectError(await proxy(s, { path: '/hang' }), 504, 'upstream_timeout')
+    const took = Date.now() - started
+    expect(took).toBeGreaterThanOrEqual(9_500)
+    expect(took).toBeLessThan(15_000)
+  }, 30_000)
+
+  test('a connection whose address is no longer allowed is refused at call time', async () => {
+    const s = await setup()
+    const strict = await createTestContext({ database: ctx.database, env: { REDIS_PREFIX: ctx.config.redisPrefix, CONNECTIONS_KEY: connectionsKey } })
+    try {
+      const calls = upstream.received.length
+      const res = await strict.call('POST', '/v1/agent/proxy-call', {
+        apiKey: s.agent.apiKey,
+        body: { userId: s.user.id, provider: 'acme', method: 'GET', path: '/echo' },
+      })
+      expectError(res, 403, 'forbidden')
+      expect(upstream.received.length).toBe(calls)
+    } finally {
+      await strict.close()
+    }
+  })
+
+  test('200 concurrent calls under one subscription are all counted, exactly', async () => {
+    const s = await setup({ includedProxyCalls: 1000 })
+    const results = await Promise.all(Array.from({ length: 200 }, () => proxy(s)))
+    expect(results.every(r => r.status === 200)).toBe(true)
+    expect(results.map(r => r.body.data.usage.periodCalls).sort((a, b) => a - b)).toEqual(Array.from({ length: 200 }, (_, i) => i + 1))
+    expect(await counted(s.subscriptionId, 200)).toBe(200)
+    const [events] = await ctx.deps.sql`select count(*)::int as n from usage_events where subscription_id = ${s.subscriptionId}`
+    expect(events!.n).toBe(200)
+    const list = await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })
+    expect(list.body.data[0].usage).toEqual({ proxyCalls: 200, includedProxyCalls: 1000 })
+  })
+
+  test('a retry with the same Idempotency-Key reaches the upstream once and is metered once', async () => {
+    const s = await setup()
+    const headers = { 'idempotency-key': 'proxy-1' }
+    const before = upstream.received.length
+    const first = await proxy(s, {}, headers)
+    const again = await proxy(s, {}, headers)
+    expect(again.body).toEqual(first.body)
+    expect(upstream.received.length).toBe(before + 1)
+    expectError(await proxy(s, { path: '/status/200' }, headers), 409, 'idempotency_key_reused')
+    expect(await counted(s.subscriptionId, 1)).toBe(1)
+  })
+
+  test('usage thresholds are recorded once at 80 % and 100 % of the included calls', async () => {
+    const s = await setup({ includedProxyCalls: 5 })
+    for (let i = 0; i < 7; i++) await proxy(s)
+    expect(await counted(s.subscriptionId, 7)).toBe(7)
+    const rows = await ctx.deps.sql`select percent from usage_thresholds where subscription_id = ${s.subscriptionId} order by percent`
+    expect(rows.map(r => r.percent)).toEqual([80, 100])
+  })
+})
+
+describe('invoices', () => {
+  test('3 included, 10 cents over: 5 calls make one invoice of the monthly price and 2 x 10 cents; a rerun issues nothing', async () => {
+    const s = await setup({ includedProxyCalls: 3, overagePerCallCents: 10, monthlyPriceCents: 1000 })
+    const usages = []
+    for (let i = 0; i < 5; i++) usages.push((await proxy(s)).body.data.usage)
+    expect(usages.map(u => [u.periodCalls, u.overageCalls])).toEqual([[1, 0], [2, 0], [3, 0], [4, 1], [5, 2]])
+    expect(await counted(s.subscriptionId, 5)).toBe(5)
+    // The price changes mid-period: this period keeps its terms, the next one gets the new ones.
+    await ctx.call('PATCH', `/v1/billing/plans/${s.planId}`, { token: owner.token, body: { monthlyPriceCents: 2000, includedProxyCalls: 50 } })
+    const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
+    const end = new Date(sub.currentPeriodEnd)
+    const at = new Date(end.getTime() + 60_000)
+    const deps = { sql: ctx.deps.sql, log: ctx.deps.log, metering: ctx.deps.queues.metering }
+    const run = await runInvoices(deps, at)
+    expect(run.issued).toBeGreaterThanOrEqual(1)
+    const invoices = (await ctx.call('GET', '/v1/billing/invoices', { token: s.user.token })).body.data
+    expect(invoices.length).toBe(1)
+    expect(invoices[0]).toMatchObject({
+      participantId: s.agent.id,
+      subscriptionId: s.subscriptionId,
+      periodStart: sub.currentPeriodStart,
+      periodEnd: sub.currentPeriodEnd,
+      totalCents: 1020,
+      status: 'issued',
+      lines: [
+        { kind: 'subscription', quantity: 1, unitPriceCents: 1000, amountCents: 1000 },
+        { kind: 'overage', quantity: 2, unitPriceCents: 10, amountCents: 20 },
+      ],
+    })
+    expect((await runInvoices(deps, at)).issued).toBe(0)
+    expect((await ctx.call('GET', '/v1/billing/invoices', { token: s.user.token })).body.data.length).toBe(1)
+
+    const status = (await ctx.call('GET', '/v1/agent/status', { apiKey: s.agent.apiKey })).body.data
+    expect(status.balanceCents).toBe(1020)
+    ctx.clock.set(at)
+    const stats = (await ctx.call('GET', '/v1/billing/creator-stats', { token: owner.token })).body.data
+    expect(stats.agents.find((a: { participantId: string }) => a.participantId === s.agent.id).revenueCents).toBe(1020)
+    const next = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
+    ctx.clock.set(new Date())
+    expect(next.currentPeriodStart).toBe(sub.currentPeriodEnd)
+    expect(next.currentPeriodEnd).toBe(addMonths(new Date(sub.currentPeriodStart), 2).toISOString())
+    expect(next.usage).toEqual({ proxyCalls: 0, includedProxyCalls: 50 })
+  })
+
+  test('every ended month is invoiced once with sequential numbers, quiet months too; a cancelled subscription stops after its last period', async () => {
+    const started = new Date('2024-01-31T09:00:00.000Z')
+    ctx.clock.freeze(started)
+    const s = await setup({ includedProxyCalls: 0, overagePerCallCents: 0, monthlyPriceCents: 500 })
+    const other = await setup({ monthlyPriceCents: 700 })
+    ctx.clock.freeze(new Date('2024-03-15T00:00:00.000Z'))
+    await ctx.call('DELETE', `/v1/billing/subscriptions/${other.subscriptionId}`, { token: other.user.token })
+    ctx.clock.set(new Date())
+    const deps = { sql: ctx.deps.sql, log: ctx.deps.log, metering: ctx.deps.queues.metering }
+    await runInvoices(deps, new Date('2024-06-01T00:00:00.000Z'))
+    const mine = (await ctx.call('GET', '/v1/billing/invoices?limit=100', { token: s.user.token })).body.data
+    expect(mine.map((i: { periodStart: string }) => i.periodStart).reverse()).toEqual([
+      '2024-01-31T09:00:00.000Z',
+      '2024-02-29T09:00:00.000Z',
+      '2024-03-31T09:00:00.000Z',
+      '2024-04-30T09:00:00.000Z',
+    ])
+    expect(mine.every((i: { totalCents: number }) => i.totalCents === 500)).toBe(true)
+    const theirs = (await ctx.call('GET', '/v1/billing/invoices?limit=100', { token: other.user.token })).body.data
+    // subscribed Jan 31, cancelled Mar 15: invoiced for the periods from Jan 31 and Feb 29 only
+    expect(theirs.map((i: { periodStart: string }) => i.periodStart).reverse()).toEqual(['2024-01-31T09:00:00.000Z', '2024-02-29T09:00:00.000Z'])
+    await runInvoices(deps, new Date('2024-12-01T00:00:00.000Z'))
+    expect((await ctx.call('GET', '/v1/billing/invoices?limit=100', { token: other.user.token })).body.data.length).toBe(2)
+    const numbers = (await ctx.deps.sql<{ number: number }[]>`select number from invoices order by number`).map(r => r.number)
+    expect(numbers).toEqual(Array.from({ length: numbers.length }, (_, i) => i + 1))
+  })
+})
