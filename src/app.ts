@@ -16,6 +16,8 @@ import { contextRoutes } from './context/routes.ts'
 import { connectionRoutes } from './connections/routes.ts'
 import { proxyCallRoutes } from './proxy-calls/routes.ts'
 import { invoiceRoutes } from './invoices/routes.ts'
+import { eventRoutes } from './events/routes.ts'
+import { chatRoutes } from './chat/routes.ts'
 
 export function createApp(deps: Deps) {
   registerFormats()
@@ -44,6 +46,8 @@ export function createApp(deps: Deps) {
             { name: 'agent', description: 'The poll-based agent API (X-API-Key or Bearer sk_agt_)' },
             { name: 'context', description: 'Shared, versioned organization knowledge' },
             { name: 'connections', description: 'Connected accounts that agents act on through proxy calls' },
+            { name: 'events', description: 'Server-sent event streams' },
+            { name: 'chat', description: 'World chat' },
             { name: 'operations', description: 'Health' },
           ],
           components: {
@@ -54,6 +58,7 @@ export function createApp(deps: Deps) {
                 description: 'A JWT from the identity provider, or an API key (sk_usr_... or sk_agt_...)',
               },
               apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key', description: 'An agent key (sk_agt_...)' },
+              sseToken: { type: 'apiKey', in: 'query', name: 'token', description: 'A one-use token from POST /v1/auth/sse-token' },
             },
           },
         },
@@ -70,6 +75,8 @@ export function createApp(deps: Deps) {
     .use(invoiceRoutes(deps, auth))
     .use(connectionRoutes(deps, auth))
     .use(proxyCallRoutes(deps, auth))
+    .use(eventRoutes(deps))
+    .use(chatRoutes(deps, auth))
 }
 
 export type App = ReturnType<typeof createApp>

@@ -43,6 +43,7 @@ export const defaultRateLimits = {
   deviceCodeMisses: { capacity: 10, perSeconds: 3600 },
   apiKeyCreate: { capacity: 20, perSeconds: 3600 },
   participantCreate: { capacity: 20, perSeconds: 3600 },
+  chatPost: { capacity: 10, perSeconds: 60 },
 } satisfies Record<string, RateRule>
 export type RateLimitName = keyof typeof defaultRateLimits
 export type RateLimits = Record<RateLimitName, RateRule>

@@ -13,6 +13,7 @@ import { createRateLimiter, type RateLimiter } from './rate-limit/token-bucket.t
 import { createDispatcher, type Dispatcher } from './actors/dispatcher.ts'
 import { createInboxReader, type InboxReader } from './conversations/inbox.ts'
 import { createQueues, type Queues } from './queues.ts'
+import { createEventHub, type EventHub } from './events/hub.ts'
 
 export interface Deps {
   config: Config
@@ -29,6 +30,8 @@ export interface Deps {
   inboxes: InboxReader
   /** Producers of the BullMQ queues. */
   queues: Queues
+  /** This process's server-sent event connections. */
+  events: EventHub
   close(): Promise<void>
 }
 
@@ -58,6 +61,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const dispatcher = await createDispatcher({ redis, pubsub, keys })
   const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock })
   const queues = createQueues(config, keys, log)
+  const events = await createEventHub({ redis, pubsub, keys, log })
 
   return {
     config,
@@ -72,7 +76,9 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
     dispatcher,
     inboxes,
     queues,
+    events,
     async close() {
+      await events.close()
       await queues.close()
       await inboxes.close()
       await dispatcher.close()

@@ -11,6 +11,7 @@ export function createKeys(prefix: string) {
     channels: {
       keyRevoked: `${prefix}auth:key-revoked`,
       inboxChanged: `${prefix}agent:inbox-changed`,
+      events: `${prefix}events:published`,
       actorReplies: (processId: string) => `${prefix}actors:replies:${processId}`,
     },
     // Every key of one actor shares a hash tag, so in Redis Cluster an actor lives on one shard.
@@ -26,6 +27,11 @@ export function createKeys(prefix: string) {
       calls: `${prefix}usage:${subscriptionId}:${periodIndex}`,
     }),
     usageEvent: (eventId: string) => `${prefix}usage-event:${eventId}`,
+    events: {
+      user: (userId: string) => `${prefix}events:user:${userId}`,
+      chat: `${prefix}events:chat`,
+      openStreams: (userId: string) => `${prefix}events:open:${userId}`,
+    },
     agent: (agentId: string) => ({
       inbox: `${prefix}{actor:agent:${agentId}}:inbox`,
       requests: `${prefix}{actor:agent:${agentId}}:requests`,

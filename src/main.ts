@@ -65,7 +65,9 @@ async function main() {
       process.exit(1)
     }, config.shutdownTimeoutMs)
     try {
-      // Stop accepting, let open requests finish, then stop the workers and the connections.
+      // End event streams (their clients reconnect elsewhere), stop accepting, let open requests
+      // finish, then stop the workers and the connections.
+      deps?.events.closeAll()
       await server?.stop()
       await workers?.close()
       await deps?.close()

@@ -248,7 +248,7 @@ describe('invoices', () => {
     const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
     const end = new Date(sub.currentPeriodEnd)
     const at = new Date(end.getTime() + 60_000)
-    const deps = { sql: ctx.deps.sql, log: ctx.deps.log, metering: ctx.deps.queues.metering }
+    const deps = { ...ctx.deps, metering: ctx.deps.queues.metering }
     const run = await runInvoices(deps, at)
     expect(run.issued).toBeGreaterThanOrEqual(1)
     const invoices = (await ctx.call('GET', '/v1/billing/invoices', { token: s.user.token })).body.data
@@ -288,7 +288,7 @@ describe('invoices', () => {
     ctx.clock.freeze(new Date('2024-03-15T00:00:00.000Z'))
     await ctx.call('DELETE', `/v1/billing/subscriptions/${other.subscriptionId}`, { token: other.user.token })
     ctx.clock.set(new Date())
-    const deps = { sql: ctx.deps.sql, log: ctx.deps.log, metering: ctx.deps.queues.metering }
+    const deps = { ...ctx.deps, metering: ctx.deps.queues.metering }
     await runInvoices(deps, new Date('2024-06-01T00:00:00.000Z'))
     const mine = (await ctx.call('GET', '/v1/billing/invoices?limit=100', { token: s.user.token })).body.data
     expect(mine.map((i: { periodStart: string }) => i.periodStart).reverse()).toEqual([

@@ -9,7 +9,7 @@ import { contextCommands } from '../src/context/commands.ts'
 export function actorKinds(deps: Deps): ActorKinds {
   return {
     agent: { ...conversationCommands(deps), ...serviceRequestCommands(deps) },
-    org: contextCommands(),
+    org: contextCommands(deps),
   }
 }
 

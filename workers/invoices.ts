@@ -3,10 +3,11 @@ import { UnrecoverableError, type Job } from 'bullmq'
 import type { Deps } from '../src/deps.ts'
 import { runInvoices } from '../src/invoices/run.ts'
 
-export function invoiceProcessor({ sql, log, clock, queues }: Deps) {
+export function invoiceProcessor(deps: Deps) {
+  const { clock, queues } = deps
   return async (job: Job) => {
     const at = typeof job.data?.at === 'string' ? new Date(job.data.at) : clock.now()
     if (Number.isNaN(at.getTime())) throw new UnrecoverableError('invoice run with a bad time')
-    return runInvoices({ sql, log, metering: queues.metering }, at)
+    return runInvoices({ ...deps, metering: queues.metering }, at)
   }
 }

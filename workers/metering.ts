@@ -3,10 +3,17 @@ import { UnrecoverableError, type Job } from 'bullmq'
 import { Value } from '@sinclair/typebox/value'
 import type { Deps } from '../src/deps.ts'
 import { countUsage, UsageEvent } from '../src/metering/count.ts'
+import { notify } from '../src/events/notify.ts'
 
-export function meteringProcessor({ sql, clock }: Deps) {
+export function meteringProcessor(deps: Deps) {
   return async (job: Job) => {
     if (!Value.Check(UsageEvent, job.data)) throw new UnrecoverableError('not a usage event')
-    return countUsage(sql, job.data, clock.now())
+    const result = await countUsage(deps.sql, job.data, deps.clock.now())
+    for (const { percent, userId, ownerId, participantId } of result.crossed) {
+      const payload = { subscriptionId: job.data.subscriptionId, periodIndex: job.data.periodIndex, participantId, percent }
+      await notify(deps, userId, 'usage.threshold', payload)
+      await notify(deps, ownerId, 'usage.threshold', payload)
+    }
+    return result
   }
 }

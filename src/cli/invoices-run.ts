@@ -28,7 +28,7 @@ function progress(done: number, total: number) {
 }
 
 try {
-  const { issued } = await runInvoices({ sql: deps.sql, log: deps.log, metering: deps.queues.metering }, at, {
+  const { issued } = await runInvoices({ ...deps, metering: deps.queues.metering }, at, {
     onProgress: progress,
   })
   if (terminal) process.stdout.write('\n')

@@ -1,5 +1,7 @@
 /** The organization actor's commands: new versions of context entries, one at a time per organization. */
 import type { ActorKind, Refusal } from '../actors/types.ts'
+import type { Sql } from '../db.ts'
+import { notify, type NotifyDeps } from '../events/notify.ts'
 import { hasActiveSubscription } from '../billing/subscriptions/store.ts'
 import type { ContextEntry, ContextType } from './schema.ts'
 import { entryVersion, insertVersion, newestVersion, organizationOwner } from './store.ts'
@@ -20,7 +22,19 @@ export interface RevertEntry {
   userId: string
 }
 
-export function contextCommands(): ActorKind {
+export function contextCommands(deps: NotifyDeps & { sql: Sql }): ActorKind {
+  const project = async (entry: ContextEntry, _payload: unknown, { id: orgId }: { id: string }) => {
+    const userId = await organizationOwner(deps.sql, orgId)
+    if (userId) {
+      await notify(deps, userId, 'context.updated', {
+        type: entry.type,
+        key: entry.key,
+        version: entry.version,
+        confidence: entry.confidence,
+        author: entry.author,
+      })
+    }
+  }
   return {
     'context.write': {
       async apply(tx, write: WriteEntry, { id: orgId, at }): Promise<ContextEntry | Refusal> {
@@ -33,6 +47,7 @@ export function contextCommands(): ActorKind {
         }
         return insertVersion(tx, orgId, { ...write, version: (newest?.version ?? 0) + 1, at })
       },
+      project,
     },
     'context.revert': {
       async apply(tx, revert: RevertEntry, { id: orgId, at }): Promise<ContextEntry | Refusal> {
@@ -50,6 +65,7 @@ export function contextCommands(): ActorKind {
           at,
         })
       },
+      project,
     },
   }
 }

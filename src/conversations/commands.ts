@@ -1,7 +1,7 @@
 /** The agent actor's conversation commands: a user's message and the agent's reply. */
 import type { ActorKind, Refusal } from '../actors/types.ts'
-import type { Redis } from '../redis.ts'
-import type { Keys } from '../keys.ts'
+import { notify, type NotifyDeps } from '../events/notify.ts'
+import { participantOwner } from '../participants/store.ts'
 import { putPendingConversation, removePendingConversation } from './inbox.ts'
 import { insertReply, insertUserMessage } from './store.ts'
 
@@ -17,14 +17,17 @@ export interface MessageApplied {
   text: string
   createdAt: string
   pendingCount: number
+  /** Who to tell: the agent's owner of a user's message. */
+  ownerId?: string
 }
 
-export function conversationCommands(deps: { redis: Redis; keys: Keys }): ActorKind {
+export function conversationCommands(deps: NotifyDeps): ActorKind {
   return {
     'user.message': {
       async apply(tx, message: UserMessage, { id, at }): Promise<MessageApplied> {
         const pendingCount = await insertUserMessage(tx, { id: message.messageId, participantId: id, userId: message.userId, text: message.text, at })
-        return { messageId: message.messageId, userId: message.userId, text: message.text, createdAt: at.toISOString(), pendingCount }
+        const ownerId = await participantOwner(tx, id)
+        return { messageId: message.messageId, userId: message.userId, text: message.text, createdAt: at.toISOString(), pendingCount, ownerId }
       },
       async project(result: MessageApplied, _message, { id }) {
         await putPendingConversation(deps, id, {
@@ -33,6 +36,14 @@ export function conversationCommands(deps: { redis: Redis; keys: Keys }): ActorK
           latestMessageAt: result.createdAt,
           pendingCount: result.pendingCount,
         })
+        if (result.ownerId) {
+          await notify(deps, result.ownerId, 'conversation.message', {
+            participantId: id,
+            userId: result.userId,
+            messageId: result.messageId,
+            text: result.text,
+          })
+        }
       },
     },
     'agent.reply': {
@@ -43,6 +54,7 @@ export function conversationCommands(deps: { redis: Redis; keys: Keys }): ActorK
       },
       async project(result: MessageApplied, _reply, { id }) {
         await removePendingConversation(deps, id, result.userId)
+        await notify(deps, result.userId, 'conversation.reply', { participantId: id, messageId: result.messageId, text: result.text })
       },
     },
   }

@@ -1,10 +1,10 @@
 /** The invoice run: every ended period invoiced exactly once, after all its usage is counted, in batches. */
 import type { Queue } from 'bullmq'
 import type { Sql } from '../db.ts'
-import type { Log } from '../log.ts'
 import { errors } from '../errors.ts'
 import { ensurePeriods } from '../billing/subscriptions/store.ts'
 import { meteringCaughtUp } from '../metering/caught-up.ts'
+import { notifyMany, type NotifyDeps } from '../events/notify.ts'
 import { countDuePeriods, issueDueInvoices } from './store.ts'
 
 export interface InvoiceRunOptions {
@@ -16,10 +16,10 @@ export interface InvoiceRunOptions {
 
 /**
  * @example
- * const { issued } = await runInvoices({ sql, log, metering }, new Date())
+ * const { issued } = await runInvoices({ ...deps, metering: deps.queues.metering }, new Date())
  */
 export async function runInvoices(
-  deps: { sql: Sql; log: Log; metering: Queue },
+  deps: NotifyDeps & { sql: Sql; metering: Queue },
   at: Date,
   options: InvoiceRunOptions = {},
 ): Promise<{ issued: number }> {
@@ -35,9 +35,17 @@ export async function runInvoices(
   let issued = 0
   options.onProgress?.(0, total)
   for (;;) {
-    const count = await issueDueInvoices(sql, at, options.batchSize ?? 5000)
-    if (count === 0) break
-    issued += count
+    const batch = await issueDueInvoices(sql, at, options.batchSize ?? 5000)
+    if (batch.length === 0) break
+    issued += batch.length
+    await notifyMany(
+      deps,
+      batch.map(invoice => ({
+        userId: invoice.userId,
+        type: 'invoice.issued' as const,
+        payload: { invoiceId: invoice.id, number: invoice.number, totalCents: invoice.totalCents },
+      })),
+    )
     options.onProgress?.(issued, Math.max(total, issued))
   }
   if (issued > 0) log.info('invoices issued', { issued, at: at.toISOString() })

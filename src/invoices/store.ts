@@ -15,9 +15,16 @@ export async function countDuePeriods(sql: Db, at: Date): Promise<number> {
  * line when calls went over the included ones, and the period marked. Periods another run is
  * issuing right now are skipped, and (subscription, period) is unique, so none is invoiced twice.
  */
-export async function issueDueInvoices(sql: Sql, at: Date, limit: number): Promise<number> {
+export interface IssuedInvoice {
+  id: string
+  userId: string
+  number: number
+  totalCents: number
+}
+
+export async function issueDueInvoices(sql: Sql, at: Date, limit: number): Promise<IssuedInvoice[]> {
   return sql.begin(async tx => {
-    const [row] = await tx<{ issued: number }[]>`
+    return tx<IssuedInvoice[]>`
       with due as (
         select sp.subscription_id, sp.period_index, sp.period_start, sp.period_end, sp.monthly_price_cents,
           sp.included_proxy_calls, sp.overage_per_call_cents, sp.proxy_calls, s.user_id, s.participant_id,
@@ -48,7 +55,7 @@ export async function issueDueInvoices(sql: Sql, at: Date, limit: number): Promi
         select invoice_id, counter.first + n - 1, user_id, participant_id, subscription_id, period_index,
           period_start, period_end, monthly_price_cents + overage_calls * overage_per_call_cents, ${at}
         from numbered, counter
-        returning 1
+        returning id, user_id as "userId", number, total_cents as "totalCents"
       ),
       monthly as (
         insert into invoice_lines (invoice_id, line_number, kind, description, quantity, unit_price_cents, amount_cents)
@@ -72,9 +79,8 @@ export async function issueDueInvoices(sql: Sql, at: Date, limit: number): Promi
         where sp.subscription_id = numbered.subscription_id and sp.period_index = numbered.period_index
         returning 1
       )
-      select (select count(*) from issued)::int as issued
+      select * from issued order by number
     `
-    return row!.issued
   })
 }
 

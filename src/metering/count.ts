@@ -13,8 +13,14 @@ export type UsageEvent = Static<typeof UsageEvent>
 
 export const thresholds = [80, 100] as const
 
+export interface Counted {
+  counted: boolean
+  /** Thresholds this event crossed, with who to tell: the subscriber and the agent's owner. */
+  crossed: { percent: number; userId: string; ownerId: string; participantId: string }[]
+}
+
 /** Counts the event unless it was counted before; returns the thresholds it crossed. */
-export async function countUsage(sql: Sql, event: UsageEvent, at: Date): Promise<{ counted: boolean; crossed: number[] }> {
+export async function countUsage(sql: Sql, event: UsageEvent, at: Date): Promise<Counted> {
   return sql.begin(async tx => {
     await ensurePeriods(tx, new Date(event.occurredAt), event.subscriptionId)
     const inserted = await tx`
@@ -29,16 +35,25 @@ export async function countUsage(sql: Sql, event: UsageEvent, at: Date): Promise
       where subscription_id = ${event.subscriptionId} and period_index = ${event.periodIndex}
       returning proxy_calls as calls, included_proxy_calls as included
     `
-    const crossed = thresholds.filter(percent => {
+    const percents = thresholds.filter(percent => {
       const limit = Math.ceil((period!.included * percent) / 100)
       return period!.included > 0 && period!.calls >= limit && period!.calls - 1 < limit
     })
-    for (const percent of crossed) {
-      await tx`
+    const crossed: Counted['crossed'] = []
+    for (const percent of percents) {
+      const recorded = await tx`
         insert into usage_thresholds (subscription_id, period_index, percent, reached_at)
         values (${event.subscriptionId}, ${event.periodIndex}, ${percent}, ${at})
         on conflict do nothing
+        returning 1
       `
+      if (recorded.length === 0) continue
+      const [who] = await tx<{ userId: string; ownerId: string; participantId: string }[]>`
+        select s.user_id as "userId", a.owner_id as "ownerId", a.id as "participantId"
+        from subscriptions s join participants a on a.id = s.participant_id
+        where s.id = ${event.subscriptionId}
+      `
+      crossed.push({ percent, ...who! })
     }
     return { counted: true, crossed }
   })

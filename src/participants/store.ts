@@ -82,3 +82,9 @@ export async function updateParticipant(sql: Db, id: string, patch: UpdatePartic
 export async function deactivateParticipant(sql: Db, id: string): Promise<void> {
   await sql`update participants set active = false, updated_at = now() where id = ${id}`
 }
+
+/** Who owns an agent (active or not): the recipient of its owner notifications. */
+export async function participantOwner(sql: Db, id: string): Promise<string | undefined> {
+  const [row] = await sql<{ ownerId: string }[]>`select owner_id as "ownerId" from participants where id = ${id}`
+  return row?.ownerId
+}

@@ -1,7 +1,7 @@
 /** The agent actor's service-request commands: a request arriving at its target, and the target's answer. */
 import type { ActorKind, Refusal } from '../actors/types.ts'
-import type { Redis } from '../redis.ts'
-import type { Keys } from '../keys.ts'
+import { notify, type NotifyDeps } from '../events/notify.ts'
+import { participantOwner } from '../participants/store.ts'
 import { putOpenRequest, removeOpenRequest, type OpenServiceRequest } from '../conversations/inbox.ts'
 import { findServiceRequest, insertServiceRequest, respondToRequest } from './store.ts'
 
@@ -19,12 +19,16 @@ export interface Answered {
   requestId: string
   status: 'completed' | 'failed'
   fromAgentId: string
+  /** The requester's owner, told of the answer. */
+  notifyUserId?: string
 }
 
-export function serviceRequestCommands(deps: { redis: Redis; keys: Keys }): ActorKind {
+type Requested = OpenServiceRequest & { notifyUserId?: string }
+
+export function serviceRequestCommands(deps: NotifyDeps): ActorKind {
   return {
     'service.request': {
-      async apply(tx, request: NewRequest, { id, at }): Promise<OpenServiceRequest> {
+      async apply(tx, request: NewRequest, { id, at }): Promise<Requested> {
         const expiresAt = new Date(at.getTime() + requestLifetimeMs)
         await insertServiceRequest(tx, {
           id: request.requestId,
@@ -35,10 +39,18 @@ export function serviceRequestCommands(deps: { redis: Redis; keys: Keys }): Acto
           at,
           expiresAt,
         })
-        return { ...request, createdAt: at.toISOString(), expiresAt: expiresAt.toISOString() }
+        return { ...request, createdAt: at.toISOString(), expiresAt: expiresAt.toISOString(), notifyUserId: await participantOwner(tx, id) }
       },
-      async project(request: OpenServiceRequest, _payload, { id }) {
+      async project({ notifyUserId, ...request }: Requested, _payload, { id }) {
         await putOpenRequest(deps, id, request)
+        if (notifyUserId) {
+          await notify(deps, notifyUserId, 'service.requested', {
+            requestId: request.requestId,
+            fromAgentId: request.fromAgentId,
+            targetAgentId: id,
+            serviceTag: request.serviceTag,
+          })
+        }
       },
     },
     'service.respond': {
@@ -48,10 +60,22 @@ export function serviceRequestCommands(deps: { redis: Redis; keys: Keys }): Acto
         if (!(await respondToRequest(tx, { id: answer.requestId, output: answer.output, success: answer.success, at }))) {
           return { refused: request.status === 'pending' || request.status === 'expired' ? 'expired' : 'already_responded' }
         }
-        return { requestId: answer.requestId, status: answer.success ? 'completed' : 'failed', fromAgentId: request.fromAgentId }
+        return {
+          requestId: answer.requestId,
+          status: answer.success ? 'completed' : 'failed',
+          fromAgentId: request.fromAgentId,
+          notifyUserId: await participantOwner(tx, request.fromAgentId),
+        }
       },
       async project(answered: Answered, _payload, { id }) {
         await removeOpenRequest(deps, id, answered.requestId)
+        if (answered.notifyUserId) {
+          await notify(deps, answered.notifyUserId, answered.status === 'completed' ? 'service.completed' : 'service.failed', {
+            requestId: answered.requestId,
+            fromAgentId: answered.fromAgentId,
+            targetAgentId: id,
+          })
+        }
       },
     },
   }

@@ -9,6 +9,7 @@ import { principalSubject } from '../../auth/principal.ts'
 import { IdempotencyHeaders, idempotent } from '../../idempotency/idempotent.ts'
 import { requireOwnedParticipant } from '../../participants/ownership.ts'
 import { issuePurchaseInvoice } from '../../invoices/store.ts'
+import { notify } from '../../events/notify.ts'
 import { findParticipant } from '../../participants/store.ts'
 import { ConfigListing, CreateConfig, DeactivatedConfig, MyConfig, Purchase, UpdateConfig } from './schema.ts'
 import {
@@ -131,6 +132,7 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
     .post(
       '/configs/:configId/purchase',
       async ({ user, params, headers, set }) => {
+        let sale: { ownerId: string; participantId: string; invoiceId: string } | undefined
         const outcome = await idempotent(
           deps,
           {
@@ -150,7 +152,7 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
             const at = clock.now()
             const created = await insertPurchase(tx, { configId: config.id, userId: user.userId, priceCents: config.priceCents }, at)
             if (created) {
-              await issuePurchaseInvoice(tx, {
+              const invoiceId = await issuePurchaseInvoice(tx, {
                 purchaseId: created,
                 userId: user.userId,
                 participantId: config.participantId,
@@ -158,13 +160,26 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
                 priceCents: config.priceCents,
                 at,
               })
+              sale = { ownerId: config.ownerId, participantId: config.participantId, invoiceId }
             }
             const row = (await findPurchase(tx, config.id, user.userId))!
             return { status: created ? 201 : 200, body: ok(purchaseView(row)) }
           },
         )
+        const purchase = outcome.body as { success: true; data: Purchase }
+        if (sale && !outcome.replayed) {
+          const { data } = purchase
+          await notify(deps, sale.ownerId, 'config.purchased', {
+            purchaseId: data.purchaseId,
+            configId: data.configId,
+            participantId: sale.participantId,
+            userId: user.userId,
+            priceCents: data.priceCents,
+          })
+          await notify(deps, user.userId, 'invoice.issued', { invoiceId: sale.invoiceId, totalCents: data.priceCents })
+        }
         set.status = outcome.status
-        return outcome.body as { success: true; data: Purchase }
+        return purchase
       },
       {
         user: true,

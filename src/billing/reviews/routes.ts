@@ -7,6 +7,7 @@ import type { AuthPlugin } from '../../auth/plugin.ts'
 import { findParticipant, lockParticipant } from '../../participants/store.ts'
 import { hasSubscribed } from '../subscriptions/store.ts'
 import { hasBoughtFrom } from '../configs/store.ts'
+import { notify } from '../../events/notify.ts'
 import { Review, WriteReview } from './schema.ts'
 import { findReview, insertReview, listReviews, updateReview, type ReviewRow } from './store.ts'
 
@@ -20,13 +21,14 @@ const reviewView = (row: ReviewRow): Review => ({
   updatedAt: iso(row.updatedAt),
 })
 
-export function reviewRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
+export function reviewRoutes(deps: Deps, auth: AuthPlugin) {
+  const { sql, clock } = deps
   return new Elysia({ prefix: '/reviews', tags: ['billing'] })
     .use(auth)
     .post(
       '',
       async ({ user, body, set }) => {
-        const { created, row } = await sql.begin(async tx => {
+        const { created, row, ownerId } = await sql.begin(async tx => {
           // The agent's row lock serialises its reviews, so the aggregate never races.
           const participant = await lockParticipant(tx, body.participantId)
           if (!participant) throw errors.notFound('Participant')
@@ -37,9 +39,17 @@ export function reviewRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
           const change = { rating: body.rating, comment: body.comment ?? null }
           const previous = await findReview(tx, participant.id, user.userId)
           const at = clock.now()
+          const ownerId = participant.ownerId
           return previous
-            ? { created: false, row: await updateReview(tx, previous, change, at) }
-            : { created: true, row: await insertReview(tx, { participantId: participant.id, userId: user.userId, ...change }, at) }
+            ? { created: false, ownerId, row: await updateReview(tx, previous, change, at) }
+            : { created: true, ownerId, row: await insertReview(tx, { participantId: participant.id, userId: user.userId, ...change }, at) }
+        })
+        await notify(deps, ownerId, created ? 'review.created' : 'review.updated', {
+          reviewId: row.id,
+          participantId: row.participantId,
+          userId: row.userId,
+          rating: row.rating,
+          comment: row.comment,
         })
         set.status = created ? 201 : 200
         return ok(reviewView(row))

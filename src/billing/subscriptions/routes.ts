@@ -9,6 +9,8 @@ import { principalSubject } from '../../auth/principal.ts'
 import { IdempotencyHeaders, idempotent } from '../../idempotency/idempotent.ts'
 import { findPlan } from '../plans/store.ts'
 import { liveCounts } from '../../metering/usage-counter.ts'
+import { notify } from '../../events/notify.ts'
+import { participantOwner } from '../../participants/store.ts'
 import { CreateSubscription, Subscription } from './schema.ts'
 import {
   adjustActiveSubscribers,
@@ -41,6 +43,7 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
     .post(
       '',
       async ({ user, body, headers, set }) => {
+        let ownerId = ''
         const outcome = await idempotent(
           deps,
           {
@@ -53,6 +56,7 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
           async tx => {
             const plan = await findPlan(tx, body.planId)
             if (!plan) throw errors.notFound('Plan')
+            ownerId = plan.ownerId
             if (plan.ownerId === user.userId) throw errors.cannotSubscribeOwnAgent()
             if (!plan.active) throw errors.planInactive()
             const startedAt = clock.now()
@@ -74,8 +78,17 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
             return { status: 201, body: ok(subscriptionView((await findSubscription(tx, id, user.userId, startedAt))!)) }
           },
         )
+        const created = outcome.body as { success: true; data: Subscription }
+        if (!outcome.replayed) {
+          await notify(deps, ownerId, 'subscription.created', {
+            subscriptionId: created.data.id,
+            participantId: created.data.participantId,
+            planId: created.data.planId,
+            userId: user.userId,
+          })
+        }
         set.status = outcome.status
-        return outcome.body as { success: true; data: Subscription }
+        return created
       },
       {
         user: true,
@@ -118,6 +131,15 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
           await adjustActiveSubscribers(tx, cancelled.participantId, -1)
           return (await findSubscription(tx, params.id, user.userId, clock.now()))!
         })
+        const ownerId = await participantOwner(sql, row.participantId)
+        if (ownerId) {
+          await notify(deps, ownerId, 'subscription.cancelled', {
+            subscriptionId: row.id,
+            participantId: row.participantId,
+            planId: row.planId,
+            userId: user.userId,
+          })
+        }
         return ok(subscriptionView(row))
       },
       {

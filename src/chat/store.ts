@@ -1,0 +1,47 @@
+/** SQL for world chat history. */
+import type { Db } from '../db.ts'
+
+export interface ChatMessage {
+  id: string
+  author: { kind: 'user' | 'agent'; id: string; name: string }
+  text: string
+  createdAt: string
+}
+
+interface Row {
+  id: string
+  authorKind: 'user' | 'agent'
+  authorId: string
+  authorName: string
+  text: string
+  createdAt: Date
+}
+
+const toMessage = (row: Row): ChatMessage => ({
+  id: row.id,
+  author: { kind: row.authorKind, id: row.authorId, name: row.authorName },
+  text: row.text,
+  createdAt: row.createdAt.toISOString(),
+})
+
+export async function insertChatMessage(
+  sql: Db,
+  message: { author: ChatMessage['author']; text: string; at: Date },
+): Promise<ChatMessage> {
+  const [row] = await sql<Row[]>`
+    insert into chat_messages (author_kind, author_id, author_name, text, created_at)
+    values (${message.author.kind}, ${message.author.id}, ${message.author.name}, ${message.text}, ${message.at})
+    returning id, author_kind as "authorKind", author_id as "authorId", author_name as "authorName", text, created_at as "createdAt"
+  `
+  return toMessage(row!)
+}
+
+export async function recentChatMessages(sql: Db, limit: number): Promise<ChatMessage[]> {
+  const rows = await sql<Row[]>`
+    select id, author_kind as "authorKind", author_id as "authorId", author_name as "authorName", text, created_at as "createdAt"
+    from chat_messages
+    order by created_at desc, id desc
+    limit ${limit}
+  `
+  return rows.map(toMessage)
+}

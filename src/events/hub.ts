@@ -1,0 +1,188 @@
+/**
+ * The process's SSE connections. One pub/sub subscription feeds them all; a reconnect with a last
+ * event id replays from the Redis Stream, then goes live with no gap and no repeat at the seam.
+ */
+import { randomUUID } from 'node:crypto'
+import { defineScript, type Redis } from '../redis.ts'
+import type { Keys } from '../keys.ts'
+import type { PubSub } from '../pubsub.ts'
+import type { Log } from '../log.ts'
+import { errors } from '../errors.ts'
+import { errorFields } from '../log.ts'
+import type { Published } from './notify.ts'
+
+export const maxStreamsPerUser = 5
+export const pingEveryMs = 5000
+const replayWindowMs = 24 * 3_600_000
+// A client this many events behind is cut off; it comes back with its last id and catches up by replay.
+const maxQueued = 1000
+const encoder = new TextEncoder()
+
+// KEYS[1] the user's open streams (id -> last heartbeat); ARGV now, stale-before, id, max.
+const openStream = defineScript(`
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[1], 60000)
+return 1`)
+
+interface Connection {
+  id: string
+  stream: string
+  controller: ReadableStreamDefaultController<Uint8Array>
+  /** Events that arrived while the replay was being read. */
+  buffer: Published[] | null
+  lastId: string
+  limitKey: string | null
+  closed: boolean
+}
+
+export interface OpenOptions {
+  stream: string
+  lastEventId?: string | null
+  /** Counts the stream against this user's limit of open notification streams. */
+  userId?: string
+}
+
+export interface EventHub {
+  open(options: OpenOptions): Promise<Response>
+  /** Ends every stream (shutdown), so clients reconnect elsewhere. */
+  closeAll(): void
+  readonly size: number
+  close(): Promise<void>
+}
+
+/** Stream ids are `<ms>-<seq>`: compared as numbers, never as strings. */
+export function isAfter(a: string, b: string): boolean {
+  const [am, as] = a.split('-').map(Number) as [number, number]
+  const [bm, bs] = b.split('-').map(Number) as [number, number]
+  return am > bm || (am === bm && as > bs)
+}
+
+export async function createEventHub(options: { redis: Redis; pubsub: PubSub; keys: Keys; log: Log }): Promise<EventHub> {
+  const { redis, pubsub, keys, log } = options
+  const byStream = new Map<string, Set<Connection>>()
+  const all = new Set<Connection>()
+
+  const frame = (event: Published) => encoder.encode(`id: ${event.id}\nevent: ${event.type}\ndata: ${event.data}\n\n`)
+
+  const end = (connection: Connection) => {
+    if (connection.closed) return
+    connection.closed = true
+    all.delete(connection)
+    const set = byStream.get(connection.stream)
+    set?.delete(connection)
+    if (set?.size === 0) byStream.delete(connection.stream)
+    try {
+      connection.controller.close()
+    } catch {
+      // already closed by the client
+    }
+    if (connection.limitKey) redis.zrem(connection.limitKey, connection.id).catch(() => {})
+  }
+
+  const send = (connection: Connection, chunk: Uint8Array) => {
+    if (connection.closed) return
+    if ((connection.controller.desiredSize ?? 0) < -maxQueued) return end(connection)
+    try {
+      connection.controller.enqueue(chunk)
+    } catch {
+      end(connection)
+    }
+  }
+
+  const deliver = (connection: Connection, event: Published) => {
+    if (connection.buffer) return void connection.buffer.push(event)
+    if (connection.lastId && !isAfter(event.id, connection.lastId)) return
+    connection.lastId = event.id
+    send(connection, frame(event))
+  }
+
+  const stop = await pubsub.subscribe(keys.channels.events, message => {
+    const event = JSON.parse(message) as Published
+    const set = byStream.get(event.stream)
+    if (set) for (const connection of set) deliver(connection, event)
+  })
+
+  const ping = encoder.encode(': ping\n\n')
+  const timer = setInterval(() => {
+    const heartbeat = redis.pipeline()
+    let beats = 0
+    const now = Date.now()
+    for (const connection of all) {
+      send(connection, ping)
+      if (connection.limitKey && !connection.closed) {
+        heartbeat.zadd(connection.limitKey, now, connection.id)
+        beats++
+      }
+    }
+    if (beats > 0) heartbeat.exec().catch(error => log.warn('stream heartbeat failed', errorFields(error)))
+  }, pingEveryMs)
+  timer.unref()
+
+  return {
+    get size() {
+      return all.size
+    },
+    async open({ stream, lastEventId, userId }) {
+      if (lastEventId && !/^\d{1,16}-\d{1,16}$/.test(lastEventId)) throw errors.invalidCursor()
+      const id = randomUUID()
+      const limitKey = userId ? keys.events.openStreams(userId) : null
+      if (limitKey) {
+        const now = Date.now()
+        const admitted = await openStream(redis, [limitKey], [now, now - 3 * pingEveryMs, id, maxStreamsPerUser])
+        if (admitted !== 1) throw errors.rateLimited(pingEveryMs / 1000)
+      }
+      let connection!: Connection
+      const body = new ReadableStream<Uint8Array>({
+        start(controller) {
+          connection = { id, stream, controller, buffer: [], lastId: lastEventId ?? '', limitKey, closed: false }
+        },
+        cancel() {
+          end(connection)
+        },
+      })
+      // Listen first, then replay: what arrives meanwhile waits in the buffer and is sent after.
+      all.add(connection)
+      const set = byStream.get(stream) ?? new Set<Connection>()
+      set.add(connection)
+      byStream.set(stream, set)
+      send(connection, encoder.encode('retry: 3000\n\n'))
+      try {
+        if (lastEventId) {
+          const oldest = Date.now() - replayWindowMs
+          const entries = (await redis.xrange(stream, `(${lastEventId}`, '+')) as [string, string[]][]
+          for (const [entryId, fields] of entries) {
+            if (Number(entryId.split('-')[0]) < oldest) continue
+            const type = fields[fields.indexOf('type') + 1]!
+            const data = fields[fields.indexOf('data') + 1]!
+            connection.lastId = entryId
+            send(connection, frame({ stream, id: entryId, type, data }))
+          }
+        }
+      } catch (error) {
+        end(connection)
+        throw error
+      }
+      const buffered = connection.buffer ?? []
+      connection.buffer = null
+      for (const event of buffered) deliver(connection, event)
+      return new Response(body, {
+        headers: {
+          'content-type': 'text/event-stream; charset=utf-8',
+          'cache-control': 'no-cache, no-transform',
+          connection: 'keep-alive',
+          'x-accel-buffering': 'no',
+        },
+      })
+    },
+    closeAll() {
+      for (const connection of [...all]) end(connection)
+    },
+    async close() {
+      clearInterval(timer)
+      for (const connection of [...all]) end(connection)
+      await stop()
+    },
+  }
+}

@@ -1,0 +1,89 @@
+/** Publishing events: appended to the recipient's capped Redis Stream and announced to every API process. */
+import { defineScript, type Redis } from '../redis.ts'
+import type { Keys } from '../keys.ts'
+import type { Clock } from '../clock.ts'
+import type { Log } from '../log.ts'
+import { errorFields } from '../log.ts'
+
+export type EventType =
+  | 'subscription.created'
+  | 'subscription.cancelled'
+  | 'review.created'
+  | 'review.updated'
+  | 'config.purchased'
+  | 'conversation.message'
+  | 'conversation.reply'
+  | 'service.requested'
+  | 'service.completed'
+  | 'service.failed'
+  | 'invoice.issued'
+  | 'usage.threshold'
+  | 'blog.published'
+  | 'context.updated'
+  | 'chat.message'
+
+/** Kept per stream for replay: the last 1,000 events (and at most 24 h, enforced when replaying). */
+export const streamLength = 1000
+
+// KEYS[1] the stream; ARGV channel, type, JSON. Append and announce in one step, so an event is never
+// announced without being kept, nor kept without being announced.
+const append = defineScript(`
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ${streamLength}, '*', 'type', ARGV[2], 'data', ARGV[3])
+redis.call('PUBLISH', ARGV[1], cjson.encode({ stream = KEYS[1], id = id, type = ARGV[2], data = ARGV[3] }))
+return id`)
+
+export interface NotifyDeps {
+  redis: Redis
+  keys: Keys
+  clock: Clock
+  log: Log
+}
+
+export interface Published {
+  stream: string
+  id: string
+  type: string
+  data: string
+}
+
+/** Appends an event to a stream; returns its id. */
+export async function publish(deps: NotifyDeps, stream: string, type: EventType, payload: Record<string, unknown>): Promise<string> {
+  const data = JSON.stringify({ type, createdAt: deps.clock.now().toISOString(), ...payload })
+  return (await append(deps.redis, [stream], [deps.keys.channels.events, type, data])) as string
+}
+
+/** Tells everyone watching a public stream (world chat); like notify, never fails the caller. */
+export async function broadcast(deps: NotifyDeps, stream: string, type: EventType, payload: Record<string, unknown>): Promise<void> {
+  try {
+    await publish(deps, stream, type, payload)
+  } catch (error) {
+    deps.log.warn('event not published', { type, ...errorFields(error) })
+  }
+}
+
+/** Many notifications in one round trip (an invoice run issues thousands). */
+export async function notifyMany(
+  deps: NotifyDeps,
+  events: { userId: string; type: EventType; payload: Record<string, unknown> }[],
+): Promise<void> {
+  for (let i = 0; i < events.length; i += 1000) {
+    const chunk = events.slice(i, i + 1000)
+    try {
+      await Promise.all(chunk.map(event => publish(deps, deps.keys.events.user(event.userId), event.type, event.payload)))
+    } catch (error) {
+      deps.log.warn('events not published', { count: chunk.length, ...errorFields(error) })
+    }
+  }
+}
+
+/**
+ * Tells a user something happened. Called after the change is committed; a failure here is logged,
+ * never turned into a failure of the change itself.
+ */
+export async function notify(deps: NotifyDeps, userId: string, type: EventType, payload: Record<string, unknown>): Promise<void> {
+  try {
+    await publish(deps, deps.keys.events.user(userId), type, payload)
+  } catch (error) {
+    deps.log.warn('event not published', { type, ...errorFields(error) })
+  }
+}

@@ -1,0 +1,68 @@
+/** /v1/events/stream (a user's notifications) and /v1/events/chat (world chat, public): server-sent events. */
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../deps.ts'
+import { errors } from '../errors.ts'
+import { failures } from '../http/schema.ts'
+import { spendSseToken } from '../auth/sse-token.ts'
+
+const EventStream = t.String({
+  description:
+    'text/event-stream: `retry: 3000`, then events with `id:`, `event:` (the type) and `data:` (JSON with type, createdAt and the payload); `: ping` at least every 5 s',
+})
+
+const Resume = t.Object({
+  lastEventId: t.Optional(t.String({ description: 'Resume after this event id (or send the Last-Event-ID header)' })),
+})
+
+export function eventRoutes(deps: Deps) {
+  const { authenticator, events, keys } = deps
+
+  return new Elysia({ prefix: '/v1/events', tags: ['events'] })
+    .get(
+      '/stream',
+      async ({ request, query, server }) => {
+        let userId: string
+        if (query.token !== undefined) {
+          // The one-use token opens this stream only; it is never a credential anywhere else.
+          const spent = await spendSseToken(deps, query.token)
+          if (!spent) throw errors.invalidToken('The stream token is unknown, used or expired')
+          userId = spent
+        } else {
+          const principal = await authenticator.authenticate(request.headers)
+          if (!principal) throw errors.unauthorized()
+          if (principal.kind !== 'user') throw errors.userOnly()
+          userId = principal.userId
+        }
+        server?.timeout(request, 0)
+        return events.open({
+          stream: keys.events.user(userId),
+          lastEventId: request.headers.get('last-event-id') ?? query.lastEventId,
+          userId,
+        })
+      },
+      {
+        query: t.Object({
+          token: t.Optional(t.String({ description: 'A one-use token from POST /v1/auth/sse-token (instead of a header)' })),
+          lastEventId: Resume.properties.lastEventId,
+        }),
+        response: { 200: EventStream, ...failures(400, 401, 403, 429) },
+        detail: {
+          operationId: 'notificationStream',
+          summary: 'Your notifications as server-sent events (at most 5 open streams per user)',
+          security: [{ bearer: [] }, { sseToken: [] }],
+        },
+      },
+    )
+    .get(
+      '/chat',
+      async ({ request, query, server }) => {
+        server?.timeout(request, 0)
+        return events.open({ stream: keys.events.chat, lastEventId: request.headers.get('last-event-id') ?? query.lastEventId })
+      },
+      {
+        query: Resume,
+        response: { 200: EventStream, ...failures(400) },
+        detail: { operationId: 'chatStream', summary: 'World chat as server-sent events (public)', security: [] },
+      },
+    )
+}
