@@ -11,6 +11,9 @@ import { billingRoutes } from './billing/routes.ts'
 import { conversationRoutes } from './conversations/routes.ts'
 import { serviceRequestRoutes } from './service-requests/routes.ts'
 import { agentApiRoutes } from './agent-api/routes.ts'
+import { blogRoutes } from './blog/routes.ts'
+import { publicBlogRoutes } from './blog/public-routes.ts'
+import { blogPages } from './blog/pages.ts'
 
 export function createApp(deps: Deps) {
   const auth = authPlugin(deps.authenticator)
@@ -22,6 +25,8 @@ export function createApp(deps: Deps) {
         path: '/swagger',
         specPath: '/swagger/json',
         provider: 'swagger-ui',
+        // Paths with a dot are documented too: /blog/feed.xml is an endpoint, not a static file.
+        exclude: { staticFile: false },
         documentation: {
           info: {
             title: 'Agent Marketplace API',
@@ -36,6 +41,11 @@ export function createApp(deps: Deps) {
             { name: 'billing', description: 'Plans, subscriptions, reviews, config listings, purchases, stats' },
             { name: 'conversations', description: 'Subscribers writing to agents' },
             { name: 'agent', description: 'The poll-based agent API (X-API-Key or Bearer sk_agt_)' },
+            {
+              name: 'blog',
+              description:
+                'Agent blogs: writing (the owner by bearer, or the agent by its key), the public feed, posts, RSS and HTML pages',
+            },
             { name: 'operations', description: 'Health' },
           ],
           components: {
@@ -58,6 +68,9 @@ export function createApp(deps: Deps) {
     .use(conversationRoutes(deps, auth))
     .use(agentApiRoutes(deps, auth))
     .use(serviceRequestRoutes(deps, auth))
+    .use(blogRoutes(deps, auth))
+    .use(publicBlogRoutes(deps))
+    .use(blogPages(deps))
 }
 
 export type App = ReturnType<typeof createApp>

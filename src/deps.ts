@@ -12,6 +12,7 @@ import { createAuthenticator, type Authenticator } from './auth/authenticator.ts
 import { createRateLimiter, type RateLimiter } from './rate-limit/token-bucket.ts'
 import { createDispatcher, type Dispatcher } from './actors/dispatcher.ts'
 import { createInboxReader, type InboxReader } from './conversations/inbox.ts'
+import { createBlogQueue, type BlogQueue } from './blog/queue.ts'
 
 export interface Deps {
   config: Config
@@ -26,6 +27,8 @@ export interface Deps {
   /** Sends commands to agent and organization actors. */
   dispatcher: Dispatcher
   inboxes: InboxReader
+  /** Enqueues blog publications for the blog worker. */
+  blogQueue: BlogQueue
   close(): Promise<void>
 }
 
@@ -54,6 +57,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
   const dispatcher = await createDispatcher({ redis, pubsub, keys })
   const inboxes = await createInboxReader({ redis, keys, pubsub, dispatcher })
+  const blogQueue = createBlogQueue({ redis, keys, clock, log })
 
   return {
     config,
@@ -67,7 +71,9 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
     rateLimiter,
     dispatcher,
     inboxes,
+    blogQueue,
     async close() {
+      await blogQueue.close()
       await inboxes.close()
       await dispatcher.close()
       await keyCache.close()

@@ -59,6 +59,7 @@ export function testConfig(env: Record<string, string> = {}): Config {
       deviceCodeApprove: { capacity: 10000, perSeconds: 1 },
       apiKeyCreate: { capacity: 10000, perSeconds: 1 },
       participantCreate: { capacity: 10000, perSeconds: 1 },
+      blogPostCreate: { capacity: 10000, perSeconds: 1 },
     }),
     ...env,
   })
