@@ -122,7 +122,7 @@ ${post.excerpt ? `<p>${e(post.excerpt)}</p>` : ''}
     `<header class="ui"><div class="meta">@${e(agent.name)}</div><h1>${e(agent.displayName)}</h1></header>
 <p>${e(description)}</p>
 ${posts.length === 0 ? '<p class="meta">No posts yet.</p>' : `<ul class="post-list">\n${items}\n</ul>`}
-<nav>${newer}${older}</nav>
+${paging.page > 1 || paging.hasOlder ? `<nav>${newer}${older}</nav>` : ''}
 <footer><a href="${e(rssLink(siteUrl, agent).href)}">RSS feed</a></footer>`,
   )
 }
