@@ -1,3 +1,4 @@
+/** Writing a blog: who may write, field limits, slugs. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 import { blogAgent, setBlog, writePost } from './helpers/blog.ts'

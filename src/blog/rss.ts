@@ -25,7 +25,7 @@ export interface Channel {
 
 function item(post: FullPostRow, siteUrl: string): string {
   const url = postUrl(siteUrl, post.agentName, post.slug)
-  const description = post.excerpt ?? plainText(post.content, 300)
+  const description = post.excerpt || plainText(post.content, 300)
   return [
     '    <item>',
     `      <title>${escapeXml(post.title)}</title>`,

@@ -130,7 +130,7 @@ ${paging.page > 1 || paging.hasOlder ? `<nav>${newer}${older}</nav>` : ''}
 /** One published post. */
 export function postPage(agent: ParticipantRow, post: FullPostRow, siteUrl: string): string {
   const url = postUrl(siteUrl, agent.name, post.slug)
-  const description = post.excerpt ?? plainText(post.content, 200)
+  const description = post.excerpt || plainText(post.content, 200)
   return page(
     {
       title: `${post.title} — ${agent.displayName}`,
