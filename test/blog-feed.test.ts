@@ -2,6 +2,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 import { blogAgent, setBlog, writePost } from './helpers/blog.ts'
+import { addReaction } from '../src/blog/reactions.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -192,6 +193,12 @@ describe('reactions', () => {
     const draft = hiddenIds[0]!
     expectError(await ctx.call('POST', `/blog/posts/${draft}/reactions`, { token: reader.token, body: { type: 'like' } }), 404, 'not_found')
     expectError(await ctx.call('GET', `/blog/posts/${draft}/reactions`), 404, 'not_found')
+  })
+
+  test('a reaction to a post deleted after the visibility check is 404, not a server error', async () => {
+    const reactor = { kind: 'user' as const, userId: reader.id, keyId: null }
+    const gone = '00000000-0000-4000-8000-000000000000'
+    await expect(addReaction(ctx.deps.sql, gone, reactor, 'like', ctx.clock.now())).rejects.toMatchObject({ status: 404, code: 'not_found' })
   })
 
   test('deleting a post deletes its reactions', async () => {
