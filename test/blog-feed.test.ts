@@ -71,7 +71,7 @@ describe('GET /blog/feed', () => {
     for (const id of hiddenIds) expect(tagged).not.toContain(id)
   })
 
-  test.each(['limit=51', 'limit=0', 'limit=-1', 'limit=ten', 'offset=-1', 'offset=abc', 'offset=100001', `tag=${'x'.repeat(33)}`])(
+  test.each(['limit=51', 'limit=0', 'limit=-1', 'limit=ten', 'offset=-1', 'offset=abc', 'offset=100001', `tag=${'x'.repeat(33)}`, 'tag=%00'])(
     'refuses %s with 400',
     async query => {
       expectError(await ctx.call('GET', `/blog/feed?${query}`), 400, 'validation_failed')
@@ -128,6 +128,9 @@ describe('an agent’s public posts', () => {
     // The writers' own reads are not views.
     expect((await ctx.call('GET', `/blog/posts/${post.id}`, { apiKey: agent.apiKey })).body.data.viewCount).toBe(3)
     expectError(await ctx.call('GET', `/blog/${agent.name}/posts/not-there`), 404, 'not_found')
+    expectError(await ctx.call('GET', `/blog/${agent.name}/posts/%00`), 400, 'validation_failed')
+    expectError(await ctx.call('GET', '/blog/%00/posts'), 400, 'validation_failed')
+    expectError(await ctx.call('GET', '/blog/a%20b/rss'), 400, 'validation_failed')
     expectError(await ctx.call('GET', `/blog/${agents[0]!.name}/posts/counted`), 404, 'not_found')
   })
 

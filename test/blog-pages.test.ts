@@ -130,6 +130,8 @@ describe('the HTML pages', () => {
       '/@no-such-agent/blog',
       '/@no-such-agent/blog/live-page',
       '/@x/blog',
+      `/@${other.name}/blog/%00`,
+      '/@%00/blog',
       `/@${other.id}/blog`,
     ]
     for (const path of paths) {

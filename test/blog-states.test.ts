@@ -159,7 +159,7 @@ describe('the writers’ list', () => {
   })
 
   test('refuses a bad limit, status or before with 400, and an unknown agent with 404', async () => {
-    for (const query of ['limit=0', 'limit=101', 'limit=ten', 'status=deleted', 'before=yesterday']) {
+    for (const query of ['limit=0', 'limit=101', 'limit=ten', 'status=deleted', 'before=yesterday', 'before=2026-02-30T00:00:00Z']) {
       expectError(await ctx.call('GET', `/blog/manage/${agent.id}?${query}`, { token: owner.token }), 400, 'validation_failed')
     }
     expect((await ctx.call('GET', `/blog/manage/${agent.id}?limit=100`, { token: owner.token })).status).toBe(200)

@@ -142,6 +142,12 @@ describe('field limits', () => {
     ['publish', 'a string', 'yes'],
     ['publishAt', 'not a time', 'tomorrow'],
     ['publishAt', 'in the past', '2020-01-01T00:00:00.000Z'],
+    ['publishAt', 'not a real day', '2030-02-30T00:00:00.000Z'],
+    ['publishAt', 'more than 366 days ahead', new Date(Date.now() + 367 * 86_400_000).toISOString()],
+    ['title', 'with a NUL character', 'a\u0000b'],
+    ['content', 'with a NUL character', 'x\u0000'],
+    ['excerpt', 'with a NUL character', '\u0000'],
+    ['tags', 'with a NUL character', ['a\u0000']],
     ['participantId', 'not a uuid', 'not-a-uuid'],
     ['unknown', 'an unknown field', true],
   ])('refuses %s %s with 400 naming the field, and writes nothing', async (field, _label, value) => {

@@ -17,6 +17,7 @@ const htmlResponses = (summary: string) => ({
 })
 
 const namePattern = /^[A-Za-z0-9][A-Za-z0-9-]{1,30}[A-Za-z0-9]$/
+const slugPattern = /^[a-z0-9-]{1,80}$/
 
 export function blogPages(deps: Deps) {
   const { sql, config } = deps
@@ -54,6 +55,7 @@ export function blogPages(deps: Deps) {
       async ({ params }) => {
         const agent = await blogOf(params.name)
         if (!agent) return notFound()
+        if (!slugPattern.test(params.slug)) return notFound()
         const post = await viewPublished(sql, agent.id, params.slug)
         if (!post) return notFound()
         return htmlResponse(postPage(agent, post, site))

@@ -37,10 +37,14 @@ async function withFreeSlug<T>(
   }
 }
 
+// How far ahead a post may be scheduled; beyond it a time is far more likely a mistake than a plan.
+const maxScheduleAheadMs = 366 * 86_400_000
+
 /** A `publishAt` that must lie in the future: publishing by mistake cannot be taken back from readers. */
 function futureTime(value: string | undefined, now: Date): Date | undefined {
   const at = parseTime(value, '/publishAt')
   if (at && at.getTime() <= now.getTime()) throw errors.field('/publishAt', 'must be in the future')
+  if (at && at.getTime() - now.getTime() > maxScheduleAheadMs) throw errors.field('/publishAt', 'must be within 366 days')
   return at
 }
 

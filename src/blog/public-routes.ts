@@ -3,7 +3,7 @@ import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
 import { ErrorBody, Ok, failures, ok, parseLimit } from '../http/schema.ts'
-import { Post, PostSummary, PublicListQuery } from './schema.ts'
+import { AgentIdOrName, Post, PostSummary, PublicListQuery, SlugParam } from './schema.ts'
 import { findPublicBlog, listPublished, listPublishedWithContent, viewPublished } from './store.ts'
 import { rssFeed, rssResponse } from './rss.ts'
 import { postView, summaryView } from './views.ts'
@@ -18,7 +18,7 @@ function parseOffset(value: string | undefined): number {
   return Number(value)
 }
 
-const AgentParams = t.Object({ agentIdOrName: t.String({ minLength: 1, maxLength: 64, description: 'Agent id or name' }) })
+const AgentParams = t.Object({ agentIdOrName: AgentIdOrName })
 
 /** OpenAPI responses of a feed document; its failures are the JSON error envelope. */
 const rssResponses = (failureStatuses: Record<number, string>) => ({
@@ -110,7 +110,7 @@ export function publicBlogRoutes(deps: Deps) {
         return ok(postView(post, site))
       },
       {
-        params: t.Object({ agentIdOrName: AgentParams.properties.agentIdOrName, slug: t.String({ maxLength: 100 }) }),
+        params: t.Object({ agentIdOrName: AgentIdOrName, slug: SlugParam }),
         response: { 200: Ok(Post), ...failures(400, 404) },
         detail: { operationId: 'getAgentBlogPost', summary: 'A published post by its slug, with content; counts a view' },
       },

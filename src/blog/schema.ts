@@ -5,16 +5,26 @@ import { Int, NullableTimestamp, Timestamp, Uuid } from '../http/schema.ts'
 export const PostStatus = t.Union([t.Literal('draft'), t.Literal('scheduled'), t.Literal('published')])
 export type PostStatus = typeof PostStatus.static
 
-const Title = t.String({ minLength: 1, maxLength: 200, pattern: '\\S', description: '1 to 200 characters, not all blank' })
-const Content = t.String({ minLength: 1, maxLength: 100_000, description: 'Markdown; raw HTML is shown as text' })
-const Excerpt = t.String({ maxLength: 500, description: 'Short summary shown in lists and feeds' })
-const Tags = t.Array(
-  t.String({ minLength: 1, maxLength: 32, pattern: '^\\S(.*\\S)?$', description: '1 to 32 characters, no blank ends' }),
-  { maxItems: 10, description: 'At most 10; duplicates are dropped' },
-)
+// Text never holds U+0000: PostgreSQL cannot store it, so it is refused here as bad input.
+const noNul = '^[^\\u0000]*$'
+const Title = t.String({
+  minLength: 1,
+  maxLength: 200,
+  pattern: '^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$',
+  description: '1 to 200 characters, not all blank',
+})
+const Content = t.String({ minLength: 1, maxLength: 100_000, pattern: noNul, description: 'Markdown; raw HTML is shown as text' })
+const Excerpt = t.String({ maxLength: 500, pattern: noNul, description: 'Short summary shown in lists and feeds' })
+const Tag = t.String({
+  minLength: 1,
+  maxLength: 32,
+  pattern: '^[^\\s\\u0000]([^\\u0000]*[^\\s\\u0000])?$',
+  description: '1 to 32 characters, no blank ends',
+})
+const Tags = t.Array(Tag, { maxItems: 10, description: 'At most 10; duplicates are dropped' })
 const PublishAt = t.String({
   format: 'date-time',
-  description: 'ISO 8601 time in the future: the post is scheduled and published then',
+  description: 'ISO 8601 time in the future, at most 366 days ahead: the post is scheduled and published then',
   examples: ['2026-11-22T10:00:00.000Z'],
 })
 
@@ -90,7 +100,11 @@ export const ReactionCounts = t.Object({ like: Int(), insightful: Int(), helpful
 export type ReactionCounts = typeof ReactionCounts.static
 
 export const OffsetParam = t.Optional(t.String({ description: 'Integer from 0: how many posts to skip', examples: ['0'] }))
-export const TagParam = t.Optional(t.String({ minLength: 1, maxLength: 32, description: 'Only posts with this tag' }))
+export const TagParam = t.Optional(t.String({ minLength: 1, maxLength: 32, pattern: noNul, description: 'Only posts with this tag' }))
+
+/** An agent in a public path: its id or its name (both letters, digits and hyphens). */
+export const AgentIdOrName = t.String({ pattern: '^[A-Za-z0-9-]{1,64}$', description: 'Agent id or name' })
+export const SlugParam = t.String({ pattern: '^[A-Za-z0-9-]{1,100}$', description: 'The post’s slug' })
 
 export const PublicListQuery = t.Object({
   limit: t.Optional(t.String({ description: 'Integer from 1 to 50 (default 20)', examples: ['20'] })),
