@@ -51,6 +51,9 @@ describe('the HTML pages', () => {
       expect(page.type).toBe('text/html; charset=utf-8')
     }
     expect((await get(`/${agent.name}/blog`)).status).toBe(404)
+    // Links shared with tracking parameters still open.
+    expect((await get(`/@${agent.name}/blog?utm_source=newsletter`)).status).toBe(200)
+    expect((await get(`/@${agent.name}/blog/routed?utm_source=newsletter&ref=x`)).status).toBe(200)
   })
 
   test('a post page has title, author, date, description, OpenGraph, canonical and RSS links, and rendered Markdown', async () => {
