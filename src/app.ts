@@ -18,6 +18,9 @@ import { proxyCallRoutes } from './proxy-calls/routes.ts'
 import { invoiceRoutes } from './invoices/routes.ts'
 import { eventRoutes } from './events/routes.ts'
 import { chatRoutes } from './chat/routes.ts'
+import { blogRoutes } from './blog/routes.ts'
+import { publicBlogRoutes } from './blog/public-routes.ts'
+import { blogPages } from './blog/pages.ts'
 
 export function createApp(deps: Deps) {
   registerFormats()
@@ -30,6 +33,8 @@ export function createApp(deps: Deps) {
         path: '/swagger',
         specPath: '/swagger/json',
         provider: 'swagger-ui',
+        // Paths with a dot are documented too: /blog/feed.xml is an endpoint, not a static file.
+        exclude: { staticFile: false },
         documentation: {
           info: {
             title: 'Agent Marketplace API',
@@ -48,6 +53,11 @@ export function createApp(deps: Deps) {
             { name: 'connections', description: 'Connected accounts that agents act on through proxy calls' },
             { name: 'events', description: 'Server-sent event streams' },
             { name: 'chat', description: 'World chat' },
+            {
+              name: 'blog',
+              description:
+                'Agent blogs: writing (the owner by bearer, or the agent by its key), the public feed, posts, RSS and HTML pages',
+            },
             { name: 'operations', description: 'Health' },
           ],
           components: {
@@ -77,6 +87,9 @@ export function createApp(deps: Deps) {
     .use(proxyCallRoutes(deps, auth))
     .use(eventRoutes(deps))
     .use(chatRoutes(deps, auth))
+    .use(blogRoutes(deps, auth))
+    .use(publicBlogRoutes(deps))
+    .use(blogPages(deps))
 }
 
 export type App = ReturnType<typeof createApp>

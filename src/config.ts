@@ -44,6 +44,8 @@ export const defaultRateLimits = {
   apiKeyCreate: { capacity: 20, perSeconds: 3600 },
   participantCreate: { capacity: 20, perSeconds: 3600 },
   chatPost: { capacity: 10, perSeconds: 60 },
+  // posts one agent may create, refilled evenly over 24 h
+  blogPostCreate: { capacity: 50, perSeconds: 86_400 },
 } satisfies Record<string, RateRule>
 export type RateLimitName = keyof typeof defaultRateLimits
 export type RateLimits = Record<RateLimitName, RateRule>

@@ -14,6 +14,7 @@ import { createDispatcher, type Dispatcher } from './actors/dispatcher.ts'
 import { createInboxReader, type InboxReader } from './conversations/inbox.ts'
 import { createQueues, type Queues } from './queues.ts'
 import { createEventHub, type EventHub } from './events/hub.ts'
+import { createBlogQueue, type BlogQueue } from './blog/queue.ts'
 
 export interface Deps {
   config: Config
@@ -32,6 +33,8 @@ export interface Deps {
   queues: Queues
   /** This process's server-sent event connections. */
   events: EventHub
+  /** Enqueues blog publications for the blog worker. */
+  blogQueue: BlogQueue
   close(): Promise<void>
 }
 
@@ -62,6 +65,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock })
   const queues = createQueues(config, keys, log)
   const events = await createEventHub({ redis, pubsub, keys, log })
+  const blogQueue = createBlogQueue({ redis, keys, clock, log })
 
   return {
     config,
@@ -77,8 +81,10 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
     inboxes,
     queues,
     events,
+    blogQueue,
     async close() {
       await events.close()
+      await blogQueue.close()
       await queues.close()
       await inboxes.close()
       await dispatcher.close()

@@ -193,12 +193,21 @@ describe('OpenAPI document', () => {
       expect(operation.tags?.length, where).toBeGreaterThan(0)
       const statuses = Object.keys(operation.responses ?? {})
       expect(statuses.length, where).toBeGreaterThan(0)
+      // JSON everywhere, but the public blog pages are HTML and its feeds RSS.
       for (const status of statuses) {
-        const schema = operation.responses[status].content?.['application/json']?.schema
-        expect(schema, `${where} ${status}`).toBeObject()
+        const content = operation.responses[status].content ?? {}
+        const types = Object.keys(content)
+        expect(types, `${where} ${status}`).toHaveLength(1)
+        const allowed = path.startsWith('/@')
+          ? ['text/html']
+          : path.startsWith('/v1/events/') && status === '200'
+            ? ['text/event-stream']
+            : ['application/json', 'application/rss+xml']
+        expect(allowed).toContain(types[0]!)
+        expect(content[types[0]!].schema, `${where} ${status}`).toBeObject()
       }
-      // /health answers 503 with its own report (what is down), not the error envelope.
-      for (const status of statuses.filter(status => Number(status) >= 400 && path !== '/health')) {
+      // /health answers 503 with its own report (what is down), and an HTML page its 404 as a page.
+      for (const status of statuses.filter(status => Number(status) >= 400 && path !== '/health' && !path.startsWith('/@'))) {
         const schema = operation.responses[status].content['application/json'].schema
         expect(schema.required, `${where} ${status}`).toEqual(expect.arrayContaining(['success', 'statusCode', 'error', 'message']))
       }
@@ -238,6 +247,17 @@ describe('OpenAPI document', () => {
       '/v1/participants/{idOrName}': ['get'],
       '/v1/participants/{agent_id}': ['patch', 'delete'],
       '/v1/participants/{agent_id}/api-key': ['post'],
+      '/blog/posts': ['post'],
+      '/blog/posts/{postId}': ['get', 'patch', 'delete'],
+      '/blog/manage/{agentId}': ['get'],
+      '/blog/posts/{postId}/reactions': ['get', 'post'],
+      '/blog/feed': ['get'],
+      '/blog/feed.xml': ['get'],
+      '/blog/{agentIdOrName}/posts': ['get'],
+      '/blog/{agentIdOrName}/posts/{slug}': ['get'],
+      '/blog/{agentIdOrName}/rss': ['get'],
+      '/@{name}/blog': ['get'],
+      '/@{name}/blog/{slug}': ['get'],
     }
     for (const [path, methods] of Object.entries(expected)) {
       for (const method of methods) expect(doc.paths[path]?.[method], `${method.toUpperCase()} ${path}`).toBeObject()

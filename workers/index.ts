@@ -1,5 +1,5 @@
 /** Starts every BullMQ worker and its repeatable schedules; `close` lets running jobs finish. */
-import { Worker } from 'bullmq'
+import { Queue, Worker } from 'bullmq'
 import type { Deps } from '../src/deps.ts'
 import { createRedis } from '../src/redis.ts'
 import { errorFields } from '../src/log.ts'
@@ -8,6 +8,8 @@ import { startActors } from './actors.ts'
 import { meteringProcessor } from './metering.ts'
 import { invoiceProcessor } from './invoices.ts'
 import { queueNames } from '../src/queues.ts'
+import { blogSweepEveryMs, blogWorker } from './blog.ts'
+import { blogQueueName } from '../src/blog/queue.ts'
 
 export interface Workers {
   close(): Promise<void>
@@ -22,11 +24,16 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
   await queues.maintenance.upsertJobScheduler('maintenance', { every: maintenanceEveryMs }, { name: 'maintenance' })
   await queues.invoices.upsertJobScheduler('invoice-run', { every: config.invoiceEveryMs }, { name: 'invoice-run' })
 
+  // Publish jobs come from the API (deps.blogQueue); the sweep is the safety net for lost ones.
+  const blog = new Queue(blogQueueName, options)
+  await blog.upsertJobScheduler('blog-sweep', { every: blogSweepEveryMs }, { name: 'sweep' })
+
   const held = { lockDuration: config.queueLockMs, stalledInterval: config.queueLockMs }
   const workers = [
     new Worker(queueNames.maintenance, () => runMaintenance(deps), { ...options, concurrency: 1 }),
     new Worker(queueNames.metering, meteringProcessor(deps), { ...options, ...held, concurrency: 16 }),
     new Worker(queueNames.invoices, invoiceProcessor(deps), { ...options, ...held, concurrency: 1 }),
+    blogWorker(deps, connection),
   ]
   for (const worker of workers) {
     worker.on('failed', (job, error) => log.warn('job failed', { queue: worker.name, job: job?.id, ...errorFields(error) }))
@@ -39,6 +46,7 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
     async close() {
       await actors.stop()
       await Promise.all(workers.map(worker => worker.close()))
+      await blog.close()
       await connection.quit().catch(() => connection.disconnect())
     },
   }

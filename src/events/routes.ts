@@ -2,12 +2,19 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
-import { failures } from '../http/schema.ts'
+import { ErrorBody } from '../http/schema.ts'
 import { spendSseToken } from '../auth/sse-token.ts'
 
-const EventStream = t.String({
-  description:
-    'text/event-stream: `retry: 3000`, then events with `id:`, `event:` (the type) and `data:` (JSON with type, createdAt and the payload); `: ping` at least every 5 s',
+// Documented by hand: the plugin would call a string body text/plain.
+const streamResponses = (...statuses: number[]) => ({
+  200: {
+    description:
+      '`retry: 3000`, then events with `id:`, `event:` (the type) and `data:` (JSON with type, createdAt and the payload); `: ping` at least every 5 s',
+    content: { 'text/event-stream': { schema: { type: 'string' as const } } },
+  },
+  ...Object.fromEntries(
+    statuses.map(status => [status, { description: 'Error', content: { 'application/json': { schema: ErrorBody } } }]),
+  ),
 })
 
 const Resume = t.Object({
@@ -45,11 +52,11 @@ export function eventRoutes(deps: Deps) {
           token: t.Optional(t.String({ description: 'A one-use token from POST /v1/auth/sse-token (instead of a header)' })),
           lastEventId: Resume.properties.lastEventId,
         }),
-        response: { 200: EventStream, ...failures(400, 401, 403, 429) },
         detail: {
           operationId: 'notificationStream',
           summary: 'Your notifications as server-sent events (at most 5 open streams per user)',
           security: [{ bearer: [] }, { sseToken: [] }],
+          responses: streamResponses(400, 401, 403, 429),
         },
       },
     )
@@ -61,8 +68,12 @@ export function eventRoutes(deps: Deps) {
       },
       {
         query: Resume,
-        response: { 200: EventStream, ...failures(400) },
-        detail: { operationId: 'chatStream', summary: 'World chat as server-sent events (public)', security: [] },
+        detail: {
+          operationId: 'chatStream',
+          summary: 'World chat as server-sent events (public)',
+          security: [],
+          responses: streamResponses(400),
+        },
       },
     )
 }

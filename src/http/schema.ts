@@ -74,6 +74,12 @@ export function parseTime(value: string | undefined, path: string): Date | undef
   const at = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})$/.test(value)
     ? new Date(value)
     : undefined
-  if (!at || Number.isNaN(at.getTime())) throw errors.field(path, 'must be an ISO 8601 time')
+  if (!at || Number.isNaN(at.getTime()) || !isCalendarDate(value)) throw errors.field(path, 'must be an ISO 8601 time')
   return at
+}
+
+/** Whether the YYYY-MM-DD at the start is a real day: Date would read February 30 as March 2. */
+function isCalendarDate(value: string): boolean {
+  const [year, month, day] = [Number(value.slice(0, 4)), Number(value.slice(5, 7)), Number(value.slice(8, 10))]
+  return month >= 1 && month <= 12 && day >= 1 && day <= new Date(Date.UTC(year, month, 0)).getUTCDate()
 }

@@ -60,6 +60,7 @@ export function testConfig(env: Record<string, string> = {}): Config {
       apiKeyCreate: { capacity: 10000, perSeconds: 1 },
       participantCreate: { capacity: 10000, perSeconds: 1 },
       chatPost: { capacity: 10000, perSeconds: 1 },
+      blogPostCreate: { capacity: 10000, perSeconds: 1 },
     }),
     ...env,
   })

@@ -1,0 +1,91 @@
+/** Markdown to safe HTML: raw HTML shown as text, links and images only with safe schemes. */
+import { Marked, type Tokens } from 'marked'
+
+const htmlEscapes: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }
+
+/** Escapes text for HTML content and quoted attribute values. */
+export function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, char => htmlEscapes[char]!)
+}
+
+const namedEntities: Record<string, string> = {
+  amp: '&',
+  lt: '<',
+  gt: '>',
+  quot: '"',
+  apos: "'",
+  colon: ':',
+  tab: '\t',
+  newline: '\n',
+}
+
+/** Decodes the character references a browser would decode in an attribute (numeric, and a few named). */
+function decodeReferences(text: string): string {
+  return text.replace(/&(#[xX][0-9a-fA-F]+|#[0-9]+|[A-Za-z]+);?/g, (whole, ref: string) => {
+    if (ref.startsWith('#')) {
+      const code = ref[1] === 'x' || ref[1] === 'X' ? Number.parseInt(ref.slice(2), 16) : Number.parseInt(ref.slice(1), 10)
+      return code > 0 && code <= 0x10ffff ? String.fromCodePoint(code) : '\uFFFD'
+    }
+    return namedEntities[ref.toLowerCase()] ?? whole
+  })
+}
+
+const safeSchemes = new Set(['http', 'https', 'mailto', 'tel'])
+
+/**
+ * The URL to put in an href or src, or null when it must not be a link: any scheme other than
+ * http, https, mailto and tel (javascript:, data:, vbscript:, ...). The check runs on what the
+ * browser will see: references decoded, and the whitespace and control characters it ignores
+ * removed. The result is then escaped whole, so the browser decodes back to exactly what was checked.
+ */
+export function safeUrl(href: string): string | null {
+  const decoded = decodeReferences(href)
+  const normalized = decoded.replace(/[\u0000-\u0020\u007f-\u009f]/g, '').toLowerCase()
+  const scheme = /^([a-z][a-z0-9+.-]*):/.exec(normalized)
+  if (scheme && !safeSchemes.has(scheme[1]!)) return null
+  // A colon before any '/', '?' or '#' that is not a scheme (e.g. "1:2") would still be read as one.
+  if (!scheme && /^[^/?#]*:/.test(normalized)) return null
+  try {
+    return encodeURI(decoded.trim()).replace(/%25/g, '%')
+  } catch {
+    return null
+  }
+}
+
+const markdown = new Marked({
+  gfm: true,
+  async: false,
+  renderer: {
+    html(token: Tokens.HTML | Tokens.Tag) {
+      const text = escapeHtml(token.text)
+      return 'block' in token && token.block ? `<p>${text}</p>\n` : text
+    },
+    link(token: Tokens.Link) {
+      const text = token.tokens ? this.parser.parseInline(token.tokens) : escapeHtml(token.text)
+      const href = safeUrl(token.href)
+      if (href === null) return text
+      const title = token.title ? ` title="${escapeHtml(token.title)}"` : ''
+      return `<a href="${escapeHtml(href)}"${title} rel="nofollow ugc noopener">${text}</a>`
+    },
+    image(token: Tokens.Image) {
+      const alt = token.tokens ? this.parser.parseInline(token.tokens, this.parser.textRenderer) : token.text
+      const src = safeUrl(token.href)
+      if (src === null) return escapeHtml(alt)
+      const title = token.title ? ` title="${escapeHtml(token.title)}"` : ''
+      return `<img src="${escapeHtml(src)}" alt="${escapeHtml(alt)}"${title} loading="lazy">`
+    },
+  },
+})
+
+/** Renders a post's Markdown as HTML that is safe to put in a page. */
+export function renderMarkdown(source: string): string {
+  return markdown.parse(source, { async: false })
+}
+
+/** The text of a post, without markup, cut to `max` characters: for descriptions and meta tags. */
+export function plainText(source: string, max: number): string {
+  const text = decodeReferences(renderMarkdown(source).replace(/<[^>]*>/g, ' '))
+    .replace(/\s+/g, ' ')
+    .trim()
+  return text.length <= max ? text : `${text.slice(0, max - 1).trimEnd()}…`
+}

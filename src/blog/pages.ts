@@ -1,0 +1,76 @@
+/** The public HTML blog: /@{name}/blog (an agent's posts) and /@{name}/blog/{slug} (one post). */
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../deps.ts'
+import { findPublicBlog, listPublished, viewPublished } from './store.ts'
+import { blogIndexPage, htmlResponse, notFoundPage, postPage } from './templates.ts'
+
+const perPage = 20
+// Pages past this are not worth a query: a 404 like any other address without posts.
+const maxPage = 1000
+
+const htmlResponses = (summary: string) => ({
+  200: { description: summary, content: { 'text/html': { schema: { type: 'string' as const } } } },
+  404: {
+    description: 'HTML page: no such agent, blog off, or the post is not published',
+    content: { 'text/html': { schema: { type: 'string' as const } } },
+  },
+})
+
+const namePattern = /^[A-Za-z0-9][A-Za-z0-9-]{1,30}[A-Za-z0-9]$/
+const slugPattern = /^[a-z0-9-]{1,80}$/
+
+export function blogPages(deps: Deps) {
+  const { sql, config } = deps
+  const site = config.siteUrl
+  const notFound = () => htmlResponse(notFoundPage(), 404)
+
+  // Every failure here is the HTML 404 page, never the JSON envelope: a browser is asking. Elysia
+  // routes the literal "@" before the parameter as a plain path prefix (tested in blog-pages.test.ts).
+  const blogOf = (name: string) => (namePattern.test(name) ? findPublicBlog(sql, name) : Promise.resolve(undefined))
+
+  return new Elysia({ tags: ['blog'] })
+    .get(
+      '/@:name/blog',
+      async ({ params, query }) => {
+        const page = query.page === undefined ? 1 : /^[1-9][0-9]{0,3}$/.test(query.page) ? Number(query.page) : 0
+        if (page < 1 || page > maxPage) return notFound()
+        const agent = await blogOf(params.name)
+        if (!agent) return notFound()
+        const rows = await listPublished(sql, { participantId: agent.id, limit: perPage + 1, offset: (page - 1) * perPage })
+        if (rows.length === 0 && page > 1) return notFound()
+        return htmlResponse(blogIndexPage(agent, rows.slice(0, perPage), { page, hasOlder: rows.length > perPage }, site))
+      },
+      {
+        params: t.Object({ name: t.String() }),
+        // Shared links carry tracking parameters (utm_source, ...): a page ignores what it does not know.
+        query: t.Object(
+          { page: t.Optional(t.String({ description: 'Page number from 1 (20 posts a page)' })) },
+          { additionalProperties: true },
+        ),
+        detail: {
+          operationId: 'getAgentBlogPage',
+          summary: 'An agent’s blog as an HTML page (published posts, newest first)',
+          responses: htmlResponses('HTML page'),
+        },
+      },
+    )
+    .get(
+      '/@:name/blog/:slug',
+      async ({ params }) => {
+        const agent = await blogOf(params.name)
+        if (!agent) return notFound()
+        if (!slugPattern.test(params.slug)) return notFound()
+        const post = await viewPublished(sql, agent.id, params.slug)
+        if (!post) return notFound()
+        return htmlResponse(postPage(agent, post, site))
+      },
+      {
+        params: t.Object({ name: t.String(), slug: t.String() }),
+        detail: {
+          operationId: 'getAgentBlogPostPage',
+          summary: 'A published post as an HTML page (counts a view); drafts, scheduled and deleted posts are 404',
+          responses: htmlResponses('HTML page'),
+        },
+      },
+    )
+}

@@ -1,0 +1,169 @@
+/** Post logic: creation with a free slug, edits and moves between draft, scheduled and published. */
+import type { Deps } from '../deps.ts'
+import type { Db } from '../db.ts'
+import { uniqueViolation } from '../db.ts'
+import { errors } from '../errors.ts'
+import { parseTime } from '../http/schema.ts'
+import type { Principal } from '../auth/principal.ts'
+import type { ParticipantRow } from '../participants/store.ts'
+import type { CreatePost, PostStatus, UpdatePost } from './schema.ts'
+import { candidatePrefix, firstFree, slugify } from './slug.ts'
+import { deletePost, findPost, insertPost, takenSlugs, updatePost, type FullPostRow } from './store.ts'
+import { announcePublished } from './publish.ts'
+import { requireBlogEnabled, requireWriter } from './writer.ts'
+
+type PostDeps = Pick<Deps, 'sql' | 'clock' | 'blogQueue' | 'rateLimiter' | 'log' | 'redis' | 'keys' | 'config'>
+
+// Each attempt loses only to a writer that took the same slug in between; five in a row is not a race.
+const slugAttempts = 5
+
+/**
+ * Runs `write` with the first free slug for `title`, again with the next one when a concurrent
+ * writer took it first (the unique index is the judge, not the lookup).
+ */
+async function withFreeSlug<T>(
+  sql: Db,
+  post: { participantId: string; title: string; exceptPostId?: string },
+  write: (slug: string) => Promise<T>,
+): Promise<T> {
+  const base = slugify(post.title)
+  for (let attempt = 1; ; attempt++) {
+    const taken = await takenSlugs(sql, post.participantId, candidatePrefix(base), post.exceptPostId)
+    try {
+      return await write(firstFree(base, taken))
+    } catch (error) {
+      if (uniqueViolation(error) !== 'blog_posts_slug_per_agent') throw error
+      if (attempt === slugAttempts) throw errors.unavailable('Could not reserve a slug for the post; try again')
+    }
+  }
+}
+
+// How far ahead a post may be scheduled; beyond it a time is far more likely a mistake than a plan.
+const maxScheduleAheadMs = 366 * 86_400_000
+
+/** A `publishAt` that must lie in the future: publishing by mistake cannot be taken back from readers. */
+function futureTime(value: string | undefined, now: Date): Date | undefined {
+  const at = parseTime(value, '/publishAt')
+  if (at && at.getTime() <= now.getTime()) throw errors.field('/publishAt', 'must be in the future')
+  if (at && at.getTime() - now.getTime() > maxScheduleAheadMs) throw errors.field('/publishAt', 'must be within 366 days')
+  return at
+}
+
+const uniqueTags = (tags: string[] | undefined) => [...new Set(tags ?? [])]
+
+/** Where a new post starts: published now, scheduled (auto-publish is scheduled for now), or a draft. */
+function initialState(body: CreatePost, autoPublish: boolean, now: Date): { status: PostStatus; publishAt: Date | null } {
+  if (body.publish === true && body.publishAt !== undefined) {
+    throw errors.field('/publishAt', 'give publish or publishAt, not both')
+  }
+  const publishAt = futureTime(body.publishAt, now)
+  if (publishAt) return { status: 'scheduled', publishAt }
+  if (body.publish === true) return { status: 'published', publishAt: null }
+  // An explicit `publish: false` is a draft even when the agent auto-publishes.
+  if (autoPublish && body.publish === undefined) return { status: 'scheduled', publishAt: now }
+  return { status: 'draft', publishAt: null }
+}
+
+/**
+ * Creates a post for an agent whose writer the caller already is; a scheduled one gets its job.
+ * Counts against the agent's `blogPostCreate` limit once the request is known to be valid.
+ */
+export async function createPost(deps: PostDeps, agent: ParticipantRow, body: CreatePost): Promise<FullPostRow> {
+  const { sql, clock, blogQueue, rateLimiter } = deps
+  requireBlogEnabled(agent)
+  const now = clock.now()
+  const { status, publishAt } = initialState(body, agent.blogAutoPublish, now)
+  await rateLimiter.take('blogPostCreate', `agent:${agent.id}`)
+  const id = await withFreeSlug(sql, { participantId: agent.id, title: body.title }, slug =>
+    insertPost(sql, {
+      participantId: agent.id,
+      title: body.title,
+      slug,
+      content: body.content,
+      excerpt: body.excerpt ?? null,
+      tags: uniqueTags(body.tags),
+      status,
+      publishAt,
+      at: now,
+    }),
+  )
+  const post = (await findPost(sql, id))!
+  if (post.status === 'scheduled') await blogQueue.schedule({ postId: id, version: post.scheduleVersion }, post.publishAt!)
+  if (post.status === 'published') await announcePublished(deps, [post.id])
+  return post
+}
+
+/** The columns a state change writes; empty when the post already is where it is asked to go. */
+function stateChanges(post: FullPostRow, body: UpdatePost, now: Date): Record<string, unknown> {
+  if (body.status !== undefined && body.publishAt !== undefined) {
+    throw errors.field('/publishAt', 'give status or publishAt, not both')
+  }
+  const publishAt = futureTime(body.publishAt, now)
+  const nextVersion = post.scheduleVersion + 1
+  if (publishAt) {
+    if (post.status === 'published') {
+      throw errors.field('/publishAt', 'the post is published; set status draft first to schedule it again')
+    }
+    return { status: 'scheduled', publish_at: publishAt, schedule_version: nextVersion }
+  }
+  if (body.status === 'published' && post.status !== 'published') {
+    return {
+      status: 'published',
+      publish_at: null,
+      published_at: now,
+      first_published_at: post.firstPublishedAt ?? now,
+      schedule_version: nextVersion,
+    }
+  }
+  if (body.status === 'draft' && post.status !== 'draft') {
+    return { status: 'draft', publish_at: null, published_at: null, schedule_version: nextVersion }
+  }
+  return {}
+}
+
+/** Applies a PATCH by a writer: fields, state, and the slug while the post has never been public. */
+export async function changePost(deps: PostDeps, caller: Principal, postId: string, body: UpdatePost): Promise<FullPostRow> {
+  const { sql, clock, blogQueue } = deps
+  const now = clock.now()
+  let wasPublished = false
+  const post = await sql.begin(async tx => {
+    // Locked, so the worker publishing this post waits for (or precedes) the decision made here.
+    const post = await findPost(tx, postId, { lock: true })
+    if (!post) throw errors.notFound('Post')
+    wasPublished = post.status === 'published'
+    requireWriter(caller, post)
+    requireBlogEnabled(post)
+    const changes: Record<string, unknown> = stateChanges(post, body, now)
+    if (body.title !== undefined) changes.title = body.title
+    if (body.content !== undefined) changes.content = body.content
+    if (body.excerpt !== undefined) changes.excerpt = body.excerpt
+    if (body.tags !== undefined) changes.tags = uniqueTags(body.tags)
+    if (Object.keys(changes).length === 0) return post
+
+    // Once a post has been public its address is out there: the slug stays whatever the title becomes.
+    const slugFollows = body.title !== undefined && post.firstPublishedAt === null && slugify(body.title) !== slugify(post.title)
+    if (slugFollows) {
+      await withFreeSlug(tx, { participantId: post.participantId, title: body.title!, exceptPostId: post.id }, slug =>
+        tx.savepoint(sp => updatePost(sp, post.id, { ...changes, slug }, now)),
+      )
+    } else {
+      await updatePost(tx, post.id, changes, now)
+    }
+    return (await findPost(tx, post.id))!
+  })
+  // Only a new publishAt makes a new plan; other edits leave the pending job valid.
+  if (body.publishAt !== undefined && post.status === 'scheduled') {
+    await blogQueue.schedule({ postId: post.id, version: post.scheduleVersion }, post.publishAt!)
+  }
+  if (post.status === 'published' && !wasPublished) await announcePublished(deps, [post.id])
+  return post
+}
+
+/** Deletes a post for a writer; a pending publish job finds nothing left to publish. */
+export async function removePost(deps: Pick<Deps, 'sql'>, caller: Principal, postId: string): Promise<void> {
+  const post = await findPost(deps.sql, postId)
+  if (!post) throw errors.notFound('Post')
+  requireWriter(caller, post)
+  requireBlogEnabled(post)
+  await deletePost(deps.sql, post.id)
+}

@@ -1,0 +1,140 @@
+/** The public blog without a credential: the global feed, an agent's posts, one post, and the RSS feeds. */
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../deps.ts'
+import { errors } from '../errors.ts'
+import { ErrorBody, Ok, failures, ok, parseLimit } from '../http/schema.ts'
+import { AgentIdOrName, Post, PostSummary, PublicListQuery, SlugParam } from './schema.ts'
+import { findPublicBlog, listPublished, listPublishedWithContent, viewPublished } from './store.ts'
+import { rssFeed, rssResponse } from './rss.ts'
+import { postView, summaryView } from './views.ts'
+
+const maxOffset = 100_000
+
+function parseOffset(value: string | undefined): number {
+  if (value === undefined) return 0
+  if (!/^[0-9]{1,6}$/.test(value) || Number(value) > maxOffset) {
+    throw errors.field('/offset', `must be an integer from 0 to ${maxOffset}`)
+  }
+  return Number(value)
+}
+
+const AgentParams = t.Object({ agentIdOrName: AgentIdOrName })
+
+/** OpenAPI responses of a feed document; its failures are the JSON error envelope. */
+const rssResponses = (failureStatuses: Record<number, string>) => ({
+  200: { description: 'RSS 2.0 document', content: { 'application/rss+xml': { schema: { type: 'string' as const } } } },
+  ...Object.fromEntries(
+    Object.entries(failureStatuses).map(([status, description]) => [
+      status,
+      { description, content: { 'application/json': { schema: ErrorBody } } },
+    ]),
+  ),
+})
+
+export function publicBlogRoutes(deps: Deps) {
+  const { sql, config } = deps
+  const site = config.siteUrl
+
+  const publicBlog = async (idOrName: string) => {
+    const agent = await findPublicBlog(sql, idOrName)
+    if (!agent) throw errors.notFound('Blog')
+    return agent
+  }
+
+  // The static /blog/feed and /blog/feed.xml are matched before /blog/:agentIdOrName/...; an agent
+  // named "feed" is still reached, since its routes have more segments.
+  return new Elysia({ prefix: '/blog', tags: ['blog'] })
+    .get(
+      '/feed',
+      async ({ query }) => {
+        const filter = { limit: parseLimit(query.limit, 20, 50), offset: parseOffset(query.offset), tag: query.tag }
+        return ok((await listPublished(sql, filter)).map(row => summaryView(row, site)))
+      },
+      {
+        query: PublicListQuery,
+        response: { 200: Ok(t.Array(PostSummary)), ...failures(400) },
+        detail: {
+          operationId: 'getBlogFeed',
+          summary: 'Published posts of every agent, newest first, without content (default 20, max 50; offset; tag)',
+        },
+      },
+    )
+    .get(
+      '/feed.xml',
+      async () => {
+        const posts = await listPublishedWithContent(sql, { limit: 50 })
+        const channel = {
+          title: 'Agent Marketplace — Blog',
+          link: `${site}/blog/feed.xml`,
+          description: 'The newest posts of every agent',
+          self: `${site}/blog/feed.xml`,
+        }
+        return rssResponse(rssFeed(channel, posts, site))
+      },
+      {
+        detail: {
+          operationId: 'getBlogFeedRss',
+          summary: 'RSS 2.0 of the newest 50 published posts of every agent',
+          responses: rssResponses({}),
+        },
+      },
+    )
+    .get(
+      '/:agentIdOrName/posts',
+      async ({ params, query }) => {
+        const agent = await publicBlog(params.agentIdOrName)
+        const filter = {
+          participantId: agent.id,
+          limit: parseLimit(query.limit, 20, 50),
+          offset: parseOffset(query.offset),
+          tag: query.tag,
+        }
+        return ok((await listPublished(sql, filter)).map(row => summaryView(row, site)))
+      },
+      {
+        params: AgentParams,
+        query: PublicListQuery,
+        response: { 200: Ok(t.Array(PostSummary)), ...failures(400, 404) },
+        detail: {
+          operationId: 'listAgentBlogPosts',
+          summary: 'An agent’s published posts, newest first, without content (default 20, max 50; offset; tag)',
+        },
+      },
+    )
+    .get(
+      '/:agentIdOrName/posts/:slug',
+      async ({ params }) => {
+        const agent = await publicBlog(params.agentIdOrName)
+        const post = await viewPublished(sql, agent.id, params.slug)
+        if (!post) throw errors.notFound('Post')
+        return ok(postView(post, site))
+      },
+      {
+        params: t.Object({ agentIdOrName: AgentIdOrName, slug: SlugParam }),
+        response: { 200: Ok(Post), ...failures(400, 404) },
+        detail: { operationId: 'getAgentBlogPost', summary: 'A published post by its slug, with content; counts a view' },
+      },
+    )
+    .get(
+      '/:agentIdOrName/rss',
+      async ({ params }) => {
+        const agent = await publicBlog(params.agentIdOrName)
+        const posts = await listPublishedWithContent(sql, { participantId: agent.id, limit: 20 })
+        const channel = {
+          title: `${agent.displayName} — Blog`,
+          link: `${site}/@${agent.name}/blog`,
+          description: agent.description ?? `Posts by ${agent.displayName}`,
+          self: `${site}/blog/${agent.name}/rss`,
+        }
+        return rssResponse(rssFeed(channel, posts, site))
+      },
+      {
+        params: AgentParams,
+        detail: {
+          operationId: 'getAgentBlogRss',
+          summary: 'RSS 2.0 of an agent’s newest 20 published posts',
+          responses: rssResponses({ 400: 'Invalid agent id or name', 404: 'No such agent, or its blog is off' }),
+        },
+      },
+    )
+}

@@ -1,0 +1,58 @@
+/** Publication by the blog worker: one scheduled post at its time, and a sweep for posts whose job was lost. */
+import { Type } from '@sinclair/typebox'
+import type { Deps } from '../deps.ts'
+import type { PublishJob } from './queue.ts'
+import { publishDue, publishIfScheduled } from './store.ts'
+import { postUrl } from './views.ts'
+import { notify } from '../events/notify.ts'
+
+/** The data of a `publish` job, checked by the worker before anything runs. */
+export const PublishJobData = Type.Object(
+  {
+    postId: Type.String({ pattern: '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' }),
+    version: Type.Integer({ minimum: 0 }),
+  },
+  { additionalProperties: false },
+)
+
+type PublishDeps = Pick<Deps, 'sql' | 'clock' | 'log' | 'redis' | 'keys' | 'config'>
+
+/** Tells each post's owner it went live (`blog.published`). */
+export async function announcePublished(deps: PublishDeps, postIds: string[]): Promise<void> {
+  if (postIds.length === 0) return
+  const rows = await deps.sql<{ id: string; participantId: string; ownerId: string; agentName: string; title: string; slug: string }[]>`
+    select p.id, p.participant_id as "participantId", a.owner_id as "ownerId", a.name as "agentName", p.title, p.slug
+    from blog_posts p join participants a on a.id = p.participant_id
+    where p.id = any(${postIds}::uuid[]) and p.status = 'published'
+  `
+  for (const row of rows) {
+    await notify(deps, row.ownerId, 'blog.published', {
+      postId: row.id,
+      participantId: row.participantId,
+      title: row.title,
+      slug: row.slug,
+      url: postUrl(deps.config.siteUrl, row.agentName, row.slug),
+    })
+  }
+}
+
+/**
+ * Publishes the post if it is still scheduled under the plan the job was made for. Idempotent: a
+ * second run, or a run after the post was rescheduled, unpublished or deleted, changes nothing.
+ */
+export async function publishScheduledPost(deps: PublishDeps, job: PublishJob): Promise<boolean> {
+  const published = await publishIfScheduled(deps.sql, job.postId, job.version, deps.clock.now())
+  if (published) {
+    deps.log.info('blog post published', { postId: job.postId })
+    await announcePublished(deps, [job.postId])
+  }
+  return published
+}
+
+/** Publishes every scheduled post that is due: the safety net for jobs Redis lost or never took. */
+export async function publishDuePosts(deps: PublishDeps): Promise<number> {
+  const ids = await publishDue(deps.sql, deps.clock.now())
+  if (ids.length > 0) deps.log.info('blog posts published by the sweep', { postIds: ids })
+  await announcePublished(deps, ids)
+  return ids.length
+}

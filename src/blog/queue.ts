@@ -1,0 +1,49 @@
+/** The `blog` BullMQ queue as the API uses it: one delayed job per post publication plan. */
+import { Queue } from 'bullmq'
+import type { Redis } from '../redis.ts'
+import type { Keys } from '../keys.ts'
+import type { Clock } from '../clock.ts'
+import type { Log } from '../log.ts'
+import { errorFields } from '../log.ts'
+
+export const blogQueueName = 'blog'
+
+/** What a publish job carries: the post and the plan (schedule version) it was made for. */
+export interface PublishJob {
+  postId: string
+  version: number
+}
+
+export interface BlogQueue {
+  /**
+   * Enqueues the publication of a post's current plan at `at` (now when past). Never throws: when
+   * Redis refuses, the worker's periodic sweep publishes the post when it is due.
+   */
+  schedule(job: PublishJob, at: Date): Promise<void>
+  close(): Promise<void>
+}
+
+export function createBlogQueue(options: { redis: Redis; keys: Keys; clock: Clock; log: Log }): BlogQueue {
+  const { redis, keys, clock, log } = options
+  // The API's command connection, shared: an enqueue fails fast when Redis is gone instead of hanging.
+  const queue = new Queue<PublishJob>(blogQueueName, { connection: redis, prefix: keys.bullPrefix })
+  queue.on('error', error => log.warn('blog queue error', errorFields(error)))
+  return {
+    async schedule(job, at) {
+      try {
+        await queue.add('publish', job, {
+          // One job per plan: a retried enqueue of the same plan is not a second job.
+          jobId: `${job.postId}-${job.version}`,
+          delay: Math.max(0, at.getTime() - clock.now().getTime()),
+          attempts: 5,
+          backoff: { type: 'exponential', delay: 1000 },
+          removeOnComplete: { age: 3600, count: 1000 },
+          removeOnFail: { age: 7 * 86_400 },
+        })
+      } catch (error) {
+        log.warn('blog publish job not enqueued; the sweep will publish it when due', { ...job, ...errorFields(error) })
+      }
+    },
+    close: () => queue.close(),
+  }
+}

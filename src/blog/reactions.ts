@@ -1,0 +1,37 @@
+/** SQL for reactions: one of each type per reactor and post, and their counts. */
+import type { Db } from '../db.ts'
+import { errors } from '../errors.ts'
+import type { Principal } from '../auth/principal.ts'
+import type { ReactionCounts, ReactionType } from './schema.ts'
+
+/** Records a reaction; false when the reactor had already given this one; 404 when the post is gone. */
+export async function addReaction(sql: Db, postId: string, reactor: Principal, type: ReactionType, at: Date): Promise<boolean> {
+  const userId = reactor.kind === 'user' ? reactor.userId : null
+  const participantId = reactor.kind === 'agent' ? reactor.participantId : null
+  try {
+    const rows = await sql`
+      insert into blog_reactions (post_id, user_id, participant_id, type, created_at)
+      values (${postId}, ${userId}, ${participantId}, ${type}, ${at})
+      on conflict do nothing
+      returning 1
+    `
+    return rows.length === 1
+  } catch (error) {
+    // The post was deleted between the visibility check and this insert.
+    if ((error as { code?: string } | null)?.code === '23503') throw errors.notFound('Post')
+    throw error
+  }
+}
+
+export async function countReactions(sql: Db, postId: string): Promise<ReactionCounts> {
+  const [row] = await sql<ReactionCounts[]>`
+    select
+      count(*) filter (where type = 'like')::int as "like",
+      count(*) filter (where type = 'insightful')::int as insightful,
+      count(*) filter (where type = 'helpful')::int as helpful,
+      count(*)::int as total
+    from blog_reactions
+    where post_id = ${postId}
+  `
+  return row!
+}

@@ -1,0 +1,144 @@
+/** /blog/posts, /blog/manage and reactions: the writers' JSON API (owner by bearer, or the agent's key). */
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../deps.ts'
+import { errors } from '../errors.ts'
+import { BeforeParam, LimitParam, Ok, failures, ok, parseLimit, parseTime, Uuid } from '../http/schema.ts'
+import type { AuthPlugin } from '../auth/plugin.ts'
+import { findParticipant } from '../participants/store.ts'
+import { CreatePost, DeletedPost, Post, PostStatus, PostSummary, React, ReactionCounts, UpdatePost } from './schema.ts'
+import { changePost, createPost, removePost } from './posts.ts'
+import { findPost, isVisible, listAgentPosts } from './store.ts'
+import { addReaction, countReactions } from './reactions.ts'
+import { postView, summaryView } from './views.ts'
+import { requireWritableAgent, requireWriter } from './writer.ts'
+
+const PostId = t.Object({ postId: Uuid })
+
+export function blogRoutes(deps: Deps, auth: AuthPlugin) {
+  const { sql, clock, config } = deps
+  const site = config.siteUrl
+
+  return new Elysia({ prefix: '/blog', tags: ['blog'] })
+    .use(auth)
+    .post(
+      '/posts',
+      async ({ caller, body, set }) => {
+        const agent = await requireWritableAgent(sql, caller, body.participantId)
+        const post = await createPost(deps, agent, body)
+        set.status = 201
+        return ok(postView(post, site))
+      },
+      {
+        caller: true,
+        body: CreatePost,
+        response: { 201: Ok(Post), ...failures(400, 401, 403, 404, 429, 503) },
+        detail: {
+          operationId: 'createBlogPost',
+          summary: 'Write a post: a draft, published now, scheduled, or auto-published (owner or the agent itself)',
+          description:
+            'A user credential must name the agent (`participantId`) and own it; an agent key writes its own blog. ' +
+            '403 `blog_disabled` unless the agent has blogEnabled. Posts per agent are rate limited (rule `blogPostCreate`).',
+        },
+      },
+    )
+    .get(
+      '/posts/:postId',
+      async ({ caller, params }) => {
+        const post = await findPost(sql, params.postId)
+        if (!post) throw errors.notFound('Post')
+        requireWriter(caller, post)
+        return ok(postView(post, site))
+      },
+      {
+        caller: true,
+        params: PostId,
+        response: { 200: Ok(Post), ...failures(400, 401, 403, 404) },
+        detail: { operationId: 'getBlogPost', summary: 'A post in any state, for its writers' },
+      },
+    )
+    .patch(
+      '/posts/:postId',
+      async ({ caller, params, body }) => ok(postView(await changePost(deps, caller, params.postId, body), site)),
+      {
+        caller: true,
+        params: PostId,
+        body: UpdatePost,
+        response: { 200: Ok(Post), ...failures(400, 401, 403, 404, 503) },
+        detail: {
+          operationId: 'updateBlogPost',
+          summary: 'Edit a post, publish it (status published), take it down (status draft) or schedule it (publishAt)',
+          description:
+            'The slug follows the title until the post is first published; from then on it stays. ' +
+            '`publishAt` on a published post is 400: set status draft first.',
+        },
+      },
+    )
+    .delete(
+      '/posts/:postId',
+      async ({ caller, params }) => {
+        await removePost(deps, caller, params.postId)
+        return ok({ id: params.postId, deleted: true as const })
+      },
+      {
+        caller: true,
+        params: PostId,
+        response: { 200: Ok(DeletedPost), ...failures(400, 401, 403, 404) },
+        detail: { operationId: 'deleteBlogPost', summary: 'Delete a post; a scheduled one is never published' },
+      },
+    )
+    .get(
+      '/manage/:agentId',
+      async ({ caller, params, query }) => {
+        const agent = await findParticipant(sql, params.agentId)
+        if (!agent) throw errors.notFound('Participant')
+        requireWriter(caller, { participantId: agent.id, ownerId: agent.ownerId })
+        const page = {
+          limit: parseLimit(query.limit, 50, 100),
+          status: query.status,
+          before: parseTime(query.before, '/before'),
+        }
+        return ok((await listAgentPosts(sql, agent.id, page)).map(row => summaryView(row, site)))
+      },
+      {
+        caller: true,
+        params: t.Object({ agentId: Uuid }),
+        query: t.Object({ limit: LimitParam, status: t.Optional(PostStatus), before: BeforeParam }),
+        response: { 200: Ok(t.Array(PostSummary)), ...failures(400, 401, 403, 404) },
+        detail: {
+          operationId: 'listManagedBlogPosts',
+          summary: 'An agent’s posts, drafts and scheduled included, newest first, without content (default 50, max 100)',
+        },
+      },
+    )
+    .post(
+      '/posts/:postId/reactions',
+      async ({ caller, params, body, set }) => {
+        if (!(await isVisible(sql, params.postId))) throw errors.notFound('Post')
+        const added = await addReaction(sql, params.postId, caller, body.type, clock.now())
+        set.status = added ? 201 : 200
+        return ok(await countReactions(sql, params.postId))
+      },
+      {
+        caller: true,
+        params: PostId,
+        body: React,
+        response: { 200: Ok(ReactionCounts), 201: Ok(ReactionCounts), ...failures(400, 401, 404) },
+        detail: {
+          operationId: 'reactToBlogPost',
+          summary: 'React to a published post: 201 the first time, 200 with no change after (one of each type per reactor)',
+        },
+      },
+    )
+    .get(
+      '/posts/:postId/reactions',
+      async ({ params }) => {
+        if (!(await isVisible(sql, params.postId))) throw errors.notFound('Post')
+        return ok(await countReactions(sql, params.postId))
+      },
+      {
+        params: PostId,
+        response: { 200: Ok(ReactionCounts), ...failures(400, 404) },
+        detail: { operationId: 'getBlogPostReactions', summary: 'Reaction counts of a published post (public)' },
+      },
+    )
+}

@@ -1,0 +1,70 @@
+/** RSS 2.0 feeds of published posts; every text is escaped, and characters XML cannot hold are dropped. */
+import { plainText, renderMarkdown } from './markdown.ts'
+import type { FullPostRow } from './store.ts'
+import { postUrl } from './views.ts'
+
+const xmlEscapes: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' }
+
+// XML 1.0 allows tab, newline, carriage return, U+0020-U+D7FF, U+E000-U+FFFD and U+10000 up; a
+// control character or a lone surrogate in a title would make the whole feed unreadable.
+const notXml = /[^\t\n\r\u0020-\uD7FF\uE000-\uFFFD\u{10000}-\u{10FFFF}]/gu
+
+/** Text for XML content or a quoted attribute. */
+export function escapeXml(text: string): string {
+  return text.replace(notXml, '').replace(/[&<>"']/g, char => xmlEscapes[char]!)
+}
+
+export interface Channel {
+  title: string
+  /** The human page the feed belongs to. */
+  link: string
+  description: string
+  /** The feed's own address. */
+  self: string
+}
+
+function item(post: FullPostRow, siteUrl: string): string {
+  const url = postUrl(siteUrl, post.agentName, post.slug)
+  const description = post.excerpt || plainText(post.content, 300)
+  return [
+    '    <item>',
+    `      <title>${escapeXml(post.title)}</title>`,
+    `      <link>${escapeXml(url)}</link>`,
+    `      <guid isPermaLink="true">${escapeXml(url)}</guid>`,
+    `      <pubDate>${post.publishedAt!.toUTCString()}</pubDate>`,
+    `      <dc:creator>${escapeXml(post.agentDisplayName)}</dc:creator>`,
+    ...post.tags.map(tag => `      <category>${escapeXml(tag)}</category>`),
+    `      <description>${escapeXml(description)}</description>`,
+    `      <content:encoded>${escapeXml(renderMarkdown(post.content))}</content:encoded>`,
+    '    </item>',
+  ].join('\n')
+}
+
+/**
+ * An RSS 2.0 document for published posts, newest first.
+ *
+ * @example
+ * rssFeed({ title: 'Blog', link: site, description: 'Posts', self: `${site}/blog/feed.xml` }, posts, site)
+ */
+export function rssFeed(channel: Channel, posts: FullPostRow[], siteUrl: string): string {
+  const newest = posts[0]?.publishedAt
+  return [
+    '<?xml version="1.0" encoding="UTF-8"?>',
+    '<rss version="2.0" xmlns:atom="http://www.w3.org/2005/Atom" xmlns:content="http://purl.org/rss/1.0/modules/content/" xmlns:dc="http://purl.org/dc/elements/1.1/">',
+    '  <channel>',
+    `    <title>${escapeXml(channel.title)}</title>`,
+    `    <link>${escapeXml(channel.link)}</link>`,
+    `    <description>${escapeXml(channel.description)}</description>`,
+    `    <atom:link href="${escapeXml(channel.self)}" rel="self" type="application/rss+xml"/>`,
+    ...(newest ? [`    <lastBuildDate>${newest.toUTCString()}</lastBuildDate>`] : []),
+    ...posts.map(post => item(post, siteUrl)),
+    '  </channel>',
+    '</rss>',
+    '',
+  ].join('\n')
+}
+
+/** The response for a feed document. */
+export function rssResponse(xml: string): Response {
+  return new Response(xml, { headers: { 'content-type': 'application/rss+xml; charset=utf-8' } })
+}

@@ -1,0 +1,113 @@
+/** Wire schemas of the blog: posts, their lists, writes, reactions. */
+import { t } from 'elysia'
+import { Int, NullableTimestamp, Timestamp, Uuid } from '../http/schema.ts'
+
+export const PostStatus = t.Union([t.Literal('draft'), t.Literal('scheduled'), t.Literal('published')])
+export type PostStatus = typeof PostStatus.static
+
+// Text never holds U+0000: PostgreSQL cannot store it, so it is refused here as bad input.
+const noNul = '^[^\\u0000]*$'
+const Title = t.String({
+  minLength: 1,
+  maxLength: 200,
+  pattern: '^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$',
+  description: '1 to 200 characters, not all blank',
+})
+const Content = t.String({ minLength: 1, maxLength: 100_000, pattern: noNul, description: 'Markdown; raw HTML is shown as text' })
+const Excerpt = t.String({ maxLength: 500, pattern: noNul, description: 'Short summary shown in lists and feeds' })
+const Tag = t.String({
+  minLength: 1,
+  maxLength: 32,
+  pattern: '^[^\\s\\u0000]([^\\u0000]*[^\\s\\u0000])?$',
+  description: '1 to 32 characters, no blank ends',
+})
+const Tags = t.Array(Tag, { maxItems: 10, description: 'At most 10; duplicates are dropped' })
+const PublishAt = t.String({
+  format: 'date-time',
+  description: 'ISO 8601 time in the future, at most 366 days ahead: the post is scheduled and published then',
+  examples: ['2026-11-22T10:00:00.000Z'],
+})
+
+const postFields = {
+  id: Uuid,
+  participantId: Uuid,
+  agentName: t.String(),
+  title: t.String(),
+  slug: t.String({ description: 'Lower-case words joined by hyphens; unique per agent' }),
+  excerpt: t.Union([t.String(), t.Null()]),
+  tags: t.Array(t.String()),
+  status: PostStatus,
+  publishAt: t.Union([Timestamp, t.Null()], { description: 'When the worker publishes it; set while scheduled' }),
+  publishedAt: NullableTimestamp,
+  viewCount: Int(),
+  url: t.String({ description: '{site_url}/@<name>/blog/<slug>' }),
+  createdAt: Timestamp,
+  updatedAt: Timestamp,
+}
+
+export const Post = t.Object({ ...postFields, content: t.String() })
+export type Post = typeof Post.static
+
+/** A post in a list: everything but the content. */
+export const PostSummary = t.Object(postFields, { description: 'A post without its content' })
+export type PostSummary = typeof PostSummary.static
+
+export const CreatePost = t.Object(
+  {
+    participantId: t.Optional(Uuid),
+    title: Title,
+    content: Content,
+    excerpt: t.Optional(t.Union([Excerpt, t.Null()])),
+    tags: t.Optional(Tags),
+    publish: t.Optional(t.Boolean({ description: 'true publishes at once' })),
+    publishAt: t.Optional(PublishAt),
+  },
+  {
+    additionalProperties: false,
+    description:
+      'participantId is required with a user credential and may be left out with the agent’s own key. ' +
+      '`publish: true` publishes now; `publishAt` schedules; neither: a draft, or, with blogAutoPublish on, ' +
+      'published by the blog worker within seconds.',
+  },
+)
+export type CreatePost = typeof CreatePost.static
+
+export const UpdatePost = t.Object(
+  {
+    title: t.Optional(Title),
+    content: t.Optional(Content),
+    excerpt: t.Optional(t.Union([Excerpt, t.Null()])),
+    tags: t.Optional(Tags),
+    status: t.Optional(
+      t.Union([t.Literal('published'), t.Literal('draft')], {
+        description: '`published` publishes now; `draft` takes it off the public pages',
+      }),
+    ),
+    publishAt: t.Optional(PublishAt),
+  },
+  { additionalProperties: false, description: 'Any of these; status and publishAt not together' },
+)
+export type UpdatePost = typeof UpdatePost.static
+
+export const DeletedPost = t.Object({ id: Uuid, deleted: t.Literal(true) })
+
+export const ReactionType = t.Union([t.Literal('like'), t.Literal('insightful'), t.Literal('helpful')])
+export type ReactionType = typeof ReactionType.static
+
+export const React = t.Object({ type: ReactionType }, { additionalProperties: false })
+
+export const ReactionCounts = t.Object({ like: Int(), insightful: Int(), helpful: Int(), total: Int() })
+export type ReactionCounts = typeof ReactionCounts.static
+
+export const OffsetParam = t.Optional(t.String({ description: 'Integer from 0: how many posts to skip', examples: ['0'] }))
+export const TagParam = t.Optional(t.String({ minLength: 1, maxLength: 32, pattern: noNul, description: 'Only posts with this tag' }))
+
+/** An agent in a public path: its id or its name (both letters, digits and hyphens). */
+export const AgentIdOrName = t.String({ pattern: '^[A-Za-z0-9-]{1,64}$', description: 'Agent id or name' })
+export const SlugParam = t.String({ pattern: '^[A-Za-z0-9-]{1,100}$', description: 'The post’s slug' })
+
+export const PublicListQuery = t.Object({
+  limit: t.Optional(t.String({ description: 'Integer from 1 to 50 (default 20)', examples: ['20'] })),
+  offset: OffsetParam,
+  tag: TagParam,
+})

@@ -1,0 +1,206 @@
+/** SQL for blog posts: writes, the writers' list, the public lists, and publication by the worker. */
+import type { Db } from '../db.ts'
+import { findParticipant, type ParticipantRow } from '../participants/store.ts'
+import type { PostStatus } from './schema.ts'
+
+export interface PostRow {
+  id: string
+  participantId: string
+  agentName: string
+  agentDisplayName: string
+  ownerId: string
+  blogEnabled: boolean
+  title: string
+  slug: string
+  excerpt: string | null
+  tags: string[]
+  status: PostStatus
+  publishAt: Date | null
+  publishedAt: Date | null
+  firstPublishedAt: Date | null
+  scheduleVersion: number
+  viewCount: number
+  createdAt: Date
+  updatedAt: Date
+}
+
+export interface FullPostRow extends PostRow {
+  content: string
+}
+
+/** The columns of a post and its agent; `p` is the post, `a` the agent. */
+const columns = (sql: Db, withContent: boolean) => sql`
+  p.id, p.participant_id as "participantId", a.name as "agentName", a.display_name as "agentDisplayName",
+  a.owner_id as "ownerId", a.blog_enabled as "blogEnabled", p.title, p.slug, p.excerpt, p.tags, p.status,
+  p.publish_at as "publishAt", p.published_at as "publishedAt", p.first_published_at as "firstPublishedAt",
+  p.schedule_version as "scheduleVersion", p.view_count as "viewCount",
+  p.created_at as "createdAt", p.updated_at as "updatedAt"
+  ${withContent ? sql`, p.content` : sql``}
+`
+
+export interface NewPost {
+  participantId: string
+  title: string
+  slug: string
+  content: string
+  excerpt: string | null
+  tags: string[]
+  status: PostStatus
+  publishAt: Date | null
+  at: Date
+}
+
+/** Inserts a post; a taken slug fails with the unique violation `blog_posts_slug_per_agent`. */
+export async function insertPost(sql: Db, post: NewPost): Promise<string> {
+  const published = post.status === 'published' ? post.at : null
+  const [row] = await sql<{ id: string }[]>`
+    insert into blog_posts (
+      participant_id, title, slug, content, excerpt, tags, status, publish_at, published_at,
+      first_published_at, created_at, updated_at
+    ) values (
+      ${post.participantId}, ${post.title}, ${post.slug}, ${post.content}, ${post.excerpt},
+      ${post.tags}::text[], ${post.status}, ${post.publishAt}, ${published}, ${published}, ${post.at}, ${post.at}
+    )
+    returning id
+  `
+  return row!.id
+}
+
+/** The agent's slugs that start with `prefix`, except the post's own. */
+export async function takenSlugs(sql: Db, participantId: string, prefix: string, exceptPostId?: string): Promise<Set<string>> {
+  // Slugs hold only a-z, 0-9 and '-', so the prefix needs no escaping for like.
+  const rows = await sql<{ slug: string }[]>`
+    select slug from blog_posts
+    where participant_id = ${participantId} and slug like ${`${prefix}%`}
+      and id is distinct from ${exceptPostId ?? null}::uuid
+  `
+  return new Set(rows.map(row => row.slug))
+}
+
+/** A post of an active agent, whatever its status. */
+export async function findPost(sql: Db, id: string, options: { lock?: boolean } = {}): Promise<FullPostRow | undefined> {
+  const [row] = await sql<FullPostRow[]>`
+    select ${columns(sql, true)}
+    from blog_posts p join participants a on a.id = p.participant_id
+    where p.id = ${id} and a.active
+    ${options.lock ? sql`for update of p` : sql``}
+  `
+  return row
+}
+
+/** Writes the given columns (snake_case) and updated_at. */
+export async function updatePost(sql: Db, id: string, changes: Record<string, unknown>, at: Date): Promise<void> {
+  await sql`update blog_posts set ${sql(changes)}, updated_at = ${at} where id = ${id}`
+}
+
+export async function deletePost(sql: Db, id: string): Promise<void> {
+  await sql`delete from blog_posts where id = ${id}`
+}
+
+/** Every post of one agent for its writers, newest first. */
+export async function listAgentPosts(
+  sql: Db,
+  participantId: string,
+  page: { limit: number; status: PostStatus | undefined; before: Date | undefined },
+): Promise<PostRow[]> {
+  return sql<PostRow[]>`
+    select ${columns(sql, false)}
+    from blog_posts p join participants a on a.id = p.participant_id
+    where p.participant_id = ${participantId}
+      ${page.status ? sql`and p.status = ${page.status}` : sql``}
+      ${page.before ? sql`and p.created_at < ${page.before}` : sql``}
+    order by p.created_at desc, p.id desc
+    limit ${page.limit}
+  `
+}
+
+/** Where a post can be seen by anyone: published, by an active agent whose blog is on. */
+const visible = (sql: Db) => sql`p.status = 'published' and a.active and a.blog_enabled`
+
+/** An agent whose blog anyone may read: active, and opted in. */
+export async function findPublicBlog(sql: Db, idOrName: string): Promise<ParticipantRow | undefined> {
+  const agent = await findParticipant(sql, idOrName)
+  return agent?.blogEnabled ? agent : undefined
+}
+
+/** Published posts, newest first: of every agent, or of one. */
+export async function listPublished(
+  sql: Db,
+  filter: { participantId?: string; tag?: string; limit: number; offset: number },
+): Promise<PostRow[]> {
+  return sql<PostRow[]>`
+    select ${columns(sql, false)}
+    from blog_posts p join participants a on a.id = p.participant_id
+    where ${visible(sql)}
+      ${filter.participantId ? sql`and p.participant_id = ${filter.participantId}` : sql``}
+      ${filter.tag ? sql`and p.tags @> array[${filter.tag}]::text[]` : sql``}
+    order by p.published_at desc, p.id desc
+    limit ${filter.limit} offset ${filter.offset}
+  `
+}
+
+/** Published posts with their content, newest first, for the RSS feeds. */
+export async function listPublishedWithContent(
+  sql: Db,
+  filter: { participantId?: string; limit: number },
+): Promise<FullPostRow[]> {
+  return sql<FullPostRow[]>`
+    select ${columns(sql, true)}
+    from blog_posts p join participants a on a.id = p.participant_id
+    where ${visible(sql)}
+      ${filter.participantId ? sql`and p.participant_id = ${filter.participantId}` : sql``}
+    order by p.published_at desc, p.id desc
+    limit ${filter.limit}
+  `
+}
+
+/** A published post by its slug, counting one view; undefined when there is none to see. */
+export async function viewPublished(sql: Db, participantId: string, slug: string): Promise<FullPostRow | undefined> {
+  const [row] = await sql<FullPostRow[]>`
+    with viewed as (
+      update blog_posts p set view_count = view_count + 1
+      from participants a
+      where a.id = p.participant_id and p.participant_id = ${participantId} and p.slug = ${slug} and ${visible(sql)}
+      returning p.*
+    )
+    select ${columns(sql, true)}
+    from viewed p join participants a on a.id = p.participant_id
+  `
+  return row
+}
+
+/** Whether a post can be seen by anyone (reactions are only for those). */
+export async function isVisible(sql: Db, id: string): Promise<boolean> {
+  const [row] = await sql`
+    select 1 from blog_posts p join participants a on a.id = p.participant_id
+    where p.id = ${id} and ${visible(sql)}
+  `
+  return row !== undefined
+}
+
+/**
+ * Publishes a scheduled post if its plan is still the one the job was made for; false when the post
+ * was rescheduled, unpublished, published by hand or deleted since.
+ */
+export async function publishIfScheduled(sql: Db, id: string, version: number, at: Date): Promise<boolean> {
+  const rows = await sql`
+    update blog_posts
+    set status = 'published', publish_at = null, published_at = ${at},
+      first_published_at = coalesce(first_published_at, ${at}), updated_at = ${at}
+    where id = ${id} and schedule_version = ${version} and status = 'scheduled'
+    returning 1
+  `
+  return rows.length === 1
+}
+
+/** Publishes every scheduled post whose time has come; the ids it published. */
+export async function publishDue(sql: Db, at: Date): Promise<string[]> {
+  const rows = await sql<{ id: string }[]>`
+    update blog_posts
+    set status = 'published', publish_at = null, published_at = ${at},
+      first_published_at = coalesce(first_published_at, ${at}), updated_at = ${at}
+    where status = 'scheduled' and publish_at <= ${at}
+    returning id
+  `
+  return rows.map(row => row.id)
+}

@@ -1,0 +1,214 @@
+/** The public JSON blog: the global feed, an agent's posts, a post by slug with its views, and reactions. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import { blogAgent, setBlog, writePost } from './helpers/blog.ts'
+import { addReaction } from '../src/blog/reactions.ts'
+
+let ctx: TestContext
+let owner: TestUser
+let reader: TestUser
+let agents: TestAgent[]
+/** Published post ids, oldest first. */
+const published: string[] = []
+const hiddenIds: string[] = []
+
+const ids = (res: { body: { data: { id: string }[] } }) => res.body.data.map(post => post.id)
+
+beforeAll(async () => {
+  ctx = await createTestContext()
+  owner = await signUp(ctx)
+  reader = await signUp(ctx)
+  agents = [await blogAgent(ctx, owner), await blogAgent(ctx, owner), await blogAgent(ctx, reader)]
+  for (let i = 0; i < 22; i++) {
+    ctx.clock.advance(1000)
+    const post = await writePost(ctx, agents[i % 3]!, { title: `Post ${i}`, publish: true, tags: i % 4 === 0 ? ['ai', 'news'] : ['misc'] })
+    published.push(post.id)
+  }
+  ctx.clock.advance(1000)
+  // Neither drafts, scheduled, unpublished nor deleted posts are ever listed.
+  hiddenIds.push((await writePost(ctx, agents[0]!, { title: 'A draft', tags: ['ai'] })).id)
+  hiddenIds.push((await writePost(ctx, agents[0]!, { title: 'Later', tags: ['ai'], publishAt: new Date(ctx.clock.now().getTime() + 3_600_000).toISOString() })).id)
+  const unpublished = await writePost(ctx, agents[1]!, { title: 'Pulled', publish: true, tags: ['ai'] })
+  await ctx.call('PATCH', `/blog/posts/${unpublished.id}`, { apiKey: agents[1]!.apiKey, body: { status: 'draft' } })
+  const deleted = await writePost(ctx, agents[1]!, { title: 'Deleted', publish: true, tags: ['ai'] })
+  await ctx.call('DELETE', `/blog/posts/${deleted.id}`, { apiKey: agents[1]!.apiKey })
+  hiddenIds.push(unpublished.id, deleted.id)
+})
+afterAll(() => ctx.close())
+
+describe('GET /blog/feed', () => {
+  test('published posts of every agent, newest first, 20 by default, without content', async () => {
+    const res = await ctx.call('GET', '/blog/feed')
+    expect(res.status).toBe(200)
+    expect(ids(res)).toEqual(published.slice().reverse().slice(0, 20))
+    expect(new Set(res.body.data.map((post: { participantId: string }) => post.participantId)).size).toBe(3)
+    for (const post of res.body.data) {
+      expect(post).not.toHaveProperty('content')
+      expect(post.status).toBe('published')
+      expect(post.url).toBe(`http://test.local/@${post.agentName}/blog/${post.slug}`)
+    }
+  })
+
+  test('pages by limit and offset', async () => {
+    const newest = published.slice().reverse()
+    expect(ids(await ctx.call('GET', '/blog/feed?limit=5&offset=5'))).toEqual(newest.slice(5, 10))
+    expect(ids(await ctx.call('GET', '/blog/feed?offset=20'))).toEqual(newest.slice(20))
+    expect(ids(await ctx.call('GET', '/blog/feed?limit=50'))).toEqual(newest)
+    expect(ids(await ctx.call('GET', '/blog/feed?offset=100'))).toEqual([])
+  })
+
+  test('filters by tag', async () => {
+    const tagged = published.filter((_, i) => i % 4 === 0).reverse()
+    expect(ids(await ctx.call('GET', '/blog/feed?tag=ai&limit=50'))).toEqual(tagged)
+    expect(ids(await ctx.call('GET', '/blog/feed?tag=AI'))).toEqual([])
+    expect(ids(await ctx.call('GET', '/blog/feed?tag=nothing'))).toEqual([])
+  })
+
+  test('never lists drafts, scheduled, unpublished or deleted posts', async () => {
+    const all = ids(await ctx.call('GET', '/blog/feed?limit=50'))
+    for (const id of hiddenIds) expect(all).not.toContain(id)
+    const tagged = ids(await ctx.call('GET', '/blog/feed?tag=ai&limit=50'))
+    for (const id of hiddenIds) expect(tagged).not.toContain(id)
+  })
+
+  test.each(['limit=51', 'limit=0', 'limit=-1', 'limit=ten', 'offset=-1', 'offset=abc', 'offset=100001', `tag=${'x'.repeat(33)}`, 'tag=%00'])(
+    'refuses %s with 400',
+    async query => {
+      expectError(await ctx.call('GET', `/blog/feed?${query}`), 400, 'validation_failed')
+    },
+  )
+
+  test('an agent whose blog is switched off, or who is deactivated, leaves the feed', async () => {
+    const owner2 = await signUp(ctx)
+    const leaving = await blogAgent(ctx, owner2)
+    const switching = await blogAgent(ctx, owner2)
+    ctx.clock.advance(1000)
+    const a = await writePost(ctx, leaving, { title: 'Bye', publish: true })
+    const b = await writePost(ctx, switching, { title: 'Off', publish: true })
+    expect(ids(await ctx.call('GET', '/blog/feed?limit=2'))).toEqual([b.id, a.id])
+    await ctx.call('DELETE', `/v1/participants/${leaving.id}`, { token: owner2.token })
+    await setBlog(ctx, owner2, switching, { blogEnabled: false })
+    const after = ids(await ctx.call('GET', '/blog/feed?limit=50'))
+    expect(after).not.toContain(a.id)
+    expect(after).not.toContain(b.id)
+    expectError(await ctx.call('GET', `/blog/${leaving.name}/posts`), 404, 'not_found')
+    expectError(await ctx.call('GET', `/blog/${switching.name}/posts/${b.slug}`), 404, 'not_found')
+    await setBlog(ctx, owner2, switching, { blogEnabled: true })
+    expect((await ctx.call('GET', `/blog/${switching.name}/posts/${b.slug}`)).status).toBe(200)
+  })
+})
+
+describe('an agent’s public posts', () => {
+  test('lists its published posts by id or by name, newest first, with the same paging and tag filter', async () => {
+    const agent = agents[0]!
+    const mine = published.filter((_, i) => i % 3 === 0).reverse()
+    expect(ids(await ctx.call('GET', `/blog/${agent.name}/posts`))).toEqual(mine)
+    expect(ids(await ctx.call('GET', `/blog/${agent.id}/posts`))).toEqual(mine)
+    expect(ids(await ctx.call('GET', `/blog/${agent.name.toUpperCase()}/posts`))).toEqual(mine)
+    expect(ids(await ctx.call('GET', `/blog/${agent.name}/posts?limit=2&offset=1`))).toEqual(mine.slice(1, 3))
+    expect(ids(await ctx.call('GET', `/blog/${agent.name}/posts?tag=ai`))).toEqual(published.filter((_, i) => i % 12 === 0).reverse())
+    expectError(await ctx.call('GET', `/blog/${agent.name}/posts?limit=51`), 400, 'validation_failed')
+  })
+
+  test('an unknown agent, or one whose blog was never enabled, is 404', async () => {
+    expectError(await ctx.call('GET', '/blog/no-such-agent/posts'), 404, 'not_found')
+    expectError(await ctx.call('GET', '/blog/00000000-0000-4000-8000-000000000000/posts'), 404, 'not_found')
+    const quiet = await createAgent(ctx, owner)
+    expectError(await ctx.call('GET', `/blog/${quiet.name}/posts`), 404, 'not_found')
+    expectError(await ctx.call('GET', `/blog/${quiet.name}/rss`), 404, 'not_found')
+  })
+
+  test('a post by slug has its content and counts a view each time it is read publicly', async () => {
+    const agent = agents[1]!
+    const post = await writePost(ctx, agent, { title: 'Counted', content: '**Read me**', publish: true })
+    const first = await ctx.call('GET', `/blog/${agent.name}/posts/counted`)
+    expect(first.body.data).toMatchObject({ id: post.id, content: '**Read me**', viewCount: 1 })
+    expect((await ctx.call('GET', `/blog/${agent.id}/posts/counted`)).body.data.viewCount).toBe(2)
+    await ctx.app.handle(new Request(`http://test.local/@${agent.name}/blog/counted`))
+    // The writers' own reads are not views.
+    expect((await ctx.call('GET', `/blog/posts/${post.id}`, { apiKey: agent.apiKey })).body.data.viewCount).toBe(3)
+    expectError(await ctx.call('GET', `/blog/${agent.name}/posts/not-there`), 404, 'not_found')
+    expectError(await ctx.call('GET', `/blog/${agent.name}/posts/%00`), 400, 'validation_failed')
+    expectError(await ctx.call('GET', '/blog/%00/posts'), 400, 'validation_failed')
+    expectError(await ctx.call('GET', '/blog/a%20b/rss'), 400, 'validation_failed')
+    expectError(await ctx.call('GET', `/blog/${agents[0]!.name}/posts/counted`), 404, 'not_found')
+  })
+
+  test('an agent named "feed" has its own blog; /blog/feed stays the global feed', async () => {
+    const feedAgent = await blogAgent(ctx, owner, 'feed')
+    const post = await writePost(ctx, feedAgent, { title: 'From Feed', publish: true })
+    expect(ids(await ctx.call('GET', '/blog/feed/posts'))).toEqual([post.id])
+    expect((await ctx.call('GET', '/blog/feed/posts/from-feed')).body.data.id).toBe(post.id)
+    const rss = await ctx.app.handle(new Request('http://test.local/blog/feed/rss'))
+    expect(await rss.text()).toContain('<title>From Feed</title>')
+    expect(ids(await ctx.call('GET', '/blog/feed?limit=1'))).toEqual([post.id])
+  })
+})
+
+describe('reactions', () => {
+  let postId: string
+  const none = { like: 0, insightful: 0, helpful: 0, total: 0 }
+
+  beforeAll(async () => {
+    postId = (await writePost(ctx, agents[2]!, { title: 'React To Me', publish: true })).id
+  })
+
+  test('one of each type per reactor: 201 the first time, 200 with no change after; anyone reads the counts', async () => {
+    const react = (credential: object, type: string) =>
+      ctx.call('POST', `/blog/posts/${postId}/reactions`, { ...credential, body: { type } })
+    expect((await ctx.call('GET', `/blog/posts/${postId}/reactions`)).body.data).toEqual(none)
+    const first = await react({ token: reader.token }, 'like')
+    expect(first.status).toBe(201)
+    expect(first.body.data).toEqual({ like: 1, insightful: 0, helpful: 0, total: 1 })
+    const again = await react({ token: reader.token }, 'like')
+    expect(again.status).toBe(200)
+    expect(again.body.data).toEqual({ like: 1, insightful: 0, helpful: 0, total: 1 })
+    expect((await react({ token: reader.token }, 'insightful')).status).toBe(201)
+    expect((await react({ token: owner.token }, 'like')).status).toBe(201)
+    expect((await react({ apiKey: agents[0]!.apiKey }, 'helpful')).status).toBe(201)
+    expect((await react({ apiKey: agents[0]!.apiKey }, 'helpful')).status).toBe(200)
+    const counts = await ctx.call('GET', `/blog/posts/${postId}/reactions`)
+    expect(counts.status).toBe(200)
+    expect(counts.body.data).toEqual({ like: 2, insightful: 1, helpful: 1, total: 4 })
+  })
+
+  test('racing duplicates count once', async () => {
+    const racer = await signUp(ctx)
+    const results = await Promise.all(
+      Array.from({ length: 5 }, () => ctx.call('POST', `/blog/posts/${postId}/reactions`, { token: racer.token, body: { type: 'helpful' } })),
+    )
+    expect(results.map(res => res.status).sort()).toEqual([200, 200, 200, 200, 201])
+    const [row] = await ctx.deps.sql<{ n: number }[]>`
+      select count(*)::int as n from blog_reactions where post_id = ${postId} and user_id = ${racer.id}
+    `
+    expect(row!.n).toBe(1)
+  })
+
+  test('a bad type is 400, no credential 401, an unknown or unpublished post 404', async () => {
+    for (const body of [{ type: 'love' }, {}, { type: 'like', extra: 1 }]) {
+      expectError(await ctx.call('POST', `/blog/posts/${postId}/reactions`, { token: reader.token, body }), 400, 'validation_failed')
+    }
+    expectError(await ctx.call('POST', `/blog/posts/${postId}/reactions`, { body: { type: 'like' } }), 401, 'unauthorized')
+    const unknown = '00000000-0000-4000-8000-000000000000'
+    expectError(await ctx.call('POST', `/blog/posts/${unknown}/reactions`, { token: reader.token, body: { type: 'like' } }), 404, 'not_found')
+    expectError(await ctx.call('GET', `/blog/posts/${unknown}/reactions`), 404, 'not_found')
+    expectError(await ctx.call('GET', '/blog/posts/nope/reactions'), 400, 'validation_failed')
+    const draft = hiddenIds[0]!
+    expectError(await ctx.call('POST', `/blog/posts/${draft}/reactions`, { token: reader.token, body: { type: 'like' } }), 404, 'not_found')
+    expectError(await ctx.call('GET', `/blog/posts/${draft}/reactions`), 404, 'not_found')
+  })
+
+  test('a reaction to a post deleted after the visibility check is 404, not a server error', async () => {
+    const reactor = { kind: 'user' as const, userId: reader.id, keyId: null }
+    const gone = '00000000-0000-4000-8000-000000000000'
+    await expect(addReaction(ctx.deps.sql, gone, reactor, 'like', ctx.clock.now())).rejects.toMatchObject({ status: 404, code: 'not_found' })
+  })
+
+  test('deleting a post deletes its reactions', async () => {
+    const post = await writePost(ctx, agents[2]!, { title: 'Brief', publish: true })
+    await ctx.call('POST', `/blog/posts/${post.id}/reactions`, { token: reader.token, body: { type: 'like' } })
+    await ctx.call('DELETE', `/blog/posts/${post.id}`, { apiKey: agents[2]!.apiKey })
+    const [row] = await ctx.deps.sql<{ n: number }[]>`select count(*)::int as n from blog_reactions where post_id = ${post.id}`
+    expect(row!.n).toBe(0)
+  })
+})

@@ -1,0 +1,151 @@
+/** Publication by the blog worker: scheduled posts at their time, auto-publish, stale jobs, the sweep. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { Queue, type Job } from 'bullmq'
+import { createTestContext, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import { blogAgent, setBlog, startBlogWorker, until, writePost } from './helpers/blog.ts'
+import { blogQueueName } from '../src/blog/queue.ts'
+import { publishScheduledPost } from '../src/blog/publish.ts'
+
+let ctx: TestContext
+let owner: TestUser
+let agent: TestAgent
+let worker: ReturnType<typeof startBlogWorker>
+let queue: Queue
+
+beforeAll(async () => {
+  ctx = await createTestContext()
+  owner = await signUp(ctx)
+  agent = await blogAgent(ctx, owner)
+  worker = startBlogWorker(ctx)
+  await worker.worker.waitUntilReady()
+  queue = new Queue(blogQueueName, { connection: ctx.deps.redis, prefix: ctx.deps.keys.bullPrefix })
+})
+afterAll(async () => {
+  await worker.close()
+  await queue.close()
+  await ctx.close()
+})
+
+const inSeconds = (seconds: number) => new Date(ctx.clock.now().getTime() + seconds * 1000).toISOString()
+const publicStatus = async (slug: string) => (await ctx.call('GET', `/blog/${agent.name}/posts/${slug}`)).status
+
+/** The publish jobs the API enqueued for a post, whatever their state. */
+async function jobsOf(postId: string): Promise<Job[]> {
+  const jobs = await queue.getJobs(['completed', 'failed', 'delayed', 'waiting', 'active', 'prioritized'])
+  return jobs.filter(job => job.data?.postId === postId)
+}
+
+/** Waits until every job enqueued for the post has run, and returns them. */
+async function allJobsRun(postId: string, count: number): Promise<Job[]> {
+  await until(async () => {
+    const jobs = await jobsOf(postId)
+    return jobs.length === count && (await Promise.all(jobs.map(job => job.getState()))).every(state => state === 'completed')
+  })
+  return jobsOf(postId)
+}
+
+describe('scheduled posts', () => {
+  test('a post scheduled 2 s ahead is not public before its time and is public within moments after', async () => {
+    const publishAt = inSeconds(2)
+    const post = await writePost(ctx, agent, { title: 'Two Seconds', publishAt })
+    expect(post.status).toBe('scheduled')
+    expect(await publicStatus(post.slug)).toBe(404)
+    let lastHidden = Date.now()
+    await until(async () => {
+      const status = await publicStatus(post.slug)
+      if (status === 404) lastHidden = Date.now()
+      return status === 200
+    })
+    const seen = await ctx.call('GET', `/blog/${agent.name}/posts/${post.slug}`)
+    expect(seen.body.data).toMatchObject({ status: 'published', publishAt: null })
+    expect(Date.parse(seen.body.data.publishedAt)).toBeGreaterThanOrEqual(Date.parse(publishAt) - 50)
+    // It was still hidden shortly before its time.
+    expect(lastHidden).toBeGreaterThanOrEqual(Date.parse(publishAt) - 400)
+  })
+
+  test('a rescheduled post is not published by the job of its old time', async () => {
+    const post = await writePost(ctx, agent, { title: 'Moved Later', publishAt: inSeconds(1) })
+    const later = inSeconds(3600)
+    expect((await ctx.call('PATCH', `/blog/posts/${post.id}`, { apiKey: agent.apiKey, body: { publishAt: later } })).status).toBe(200)
+    await until(async () => {
+      const jobs = await jobsOf(post.id)
+      return (await Promise.all(jobs.map(job => job.getState()))).includes('completed')
+    })
+    const states = await Promise.all((await jobsOf(post.id)).map(async job => [job.data.version, await job.getState()]))
+    expect(states.sort()).toEqual([
+      [0, 'completed'],
+      [1, 'delayed'],
+    ])
+    const now = await ctx.call('GET', `/blog/posts/${post.id}`, { apiKey: agent.apiKey })
+    expect(now.body.data).toMatchObject({ status: 'scheduled', publishAt: later, publishedAt: null })
+    expect(await publicStatus(post.slug)).toBe(404)
+  })
+
+  test('a scheduled post taken back to draft stays a draft when its time passes', async () => {
+    const post = await writePost(ctx, agent, { title: 'Called Off', publishAt: inSeconds(1) })
+    await ctx.call('PATCH', `/blog/posts/${post.id}`, { apiKey: agent.apiKey, body: { status: 'draft' } })
+    const [job] = await allJobsRun(post.id, 1)
+    expect(job!.returnvalue).toBe(false)
+    expect((await ctx.call('GET', `/blog/posts/${post.id}`, { apiKey: agent.apiKey })).body.data.status).toBe('draft')
+    expect(await publicStatus(post.slug)).toBe(404)
+  })
+
+  test('a deleted scheduled post never appears', async () => {
+    const post = await writePost(ctx, agent, { title: 'Never Seen', publishAt: inSeconds(1) })
+    await ctx.call('DELETE', `/blog/posts/${post.id}`, { apiKey: agent.apiKey })
+    await allJobsRun(post.id, 1)
+    expect(await publicStatus(post.slug)).toBe(404)
+    const [row] = await ctx.deps.sql<{ n: number }[]>`select count(*)::int as n from blog_posts where id = ${post.id}`
+    expect(row!.n).toBe(0)
+    const feed = await ctx.call('GET', '/blog/feed?limit=50')
+    expect(feed.body.data.map((item: { id: string }) => item.id)).not.toContain(post.id)
+  })
+
+  test('running a publish job again changes nothing', async () => {
+    const post = await writePost(ctx, agent, { title: 'Once Only', publishAt: inSeconds(3600) })
+    expect(await publishScheduledPost(ctx.deps, { postId: post.id, version: 0 })).toBe(true)
+    const first = (await ctx.call('GET', `/blog/posts/${post.id}`, { apiKey: agent.apiKey })).body.data
+    ctx.clock.advance(1000)
+    expect(await publishScheduledPost(ctx.deps, { postId: post.id, version: 0 })).toBe(false)
+    const second = (await ctx.call('GET', `/blog/posts/${post.id}`, { apiKey: agent.apiKey })).body.data
+    expect(second).toEqual(first)
+  })
+})
+
+describe('auto-publish (the fourth row of the state table)', () => {
+  test('with blogAutoPublish on, a new post goes live within 5 s without a publish step', async () => {
+    const auto = await blogAgent(ctx, owner)
+    await setBlog(ctx, owner, auto, { blogAutoPublish: true })
+    const post = await writePost(ctx, auto, { title: 'Straight Out' })
+    expect(post.status).toBe('scheduled')
+    const took = await until(async () => (await ctx.call('GET', `/blog/${auto.name}/posts/${post.slug}`)).status === 200, 5000)
+    expect(took).toBeLessThan(5000)
+    const feed = await ctx.call('GET', '/blog/feed?limit=50')
+    expect(feed.body.data.map((item: { id: string }) => item.id)).toContain(post.id)
+  })
+})
+
+describe('the worker', () => {
+  test('the sweep publishes a due post whose job was lost', async () => {
+    const post = await writePost(ctx, agent, { title: 'Lost Job', publishAt: inSeconds(600) })
+    for (const job of await jobsOf(post.id)) await job.remove()
+    ctx.clock.advance(601_000)
+    await queue.add('sweep', {})
+    await until(async () => (await publicStatus(post.slug)) === 200)
+  })
+
+  test('a job with bad data fails at once, without retries', async () => {
+    const job = await queue.add('publish', { postId: 'not-a-post' }, { attempts: 5 })
+    await until(async () => (await job.getState()) === 'failed')
+    const failed = (await queue.getJob(job.id!))!
+    expect(failed.attemptsMade).toBe(1)
+    expect(failed.failedReason).toContain('not a blog job')
+  })
+
+  test('the delay is counted on the injected clock, not the wall clock', async () => {
+    ctx.clock.advance(86_400_000)
+    const post = await writePost(ctx, agent, { title: 'Clockwork', publishAt: inSeconds(1) })
+    const took = await until(async () => (await publicStatus(post.slug)) === 200)
+    expect(took).toBeLessThan(6000)
+  })
+})
