@@ -1,0 +1,266 @@
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { createAgent, createTestContext, expectError, signUp, type TestContext, type TestUser } from './helpers/context.ts'
+import { listen, serve } from './helpers/sse.ts'
+import { maxStreamsPerUser } from '../src/events/hub.ts'
+
+let ctx: TestContext
+let server: { url: string; stop(): Promise<void> }
+
+beforeAll(async () => {
+  ctx = await createTestContext({ actors: true })
+  server = serve(ctx.app)
+})
+afterAll(async () => {
+  await server.stop()
+  await ctx.close()
+})
+
+async function ownerWithPlan() {
+  const owner = await signUp(ctx)
+  const agent = await createAgent(ctx, owner)
+  const plan = await ctx.call('POST', '/v1/billing/plans', {
+    token: owner.token,
+    body: { participantId: agent.id, name: 'P', monthlyPriceCents: 100, includedProxyCalls: 1, overagePerCallCents: 1 },
+  })
+  return { owner, agent, planId: plan.body.data.id as string }
+}
+
+async function rawStream(path: string, headers: Record<string, string> = {}) {
+  const response = await fetch(`${server.url}${path}`, { headers })
+  return response
+}
+
+describe('the owner’s notification stream', () => {
+  test('a subscription, a review, a purchase and a conversation message arrive as their event types with payloads', async () => {
+    const { owner, agent, planId } = await ownerWithPlan()
+    const stream = listen(`${server.url}/v1/events/stream`, { token: owner.token })
+    await Bun.sleep(100)
+    const user = await signUp(ctx)
+    const sub = await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId } })
+    await ctx.call('POST', '/v1/billing/reviews', { token: user.token, body: { participantId: agent.id, rating: 4, comment: 'ok' } })
+    const config = await ctx.call('POST', '/v1/billing/configs', {
+      token: owner.token,
+      body: { participantId: agent.id, name: 'C', priceCents: 250, fileType: 'md', content: 'c' },
+    })
+    const purchase = await ctx.call('POST', `/v1/billing/configs/${config.body.data.id}/purchase`, { token: user.token })
+    const message = await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'hello owner' } })
+    const events = await stream.waitFor(4)
+    stream.close()
+    expect(events.map(e => e.type)).toEqual(['subscription.created', 'review.created', 'config.purchased', 'conversation.message'])
+    expect(events[0]!.data).toMatchObject({ type: 'subscription.created', subscriptionId: sub.body.data.id, participantId: agent.id, planId, userId: user.id })
+    expect(events[1]!.data).toMatchObject({ type: 'review.created', participantId: agent.id, userId: user.id, rating: 4, comment: 'ok' })
+    expect(events[2]!.data).toMatchObject({ type: 'config.purchased', purchaseId: purchase.body.data.purchaseId, priceCents: 250, userId: user.id })
+    expect(events[3]!.data).toMatchObject({ type: 'conversation.message', participantId: agent.id, userId: user.id, messageId: message.body.data.id, text: 'hello owner' })
+    for (const event of events) {
+      expect(event.id).toMatch(/^\d+-\d+$/)
+      expect(event.data.createdAt).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/)
+    }
+  })
+
+  test('the subscriber hears the reply; owners of target and requester hear about service requests; users hear context changes', async () => {
+    const { owner, agent, planId } = await ownerWithPlan()
+    const user = await signUp(ctx)
+    await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId } })
+    const userStream = listen(`${server.url}/v1/events/stream`, { token: user.token })
+    const other = await ownerWithPlan()
+    const requesterStream = listen(`${server.url}/v1/events/stream`, { token: other.owner.token })
+    const targetStream = listen(`${server.url}/v1/events/stream`, { token: owner.token })
+    await Bun.sleep(100)
+    await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'q' } })
+    await ctx.call('POST', '/v1/agent/conversation-reply', { apiKey: agent.apiKey, body: { userId: user.id, text: 'a' } })
+    await ctx.call('POST', '/v1/agent/context', { apiKey: agent.apiKey, body: { userId: user.id, type: 'goals', key: 'g', data: { x: 1 } } })
+    const request = await ctx.call('POST', '/v1/agent/service-requests', { apiKey: other.agent.apiKey, body: { targetAgentId: agent.id, input: 'do' } })
+    await ctx.call('POST', '/v1/agent/service-respond', { apiKey: agent.apiKey, body: { requestId: request.body.data.requestId, output: 'done', success: true } })
+    const forUser = await userStream.waitFor(2)
+    expect(forUser.map(e => e.type)).toEqual(['conversation.reply', 'context.updated'])
+    expect(forUser[1]!.data).toMatchObject({ type: 'goals', key: 'g', version: 1 })
+    const forTarget = await targetStream.waitFor(1, ['service.requested'])
+    expect(forTarget[0]!.data).toMatchObject({ requestId: request.body.data.requestId, fromAgentId: other.agent.id })
+    const forRequester = await requesterStream.waitFor(1, ['service.completed'])
+    expect(forRequester[0]!.data).toMatchObject({ requestId: request.body.data.requestId, targetAgentId: agent.id })
+    for (const s of [userStream, requesterStream, targetStream]) s.close()
+  })
+
+  test('the payer hears of the invoice for a purchase, and the owner of a post going live', async () => {
+    const { owner, agent } = await ownerWithPlan()
+    const buyer = await signUp(ctx)
+    const buyerStream = listen(`${server.url}/v1/events/stream`, { token: buyer.token })
+    const ownerStream = listen(`${server.url}/v1/events/stream`, { token: owner.token })
+    await Bun.sleep(100)
+    const config = await ctx.call('POST', '/v1/billing/configs', {
+      token: owner.token,
+      body: { participantId: agent.id, name: 'C', priceCents: 99, fileType: 'md', content: 'c' },
+    })
+    const purchase = await ctx.call('POST', `/v1/billing/configs/${config.body.data.id}/purchase`, { token: buyer.token })
+    await ctx.call('PATCH', `/v1/participants/${agent.id}`, { token: owner.token, body: { settings: { blogEnabled: true } } })
+    const post = await ctx.call('POST', '/blog/posts', { token: owner.token, body: { participantId: agent.id, title: 'Hello world', content: 'Hi', publish: true } })
+    const [invoice] = await buyerStream.waitFor(1, ['invoice.issued'])
+    expect(invoice!.data).toMatchObject({ invoiceId: purchase.body.data.invoiceId, totalCents: 99 })
+    const [published] = await ownerStream.waitFor(1, ['blog.published'])
+    expect(published!.data).toMatchObject({ postId: post.body.data.id, participantId: agent.id, slug: 'hello-world' })
+    buyerStream.close()
+    ownerStream.close()
+  })
+
+  test('an event caused through instance A reaches a client connected to instance B', async () => {
+    const b = await createTestContext({ database: ctx.database, env: { REDIS_PREFIX: ctx.config.redisPrefix } })
+    const serverB = serve(b.app)
+    try {
+      const { owner, planId } = await ownerWithPlan()
+      const stream = listen(`${serverB.url}/v1/events/stream`, { token: owner.token })
+      await Bun.sleep(100)
+      const user = await signUp(ctx)
+      await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId } })
+      const [event] = await stream.waitFor(1)
+      expect(event!.type).toBe('subscription.created')
+      stream.close()
+    } finally {
+      await serverB.stop()
+      await b.close()
+    }
+  })
+
+  test('a client that misses three events gets exactly those, in order, on reconnect, then live ones', async () => {
+    const { owner, agent, planId } = await ownerWithPlan()
+    const first = listen(`${server.url}/v1/events/stream`, { token: owner.token })
+    await Bun.sleep(100)
+    const u1 = await signUp(ctx)
+    await ctx.call('POST', '/v1/billing/subscriptions', { token: u1.token, body: { planId } })
+    const [seen] = await first.waitFor(1)
+    first.close()
+    const missed: string[] = []
+    for (let i = 0; i < 3; i++) {
+      const res = await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: u1.token, body: { text: `missed ${i}` } })
+      missed.push(res.body.data.id)
+    }
+    const again = listen(`${server.url}/v1/events/stream`, { token: owner.token, lastEventId: seen!.id })
+    const replayed = await again.waitFor(3)
+    expect(replayed.map(e => e.data.messageId)).toEqual(missed)
+    await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: u1.token, body: { text: 'live' } })
+    const all = await again.waitFor(4)
+    expect(all.map(e => e.data.text)).toEqual(['missed 0', 'missed 1', 'missed 2', 'live'])
+    expect(new Set(all.map(e => e.id)).size).toBe(4)
+    again.close()
+  })
+})
+
+describe('the wire format and limits', () => {
+  test('opens with retry: 3000 and pings within 5 s', async () => {
+    const user = await signUp(ctx)
+    const response = await rawStream('/v1/events/stream', { authorization: `Bearer ${user.token}` })
+    expect(response.status).toBe(200)
+    expect(response.headers.get('content-type')).toContain('text/event-stream')
+    const reader = response.body!.getReader()
+    const decoder = new TextDecoder()
+    let text = ''
+    const deadline = Date.now() + 7000
+    while (!text.includes(': ping') && Date.now() < deadline) {
+      const { value, done } = await reader.read()
+      if (done) break
+      text += decoder.decode(value)
+    }
+    await reader.cancel()
+    expect(text.startsWith('retry: 3000\n\n')).toBe(true)
+    expect(text).toContain(': ping\n\n')
+  }, 10_000)
+
+  test('an SSE token opens one stream, fails on a second use and after 60 s, and is no bearer anywhere else', async () => {
+    const user = await signUp(ctx)
+    const issue = async () => (await ctx.call('POST', '/v1/auth/sse-token', { token: user.token })).body.data.token as string
+    const token = await issue()
+    const opened = await rawStream(`/v1/events/stream?token=${token}`)
+    expect(opened.status).toBe(200)
+    await opened.body!.cancel()
+    const second = await rawStream(`/v1/events/stream?token=${token}`)
+    expect(second.status).toBe(401)
+    expect((await second.json()).error).toBe('invalid_token')
+    const late = await issue()
+    ctx.clock.advance(61_000)
+    const expired = await rawStream(`/v1/events/stream?token=${late}`)
+    ctx.clock.set(new Date())
+    expect(expired.status).toBe(401)
+    const unused = await issue()
+    expectError(await ctx.call('GET', '/v1/auth/me', { token: unused }), 401, 'invalid_token')
+    expectError(await ctx.call('GET', `/v1/auth/me?token=${unused}`), 401, 'unauthorized')
+    expect((await rawStream(`/v1/events/stream?token=${unused}`)).status).toBe(200)
+  })
+
+  test(`at most ${maxStreamsPerUser} open notification streams per user; a closed one frees its place`, async () => {
+    const user = await signUp(ctx)
+    const open: Response[] = []
+    for (let i = 0; i < maxStreamsPerUser; i++) {
+      const res = await rawStream('/v1/events/stream', { authorization: `Bearer ${user.token}` })
+      expect(res.status).toBe(200)
+      open.push(res)
+    }
+    const refused = await rawStream('/v1/events/stream', { authorization: `Bearer ${user.token}` })
+    expect(refused.status).toBe(429)
+    expect((await refused.json()).error).toBe('rate_limited')
+    await open.pop()!.body!.cancel()
+    await Bun.sleep(200)
+    const again = await rawStream('/v1/events/stream', { authorization: `Bearer ${user.token}` })
+    expect(again.status).toBe(200)
+    await again.body!.cancel()
+    for (const res of open) await res.body!.cancel()
+  })
+
+  test('credentials: none is 401, an agent key is 403, a bad last event id is 400', async () => {
+    const { agent, owner } = await ownerWithPlan()
+    expect((await rawStream('/v1/events/stream')).status).toBe(401)
+    expect((await rawStream('/v1/events/stream', { 'x-api-key': agent.apiKey, authorization: `Bearer ${agent.apiKey}` })).status).toBe(403)
+    const bad = await rawStream('/v1/events/stream?lastEventId=yesterday', { authorization: `Bearer ${owner.token}` })
+    expect(bad.status).toBe(400)
+    expect((await bad.json()).error).toBe('invalid_cursor')
+  })
+
+  test('closing all streams (shutdown) ends them so clients reconnect elsewhere', async () => {
+    const user = await signUp(ctx)
+    const response = await rawStream('/v1/events/stream', { authorization: `Bearer ${user.token}` })
+    const reader = response.body!.getReader()
+    await reader.read()
+    ctx.deps.events.closeAll()
+    let done = false
+    const deadline = Date.now() + 3000
+    while (!done && Date.now() < deadline) done = (await reader.read()).done
+    expect(done).toBe(true)
+  })
+})
+
+describe('world chat', () => {
+  test('users and agents post, everyone watches the public stream, history is newest first, no email shown', async () => {
+    const user: TestUser = await signUp(ctx)
+    const { agent } = await ownerWithPlan()
+    const stream = listen(`${server.url}/v1/events/chat`)
+    await Bun.sleep(100)
+    const fromUser = await ctx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'hi all' } })
+    expect(fromUser.status).toBe(201)
+    expect(fromUser.body.data.author).toEqual({ kind: 'user', id: user.id, name: `user-${user.id.slice(0, 8)}` })
+    const fromAgent = await ctx.call('POST', '/v1/chat/messages', { apiKey: agent.apiKey, body: { text: 'beep' } })
+    expect(fromAgent.body.data.author).toEqual({ kind: 'agent', id: agent.id, name: agent.name })
+    const events = await stream.waitFor(2)
+    stream.close()
+    expect(events.map(e => e.data.text)).toEqual(['hi all', 'beep'])
+    expect(JSON.stringify(events)).not.toContain('@example.com')
+    const history = await ctx.call('GET', '/v1/chat/messages?limit=2', { token: user.token })
+    expect(history.body.data.map((m: { text: string }) => m.text)).toEqual(['beep', 'hi all'])
+    expect(JSON.stringify(history.body)).not.toContain('@example.com')
+    expectError(await ctx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: '' } }), 400, 'validation_failed')
+    expectError(await ctx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'x'.repeat(501) } }), 400, 'validation_failed')
+    expectError(await ctx.call('POST', '/v1/chat/messages', { body: { text: 'anon' } }), 401, 'unauthorized')
+  })
+
+  test('ten messages a minute per author, then 429 with Retry-After', async () => {
+    const limited = await createTestContext({
+      database: ctx.database,
+      env: { REDIS_PREFIX: ctx.config.redisPrefix, RATE_LIMITS: JSON.stringify({ chatPost: { capacity: 10, perSeconds: 60 } }) },
+    })
+    try {
+      const user = await signUp(limited)
+      for (let i = 0; i < 10; i++) expect((await limited.call('POST', '/v1/chat/messages', { token: user.token, body: { text: `m${i}` } })).status).toBe(201)
+      const refused = expectError(await limited.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'one too many' } }), 429, 'rate_limited')
+      expect(refused).toBeTruthy()
+    } finally {
+      await limited.close()
+    }
+  })
+})
