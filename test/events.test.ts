@@ -173,7 +173,7 @@ describe('the wire format and limits', () => {
     await opened.body!.cancel()
     const second = await rawStream(`/v1/events/stream?token=${token}`)
     expect(second.status).toBe(401)
-    expect((await second.json()).error).toBe('invalid_token')
+    expect(((await second.json()) as { error: string }).error).toBe('invalid_token')
     const late = await issue()
     ctx.clock.advance(61_000)
     const expired = await rawStream(`/v1/events/stream?token=${late}`)
@@ -195,7 +195,7 @@ describe('the wire format and limits', () => {
     }
     const refused = await rawStream('/v1/events/stream', { authorization: `Bearer ${user.token}` })
     expect(refused.status).toBe(429)
-    expect((await refused.json()).error).toBe('rate_limited')
+    expect(((await refused.json()) as { error: string }).error).toBe('rate_limited')
     await open.pop()!.body!.cancel()
     await Bun.sleep(200)
     const again = await rawStream('/v1/events/stream', { authorization: `Bearer ${user.token}` })
@@ -210,7 +210,7 @@ describe('the wire format and limits', () => {
     expect((await rawStream('/v1/events/stream', { 'x-api-key': agent.apiKey, authorization: `Bearer ${agent.apiKey}` })).status).toBe(403)
     const bad = await rawStream('/v1/events/stream?lastEventId=yesterday', { authorization: `Bearer ${owner.token}` })
     expect(bad.status).toBe(400)
-    expect((await bad.json()).error).toBe('invalid_cursor')
+    expect(((await bad.json()) as { error: string }).error).toBe('invalid_cursor')
   })
 
   test('closing all streams (shutdown) ends them so clients reconnect elsewhere', async () => {
