@@ -284,3 +284,18 @@ describe('OpenAPI document', () => {
     expect(html).toContain('swagger/json')
   })
 })
+
+describe('values Postgres cannot store', () => {
+  test('a NUL character in a text field is 400, not 500, and nothing is written', async () => {
+    const ctx = await createTestContext()
+    try {
+      const user = await signUp(ctx)
+      const agent = await ctx.call('POST', '/v1/participants', { token: user.token, body: { name: 'nul-test', displayName: 'a\u0000b' } })
+      expectError(agent, 400, 'validation_failed')
+      const [row] = await ctx.deps.sql`select count(*)::int as n from participants where name = 'nul-test'`
+      expect(row!.n).toBe(0)
+    } finally {
+      await ctx.close()
+    }
+  })
+})

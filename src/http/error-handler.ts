@@ -21,6 +21,9 @@ export function renderError(error: AppError): Response {
   return new Response(JSON.stringify(body), { status: error.status, headers })
 }
 
+// invalid byte sequence or untranslatable character, string too long, numeric out of range, bad text form
+const badInputStates = new Set(['22021', '22P05', '22001', '22003', '22P02'])
+
 /** Maps anything thrown to the AppError a client should see; logs what is our fault. */
 export function toAppError(code: unknown, error: unknown, log: Log, path: string): AppError {
   if (error instanceof AppError) return error
@@ -39,6 +42,12 @@ export function toAppError(code: unknown, error: unknown, log: Log, path: string
     case 'INVALID_FILE_TYPE':
     case 'INVALID_COOKIE_SIGNATURE':
       return errors.validation('The request is not valid')
+  }
+  // Input the schemas let through but Postgres cannot store (a NUL character, an overlong value):
+  // the client's to fix, and nothing was written.
+  const sqlState = (error as { code?: unknown } | null)?.code
+  if (typeof sqlState === 'string' && badInputStates.has(sqlState)) {
+    return errors.validation('The request holds a value that cannot be stored (e.g. a NUL character)')
   }
   if (isConnectionError(error) || isRedisUnavailable(error)) {
     log.error('backing service unavailable', { path, ...errorFields(error) })
