@@ -1,5 +1,4 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import type { Subprocess } from 'bun'
 import { randomBytes } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { connect, createServer } from 'node:net'
@@ -9,16 +8,15 @@ import { createSql } from '../src/db.ts'
 import { readMigrations } from '../src/migrate.ts'
 import { deleteKeys, randomPrefix, redisUrl, testJwtSecret } from './helpers/context.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+import { exitWithin, processGroup, type Started } from './helpers/processes.ts'
 
-const cwd = join(import.meta.dir, '..')
 const root = mkdtempSync(join(tmpdir(), 'am-process-'))
-const running: Subprocess[] = []
+const { start, killAll } = processGroup()
 const databases: TestDatabase[] = []
 const prefixes: string[] = []
 
 afterAll(async () => {
-  for (const proc of running) if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL')
-  await Promise.all(running.map(proc => proc.exited))
+  await killAll()
   await Promise.all(databases.map(database => database.drop()))
   await Promise.all(prefixes.map(prefix => deleteKeys(prefix)))
   rmSync(root, { recursive: true, force: true })
@@ -58,25 +56,8 @@ function environment(database: TestDatabase, overrides: Record<string, string | 
   return Object.fromEntries(Object.entries(env).filter((entry): entry is [string, string] => entry[1] !== undefined))
 }
 
-interface Started {
-  proc: Subprocess<'ignore', 'pipe', 'pipe'>
-  stdout: Promise<string>
-  stderr: Promise<string>
-}
 
-function start(args: string[], env: Record<string, string>): Started {
-  const proc = Bun.spawn([process.execPath, ...args], { cwd, env, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' })
-  running.push(proc)
-  return { proc, stdout: new Response(proc.stdout).text(), stderr: new Response(proc.stderr).text() }
-}
 
-/** Resolves with the exit code, or fails when the process is still running after `ms`. */
-async function exitWithin(proc: Subprocess, ms: number): Promise<number | null> {
-  const timeout = Bun.sleep(ms).then(() => 'timeout' as const)
-  const result = await Promise.race([proc.exited, timeout])
-  if (result === 'timeout') throw new Error(`process ${proc.pid} still running after ${ms} ms`)
-  return result
-}
 
 async function waitForHealth(port: number, started: Started, ms = 20_000): Promise<void> {
   const deadline = Date.now() + ms

@@ -3,7 +3,6 @@
  * restarted, loses no call and issues no duplicate; and `invoices:run` as a command.
  */
 import { afterAll, describe, expect, test } from 'bun:test'
-import type { Subprocess } from 'bun'
 import type { Queue } from 'bullmq'
 import { randomBytes } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -12,17 +11,16 @@ import { join } from 'node:path'
 import { createAgent, createTestContext, redisUrl, signUp, testJwtSecret, type TestContext } from './helpers/context.ts'
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
 import { ensurePeriods } from '../src/billing/subscriptions/store.ts'
+import { exitWithin, processGroup, type Started } from './helpers/processes.ts'
 
-const cwd = join(import.meta.dir, '..')
 const root = mkdtempSync(join(tmpdir(), 'am-usage-billing-process-'))
 const connectionsKey = randomBytes(32).toString('hex')
-const running: Subprocess[] = []
+const { start, killAll } = processGroup()
 const contexts: TestContext[] = []
 
 // A safety net: every test also cleans up after itself in `finally`.
 afterAll(async () => {
-  for (const proc of running) if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL')
-  await Promise.all(running.map(proc => proc.exited))
+  await killAll()
   await Promise.all(contexts.splice(0).map(ctx => ctx.close().catch(() => {})))
   rmSync(root, { recursive: true, force: true })
 })
@@ -55,17 +53,7 @@ function environment(ctx: TestContext): Record<string, string> {
   }
 }
 
-interface Started {
-  proc: Subprocess<'ignore', 'pipe', 'pipe'>
-  stdout: Promise<string>
-  stderr: Promise<string>
-}
 
-function start(args: string[], env: Record<string, string>): Started {
-  const proc = Bun.spawn([process.execPath, ...args], { cwd, env, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' })
-  running.push(proc)
-  return { proc, stdout: new Response(proc.stdout).text(), stderr: new Response(proc.stderr).text() }
-}
 
 /** Kills a process still running (a test that failed midway) and waits for it to be gone. */
 async function stop(started: Started | undefined) {
@@ -74,13 +62,6 @@ async function stop(started: Started | undefined) {
   await started.proc.exited
 }
 
-/** Resolves with the exit code, or fails when the process is still running after `ms`. */
-async function exitWithin(proc: Subprocess, ms: number): Promise<number | null> {
-  const timeout = Bun.sleep(ms).then(() => 'timeout' as const)
-  const result = await Promise.race([proc.exited, timeout])
-  if (result === 'timeout') throw new Error(`process ${proc.pid} still running after ${ms} ms`)
-  return result
-}
 
 /** Waits until a worker process consumes every one of the queues (BullMQ names its connections). */
 async function waitForWorker(started: Started, queues: Queue[], ms = 20_000): Promise<void> {

@@ -26,6 +26,11 @@ import {
 } from './store.ts'
 import { requireOwnedParticipant } from './ownership.ts'
 
+/** A rating summary: the mean to two decimals, null with no reviews. */
+export function ratingSummary(sum: number, count: number) {
+  return { average: count === 0 ? null : Math.round((sum / count) * 100) / 100, count }
+}
+
 /** The public shape; settings only for the owner. */
 export function participantView(row: ParticipantRow, viewer: Principal | null): Participant {
   const isOwner = viewer?.kind === 'user' && viewer.userId === row.ownerId
@@ -36,10 +41,7 @@ export function participantView(row: ParticipantRow, viewer: Principal | null): 
     description: row.description,
     ownerId: row.ownerId,
     ...(isOwner ? { settings: { blogEnabled: row.blogEnabled, blogAutoPublish: row.blogAutoPublish } } : {}),
-    rating: {
-      average: row.ratingCount === 0 ? null : Math.round((row.ratingSum / row.ratingCount) * 100) / 100,
-      count: row.ratingCount,
-    },
+    rating: ratingSummary(row.ratingSum, row.ratingCount),
     activeSubscribers: row.activeSubscribers,
     createdAt: iso(row.createdAt),
   }

@@ -5,6 +5,7 @@ import { Ok, failures, ok } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
 import { addMonths, monthStart } from '../periods.ts'
 import { CreatorStats } from './schema.ts'
+import { ratingSummary } from '../../participants/routes.ts'
 import { agentStats } from './store.ts'
 
 export function statsRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
@@ -22,10 +23,7 @@ export function statsRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
         configSales: row.configSales,
         configRevenueCents: row.configRevenueCents,
         proxyCallsThisMonth: row.proxyCallsThisMonth,
-        rating: {
-          average: row.ratingCount === 0 ? null : Math.round((row.ratingSum / row.ratingCount) * 100) / 100,
-          count: row.ratingCount,
-        },
+        rating: ratingSummary(row.ratingSum, row.ratingCount),
       }))
       const stats: CreatorStats = {
         totals: {
