@@ -109,7 +109,8 @@ create table idempotency_keys (
   key text not null check (length(key) between 1 and 255),
   request_hash bytea not null,
   response_status integer,
-  response_body jsonb,
+  -- JSON text, not jsonb: a proxied upstream body may hold what jsonb refuses (\u0000)
+  response_body text,
   created_at timestamptz not null,
   primary key (subject, key),
   check ((response_status is null) = (response_body is null))

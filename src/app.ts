@@ -6,6 +6,7 @@ import { httpErrors } from './http/error-handler.ts'
 import { registerFormats } from './http/formats.ts'
 import { authPlugin } from './auth/plugin.ts'
 import { authRoutes } from './auth/routes.ts'
+import { devicePage } from './auth/device-page.ts'
 import { participantRoutes } from './participants/routes.ts'
 import { healthRoutes } from './health/routes.ts'
 import { billingRoutes } from './billing/routes.ts'
@@ -76,6 +77,7 @@ export function createApp(deps: Deps) {
     )
     .use(healthRoutes(deps))
     .use(authRoutes(deps, auth))
+    .use(devicePage(deps))
     .use(participantRoutes(deps, auth))
     .use(billingRoutes(deps, auth))
     .use(conversationRoutes(deps, auth))

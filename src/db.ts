@@ -52,3 +52,13 @@ export function uniqueViolation(error: unknown): string | undefined {
   const e = error as { code?: string; constraint_name?: string } | null
   return e?.code === '23505' ? (e.constraint_name ?? '') : undefined
 }
+
+// invalid byte sequence or untranslatable character, string too long, numeric out of range, bad text
+// form, datetime out of range or badly formed
+const badInputStates = new Set(['22021', '22P05', '22001', '22003', '22P02', '22008', '22007'])
+
+/** True when Postgres refused a value the client sent (not a fault of ours or of the database). */
+export function isBadInput(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code
+  return typeof code === 'string' && badInputStates.has(code)
+}

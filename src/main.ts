@@ -43,7 +43,8 @@ async function main() {
     if (role !== 'workers') {
       server = createApp(deps).listen({
         port: config.port,
-        maxRequestBodySize: maxBodyBytes + 64 * 1024,
+        // Above the largest body any route takes, so oversized bodies get our 413 envelope, not Bun's.
+        maxRequestBodySize: 4 * maxBodyBytes,
         idleTimeout: 30,
       })
       log.info('api listening', { port: server.server?.port, swagger: `${config.siteUrl}/swagger` })

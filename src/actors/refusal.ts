@@ -9,6 +9,7 @@ const refusals: Record<string, () => AppError> = {
   idempotency_key_reused: () => errors.idempotencyKeyReused(),
   user_provided_precedence: () => errors.userProvidedPrecedence(),
   not_subscribed: () => errors.notSubscribed(),
+  invalid_input: () => errors.validation('The request holds a value that cannot be stored'),
 }
 
 /** The result, or the matching AppError thrown for a refusal. */

@@ -3,7 +3,7 @@
  * renewed, fenced lease, and applies its commands one at a time, in order, exactly once in effect.
  */
 import { randomUUID } from 'node:crypto'
-import { isConnectionError, type Sql } from '../db.ts'
+import { isBadInput, isConnectionError, type Sql } from '../db.ts'
 import { isRedisUnavailable, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
@@ -247,12 +247,17 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       attempts.delete(attemptKey)
     } catch (error) {
       if (error instanceof FencedOut || transient(error) || !running) throw error
-      const count = (attempts.get(attemptKey) ?? 0) + 1
-      attempts.set(attemptKey, count)
-      if (count < maxAttempts) throw error
-      attempts.delete(attemptKey)
-      log.error('actor command moved to the dead-letter stream', { actor, type: fields.type, entryId, ...errorFields(error) })
-      await redis.xadd(keys.actor(actor).dead, '*', ...list, 'entry', entryId, 'error', String((error as Error).message))
+      if (isBadInput(error)) {
+        // The command itself cannot be stored: refuse it at once rather than retry it five times.
+        outcome = { result: { refused: 'invalid_input' }, project: false, context: undefined as never, payload: null }
+      } else {
+        const count = (attempts.get(attemptKey) ?? 0) + 1
+        attempts.set(attemptKey, count)
+        if (count < maxAttempts) throw error
+        attempts.delete(attemptKey)
+        log.error('actor command moved to the dead-letter stream', { actor, type: fields.type, entryId, ...errorFields(error) })
+        await redis.xadd(keys.actor(actor).dead, '*', ...list, 'entry', entryId, 'error', String((error as Error).message))
+      }
     }
     await options.beforeAck?.(actor, commandId)
     if (abandoned) return new Promise<never>(() => {})

@@ -2,7 +2,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
-import { Ok, failures, ok, parseTime } from '../http/schema.ts'
+import { failures, Ok, ok, parseTime, Query } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { findParticipant } from '../participants/store.ts'
 import { agentBalanceCents } from '../billing/balance.ts'
@@ -41,7 +41,7 @@ export function agentApiRoutes({ sql, inboxes, clock }: Deps, auth: AuthPlugin) 
       },
       {
         agent: true,
-        query: t.Object({
+        query: Query({
           since: t.Optional(t.String({ description: 'ISO time: only conversations and requests after it' })),
         }),
         response: { 200: Ok(AgentEvents), ...failures(400, 401, 403, 503) },

@@ -56,8 +56,8 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
     .patch(
       '/me',
       async ({ user, body }) => {
-        const walletAddress = checksumAddress(body.walletAddress)
-        if (!walletAddress) {
+        const walletAddress = body.walletAddress === null ? null : checksumAddress(body.walletAddress)
+        if (body.walletAddress !== null && !walletAddress) {
           throw errors.field('/walletAddress', 'must be 0x and 40 hex digits with a valid EIP-55 checksum')
         }
         await setWalletAddress(sql, user.userId, walletAddress)
@@ -67,7 +67,7 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
         user: true,
         body: UpdateProfile,
         response: { 200: Ok(UserProfile), ...failures(400, 401, 403) },
-        detail: { operationId: 'updateProfile', summary: 'Set the wallet address' },
+        detail: { operationId: 'updateProfile', summary: 'Set (or, with null, clear) the wallet address' },
       },
     )
     .post(
@@ -170,13 +170,10 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
     )
     .post(
       '/sse-token',
-      async ({ user, set }) => {
-        set.status = 201
-        return ok({ token: await issueSseToken(deps, user.userId), expiresIn: sseTokenTtlSeconds })
-      },
+      async ({ user }) => ok({ token: await issueSseToken(deps, user.userId), expiresIn: sseTokenTtlSeconds }),
       {
         user: true,
-        response: { 201: Ok(SseToken), ...failures(401, 403) },
+        response: { 200: Ok(SseToken), ...failures(401, 403) },
         detail: {
           operationId: 'issueSseToken',
           summary: 'A one-use token for opening /v1/events/stream?token=...',

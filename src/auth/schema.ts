@@ -11,7 +11,9 @@ export const UserProfile = t.Object({
 })
 
 export const UpdateProfile = t.Object(
-  { walletAddress: t.String({ description: '0x and 40 hex digits; EIP-55 checksum checked when mixed case' }) },
+  {
+    walletAddress: t.Union([t.String({ description: '0x and 40 hex digits; EIP-55 checksum checked when mixed case' }), t.Null()]),
+  },
   { additionalProperties: false },
 )
 

@@ -37,7 +37,7 @@ export async function getUser(sql: Db, id: string): Promise<UserRow | undefined>
   return row
 }
 
-export async function setWalletAddress(sql: Db, id: string, walletAddress: string): Promise<void> {
+export async function setWalletAddress(sql: Db, id: string, walletAddress: string | null): Promise<void> {
   await sql`update users set wallet_address = ${walletAddress} where id = ${id}`
 }
 

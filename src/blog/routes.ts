@@ -2,7 +2,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
-import { BeforeParam, LimitParam, Ok, failures, ok, parseLimit, parseTime, Uuid } from '../http/schema.ts'
+import { BeforeParam, failures, LimitParam, Ok, ok, parseLimit, parseTime, Query, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { findParticipant } from '../participants/store.ts'
 import { CreatePost, DeletedPost, Post, PostStatus, PostSummary, React, ReactionCounts, UpdatePost } from './schema.ts'
@@ -102,7 +102,7 @@ export function blogRoutes(deps: Deps, auth: AuthPlugin) {
       {
         caller: true,
         params: t.Object({ agentId: Uuid }),
-        query: t.Object({ limit: LimitParam, status: t.Optional(PostStatus), before: BeforeParam }),
+        query: Query({ limit: LimitParam, status: t.Optional(PostStatus), before: BeforeParam }),
         response: { 200: Ok(t.Array(PostSummary)), ...failures(400, 401, 403, 404) },
         detail: {
           operationId: 'listManagedBlogPosts',

@@ -1,6 +1,6 @@
 /** Wire schemas of the blog: posts, their lists, writes, reactions. */
 import { t } from 'elysia'
-import { Int, NullableTimestamp, Timestamp, Uuid } from '../http/schema.ts'
+import { Int, NullableTimestamp, Query, Timestamp, Uuid } from '../http/schema.ts'
 
 export const PostStatus = t.Union([t.Literal('draft'), t.Literal('scheduled'), t.Literal('published')])
 export type PostStatus = typeof PostStatus.static
@@ -106,7 +106,7 @@ export const TagParam = t.Optional(t.String({ minLength: 1, maxLength: 32, patte
 export const AgentIdOrName = t.String({ pattern: '^[A-Za-z0-9-]{1,64}$', description: 'Agent id or name' })
 export const SlugParam = t.String({ pattern: '^[A-Za-z0-9-]{1,100}$', description: 'The post’s slug' })
 
-export const PublicListQuery = t.Object({
+export const PublicListQuery = Query({
   limit: t.Optional(t.String({ description: 'Integer from 1 to 50 (default 20)', examples: ['20'] })),
   offset: OffsetParam,
   tag: TagParam,

@@ -1,11 +1,13 @@
 /** /v1/chat/messages: world chat, written by users and agents (10 a minute each), read by anyone signed in. */
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
-import { LimitParam, Ok, Timestamp, Uuid, failures, ok, parseLimit } from '../http/schema.ts'
+import { BeforeParam, failures, LimitParam, Ok, ok, parseLimit, parseTime, Query, Timestamp, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
 import { findParticipant } from '../participants/store.ts'
 import { broadcast } from '../events/notify.ts'
+import { errors } from '../errors.ts'
+import { IdempotencyHeaders, idempotent } from '../idempotency/idempotent.ts'
 import { insertChatMessage, recentChatMessages, type ChatMessage } from './store.ts'
 
 const Message = t.Object({
@@ -26,29 +28,42 @@ export function chatRoutes(deps: Deps, auth: AuthPlugin) {
     .use(auth)
     .post(
       '/messages',
-      async ({ caller, body, set }) => {
-        await rateLimiter.take('chatPost', principalSubject(caller))
-        // No email, ever: users appear by a short form of their id.
-        const author: ChatMessage['author'] =
-          caller.kind === 'user'
-            ? { kind: 'user', id: caller.userId, name: `user-${caller.userId.slice(0, 8)}` }
-            : { kind: 'agent', id: caller.participantId, name: (await findParticipant(sql, caller.participantId))!.name }
-        const message = await insertChatMessage(sql, { author, text: body.text, at: clock.now() })
-        await broadcast(deps, keys.events.chat, 'chat.message', { ...message })
-        set.status = 201
-        return ok(message)
+      async ({ caller, body, headers, set }) => {
+        const request = { subject: principalSubject(caller), key: headers['idempotency-key'], method: 'POST', path: '/v1/chat/messages', body }
+        const outcome = await idempotent(deps, request, async tx => {
+          await rateLimiter.take('chatPost', principalSubject(caller))
+          // No email, ever: users appear by a short form of their id.
+          let author: ChatMessage['author']
+          if (caller.kind === 'user') author = { kind: 'user', id: caller.userId, name: `user-${caller.userId.slice(0, 8)}` }
+          else {
+            const agent = await findParticipant(tx, caller.participantId)
+            if (!agent) throw errors.invalidToken()
+            author = { kind: 'agent', id: agent.id, name: agent.name }
+          }
+          return { status: 201, body: ok(await insertChatMessage(tx, { author, text: body.text, at: clock.now() })) }
+        })
+        const message = (outcome.body as { data: ChatMessage }).data
+        if (!outcome.replayed) await broadcast(deps, keys.events.chat, 'chat.message', { ...message })
+        set.status = outcome.status
+        return outcome.body as { success: true; data: ChatMessage }
       },
       {
         caller: true,
         body: t.Object({ text: t.String({ minLength: 1, maxLength: 500 }) }, { additionalProperties: false }),
+        headers: IdempotencyHeaders,
         response: { 201: Ok(Message), ...failures(400, 401, 429) },
         detail: { operationId: 'postChatMessage', summary: 'Say something in world chat (10 a minute per author)' },
       },
     )
-    .get('/messages', async ({ query }) => ok(await recentChatMessages(sql, parseLimit(query.limit, 50, 100))), {
+    .get(
+      '/messages',
+      async ({ query }) =>
+        ok(await recentChatMessages(sql, { limit: parseLimit(query.limit, 50, 100), before: parseTime(query.before, '/before') })),
+      {
       caller: true,
-      query: t.Object({ limit: LimitParam }),
+      query: Query({ limit: LimitParam, before: BeforeParam }),
       response: { 200: Ok(t.Array(Message)), ...failures(400, 401) },
       detail: { operationId: 'listChatMessages', summary: 'Recent world chat, newest first (default 50, max 100)' },
-    })
+      },
+    )
 }

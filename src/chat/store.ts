@@ -36,12 +36,13 @@ export async function insertChatMessage(
   return toMessage(row!)
 }
 
-export async function recentChatMessages(sql: Db, limit: number): Promise<ChatMessage[]> {
+export async function recentChatMessages(sql: Db, page: { limit: number; before: Date | undefined }): Promise<ChatMessage[]> {
   const rows = await sql<Row[]>`
     select id, author_kind as "authorKind", author_id as "authorId", author_name as "authorName", text, created_at as "createdAt"
     from chat_messages
+    where ${page.before ?? null}::timestamptz is null or created_at < ${page.before ?? null}
     order by created_at desc, id desc
-    limit ${limit}
+    limit ${page.limit}
   `
   return rows.map(toMessage)
 }

@@ -20,7 +20,9 @@ export async function upstreamRefusal(url: URL, allowedHosts: string[]): Promise
   if (allowed) return null
   let addresses: string[]
   try {
-    addresses = isIP(host) ? [host] : (await lookup(host, { all: true, verbatim: true })).map(entry => entry.address)
+    addresses = isIP(host)
+      ? [host]
+      : (await withTimeout(lookup(host, { all: true, verbatim: true }), 5000)).map(entry => entry.address)
   } catch {
     return 'unresolvable'
   }
@@ -29,8 +31,15 @@ export async function upstreamRefusal(url: URL, allowedHosts: string[]): Promise
 
 /** Loopback, private, link-local, shared, unspecified, multicast and reserved ranges, v4 and v6. */
 export function isInternal(address: string): boolean {
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address)
+  const mapped = /^::(?:ffff:)?(\d+\.\d+\.\d+\.\d+)$/i.exec(address)
   if (mapped) return isInternal(mapped[1]!)
+  // The same IPv4-mapped or -compatible address in hex, as URL parsing writes it: ::ffff:7f00:1.
+  const hex = /^::(?:ffff:)?([0-9a-f]{1,4}):([0-9a-f]{1,4})$/i.exec(address)
+  if (hex) {
+    const high = parseInt(hex[1]!, 16)
+    const low = parseInt(hex[2]!, 16)
+    return isInternal(`${high >> 8}.${high & 255}.${low >> 8}.${low & 255}`)
+  }
   if (isIP(address) === 4) {
     const [a, b] = address.split('.').map(Number) as [number, number]
     return (
@@ -56,4 +65,8 @@ export function isInternal(address: string): boolean {
     v6.startsWith('64:ff9b:') ||
     v6.startsWith('2001:db8')
   )
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  return Promise.race([promise, new Promise<never>((_, reject) => setTimeout(() => reject(new Error('timeout')), ms).unref())])
 }

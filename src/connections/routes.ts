@@ -30,6 +30,8 @@ export function connectionRoutes({ sql, config, clock }: Deps, auth: AuthPlugin)
         } catch {
           throw errors.field('/baseUrl', 'must be an absolute URL')
         }
+        const baseUrl = url.toString().replace(/\/+$/, '')
+        if (baseUrl.length > 2048) throw errors.field('/baseUrl', 'must be at most 2048 characters once encoded')
         const refusal = await upstreamRefusal(url, config.proxyAllowedHosts)
         if (refusal) throw errors.field('/baseUrl', refusalMessages[refusal])
         const id = randomUUID()
@@ -37,7 +39,7 @@ export function connectionRoutes({ sql, config, clock }: Deps, auth: AuthPlugin)
           id,
           userId: user.userId,
           provider: body.provider,
-          baseUrl: url.toString().replace(/\/+$/, ''),
+          baseUrl,
           label: body.label ?? null,
           credential: sealCredential(config.connectionsKey!, body.credential, id),
           at: clock.now(),

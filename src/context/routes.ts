@@ -2,7 +2,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
-import { Ok, failures, ok, Uuid } from '../http/schema.ts'
+import { failures, Ok, ok, Query, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { accepted } from '../actors/refusal.ts'
 import type { Refusal } from '../actors/types.ts'
@@ -44,7 +44,7 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
       },
       {
         agent: true,
-        query: t.Object({ userId: Uuid, type: t.Optional(ContextTypeParam), key: t.Optional(ContextKey) }),
+        query: Query({ userId: Uuid, type: t.Optional(ContextTypeParam), key: t.Optional(ContextKey) }),
         response: { 200: Ok(Entries), ...failures(400, 401, 403) },
         detail: {
           operationId: 'readContextAsAgent',
@@ -87,7 +87,7 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
       },
       {
         user: true,
-        query: t.Object({ type: t.Optional(ContextTypeParam), key: t.Optional(ContextKey) }),
+        query: Query({ type: t.Optional(ContextTypeParam), key: t.Optional(ContextKey) }),
         response: { 200: Ok(Entries), ...failures(400, 401, 403) },
         detail: { operationId: 'readContext', summary: 'Your organization’s entries, newest version of each' },
       },

@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto'
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
-import { BeforeParam, LimitParam, Ok, failures, iso, ok, parseLimit, parseTime, Uuid } from '../http/schema.ts'
+import { BeforeParam, failures, iso, LimitParam, Ok, ok, parseLimit, parseTime, Query, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
 import { IdempotencyHeaders, idempotentCommand } from '../idempotency/idempotent.ts'
@@ -71,7 +71,7 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
       {
         user: true,
         params: t.Object({ agentId: Uuid }),
-        query: t.Object({ limit: LimitParam, before: BeforeParam }),
+        query: Query({ limit: LimitParam, before: BeforeParam }),
         response: { 200: Ok(t.Array(Message)), ...failures(400, 401, 403, 404) },
         detail: {
           operationId: 'listMessages',

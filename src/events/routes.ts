@@ -2,7 +2,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
-import { ErrorBody } from '../http/schema.ts'
+import { ErrorBody, Query } from '../http/schema.ts'
 import { spendSseToken } from '../auth/sse-token.ts'
 
 // Documented by hand: the plugin would call a string body text/plain.
@@ -17,7 +17,7 @@ const streamResponses = (...statuses: number[]) => ({
   ),
 })
 
-const Resume = t.Object({
+const Resume = Query({
   lastEventId: t.Optional(t.String({ description: 'Resume after this event id (or send the Last-Event-ID header)' })),
 })
 
@@ -48,7 +48,7 @@ export function eventRoutes(deps: Deps) {
         })
       },
       {
-        query: t.Object({
+        query: Query({
           token: t.Optional(t.String({ description: 'A one-use token from POST /v1/auth/sse-token (instead of a header)' })),
           lastEventId: Resume.properties.lastEventId,
         }),

@@ -2,7 +2,7 @@
 import { Elysia, ValidationError } from 'elysia'
 import { AppError, errors, type ErrorDetail } from '../errors.ts'
 import { errorFields, type Log } from '../log.ts'
-import { isConnectionError } from '../db.ts'
+import { isBadInput, isConnectionError } from '../db.ts'
 import { isRedisUnavailable } from '../redis.ts'
 
 export function renderError(error: AppError): Response {
@@ -20,9 +20,6 @@ export function renderError(error: AppError): Response {
   }
   return new Response(JSON.stringify(body), { status: error.status, headers })
 }
-
-// invalid byte sequence or untranslatable character, string too long, numeric out of range, bad text form
-const badInputStates = new Set(['22021', '22P05', '22001', '22003', '22P02'])
 
 /** Maps anything thrown to the AppError a client should see; logs what is our fault. */
 export function toAppError(code: unknown, error: unknown, log: Log, path: string): AppError {
@@ -45,8 +42,7 @@ export function toAppError(code: unknown, error: unknown, log: Log, path: string
   }
   // Input the schemas let through but Postgres cannot store (a NUL character, an overlong value):
   // the client's to fix, and nothing was written.
-  const sqlState = (error as { code?: unknown } | null)?.code
-  if (typeof sqlState === 'string' && badInputStates.has(sqlState)) {
+  if (isBadInput(error)) {
     return errors.validation('The request holds a value that cannot be stored (e.g. a NUL character)')
   }
   if (isConnectionError(error) || isRedisUnavailable(error)) {
@@ -95,7 +91,33 @@ export function httpErrors(log: Log) {
       const size = length !== null ? Number(length) : (await request.clone().arrayBuffer()).byteLength
       return size > limit ? renderError(errors.payloadTooLarge(limit)) : undefined
     })
+    // Postgres stores no NUL character and no lone surrogate: refuse them at the door, whatever the route.
+    .onTransform({ as: 'global' }, ({ body }) => {
+      const where = unstorable(body, '')
+      if (where !== null) throw errors.field(where || '/', 'must not contain NUL characters or unpaired surrogates')
+    })
     .onError({ as: 'global' }, ({ code, error, path }) => renderError(toAppError(code, error, log, path)))
+}
+
+const badText = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
+
+/** The JSON pointer of the first string (or key) Postgres could not store, or null. */
+function unstorable(value: unknown, path: string): string | null {
+  if (typeof value === 'string') return badText.test(value) ? path : null
+  if (value === null || typeof value !== 'object') return null
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = unstorable(value[i], `${path}/${i}`)
+      if (found !== null) return found
+    }
+    return null
+  }
+  for (const [key, child] of Object.entries(value)) {
+    if (badText.test(key)) return `${path}/${key.replace(/[^\x20-\x7e]/g, '?')}`
+    const found = unstorable(child, `${path}/${key}`)
+    if (found !== null) return found
+  }
+  return null
 }
 
 export const maxBodyBytes = 2 * 1024 * 1024

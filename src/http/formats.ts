@@ -5,7 +5,9 @@
  */
 import { FormatRegistry } from '@sinclair/typebox'
 
-const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+// Lower case only: ids are compared as text in Redis keys and in the code, so an upper-case spelling
+// of a known id is refused (400) rather than quietly treated as another id.
+const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 const dateTime = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/i
 
 export function registerFormats(): void {

@@ -1,5 +1,6 @@
 /** Shared wire schemas: the success and error envelopes, ids, times and list parameters. */
 import { t, type TSchema } from 'elysia'
+import type { TProperties } from '@sinclair/typebox'
 import { Type, type IntegerOptions } from '@sinclair/typebox'
 import { errors } from '../errors.ts'
 
@@ -48,7 +49,8 @@ export function failures<const S extends readonly number[]>(...statuses: S) {
  */
 export const Int = (options?: IntegerOptions) => Type.Integer(options)
 
-export const Uuid = t.String({ format: 'uuid' })
+/** Lower-case, as the service writes them (the `uuid` format is registered so: src/http/formats.ts). */
+export const Uuid = t.String({ format: 'uuid', description: 'A UUID in lower case' })
 export const Timestamp = t.String({ format: 'date-time', description: 'ISO 8601 UTC with milliseconds' })
 export const NullableTimestamp = t.Union([Timestamp, t.Null()])
 
@@ -69,14 +71,24 @@ export function parseLimit(value: string | undefined, fallback: number, max: num
   return Number(value)
 }
 
+/**
+ * An ISO 8601 time, read leniently the way clients write them: `T` or a space between date and time,
+ * `Z`/`z` or an offset (none means UTC), seconds and a fraction optional. Years 1 to 9999 only.
+ * An empty value is the same as none.
+ */
 export function parseTime(value: string | undefined, path: string): Date | undefined {
-  if (value === undefined) return undefined
-  const at = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})$/.test(value)
-    ? new Date(value)
-    : undefined
-  if (!at || Number.isNaN(at.getTime()) || !isCalendarDate(value)) throw errors.field(path, 'must be an ISO 8601 time')
+  if (value === undefined || value === '') return undefined
+  const match = /^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)([Zz]|[+-]\d{2}:\d{2})?$/.exec(value)
+  if (!match || !isCalendarDate(value) || Number(value.slice(0, 4)) < 1) throw errors.field(path, 'must be an ISO 8601 time')
+  const at = new Date(`${match[1]}T${match[2]}${(match[3] ?? 'Z').toUpperCase()}`)
+  if (Number.isNaN(at.getTime()) || at.getUTCFullYear() < 1 || at.getUTCFullYear() > 9999) {
+    throw errors.field(path, 'must be an ISO 8601 time')
+  }
   return at
 }
+
+/** A query schema that ignores parameters it does not know (tracking tags and the like), as web APIs do. */
+export const Query = <P extends TProperties>(properties: P) => t.Object(properties, { additionalProperties: true })
 
 /** Whether the YYYY-MM-DD at the start is a real day: Date would read February 30 as March 2. */
 function isCalendarDate(value: string): boolean {

@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto'
 import { t } from 'elysia'
 import type { Sql, TxSql } from '../db.ts'
 import type { Clock } from '../clock.ts'
-import { errors } from '../errors.ts'
+import { AppError, errors } from '../errors.ts'
 
 export const idempotencyWindowMs = 24 * 3_600_000
 
@@ -41,19 +41,19 @@ export async function idempotent(
   return sql.begin(async tx => {
     await tx`select pg_advisory_xact_lock(hashtext(${request.subject}), hashtext(${key}))`
     const now = clock.now()
-    const [stored] = await tx<{ requestHash: Buffer; status: number; body: unknown; createdAt: Date }[]>`
+    const [stored] = await tx<{ requestHash: Buffer; status: number; body: string; createdAt: Date }[]>`
       select request_hash as "requestHash", response_status as status, response_body as body, created_at as "createdAt"
       from idempotency_keys
       where subject = ${request.subject} and key = ${key}
     `
     if (stored && now.getTime() - stored.createdAt.getTime() < idempotencyWindowMs) {
       if (!stored.requestHash.equals(hash)) throw errors.idempotencyKeyReused()
-      return { status: stored.status, body: stored.body, replayed: true }
+      return { status: stored.status, body: JSON.parse(stored.body), replayed: true }
     }
     const outcome = await effect(tx)
     await tx`
       insert into idempotency_keys (subject, key, request_hash, response_status, response_body, created_at)
-      values (${request.subject}, ${key}, ${hash}, ${outcome.status}, ${tx.json(outcome.body as never)}, ${now})
+      values (${request.subject}, ${key}, ${hash}, ${outcome.status}, ${JSON.stringify(outcome.body)}, ${now})
       on conflict (subject, key) do update
         set request_hash = excluded.request_hash, response_status = excluded.response_status,
             response_body = excluded.response_body, created_at = excluded.created_at
@@ -76,10 +76,21 @@ export async function purgeIdempotencyKeys(sql: Sql, now: Date): Promise<number>
  * gets the stored response without running `send` (so no check can refuse a replay); a repeat of a
  * call that never got its answer sends the same command id again, which the actor applies once.
  */
+export interface CommandOptions {
+  /**
+   * A repeat that arrives while the first is still running: `resend` it (actors apply a command id
+   * once), or `refuse` it with 409 (effects nothing deduplicates, such as an upstream call).
+   */
+  inFlight: 'resend' | 'refuse'
+  /** Failures to keep as the outcome (the effect happened, e.g. the upstream was reached); others free the key. */
+  keepFailure?: (error: AppError) => boolean
+}
+
 export async function idempotentCommand(
   { sql, clock }: { sql: Sql; clock: Clock },
   request: IdempotentRequest,
   send: (identity: { commandId?: string; requestHash?: Buffer }) => Promise<Outcome>,
+  options: CommandOptions = { inFlight: 'resend' },
 ): Promise<Outcome & { replayed: boolean }> {
   const key = request.key
   if (key === undefined || key === null) return { ...(await send({})), replayed: false }
@@ -96,20 +107,43 @@ export async function idempotentCommand(
     returning 1
   `
   if (reserved.length === 0) {
-    const [stored] = await sql<{ requestHash: Buffer; status: number | null; body: unknown }[]>`
+    const [stored] = await sql<{ requestHash: Buffer; status: number | null; body: string | null }[]>`
       select request_hash as "requestHash", response_status as status, response_body as body
       from idempotency_keys where subject = ${request.subject} and key = ${key}
     `
     if (stored && !stored.requestHash.equals(hash)) throw errors.idempotencyKeyReused()
-    if (stored?.status != null) return { status: stored.status, body: stored.body, replayed: true }
+    if (stored?.status != null) return { status: stored.status, body: JSON.parse(stored.body!), replayed: true }
+    if (stored && options.inFlight === 'refuse') throw errors.idempotencyInProgress()
   }
   const commandId = createHash('sha256').update(JSON.stringify([request.subject, key])).digest('hex')
-  const outcome = await send({ commandId, requestHash: hash })
-  await sql`
-    update idempotency_keys set response_status = ${outcome.status}, response_body = ${sql.json(outcome.body as never)}
-    where subject = ${request.subject} and key = ${key}
-  `
+  let outcome: Outcome
+  try {
+    outcome = await send({ commandId, requestHash: hash })
+  } catch (error) {
+    if (error instanceof AppError && options.keepFailure?.(error)) {
+      await complete(sql, request.subject, key, { status: error.status, body: errorBody(error) })
+    } else {
+      // Nothing happened: the key is free again, also for a corrected request.
+      await sql`
+        delete from idempotency_keys
+        where subject = ${request.subject} and key = ${key} and response_status is null
+      `.catch(() => {})
+    }
+    throw error
+  }
+  await complete(sql, request.subject, key, outcome)
   return { ...outcome, replayed: false }
+}
+
+async function complete(sql: Sql, subject: string, key: string, outcome: Outcome) {
+  await sql`
+    update idempotency_keys set response_status = ${outcome.status}, response_body = ${JSON.stringify(outcome.body)}
+    where subject = ${subject} and key = ${key}
+  `
+}
+
+function errorBody(error: AppError) {
+  return { success: false, statusCode: error.status, error: error.code, message: error.message }
 }
 
 function checkKey(key: string) {

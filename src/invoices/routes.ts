@@ -1,7 +1,7 @@
 /** GET /v1/billing/invoices: the caller's invoices, newest first. */
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
-import { BeforeParam, LimitParam, Ok, failures, iso, isoOrNull, ok, parseLimit, parseTime } from '../http/schema.ts'
+import { BeforeParam, failures, iso, isoOrNull, LimitParam, Ok, ok, parseLimit, parseTime, Query } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { Invoice } from './schema.ts'
 import { listInvoices } from './store.ts'
@@ -29,7 +29,7 @@ export function invoiceRoutes({ sql }: Deps, auth: AuthPlugin) {
     },
     {
       user: true,
-      query: t.Object({ limit: LimitParam, before: BeforeParam }),
+      query: Query({ limit: LimitParam, before: BeforeParam }),
       response: { 200: Ok(t.Array(Invoice)), ...failures(400, 401, 403) },
       detail: { operationId: 'listInvoices', summary: 'Invoices you were issued, newest first (default 50, max 100)' },
     },

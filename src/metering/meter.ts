@@ -7,6 +7,7 @@ import { ensurePeriods, periodUsage } from '../billing/subscriptions/store.ts'
 import { periodIndexAt } from '../billing/periods.ts'
 import { countLive } from './usage-counter.ts'
 import type { UsageEvent } from './count.ts'
+import { errors } from '../errors.ts'
 
 export interface Usage {
   periodCalls: number
@@ -23,7 +24,9 @@ export async function meterCall(
   const { sql, queues } = deps
   const periodIndex = periodIndexAt(call.subscription.startedAt, call.occurredAt)
   await ensurePeriods(sql, call.occurredAt, call.subscription.id)
-  const period = (await periodUsage(sql, call.subscription.id, periodIndex))!
+  const period = await periodUsage(sql, call.subscription.id, periodIndex)
+  // Cancelled between the check and now: the call still counts, in the period it was cancelled in.
+  if (!period) throw errors.notSubscribed()
   const event: UsageEvent = {
     eventId: call.eventId,
     subscriptionId: call.subscription.id,

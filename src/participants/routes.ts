@@ -48,15 +48,18 @@ export function participantView(row: ParticipantRow, viewer: Principal | null): 
 }
 
 const AgentId = t.Object({ agent_id: Uuid })
+const reservedNames = new Set(['posts', 'manage'])
 
 export function participantRoutes(deps: Deps, auth: AuthPlugin) {
-  const { sql, rateLimiter, authenticator } = deps
+  const { sql, rateLimiter, authenticator, clock } = deps
 
   return new Elysia({ prefix: '/v1/participants', tags: ['participants'] })
     .use(auth)
     .post(
       '',
       async ({ user, body, set }) => {
+        // Names whose public blog lists would collide with the writers' routes (/blog/posts/..., /blog/manage/...).
+        if (reservedNames.has(body.name)) throw errors.nameTaken()
         await rateLimiter.take('participantCreate', `user:${user.userId}`)
         const { key, hash, prefix } = generateKey('agent')
         try {
@@ -143,7 +146,7 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
       async ({ user, params }) => {
         const revoked = await sql.begin(async tx => {
           await requireOwnedParticipant(tx, params.agent_id, user.userId, { lock: true })
-          await deactivateParticipant(tx, params.agent_id)
+          await deactivateParticipant(tx, params.agent_id, clock.now())
           return revokeAgentKeys(tx, params.agent_id)
         })
         await authenticator.keys.revoke(revoked)
@@ -153,7 +156,7 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
         user: true,
         params: AgentId,
         response: { 200: Ok(Deactivated), ...failures(400, 401, 403, 404) },
-        detail: { operationId: 'deactivateParticipant', summary: 'Deactivate an agent: key stops, pages 404, data stays' },
+        detail: { operationId: 'deactivateParticipant', summary: 'Deactivate an agent: key stops, subscriptions end (invoiced for their last period), pages 404, data stays' },
       },
     )
 }

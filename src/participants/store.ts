@@ -79,8 +79,13 @@ export async function updateParticipant(sql: Db, id: string, patch: UpdatePartic
   return row!
 }
 
-export async function deactivateParticipant(sql: Db, id: string): Promise<void> {
-  await sql`update participants set active = false, updated_at = now() where id = ${id}`
+/** Deactivates an agent and ends its active subscriptions (each is invoiced for its last period). */
+export async function deactivateParticipant(sql: Db, id: string, at: Date): Promise<void> {
+  await sql`update participants set active = false, active_subscribers = 0, updated_at = ${at} where id = ${id}`
+  await sql`
+    update subscriptions set status = 'cancelled', cancelled_at = ${at}
+    where participant_id = ${id} and status = 'active'
+  `
 }
 
 /** Who owns an agent (active or not): the recipient of its owner notifications. */

@@ -1,6 +1,6 @@
 /** A proxy call: check the subscription and connection, build the upstream request under the rules, forward, meter. */
 import type { Deps } from '../deps.ts'
-import { errors } from '../errors.ts'
+import { AppError, errors } from '../errors.ts'
 import type { AgentPrincipal } from '../auth/principal.ts'
 import { activeSubscription } from '../billing/subscriptions/store.ts'
 import { findSealedConnection } from '../connections/store.ts'
@@ -39,9 +39,21 @@ export async function proxyCall(deps: Deps, agent: AgentPrincipal, call: ProxyCa
   headers.authorization = `Bearer ${openCredential(config.connectionsKey!, connection.credential, connection.id)}`
 
   const occurredAt = clock.now()
-  const response = await forward({ url, method: call.method, headers, body })
+  let response
+  try {
+    response = await forward({ url, method: call.method, headers, body })
+  } catch (error) {
+    // It reached the upstream, only the answer failed us: the call counts all the same.
+    if (reachedUpstream(error)) await meterCall(deps, { eventId, subscription, occurredAt })
+    throw error
+  }
   const usage = await meterCall(deps, { eventId, subscription, occurredAt })
   return { status: response.status, headers: { 'content-type': response.contentType }, body: response.body, usage }
+}
+
+/** Failures that came after the request was sent: the upstream has it. */
+export function reachedUpstream(error: unknown): error is AppError {
+  return error instanceof AppError && (error.code === 'upstream_timeout' || error.code === 'upstream_too_large')
 }
 
 /** The base URL with the path appended; the path may not leave the base's origin or path. */

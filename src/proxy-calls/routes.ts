@@ -6,7 +6,7 @@ import { Ok, failures, ok } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
 import { IdempotencyHeaders, idempotentCommand } from '../idempotency/idempotent.ts'
-import { proxyCall } from './proxy.ts'
+import { proxyCall, reachedUpstream } from './proxy.ts'
 import { ProxyCall, ProxyResult } from './schema.ts'
 
 /** A stable UUID from a longer id, so a retried call is the same usage event. */
@@ -27,10 +27,16 @@ export function proxyCallRoutes(deps: Deps, auth: AuthPlugin) {
         body,
       }
       // No transaction is held across the upstream call: the key is reserved, then completed.
-      const outcome = await idempotentCommand(deps, request, async ({ commandId }) => ({
-        status: 200,
-        body: ok(await proxyCall(deps, agent, body, commandId ? uuidFrom(commandId) : randomUUID())),
-      }))
+      const outcome = await idempotentCommand(
+        deps,
+        request,
+        async ({ commandId }) => ({
+          status: 200,
+          body: ok(await proxyCall(deps, agent, body, commandId ? uuidFrom(commandId) : randomUUID())),
+        }),
+        // A repeat must not reach the upstream again: not while the first runs, nor after it timed out there.
+        { inFlight: 'refuse', keepFailure: error => reachedUpstream(error) },
+      )
       set.status = outcome.status
       return outcome.body as { success: true; data: typeof ProxyResult.static }
     },

@@ -39,7 +39,8 @@ export function serviceRequestRoutes(deps: Deps, auth: AuthPlugin) {
           if (!targetAgent || (body.targetAgentId !== undefined && targetAgent.id !== body.targetAgentId)) {
             throw errors.notFound('Target agent')
           }
-          const from = (await findParticipant(sql, agent.participantId))!
+          const from = await findParticipant(sql, agent.participantId)
+          if (!from) throw errors.invalidToken()
           const command: NewRequest = {
             requestId: randomUUID(),
             fromAgentId: from.id,

@@ -2,7 +2,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps.ts'
 import { errors } from '../../errors.ts'
-import { BeforeParam, LimitParam, Ok, failures, iso, ok, parseLimit, parseTime, Uuid } from '../../http/schema.ts'
+import { BeforeParam, failures, iso, LimitParam, Ok, ok, parseLimit, parseTime, Query, Uuid } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
 import { findParticipant, lockParticipant } from '../../participants/store.ts'
 import { hasSubscribed } from '../subscriptions/store.ts'
@@ -36,8 +36,9 @@ export function reviewRoutes(deps: Deps, auth: AuthPlugin) {
           const customer =
             (await hasSubscribed(tx, user.userId, participant.id)) || (await hasBoughtFrom(tx, user.userId, participant.id))
           if (!customer) throw errors.notACustomer()
-          const change = { rating: body.rating, comment: body.comment ?? null }
           const previous = await findReview(tx, participant.id, user.userId)
+          // An update without `comment` keeps the comment; an explicit null clears it.
+          const change = { rating: body.rating, comment: body.comment === undefined ? (previous?.comment ?? null) : body.comment }
           const at = clock.now()
           const ownerId = participant.ownerId
           return previous
@@ -75,7 +76,7 @@ export function reviewRoutes(deps: Deps, auth: AuthPlugin) {
       {
         caller: true,
         params: t.Object({ participantId: Uuid }),
-        query: t.Object({ limit: LimitParam, before: BeforeParam }),
+        query: Query({ limit: LimitParam, before: BeforeParam }),
         response: { 200: Ok(t.Array(Review)), ...failures(400, 401, 404) },
         detail: { operationId: 'listReviews', summary: 'An agent’s reviews, newest first (default 20, max 100)' },
       },

@@ -3,7 +3,7 @@ import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps.ts'
 import { errors } from '../../errors.ts'
 import { uniqueViolation } from '../../db.ts'
-import { BeforeParam, LimitParam, Ok, failures, iso, isoOrNull, ok, parseLimit, parseTime, Uuid } from '../../http/schema.ts'
+import { BeforeParam, failures, iso, isoOrNull, LimitParam, Ok, ok, parseLimit, parseTime, Query, Uuid } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
 import { principalSubject } from '../../auth/principal.ts'
 import { IdempotencyHeaders, idempotent } from '../../idempotency/idempotent.ts'
@@ -112,7 +112,7 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
       },
       {
         user: true,
-        query: t.Object({ limit: LimitParam, before: BeforeParam }),
+        query: Query({ limit: LimitParam, before: BeforeParam }),
         response: { 200: Ok(t.Array(Subscription)), ...failures(400, 401, 403) },
         detail: {
           operationId: 'listSubscriptions',

@@ -1,0 +1,39 @@
+/** GET /device: where a device's verification link lands; says how to approve the code it shows. */
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../deps.ts'
+import { Query } from '../http/schema.ts'
+
+const codeShape = /^[BCDFGHJKLMNPQRSTVWXZ]{4}-?[BCDFGHJKLMNPQRSTVWXZ]{4}$/i
+
+export function devicePage({ config }: Deps) {
+  return new Elysia({ tags: ['auth'] }).get(
+    '/device',
+    ({ query }) => {
+      const code = query.user_code && codeShape.test(query.user_code) ? query.user_code.toUpperCase() : null
+      const shown = code ?? 'XXXX-XXXX'
+      const html = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Approve a device</title>
+<style>body{font:16px/1.6 system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem;color:#222}
+code,pre{background:#f4f4f4;padding:.1rem .3rem;border-radius:4px}pre{padding:1rem;overflow:auto}.code{font-size:2rem;letter-spacing:.2rem}</style>
+</head><body>
+<h1>Approve a device</h1>
+${code ? `<p>The device shows this code:</p><p class="code"><code>${code}</code></p>` : '<p>Enter the code your device shows.</p>'}
+<p>Approve it while signed in, with your account's token:</p>
+<pre>curl -X PATCH ${config.siteUrl}/v1/auth/device-codes/${shown} \\
+  -H "Authorization: Bearer $TOKEN"</pre>
+<p>To refuse it, send <code>{"action": "deny"}</code> as the body. Codes last 15 minutes.</p>
+</body></html>`
+      return new Response(html, { headers: { 'content-type': 'text/html; charset=utf-8' } })
+    },
+    {
+      query: Query({ user_code: t.Optional(t.String({ maxLength: 16 })) }),
+      detail: {
+        operationId: 'devicePage',
+        summary: 'The device verification page: how to approve the code',
+        security: [],
+        responses: { 200: { description: 'HTML page', content: { 'text/html': { schema: { type: 'string' } } } } },
+      },
+    },
+  )
+}

@@ -1,0 +1,179 @@
+/** What clients really send: odd characters, other spellings of times and ids, retries of a slow upstream. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { randomBytes } from 'node:crypto'
+import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import { startUpstream, type Upstream } from './helpers/upstream.ts'
+import { isInternal } from '../src/connections/address-policy.ts'
+
+let ctx: TestContext
+let upstream: Upstream
+let owner: TestUser
+
+beforeAll(async () => {
+  ctx = await createTestContext({ actors: true, env: { PROXY_ALLOWED_HOSTS: '127.0.0.1', CONNECTIONS_KEY: randomBytes(32).toString('hex') } })
+  upstream = startUpstream()
+  owner = await signUp(ctx)
+})
+afterAll(async () => {
+  upstream.stop()
+  await ctx.close()
+})
+
+async function subscribed(): Promise<{ agent: TestAgent; user: TestUser; planId: string }> {
+  const agent = await createAgent(ctx, owner)
+  const plan = await ctx.call('POST', '/v1/billing/plans', {
+    token: owner.token,
+    body: { participantId: agent.id, name: 'P', monthlyPriceCents: 1, includedProxyCalls: 10, overagePerCallCents: 1 },
+  })
+  const user = await signUp(ctx)
+  await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId: plan.body.data.id } })
+  return { agent, user, planId: plan.body.data.id }
+}
+
+describe('characters Postgres cannot store', () => {
+  test('a NUL or an unpaired surrogate anywhere in a body is 400 at once, and the agent goes on working', async () => {
+    const { agent, user } = await subscribed()
+    const started = Date.now()
+    const nul = expectError(
+      await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'a\u0000b' } }),
+      400,
+      'validation_failed',
+    )
+    expect(nul.details[0].path).toBe('/text')
+    expectError(
+      await ctx.call('POST', '/v1/agent/context', { apiKey: agent.apiKey, body: { userId: user.id, type: 'custom', key: 'k', data: { note: '\ud800' } } }),
+      400,
+      'validation_failed',
+    )
+    expectError(
+      await ctx.call('PUT', '/v1/context/custom/k', { token: user.token, body: { data: { 'a\u0000': 1 } } }),
+      400,
+      'validation_failed',
+    )
+    expect(Date.now() - started).toBeLessThan(2000)
+    expect((await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'fine 😀' } })).status).toBe(201)
+  })
+})
+
+describe('ids and times as clients write them', () => {
+  test('an upper-case UUID is refused with 400 instead of reaching the wrong key', async () => {
+    const { agent, user } = await subscribed()
+    await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'hi' } })
+    expectError(
+      await ctx.call('POST', '/v1/agent/conversation-reply', { apiKey: agent.apiKey, body: { userId: user.id.toUpperCase(), text: 'hello' } }),
+      400,
+      'validation_failed',
+    )
+    const pending = (await ctx.call('GET', '/v1/agent/events', { apiKey: agent.apiKey })).body.data.pendingConversations
+    expect(pending.length).toBe(1)
+  })
+
+  test('since without an offset is UTC; a space, a lower-case z and an empty value are understood; year 0 is 400', async () => {
+    const { agent, user } = await subscribed()
+    const sent = await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'hi' } })
+    const at = new Date(new Date(sent.body.data.createdAt).getTime() - 1000).toISOString()
+    for (const since of [at.replace('Z', ''), at.replace('T', ' '), at.replace('Z', 'z'), at.replace('Z', '+00:00'), '']) {
+      const res = await ctx.call('GET', `/v1/agent/events?since=${encodeURIComponent(since)}`, { apiKey: agent.apiKey })
+      expect(res.status).toBe(200)
+      expect(res.body.data.pendingConversations.length).toBe(1)
+    }
+    expectError(await ctx.call('GET', '/v1/billing/subscriptions?before=0000-01-01T00:00:00Z', { token: user.token }), 400, 'validation_failed')
+    expectError(await ctx.call('GET', '/v1/billing/invoices?before=2026-02-30T00:00:00Z', { token: user.token }), 400, 'validation_failed')
+  })
+
+  test('unknown query parameters are ignored, as web APIs do', async () => {
+    const { agent, user } = await subscribed()
+    expect((await ctx.call('GET', '/v1/agent/events?utm_source=x&limit=100', { apiKey: agent.apiKey })).status).toBe(200)
+    expect((await ctx.call('GET', '/v1/billing/subscriptions?page=2', { token: user.token })).status).toBe(200)
+  })
+})
+
+describe('connected accounts and proxy calls', () => {
+  test('IPv4-mapped IPv6 in any spelling and over-long encoded URLs are refused', async () => {
+    for (const address of ['::ffff:127.0.0.1', '::ffff:7f00:1', '::ffff:a00:1', '::a00:1', '::ffff:c0a8:101']) {
+      expect(isInternal(address)).toBe(true)
+    }
+    expect(isInternal('::ffff:808:808')).toBe(false)
+    const user = await signUp(ctx)
+    for (const baseUrl of ['https://[::ffff:a00:1]:6443', 'https://[::ffff:7f00:1]', `https://1.1.1.1/${'é'.repeat(400)}`]) {
+      expectError(await ctx.call('POST', '/v1/connections', { token: user.token, body: { provider: 'p', baseUrl, credential: 'x' } }), 400, 'validation_failed')
+    }
+  })
+
+  test('a retry of a proxy call that timed out at the upstream replays the 504 and never calls it again', async () => {
+    const { agent, user } = await subscribed()
+    await ctx.call('POST', '/v1/connections', { token: user.token, body: { provider: 'slow', baseUrl: upstream.url, credential: 'x' } })
+    const body = { userId: user.id, provider: 'slow', method: 'GET', path: '/hang' }
+    const headers = { 'idempotency-key': 'slow-1' }
+    const before = upstream.received.length
+    const first = ctx.call('POST', '/v1/agent/proxy-call', { apiKey: agent.apiKey, body, headers })
+    await Bun.sleep(300)
+    const meanwhile = expectError(await ctx.call('POST', '/v1/agent/proxy-call', { apiKey: agent.apiKey, body, headers }), 409, 'idempotency_key_reused')
+    expect(meanwhile.message).toContain('in progress')
+    expectError(await first, 504, 'upstream_timeout')
+    expectError(await ctx.call('POST', '/v1/agent/proxy-call', { apiKey: agent.apiKey, body, headers }), 504, 'upstream_timeout')
+    expect(upstream.received.length).toBe(before + 1)
+  }, 30_000)
+})
+
+describe('smaller promises', () => {
+  test('updating a review without a comment keeps it; null clears it', async () => {
+    const { agent, user } = await subscribed()
+    await ctx.call('POST', '/v1/billing/reviews', { token: user.token, body: { participantId: agent.id, rating: 5, comment: 'Great' } })
+    const kept = await ctx.call('POST', '/v1/billing/reviews', { token: user.token, body: { participantId: agent.id, rating: 4 } })
+    expect(kept.body.data).toMatchObject({ rating: 4, comment: 'Great' })
+    const cleared = await ctx.call('POST', '/v1/billing/reviews', { token: user.token, body: { participantId: agent.id, rating: 4, comment: null } })
+    expect(cleared.body.data.comment).toBeNull()
+  })
+
+  test('a wallet address can be cleared with null', async () => {
+    const user = await signUp(ctx)
+    await ctx.call('PATCH', '/v1/auth/me', { token: user.token, body: { walletAddress: '0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed' } })
+    const cleared = await ctx.call('PATCH', '/v1/auth/me', { token: user.token, body: { walletAddress: null } })
+    expect(cleared.status).toBe(200)
+    expect(cleared.body.data.walletAddress).toBeNull()
+  })
+
+  test('deactivating an agent ends its subscriptions; names of the blog’s own routes are taken', async () => {
+    const { agent, user } = await subscribed()
+    await ctx.call('DELETE', `/v1/participants/${agent.id}`, { token: owner.token })
+    const subs = (await ctx.call('GET', '/v1/billing/subscriptions', { token: user.token })).body.data
+    expect(subs[0]).toMatchObject({ participantId: agent.id, status: 'cancelled' })
+    for (const name of ['posts', 'manage']) {
+      expectError(await ctx.call('POST', '/v1/participants', { token: owner.token, body: { name } }), 409, 'name_taken')
+    }
+  })
+
+  test('the device verification page says how to approve the code it was given', async () => {
+    const res = await ctx.call('GET', '/device?user_code=BCDF-GHJK')
+    expect(res.status).toBe(200)
+    expect(res.headers.get('content-type')).toContain('text/html')
+    expect(res.body).toContain('BCDF-GHJK')
+    expect(res.body).toContain('/v1/auth/device-codes/BCDF-GHJK')
+    const hostile = await ctx.call('GET', `/device?user_code=${encodeURIComponent('<b>x</b>')}`)
+    expect(hostile.status).toBe(200)
+    expect(hostile.body).not.toContain('<b>x')
+  })
+
+  test('an SSE token is issued with 200 and lasts 60 s', async () => {
+    const user = await signUp(ctx)
+    const res = await ctx.call('POST', '/v1/auth/sse-token', { token: user.token })
+    expect(res.status).toBe(200)
+    expect(res.body.data.expiresIn).toBe(60)
+  })
+
+  test('world chat pages with before and honours Idempotency-Key', async () => {
+    const user = await signUp(ctx)
+    const headers = { 'idempotency-key': 'chat-1' }
+    const first = await ctx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'once' }, headers })
+    const again = await ctx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'once' }, headers })
+    expect(again.body).toEqual(first.body)
+    ctx.clock.advance(10)
+    const later = await ctx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'later' } })
+    const older = await ctx.call('GET', `/v1/chat/messages?before=${encodeURIComponent(later.body.data.createdAt)}`, { token: user.token })
+    expect(older.body.data.map((m: { text: string }) => m.text)).toContain('once')
+    expect(older.body.data.map((m: { text: string }) => m.text)).not.toContain('later')
+    const [row] = await ctx.deps.sql`select count(*)::int as n from chat_messages where text = 'once'`
+    expect(row!.n).toBe(1)
+  })
+})
