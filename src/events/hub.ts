@@ -66,7 +66,8 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
 
   const frame = (event: Published) => encoder.encode(`id: ${event.id}\nevent: ${event.type}\ndata: ${event.data}\n\n`)
 
-  const end = (connection: Connection) => {
+  /** Ends a stream: gracefully (what is queued is still sent), or at once, dropping the backlog. */
+  const end = (connection: Connection, abort = false) => {
     if (connection.closed) return
     connection.closed = true
     all.delete(connection)
@@ -74,7 +75,8 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
     set?.delete(connection)
     if (set?.size === 0) byStream.delete(connection.stream)
     try {
-      connection.controller.close()
+      if (abort) connection.controller.error()
+      else connection.controller.close()
     } catch {
       // already closed by the client
     }
@@ -83,7 +85,7 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
 
   const send = (connection: Connection, chunk: Uint8Array) => {
     if (connection.closed) return
-    if ((connection.controller.desiredSize ?? 0) < -maxQueued) return end(connection)
+    if ((connection.controller.desiredSize ?? 0) < -maxQueued) return end(connection, true)
     try {
       connection.controller.enqueue(chunk)
     } catch {
