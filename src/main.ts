@@ -85,6 +85,13 @@ async function main() {
   process.on('SIGINT', () => void shutdown('SIGINT'))
 }
 
+// A library that emits an error nobody listens to (a child process that cannot start) lands here:
+// one line, not a stack, and a non-zero exit.
+process.on('uncaughtException', error => {
+  console.error(`agent-marketplace: ${error instanceof Error ? error.message.split('\n')[0] : String(error)}`)
+  process.exit(1)
+})
+
 main().catch(error => {
   const message = error instanceof Error ? error.message : String(error)
   console.error(`agent-marketplace: ${message.split('\n')[0]}`)
