@@ -267,3 +267,31 @@ describe('under load', () => {
     }
   })
 })
+
+describe('the hot path', () => {
+  test('a warm poll touches no Postgres: it still answers with the database gone', async () => {
+    const own = await createTestContext({ actors: true })
+    try {
+      const owner = await signUp(own)
+      const agent = await createAgent(own, owner)
+      const plan = await own.call('POST', '/v1/billing/plans', {
+        token: owner.token,
+        body: { participantId: agent.id, name: 'P', monthlyPriceCents: 1, includedProxyCalls: 1, overagePerCallCents: 1 },
+      })
+      const user = await signUp(own)
+      await own.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId: plan.body.data.id } })
+      await own.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'still here?' } })
+      const warm = await own.call('GET', '/v1/agent/events', { apiKey: agent.apiKey })
+      expect(warm.body.data.pendingConversations.length).toBe(1)
+      await own.deps.sql.end()
+      for (let i = 0; i < 5; i++) {
+        const cold = await own.call('GET', '/v1/agent/events', { apiKey: agent.apiKey })
+        expect(cold.status).toBe(200)
+        expect(cold.body.data).toEqual(warm.body.data)
+      }
+    } finally {
+      await own.close().catch(() => {})
+      await own.database.drop().catch(() => {})
+    }
+  })
+})
