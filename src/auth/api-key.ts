@@ -37,6 +37,11 @@ export function hashKey(key: string): Buffer {
   return createHash('sha256').update(key).digest()
 }
 
+/** The same SHA-256 as hex, in one native call: what the key cache is keyed by on every request. */
+export function hashKeyHex(key: string): string {
+  return Bun.SHA256.hash(key, 'hex')
+}
+
 function checksum(body: string): string {
   let value = Bun.hash.crc32(body)
   let out = ''

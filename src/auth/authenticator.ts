@@ -1,7 +1,7 @@
 /** Turns request headers into a principal: Bearer JWT, Bearer sk_ key, or X-API-Key agent key. */
 import type { Sql } from '../db.ts'
 import { errors } from '../errors.ts'
-import { hashKey, keyKind } from './api-key.ts'
+import { hashKeyHex, keyKind } from './api-key.ts'
 import type { VerifyJwt } from './jwt.ts'
 import type { KeyCache } from './key-cache.ts'
 import type { Principal } from './principal.ts'
@@ -24,7 +24,7 @@ export function createAuthenticator(sql: Sql, verifyJwt: VerifyJwt, keys: KeyCac
 
   const fromKey = async (key: string): Promise<Principal> => {
     if (!keyKind(key)) throw errors.invalidToken()
-    const principal = await keys.lookup(hashKey(key))
+    const principal = await keys.lookup(hashKeyHex(key))
     if (!principal) throw errors.invalidToken()
     return principal
   }

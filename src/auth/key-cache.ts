@@ -9,8 +9,8 @@ import { findKeyPrincipal, touchKeys } from './store.ts'
 import type { Principal } from './principal.ts'
 
 export interface KeyCache {
-  /** The principal of a live key, or null; from memory when possible, else one query. */
-  lookup(hash: Buffer): Promise<Principal | null>
+  /** The principal of a live key by its hex SHA-256, or null; from memory when possible, else one query. */
+  lookup(hashHex: string): Promise<Principal | null>
   /** Evicts keys here and, through Redis, on every other instance. Call after the revoking commit. */
   revoke(hashes: Buffer[]): Promise<void>
   /** Writes the buffered last-used times. */
@@ -54,9 +54,9 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
     entries.clear()
   })
 
-  const load = async (hex: string, hash: Buffer) => {
+  const load = async (hex: string) => {
     const started = epoch
-    const principal = await findKeyPrincipal(sql, hash)
+    const principal = await findKeyPrincipal(sql, Buffer.from(hex, 'hex'))
     if (epoch === started) {
       if (entries.size >= maxEntries) {
         const oldest = entries.keys().next().value
@@ -79,8 +79,7 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
   timer.unref()
 
   return {
-    async lookup(hash) {
-      const hex = hash.toString('hex')
+    async lookup(hex) {
       const hit = entries.get(hex)
       let principal: Principal | null
       if (hit && hit.expires > Date.now()) {
@@ -88,7 +87,7 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
       } else {
         let inflight = pending.get(hex)
         if (!inflight) {
-          const started: Promise<Principal | null> = load(hex, hash).finally(() => {
+          const started: Promise<Principal | null> = load(hex).finally(() => {
             if (pending.get(hex) === started) pending.delete(hex)
           })
           inflight = started
