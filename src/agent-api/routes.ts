@@ -18,12 +18,13 @@ export function agentApiRoutes({ sql, inboxes, clock }: Deps, auth: AuthPlugin) 
       async ({ agent, query }) => {
         const since = parseTime(query.since, '/since')?.toISOString()
         const inbox = await inboxes.read(agent.participantId)
-        const now = clock.now().toISOString()
         const events: AgentEvents = { pendingConversations: [], serviceRequests: [] }
         for (const c of inbox.conversations) {
           if (events.pendingConversations.length === maxItems) break
           if (!since || c.latestMessageAt > since) events.pendingConversations.push(c)
         }
+        // Most polls find no request: the clock is read (and formatted) only when one is there.
+        const now = inbox.requests.length > 0 ? clock.now().toISOString() : ''
         for (const r of inbox.requests) {
           if (events.serviceRequests.length === maxItems) break
           if (r.expiresAt > now && (!since || r.createdAt > since)) {
