@@ -11,6 +11,11 @@ import type { Principal } from './principal.ts'
 export interface KeyCache {
   /** The principal of a live key by its hex SHA-256, or null; from memory when possible, else one query. */
   lookup(hashHex: string): Promise<Principal | null>
+  /**
+   * What memory holds, with no query: the principal, null for a key known not to be live, or
+   * undefined when only `lookup` can tell. Counts as a use of the key, as `lookup` does.
+   */
+  peek(hashHex: string): Principal | null | undefined
   /** Evicts keys here and, through Redis, on every other instance. Call after the revoking commit. */
   revoke(hashes: Buffer[]): Promise<void>
   /** Writes the buffered last-used times. */
@@ -79,6 +84,12 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
   timer.unref()
 
   return {
+    peek(hex) {
+      const hit = entries.get(hex)
+      if (!hit || hit.expires <= Date.now()) return undefined
+      if (hit.principal?.keyId) used.add(hit.principal.keyId)
+      return hit.principal
+    },
     async lookup(hex) {
       const hit = entries.get(hex)
       let principal: Principal | null
