@@ -17,7 +17,7 @@ export function agentApiRoutes({ sql, inboxes, clock }: Deps, auth: AuthPlugin) 
       '/events',
       async ({ agent, query }) => {
         const since = parseTime(query.since, '/since')?.toISOString()
-        const inbox = await inboxes.read(agent.participantId)
+        const inbox = inboxes.peek(agent.participantId) ?? (await inboxes.read(agent.participantId))
         const events: AgentEvents = { pendingConversations: [], serviceRequests: [] }
         for (const c of inbox.conversations) {
           if (events.pendingConversations.length === maxItems) break

@@ -74,6 +74,8 @@ export async function replaceInbox(deps: InboxDeps, agentId: string, inbox: Agen
 
 export interface InboxReader {
   read(agentId: string): Promise<AgentInbox>
+  /** The inbox if process memory holds it fresh, with no promise: the poll's usual answer. */
+  peek(agentId: string): AgentInbox | undefined
   close(): Promise<void>
 }
 
@@ -143,10 +145,16 @@ export async function createInboxReader(options: {
     }
   }
 
+  const peek = (agentId: string) => {
+    const hit = cache.get(agentId)
+    return hit && hit.expires > Date.now() ? hit.inbox : undefined
+  }
+
   return {
+    peek,
     async read(agentId) {
-      const hit = cache.get(agentId)
-      if (hit && hit.expires > Date.now()) return hit.inbox
+      const hit = peek(agentId)
+      if (hit) return hit
       const started = epoch
       const inbox = await fetch(agentId)
       if (!inbox) {
