@@ -93,17 +93,20 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
     }
   }
 
-  const deliver = (connection: Connection, event: Published) => {
+  /** `bytes` is the event's frame, encoded once however many connections it goes to. */
+  const deliver = (connection: Connection, event: Published, bytes?: Uint8Array) => {
     if (connection.buffer) return void connection.buffer.push(event)
     if (connection.lastId && !isAfter(event.id, connection.lastId)) return
     connection.lastId = event.id
-    send(connection, frame(event))
+    send(connection, bytes ?? frame(event))
   }
 
   const stop = await pubsub.subscribe(keys.channels.events, message => {
     const event = JSON.parse(message) as Published
     const set = byStream.get(event.stream)
-    if (set) for (const connection of set) deliver(connection, event)
+    if (!set) return
+    const bytes = frame(event)
+    for (const connection of set) deliver(connection, event, bytes)
   })
 
   const ping = encoder.encode(': ping\n\n')
