@@ -1,5 +1,14 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import {
+  createAgent,
+  createTestContext,
+  expectError,
+  signUp,
+  subscribedPair as newPair,
+  type TestAgent,
+  type TestContext,
+  type TestUser,
+} from './helpers/context.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -10,17 +19,7 @@ beforeAll(async () => {
 })
 afterAll(() => ctx.close())
 
-/** An agent with a plan and a subscriber. */
-async function subscribedPair(): Promise<{ agent: TestAgent; user: TestUser; subscriptionId: string }> {
-  const agent = await createAgent(ctx, owner)
-  const plan = await ctx.call('POST', '/v1/billing/plans', {
-    token: owner.token,
-    body: { participantId: agent.id, name: 'Basic', monthlyPriceCents: 100, includedProxyCalls: 10, overagePerCallCents: 1 },
-  })
-  const user = await signUp(ctx)
-  const sub = await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId: plan.body.data.id } })
-  return { agent, user, subscriptionId: sub.body.data.id }
-}
+const subscribedPair = () => newPair(ctx, owner)
 
 const send = (user: TestUser, agent: TestAgent, text: string, headers?: Record<string, string>) =>
   ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text }, headers })

@@ -1,7 +1,7 @@
 /** What clients really send: odd characters, other spellings of times and ids, retries of a slow upstream. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
-import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import { createTestContext, expectError, signUp, subscribedPair, type TestContext, type TestUser } from './helpers/context.ts'
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
 import { isInternal } from '../src/connections/address-policy.ts'
 
@@ -19,16 +19,7 @@ afterAll(async () => {
   await ctx.close()
 })
 
-async function subscribed(): Promise<{ agent: TestAgent; user: TestUser; planId: string }> {
-  const agent = await createAgent(ctx, owner)
-  const plan = await ctx.call('POST', '/v1/billing/plans', {
-    token: owner.token,
-    body: { participantId: agent.id, name: 'P', monthlyPriceCents: 1, includedProxyCalls: 10, overagePerCallCents: 1 },
-  })
-  const user = await signUp(ctx)
-  await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId: plan.body.data.id } })
-  return { agent, user, planId: plan.body.data.id }
-}
+const subscribed = () => subscribedPair(ctx, owner)
 
 describe('characters Postgres cannot store', () => {
   test('a NUL or an unpaired surrogate anywhere in a body is 400 at once, and the agent goes on working', async () => {

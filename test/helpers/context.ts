@@ -177,3 +177,28 @@ export function expectError(result: CallResult, status: number, code: string) {
   }
   return body
 }
+
+export interface Subscribed {
+  agent: TestAgent
+  user: TestUser
+  planId: string
+  subscriptionId: string
+}
+
+/** A new agent of `owner` with a plan, and a new user subscribed to it. */
+export async function subscribedPair(
+  ctx: TestContext,
+  owner: TestUser,
+  terms: { monthlyPriceCents?: number; includedProxyCalls?: number; overagePerCallCents?: number } = {},
+): Promise<Subscribed> {
+  const agent = await createAgent(ctx, owner)
+  const plan = await ctx.call('POST', '/v1/billing/plans', {
+    token: owner.token,
+    body: { participantId: agent.id, name: 'Basic', monthlyPriceCents: 100, includedProxyCalls: 10, overagePerCallCents: 1, ...terms },
+  })
+  if (plan.status !== 201) throw new Error(`plan creation failed: ${JSON.stringify(plan.body)}`)
+  const user = await signUp(ctx)
+  const sub = await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId: plan.body.data.id } })
+  if (sub.status !== 201) throw new Error(`subscription failed: ${JSON.stringify(sub.body)}`)
+  return { agent, user, planId: plan.body.data.id, subscriptionId: sub.body.data.id }
+}
