@@ -5,6 +5,7 @@ import type { Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
 import { errors } from '../errors.ts'
+import { isUuid } from '../http/formats.ts'
 import { generateKey } from './api-key.ts'
 import { decideDeviceCode, findDeviceCode, insertDeviceCode, markDelivered } from './device-store.ts'
 import { getUser, insertApiKey } from './store.ts'
@@ -14,7 +15,6 @@ export const pollIntervalSeconds = 5
 // A poll sooner than this after the previous one is told to slow down (the advertised interval is 5 s).
 const minPollGapMs = 4000
 const userCodeAlphabet = 'BCDFGHJKLMNPQRSTVWXZ'
-const uuidShape = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 export type PollResult =
   | { status: 'pending' | 'denied' | 'expired' }
@@ -50,7 +50,7 @@ export async function startDeviceAuthorization({ sql, clock, siteUrl }: DeviceFl
 
 export async function pollDeviceAuthorization(deps: DeviceFlowDeps, deviceCode: string): Promise<PollResult> {
   const { sql, redis, keys, clock } = deps
-  if (!uuidShape.test(deviceCode)) throw errors.notFound('Device code')
+  if (!isUuid(deviceCode.toLowerCase())) throw errors.notFound('Device code')
   const now = clock.now()
   const previous = (await redis.call(
     'set',

@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto'
 import type { Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
+import { isUuid } from '../http/formats.ts'
 
 export const sseTokenTtlSeconds = 60
 
@@ -22,7 +23,7 @@ export async function issueSseToken({ redis, keys, clock }: TokenDeps, userId: s
 
 /** The user a token was issued to, spending it; null when unknown, used or expired. */
 export async function spendSseToken({ redis, keys, clock }: TokenDeps, token: string): Promise<string | null> {
-  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(token)) return null
+  if (!isUuid(token)) return null
   const value = await redis.getdel(keys.sseToken(token))
   if (!value) return null
   const [userId, expiresAt] = value.split(' ')

@@ -8,6 +8,9 @@ import { FormatRegistry } from '@sinclair/typebox'
 // Lower case only: ids are compared as text in Redis keys and in the code, so an upper-case spelling
 // of a known id is refused (400) rather than quietly treated as another id.
 const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+
+/** Whether a string is a UUID in lower case (lower-case it first to accept either). */
+export const isUuid = (value: string) => uuid.test(value)
 const dateTime = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/i
 
 export function registerFormats(): void {

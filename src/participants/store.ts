@@ -1,5 +1,6 @@
 /** SQL for agents ("participants"). */
 import type { Db } from '../db.ts'
+import { isUuid } from '../http/formats.ts'
 import type { UpdateParticipant } from './schema.ts'
 
 export interface ParticipantRow {
@@ -37,7 +38,7 @@ export async function insertParticipant(
 
 /** An active participant by id or by name. */
 export async function findParticipant(sql: Db, idOrName: string): Promise<ParticipantRow | undefined> {
-  const byId = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(idOrName)
+  const byId = isUuid(idOrName.toLowerCase())
   const [row] = byId
     ? await sql<ParticipantRow[]>`select ${columns(sql)} from participants where id = ${idOrName} and active`
     : await sql<ParticipantRow[]>`

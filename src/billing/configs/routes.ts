@@ -7,10 +7,9 @@ import type { AuthPlugin } from '../../auth/plugin.ts'
 import type { Principal } from '../../auth/principal.ts'
 import { principalSubject } from '../../auth/principal.ts'
 import { IdempotencyHeaders, idempotent } from '../../idempotency/idempotent.ts'
-import { requireOwnedParticipant } from '../../participants/ownership.ts'
+import { requireOwnedParticipant, requireParticipant } from '../../participants/ownership.ts'
 import { issuePurchaseInvoice } from '../../invoices/store.ts'
 import { notify } from '../../events/notify.ts'
-import { findParticipant } from '../../participants/store.ts'
 import { ConfigListing, CreateConfig, DeactivatedConfig, MyConfig, Purchase, UpdateConfig } from './schema.ts'
 import {
   deactivateConfig,
@@ -84,8 +83,7 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
     .get(
       '/configs/:participantId',
       async ({ caller, params }) => {
-        const participant = await findParticipant(sql, params.participantId)
-        if (!participant || participant.id !== params.participantId) throw errors.notFound('Participant')
+        const participant = await requireParticipant(sql, params.participantId)
         const isOwner = caller.kind === 'user' && caller.userId === participant.ownerId
         const rows = await listConfigs(sql, participant.id, readerId(caller), isOwner)
         return ok(rows.map(row => configView(row, caller)))

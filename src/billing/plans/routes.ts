@@ -4,8 +4,7 @@ import type { Deps } from '../../deps.ts'
 import { errors } from '../../errors.ts'
 import { Ok, failures, iso, ok, Uuid } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
-import { requireOwnedParticipant } from '../../participants/ownership.ts'
-import { findParticipant } from '../../participants/store.ts'
+import { requireOwnedParticipant, requireParticipant } from '../../participants/ownership.ts'
 import { CreatePlan, DeactivatedPlan, Plan, UpdatePlan } from './schema.ts'
 import { deactivatePlan, findPlan, insertPlan, listPlans, updatePlan, type PlanRow } from './store.ts'
 
@@ -50,8 +49,7 @@ export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
     .get(
       '/:participantId',
       async ({ caller, params }) => {
-        const participant = await findParticipant(sql, params.participantId)
-        if (!participant || participant.id !== params.participantId) throw errors.notFound('Participant')
+        const participant = await requireParticipant(sql, params.participantId)
         const isOwner = caller.kind === 'user' && caller.userId === participant.ownerId
         return ok((await listPlans(sql, participant.id, isOwner)).map(planView))
       },

@@ -2,9 +2,9 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps.ts'
 import { errors } from '../../errors.ts'
+import { requireParticipant } from '../../participants/ownership.ts'
 import { BeforeParam, failures, iso, LimitParam, Ok, ok, parseLimit, parseTime, Query, Uuid } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
-import { findParticipant, lockParticipant } from '../../participants/store.ts'
 import { hasSubscribed } from '../subscriptions/store.ts'
 import { hasBoughtFrom } from '../configs/store.ts'
 import { notify } from '../../events/notify.ts'
@@ -30,8 +30,7 @@ export function reviewRoutes(deps: Deps, auth: AuthPlugin) {
       async ({ user, body, set }) => {
         const { created, row, ownerId } = await sql.begin(async tx => {
           // The agent's row lock serialises its reviews, so the aggregate never races.
-          const participant = await lockParticipant(tx, body.participantId)
-          if (!participant) throw errors.notFound('Participant')
+          const participant = await requireParticipant(tx, body.participantId, { lock: true })
           if (participant.ownerId === user.userId) throw errors.cannotReviewOwnAgent()
           const customer =
             (await hasSubscribed(tx, user.userId, participant.id)) || (await hasBoughtFrom(tx, user.userId, participant.id))
@@ -68,8 +67,7 @@ export function reviewRoutes(deps: Deps, auth: AuthPlugin) {
     .get(
       '/:participantId',
       async ({ params, query }) => {
-        const participant = await findParticipant(sql, params.participantId)
-        if (!participant || participant.id !== params.participantId) throw errors.notFound('Participant')
+        const participant = await requireParticipant(sql, params.participantId)
         const page = { limit: parseLimit(query.limit, 20, 100), before: parseTime(query.before, '/before') }
         return ok((await listReviews(sql, participant.id, page)).map(reviewView))
       },

@@ -54,9 +54,10 @@ export async function insertSubscription(sql: Db, s: NewSubscription): Promise<s
 /**
  * Creates the missing rows of every period that has begun by `at` (for a cancelled subscription, up
  * to the period it was cancelled in), each with the plan terms in force at its start. One
- * subscription, or all of them in one statement (the invoice run).
+ * subscription, several (a list page), or all of them (the invoice run), in one statement.
  */
-export async function ensurePeriods(sql: Db, at: Date, subscriptionId: string | null = null): Promise<number> {
+export async function ensurePeriods(sql: Db, at: Date, subscriptions: string | string[] | null = null): Promise<number> {
+  const ids = typeof subscriptions === 'string' ? [subscriptions] : subscriptions
   const rows = await sql`
     insert into subscription_periods (
       subscription_id, period_index, period_start, period_end,
@@ -81,7 +82,7 @@ export async function ensurePeriods(sql: Db, at: Date, subscriptionId: string | 
         pt.effective_from
       limit 1
     ) t
-    where (${subscriptionId}::uuid is null or s.id = ${subscriptionId})
+    where (${ids}::uuid[] is null or s.id = any(${ids}::uuid[]))
       and (k = 0 or s.started_at + make_interval(months => k) <= bound.until)
     on conflict do nothing
     returning 1
@@ -114,7 +115,7 @@ export async function listSubscriptions(
     order by created_at desc, id desc
     limit ${page.limit}
   `
-  for (const { id } of ids) await ensurePeriods(sql, now, id)
+  await ensurePeriods(sql, now, ids.map(row => row.id))
   return sql<SubscriptionRow[]>`
     select * from (${view(sql)}) v
     where v.id = any(${ids.map(row => row.id)}::uuid[])
@@ -156,10 +157,7 @@ export async function hasSubscribed(sql: Db, userId: string, participantId: stri
 
 /** Whether the user holds an active subscription to the agent. */
 export async function hasActiveSubscription(sql: Db, userId: string, participantId: string): Promise<boolean> {
-  const [row] = await sql`
-    select 1 from subscriptions where user_id = ${userId} and participant_id = ${participantId} and status = 'active'
-  `
-  return row !== undefined
+  return (await activeSubscription(sql, userId, participantId)) !== undefined
 }
 
 /** The user's active subscription to the agent, if any. */
