@@ -1,12 +1,16 @@
 /** Server processes of a bench run: spawned (pinned to a core), waited for, measured through /proc, stopped. */
 import type { Subprocess } from 'bun'
-import { readFileSync, writeFileSync } from 'node:fs'
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 
 export const root = join(import.meta.dir, '..', '..')
 export const outDir = join(root, 'bench', '.out')
+// Logs and profiles land here; a fresh clone does not have it (it is not committed).
+mkdirSync(outDir, { recursive: true })
 
-const hasTaskset = Bun.which('taskset') !== null
+// The full path: the servers' environment is their own and may have no PATH to look it up in.
+const taskset = Bun.which('taskset')
+const hasTaskset = taskset !== null
 const ticksPerSecond = 100
 
 export interface Server {
@@ -24,7 +28,7 @@ export interface Server {
 /** Pins this process (every thread) to one core; false when taskset is missing. */
 export function pinSelf(cpu: number): boolean {
   if (!hasTaskset) return false
-  return Bun.spawnSync(['taskset', '-apc', String(cpu), String(process.pid)], { stdout: 'ignore', stderr: 'ignore' }).exitCode === 0
+  return Bun.spawnSync([taskset!, '-apc', String(cpu), String(process.pid)], { stdout: 'ignore', stderr: 'ignore' }).exitCode === 0
 }
 
 export function spawnBun(
@@ -34,7 +38,7 @@ export function spawnBun(
   options: { cpu?: number; port?: number; role?: string } = {},
 ): Server {
   // taskset execs the command, so the pid is the server's own.
-  const pin = hasTaskset && options.cpu !== undefined ? ['taskset', '-c', String(options.cpu)] : []
+  const pin = hasTaskset && options.cpu !== undefined ? [taskset!, '-c', String(options.cpu)] : []
   const log = Bun.file(join(outDir, `${name}.log`))
   const proc = Bun.spawn([...pin, process.execPath, ...args], { cwd: root, env, stdin: 'ignore', stdout: log, stderr: log })
   return {

@@ -48,14 +48,21 @@ export async function createDispatcher(options: {
       'type', type,
       'payload', JSON.stringify(payload),
       'command', commandId,
+      // A chosen id may come again (a retried Idempotency-Key); a random one never does.
+      'repeatable', sendOptions.commandId ? '1' : '',
       'hash', sendOptions.requestHash?.toString('hex') ?? '',
       'reply', ask ? replyChannel : '',
       'ask', ask,
     ]
-    // Two commands, not one transaction: the keys live in different Redis Cluster slots. The mailbox
-    // goes first; should the hint be lost, the runtimes' sweep still finds the mail.
-    await redis.xadd(keys.actor(actor).mailbox, '*', ...fields)
-    await redis.xadd(keys.actorsReady, 'MAXLEN', '~', readyMaxLength, '*', 'actor', actor)
+    // Two commands in one write, not one transaction: the keys live in different Redis Cluster slots.
+    // The mailbox goes first; should the hint be lost, the runtimes' sweep still finds the mail.
+    const results = await redis
+      .pipeline()
+      .xadd(keys.actor(actor).mailbox, '*', ...fields)
+      .xadd(keys.actorsReady, 'MAXLEN', '~', readyMaxLength, '*', 'actor', actor)
+      .exec()
+    const failed = results?.find(([error]) => error)?.[0]
+    if (!results || failed) throw failed ?? new Error('Redis did not run the pipeline')
     return commandId
   }
 

@@ -1,16 +1,24 @@
 /**
  * The actor runtime: finds actors with mail through a shared hint stream, holds each one through a
  * renewed, fenced lease, and applies its commands one at a time, in order, exactly once in effect.
+ *
+ * Actors are worked in batches. One script call per actor (pipelined for the whole batch) takes the
+ * lease and reads the mail; one Postgres transaction fences every actor of the batch and applies all
+ * the commands read, each actor's in order and the actors side by side on the transaction's
+ * connection; the projections, replies and acknowledgements then go out together. When a batch's
+ * transaction fails (a failing handler, bad input, an outage), its actors are worked again one
+ * command per transaction, which tells the failing command from the others, counts its attempts
+ * towards the dead-letter stream and refuses bad input: the path every command took before batches.
  */
 import { randomUUID } from 'node:crypto'
-import { isBadInput, isConnectionError, type Sql } from '../db.ts'
-import { isRedisUnavailable, type Redis } from '../redis.ts'
+import { isBadInput, isConnectionError, type Sql, type TxSql } from '../db.ts'
+import { defineScript, isRedisUnavailable, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
 import { errorFields, type Log } from '../log.ts'
 import { appliedCommand, claimCommand, enterFence, recordResult } from './store.ts'
-import { acquireLease, raiseFence, releaseLease, renewLease } from './lease.ts'
-import { isRefusal, type ActorKinds, type CommandContext } from './types.ts'
+import { raiseFence, renewLease } from './lease.ts'
+import { isRefusal, type ActorKinds, type CommandContext, type CommandHandler } from './types.ts'
 
 export interface ActorRuntimeOptions {
   sql: Sql
@@ -23,16 +31,32 @@ export interface ActorRuntimeOptions {
   leaseMs?: number
   /** Hints read by a runtime that went quiet this long are taken over. */
   claimIdleMs?: number
-  /** Actors drained at once by this runtime. */
+  /** Actors held at once by this runtime. */
   concurrency?: number
+  /** Actors worked in one batch (one lease round trip, one transaction). */
+  batchActors?: number
+  /** Batches in flight at once: while one is in its transaction, the next is gathered. */
+  batches?: number
   /** How often mailboxes are swept for mail whose hint was lost. */
   sweepEveryMs?: number
   /** Test seam: runs after a command's effect and projection, before it is acknowledged. */
   beforeAck?: (actor: string, commandId: string) => Promise<void> | void
 }
 
+export interface ActorRuntimeStats {
+  /** Batch transactions committed, and the commands applied in them. */
+  batches: number
+  batchedCommands: number
+  /** Commands applied on the careful path, one transaction each (after a batch failed). */
+  singleCommands: number
+  /** Batches rolled back and worked again one command at a time. */
+  rolledBack: number
+}
+
 export interface ActorRuntime {
   readonly id: string
+  /** Counters since the start, for metrics and tests. */
+  stats(): ActorRuntimeStats
   /** Stops taking work, lets running commands finish, releases leases, hands unfinished actors on. */
   stop(): Promise<void>
   /** Stops dead, like a killed process: no release, no acknowledgement (for tests). */
@@ -43,12 +67,73 @@ const hintGroup = 'runtimes'
 const mailboxGroup = 'actor'
 // One consumer name for every holder: the next holder of an actor reads what the last one left unacknowledged.
 const mailboxConsumer = 'holder'
-const batch = 64
+// Commands of one actor read per batch.
+const perActor = 32
 // A command that fails this often for a reason other than an outage goes to the dead-letter stream.
 const maxAttempts = 5
 
+// KEYS lease, fence, mailbox; ARGV holder, ms, group, consumer, count. Takes the lease (null when
+// someone holds it), draws the fencing token, and reads first what a previous holder read and never
+// acknowledged (it may have died mid-command; the third element is then 1), else new mail. Makes
+// the mailbox's group on first use.
+const claim = defineScript(`
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+local token = redis.call('INCR', KEYS[2])
+local function read(from)
+  local found = redis.pcall('XREADGROUP', 'GROUP', ARGV[3], ARGV[4], 'COUNT', ARGV[5], 'STREAMS', KEYS[3], from)
+  if type(found) == 'table' and found.err then
+    if not string.find(found.err, 'NOGROUP', 1, true) then
+      redis.call('DEL', KEYS[1])
+      error(found.err)
+    end
+    redis.call('XGROUP', 'CREATE', KEYS[3], ARGV[3], '0', 'MKSTREAM')
+    found = redis.call('XREADGROUP', 'GROUP', ARGV[3], ARGV[4], 'COUNT', ARGV[5], 'STREAMS', KEYS[3], from)
+  end
+  if found then return found[1][2] end
+  return {}
+end
+local entries = read('0')
+if #entries > 0 then return {token, entries, 1} end
+return {token, read('>'), 0}`)
+// KEYS lease, mailbox; ARGV holder. Lets go of the lease and says how much mail is left.
+const release = defineScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return redis.call('XLEN', KEYS[2])`)
+// KEYS mailbox; ARGV group, entry ids. Acknowledges finished entries and deletes them.
+const finish = defineScript(`
+redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
+redis.call('XDEL', KEYS[1], unpack(ARGV, 2))
+return 1`)
+
 type Entry = [id: string, fields: string[] | null]
-type Drain = 'drained' | 'held' | 'interrupted'
+/** What became of an actor in a batch. `more`: its mailbox still holds mail; work it again soon. */
+type Drain = 'drained' | 'more' | 'held' | 'interrupted' | 'failed'
+
+interface Mail {
+  entryId: string
+  /** Read before by a holder that never acknowledged it: it may have been applied. */
+  redelivered: boolean
+  /** Null for an entry deleted while pending: it was finished already. */
+  list: string[] | null
+  fields: Record<string, string>
+}
+
+interface Held {
+  actor: string
+  kind: string
+  mailbox: string
+  lease: string
+  token: number
+  mail: Mail[]
+}
+
+interface Applied {
+  handler: CommandHandler | undefined
+  result: unknown
+  project: boolean
+  context: CommandContext
+  payload: unknown
+}
 
 /** Another holder took the actor over while this one was paused; stop at once. */
 class FencedOut extends Error {}
@@ -62,31 +147,33 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   const { sql, redis, keys, kinds, clock, log } = options
   const leaseMs = options.leaseMs ?? 10_000
   const claimIdleMs = options.claimIdleMs ?? leaseMs + 5000
-  const concurrency = options.concurrency ?? 64
+  const concurrency = options.concurrency ?? 256
+  const batchActors = Math.max(1, Math.min(options.batchActors ?? 64, concurrency))
+  const batches = options.batches ?? 2
   const id = randomUUID()
-  const blocking = redis.duplicate()
+  const blocking = redis.duplicate({ enableAutoPipelining: false })
 
   let running = true
   let abandoned = false
+  /** Hinted and waiting for a batch. */
+  const ready = new Set<string>()
+  /** In a running batch. */
   const active = new Set<string>()
+  /** Hinted again while in a batch. */
   const again = new Set<string>()
+  /** Actors whose last batch failed after its commit: worked one command at a time until they succeed. */
+  const careful = new Set<string>()
   const hints = new Map<string, Set<string>>()
   const attempts = new Map<string, number>()
   const failures = new Map<string, number>()
   const drains = new Set<Promise<void>>()
   const timers = new Set<ReturnType<typeof setTimeout>>()
-  let slots = concurrency
-  const queue: (() => void)[] = []
+  let inFlight = 0
+  const stats: ActorRuntimeStats = { batches: 0, batchedCommands: 0, singleCommands: 0, rolledBack: 0 }
 
   const ensureHintGroup = () => redis.xgroup('CREATE', keys.actorsReady, hintGroup, '0', 'MKSTREAM').catch(ignoreBusyGroup)
   await ensureHintGroup()
 
-  const acquireSlot = () => (slots > 0 ? (slots--, Promise.resolve()) : new Promise<void>(resolve => queue.push(resolve)))
-  const releaseSlot = () => {
-    const next = queue.shift()
-    if (next) next()
-    else slots++
-  }
   const later = (ms: number, fn: () => void) => {
     const timer = setTimeout(() => {
       timers.delete(timer)
@@ -95,6 +182,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     timers.add(timer)
   }
   const keep = (actor: string, ids: string[]) => {
+    if (ids.length === 0 && hints.has(actor)) return
     const set = hints.get(actor) ?? new Set<string>()
     for (const hintId of ids) set.add(hintId)
     hints.set(actor, set)
@@ -103,120 +191,348 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   const hint = (actor: string, hintId: string | null) => {
     if (!running) return
     if (hintId) keep(actor, [hintId])
-    if (active.has(actor)) {
-      again.add(actor)
-      return
-    }
-    active.add(actor)
-    const run = (async () => {
-      await acquireSlot()
-      const taken = [...(hints.get(actor) ?? [])]
-      hints.delete(actor)
-      let outcome: Drain | 'failed'
-      try {
-        outcome = running ? await drain(actor) : 'interrupted'
-      } catch (error) {
-        outcome = 'failed'
-        if (running) log.warn('actor drain failed; retrying', { actor, ...errorFields(error) })
-      } finally {
-        releaseSlot()
-      }
-      active.delete(actor)
-      if (abandoned) return
-      try {
-        if (outcome === 'drained') {
-          failures.delete(actor)
-          if (taken.length > 0) await redis.xack(keys.actorsReady, hintGroup, ...taken)
-          if (again.delete(actor)) hint(actor, null)
-        } else if (outcome === 'interrupted') {
-          // Stopping, or the lease moved on: leave a fresh hint so whoever runs next looks at it.
-          await redis.xadd(keys.actorsReady, '*', 'actor', actor)
-          if (taken.length > 0) await redis.xack(keys.actorsReady, hintGroup, ...taken)
-        } else {
-          // Held elsewhere (a dead holder never rechecks) or failing (an outage): keep the hints, retry later.
-          keep(actor, taken)
-          again.delete(actor)
-          const failed = outcome === 'failed' ? (failures.get(actor) ?? 0) + 1 : 0
-          if (failed > 0) failures.set(actor, failed)
-          const delay = failed > 0 ? Math.min(30_000, 250 * 2 ** Math.min(failed, 7)) : leaseMs / 2
-          later(delay, () => hint(actor, null))
-        }
-      } catch (error) {
-        keep(actor, taken)
-        log.warn('actor hint bookkeeping failed', { actor, ...errorFields(error) })
-        later(1000, () => hint(actor, null))
-      }
-    })()
-    drains.add(run)
-    void run.finally(() => drains.delete(run))
+    if (active.has(actor)) again.add(actor)
+    else ready.add(actor)
   }
 
-  /** Applies the actor's mail until its mailbox is empty. */
-  const drain = async (actor: string): Promise<Drain> => {
-    const { mailbox } = keys.actor(actor)
-    for (let round = 0; ; round++) {
-      const token = await acquireLease({ redis, keys }, actor, id, leaseMs)
-      // Someone holds it. Another runtime looks at the mailbox again when it lets go.
-      if (token === null) return round === 0 ? 'held' : 'drained'
-      let lost = false
-      const renewal = setInterval(() => {
-        if (abandoned) return clearInterval(renewal)
+  /** Starts batches while there are ready actors and room for them. */
+  const pump = () => {
+    while (running && ready.size > 0 && inFlight < batches && active.size < concurrency) {
+      const size = Math.min(batchActors, concurrency - active.size)
+      const actors: string[] = []
+      for (const actor of ready) {
+        ready.delete(actor)
+        active.add(actor)
+        actors.push(actor)
+        if (actors.length >= size) break
+      }
+      inFlight++
+      const run = runBatch(actors).finally(() => {
+        inFlight--
+        pump()
+      })
+      drains.add(run)
+      void run.finally(() => drains.delete(run))
+    }
+  }
+
+  const runBatch = async (actors: string[]): Promise<void> => {
+    const taken = new Map<string, string[]>()
+    for (const actor of actors) {
+      taken.set(actor, [...(hints.get(actor) ?? [])])
+      hints.delete(actor)
+    }
+    let outcomes: Map<string, Drain>
+    try {
+      outcomes = await work(actors)
+    } catch (error) {
+      // Claiming the leases failed (Redis is away): nothing was taken, try again later.
+      if (running) log.warn('actor batch failed; retrying', { actors: actors.length, ...errorFields(error) })
+      outcomes = new Map(actors.map(actor => [actor, 'failed']))
+    }
+    for (const actor of actors) active.delete(actor)
+    if (abandoned) return
+    await settle(outcomes, taken)
+  }
+
+  /** Hint bookkeeping after a batch: acknowledged once an actor is drained, kept while it is not. */
+  const settle = async (outcomes: Map<string, Drain>, taken: Map<string, string[]>) => {
+    const acknowledge: string[] = []
+    const handOn: string[] = []
+    for (const [actor, drained] of outcomes) {
+      let ids = taken.get(actor) ?? []
+      // Stopping with mail left, or with a hint that came in meanwhile: hand the actor on.
+      const outcome = !running && (drained === 'more' || (drained === 'drained' && again.has(actor))) ? 'interrupted' : drained
+      if (outcome === 'interrupted') {
+        ids = [...ids, ...(hints.get(actor) ?? [])]
+        hints.delete(actor)
+      }
+      if (outcome === 'drained') {
+        failures.delete(actor)
+        acknowledge.push(...ids)
+        if (again.delete(actor)) ready.add(actor)
+      } else if (outcome === 'more' && running) {
+        failures.delete(actor)
+        keep(actor, ids)
+        again.delete(actor)
+        ready.add(actor)
+      } else if (outcome === 'interrupted') {
+        // Stopping, or the lease moved on: leave a fresh hint so whoever runs next looks at it.
+        handOn.push(actor)
+        acknowledge.push(...ids)
+        again.delete(actor)
+      } else {
+        // Held elsewhere (a dead holder never rechecks) or failing (an outage): keep the hints, retry later.
+        keep(actor, ids)
+        again.delete(actor)
+        const failed = outcome === 'failed' ? (failures.get(actor) ?? 0) + 1 : 0
+        if (failed > 0) failures.set(actor, failed)
+        const delay = failed > 0 ? Math.min(30_000, 250 * 2 ** Math.min(failed, 7)) : leaseMs / 2
+        later(delay, () => {
+          hint(actor, null)
+          pump()
+        })
+      }
+    }
+    try {
+      await Promise.all([
+        ...handOn.map(actor => redis.xadd(keys.actorsReady, '*', 'actor', actor)),
+        acknowledge.length > 0 ? redis.xack(keys.actorsReady, hintGroup, ...acknowledge) : undefined,
+      ])
+    } catch (error) {
+      log.warn('actor hint bookkeeping failed', { actors: outcomes.size, ...errorFields(error) })
+      for (const actor of handOn) {
+        keep(actor, taken.get(actor) ?? [])
+        later(1000, () => {
+          hint(actor, null)
+          pump()
+        })
+      }
+    }
+  }
+
+  /** Takes the actors' leases, applies their mail and lets go: what became of each. */
+  const work = async (actors: string[]): Promise<Map<string, Drain>> => {
+    const outcomes = new Map<string, Drain>()
+    const claims = await Promise.allSettled(
+      actors.map(actor => {
+        const k = keys.actor(actor)
+        return claim(redis, [k.lease, k.fence, k.mailbox], [id, leaseMs, mailboxGroup, mailboxConsumer, perActor])
+      }),
+    )
+    const held: Held[] = []
+    actors.forEach((actor, i) => {
+      const settled = claims[i]!
+      if (settled.status === 'rejected') {
+        if (running) log.warn('actor lease failed; retrying', { actor, ...errorFields(settled.reason) })
+        return void outcomes.set(actor, 'failed')
+      }
+      const claimed = settled.value as [number, Entry[], number] | null
+      if (claimed === null) return void outcomes.set(actor, 'held')
+      const k = keys.actor(actor)
+      held.push({
+        actor,
+        kind: actor.slice(0, actor.indexOf(':')),
+        mailbox: k.mailbox,
+        lease: k.lease,
+        token: Number(claimed[0]),
+        mail: claimed[1].map(([entryId, list]) => ({ entryId, redelivered: claimed[2] === 1, list, fields: list ? toRecord(list) : {} })),
+      })
+    })
+    if (held.length === 0) return outcomes
+
+    const lost = new Set<string>()
+    const renewal = setInterval(() => {
+      if (abandoned) return clearInterval(renewal)
+      for (const { actor } of held) {
         renewLease({ redis, keys }, actor, id, leaseMs).then(
           renewed => {
-            if (!renewed) lost = true
+            if (!renewed) lost.add(actor)
           },
-          () => {
-            lost = true
-          },
+          () => lost.add(actor),
         )
-      }, leaseMs / 3)
-      let finished: boolean
-      try {
-        finished = await applyMailbox(actor, mailbox, token, () => lost || !running)
-      } catch (error) {
-        if (!(error instanceof FencedOut)) throw error
-        finished = false
-      } finally {
-        clearInterval(renewal)
-        if (!abandoned) await releaseLease({ redis, keys }, actor, id).catch(() => {})
       }
-      if (!finished || lost) return 'interrupted'
-      if ((await redis.xlen(mailbox)) === 0) return 'drained'
+    }, leaseMs / 3)
+    try {
+      const withMail = held.filter(h => h.mail.some(m => m.list !== null))
+      const quick = withMail.filter(h => !careful.has(h.actor))
+      let batch: Awaited<ReturnType<typeof applyBatch>> | undefined
+      if (quick.length > 0) {
+        try {
+          batch = await applyBatch(quick)
+          stats.batches++
+          stats.batchedCommands += quick.reduce((n, h) => n + h.mail.filter(m => m.list !== null).length, 0)
+        } catch (error) {
+          if (!running) throw error
+          stats.rolledBack++
+          log.debug('actor batch rolled back; applying its commands one at a time', { actors: quick.length, ...errorFields(error) })
+        }
+      }
+      await Promise.all(
+        held.map(async h => {
+          let outcome: Drain | 'applied'
+          if (batch?.fenced.has(h.actor)) {
+            await raiseFence({ redis, keys }, h.actor, batch.fenced.get(h.actor)!).catch(() => {})
+            outcome = 'interrupted'
+          } else if (batch?.applied.has(h.actor)) {
+            outcome = await finishBatch(h, batch.applied.get(h.actor)!)
+          } else {
+            outcome = await oneByOne(h, () => lost.has(h.actor) || !running)
+          }
+          if (abandoned) return new Promise<never>(() => {})
+          const left = Number(await release(redis, [h.lease, h.mailbox], [id]).catch(() => 1))
+          // Mail left after a round that read nothing came in after the read; its own hint brings the actor back.
+          if (outcome === 'applied') outcome = lost.has(h.actor) ? 'interrupted' : left === 0 || h.mail.length === 0 ? 'drained' : 'more'
+          outcomes.set(h.actor, outcome)
+        }),
+      )
+    } finally {
+      clearInterval(renewal)
+    }
+    return outcomes
+  }
+
+  /**
+   * One transaction for the batch: fences every actor, then applies each actor's commands in order,
+   * the actors side by side (their statements pipelined on the one connection), and records them all
+   * as applied. Throws, having changed nothing, if any command fails.
+   */
+  const applyBatch = async (held: Held[]) => {
+    held.sort((a, b) => (a.actor < b.actor ? -1 : a.actor > b.actor ? 1 : 0))
+    return sql.begin(async tx => {
+      const now = clock.now()
+      const counts = held.map(h => h.mail.filter(m => m.list !== null).length)
+      // Only a redelivery or a command whose id the sender chose (an Idempotency-Key) can have been
+      // applied before; a fresh random id cannot, and should one ever repeat, the primary key refuses it.
+      const repeatable = held.flatMap(h =>
+        h.mail.filter(m => m.list !== null && (m.redelivered || m.fields.repeatable === '1')).map(m => [h.actor, commandIdOf(m)] as const),
+      )
+      const [fences, previous] = await Promise.all([
+        // Each actor's clock moves past its last command; its n commands here get n successive milliseconds.
+        tx<{ actor: string; at: Date }[]>`
+          insert into actor_fences (actor, token, last_at)
+          select actor, token, ${now}::timestamptz + (n - 1) * interval '1 millisecond'
+          from unnest(${held.map(h => h.actor)}::text[], ${held.map(h => h.token)}::bigint[], ${counts}::int[]) as w(actor, token, n)
+          on conflict (actor) do update
+            set token = excluded.token,
+                last_at = greatest(excluded.last_at, actor_fences.last_at + (excluded.last_at - ${now}::timestamptz) + interval '1 millisecond')
+            where actor_fences.token <= excluded.token
+          returning actor, last_at as at
+        `,
+        repeatable.length === 0
+          ? []
+          : // One index probe per command (the lateral limit keeps the planner from a hash join over the table).
+            tx<{ actor: string; commandId: string; entryId: string; requestHash: string | null; result: unknown }[]>`
+              select c.actor, c.command_id as "commandId", a.entry_id as "entryId", encode(a.request_hash, 'hex') as "requestHash", a.result
+              from unnest(${repeatable.map(c => c[0])}::text[], ${repeatable.map(c => c[1])}::text[]) as c(actor, command_id)
+              cross join lateral (
+                select entry_id, request_hash, result from actor_applied
+                where actor = c.actor and command_id = c.command_id
+                limit 1
+              ) as a
+            `,
+      ])
+      const lastAt = new Map(fences.map(row => [row.actor, row.at.getTime()]))
+      const seen = new Map<string, { entryId: string; requestHash: string | null; result: unknown }>()
+      for (const row of previous) seen.set(`${row.actor}\n${row.commandId}`, row)
+
+      const fresh: { actor: string; commandId: string; entryId: string; requestHash: string | null; result: unknown; at: Date }[] = []
+      const applied = new Map<string, Applied[]>()
+      let failed = false
+      const settled = await Promise.allSettled(
+        held.map(async (h, index) => {
+          const last = lastAt.get(h.actor)
+          if (last === undefined) return
+          const list: Applied[] = []
+          let i = 0
+          for (const mail of h.mail) {
+            if (mail.list === null) continue
+            if (failed) return
+            const at = new Date(last - (counts[index]! - 1 - i++))
+            const handler = kinds[h.kind]?.[mail.fields.type ?? '']
+            if (!handler) throw new Error(`no handler for ${h.kind} command ${mail.fields.type}`)
+            const payload = JSON.parse(mail.fields.payload ?? 'null')
+            const commandId = commandIdOf(mail)
+            const requestHash = mail.fields.hash || null
+            const context: CommandContext = { actor: h.actor, id: h.actor.slice(h.kind.length + 1), commandId, at }
+            const before = seen.get(`${h.actor}\n${commandId}`)
+            if (before) {
+              list.push(
+                requestHash && before.requestHash && before.requestHash !== requestHash
+                  ? { handler, result: { refused: 'idempotency_key_reused' }, project: false, context, payload }
+                  : // The same entry again means its holder died before acknowledging: finish its projection.
+                    // Another entry with an old command id is a repeat sent later; projecting it would undo newer state.
+                    { handler, result: before.result ?? null, project: before.entryId === mail.entryId, context, payload },
+              )
+              continue
+            }
+            const result = await handler.apply(tx, payload, context)
+            seen.set(`${h.actor}\n${commandId}`, { entryId: mail.entryId, requestHash, result })
+            fresh.push({ actor: h.actor, commandId, entryId: mail.entryId, requestHash, result: result ?? null, at })
+            list.push({ handler, result, project: true, context, payload })
+          }
+          applied.set(h.actor, list)
+        }).map(p => p.catch(error => {
+          failed = true
+          throw error
+        })),
+      )
+      const rejected = settled.find(s => s.status === 'rejected')
+      if (rejected) throw (rejected as PromiseRejectedResult).reason
+      if (fresh.length > 0) await recordApplied(tx, fresh)
+
+      const fenced = new Map<string, number>()
+      const outdated = held.filter(h => !lastAt.has(h.actor)).map(h => h.actor)
+      if (outdated.length > 0) {
+        const rows = await tx<{ actor: string; token: number }[]>`
+          select actor, token from actor_fences where actor = any(${outdated}::text[])
+        `
+        for (const row of rows) fenced.set(row.actor, Number(row.token))
+      }
+      return { applied, fenced }
+    })
+  }
+
+  /** After the batch's commit: projections in order, then replies and acknowledgements together. */
+  const finishBatch = async (h: Held, applied: Applied[]): Promise<Drain | 'applied'> => {
+    const done: { mail: Mail; result: unknown }[] = h.mail.filter(m => m.list === null).map(mail => ({ mail, result: undefined }))
+    let i = 0
+    try {
+      for (const mail of h.mail) {
+        if (mail.list === null) continue
+        const outcome = applied[i++]!
+        if (outcome.project && !isRefusal(outcome.result)) {
+          await outcome.handler?.project?.(outcome.result, outcome.payload, outcome.context)
+        }
+        await options.beforeAck?.(h.actor, outcome.context.commandId)
+        if (abandoned) return new Promise<never>(() => {})
+        done.push({ mail, result: outcome.result })
+      }
+      return 'applied'
+    } catch (error) {
+      if (!running) return 'interrupted'
+      // The projection failed: from here on this actor goes one command at a time, counting attempts.
+      careful.add(h.actor)
+      log.warn('actor projection failed; retrying', { actor: h.actor, ...errorFields(error) })
+      return 'failed'
+    } finally {
+      if (!abandoned && done.length > 0) {
+        await Promise.all([
+          ...done
+            .filter(d => d.mail.fields.reply)
+            .map(d => redis.publish(d.mail.fields.reply!, JSON.stringify({ ask: d.mail.fields.ask, result: d.result }))),
+          finish(redis, [h.mailbox], [mailboxGroup, ...done.map(d => d.mail.entryId)]),
+        ]).catch(error => log.warn('actor acknowledgement failed', { actor: h.actor, ...errorFields(error) }))
+      }
     }
   }
 
-  /** True when the mailbox was read empty; false when stopped part way. */
-  const applyMailbox = async (actor: string, mailbox: string, token: number, stopped: () => boolean) => {
-    await redis.xgroup('CREATE', mailbox, mailboxGroup, '0', 'MKSTREAM').catch(ignoreBusyGroup)
-    for (;;) {
-      if (stopped()) return false
-      // First what a previous holder read and never acknowledged (it may have died mid-command), then new mail.
-      let entries = await readMailbox(mailbox, '0')
-      if (entries.length === 0) entries = await readMailbox(mailbox, '>')
-      if (entries.length === 0) return true
-      for (const [entryId, fields] of entries) {
-        if (stopped()) return false
+  /** The careful path: each command in its own transaction. */
+  const oneByOne = async (h: Held, stopped: () => boolean): Promise<Drain | 'applied'> => {
+    try {
+      for (const mail of h.mail) {
+        if (stopped()) return 'interrupted'
         // Entries deleted while pending come back without fields: they were finished already.
-        if (fields === null) await redis.xack(mailbox, mailboxGroup, entryId)
-        else await applyEntry(actor, mailbox, entryId, fields, token)
+        if (mail.list === null) await redis.xack(h.mailbox, mailboxGroup, mail.entryId)
+        else await applyEntry(h.actor, h.mailbox, mail, h.token)
       }
+      careful.delete(h.actor)
+      return 'applied'
+    } catch (error) {
+      if (error instanceof FencedOut) return 'interrupted'
+      if (running) log.warn('actor drain failed; retrying', { actor: h.actor, ...errorFields(error) })
+      return running ? 'failed' : 'interrupted'
     }
   }
 
-  const readMailbox = async (mailbox: string, from: string): Promise<Entry[]> => {
-    const result = (await redis.xreadgroup(
-      'GROUP', mailboxGroup, mailboxConsumer, 'COUNT', batch, 'STREAMS', mailbox, from,
-    )) as [string, Entry[]][] | null
-    return result?.[0]?.[1] ?? []
-  }
-
-  const applyEntry = async (actor: string, mailbox: string, entryId: string, list: string[], token: number) => {
-    const fields = toRecord(list)
+  const applyEntry = async (actor: string, mailbox: string, mail: Mail, token: number) => {
+    const { entryId, fields } = mail
+    const list = mail.list!
     const kind = actor.slice(0, actor.indexOf(':'))
     const handler = kinds[kind]?.[fields.type ?? '']
-    const commandId = fields.command || entryId
+    const commandId = commandIdOf(mail)
     const attemptKey = `${actor} ${entryId}`
-    let outcome: { result: unknown; project: boolean; context: CommandContext; payload: unknown } | undefined
+    let outcome: { result: unknown; project: boolean; context: CommandContext; payload: unknown; fresh?: boolean } | undefined
     try {
       if (!handler) throw new Error(`no handler for ${kind} command ${fields.type}`)
       const payload = JSON.parse(fields.payload ?? 'null')
@@ -231,16 +547,15 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
         if (await claimCommand(tx, { actor, commandId, entryId, requestHash, at: fence.at })) {
           const result = await handler.apply(tx, payload, context)
           await recordResult(tx, actor, commandId, result)
-          return { result, project: true, context, payload }
+          return { result, project: true, context, payload, fresh: true }
         }
         const previous = await appliedCommand(tx, actor, commandId)
         if (requestHash && previous?.requestHash && !previous.requestHash.equals(requestHash)) {
           return { result: { refused: 'idempotency_key_reused' }, project: false, context, payload }
         }
-        // The same entry again means its holder died before acknowledging: finish its projection. Another
-        // entry with an old command id is a repeat sent later; projecting it would undo newer state.
         return { result: previous?.result ?? null, project: previous?.entryId === entryId, context, payload }
       })
+      if (outcome.fresh) stats.singleCommands++
       if (outcome.project && !isRefusal(outcome.result)) {
         await handler.project?.(outcome.result, outcome.payload, outcome.context)
       }
@@ -265,19 +580,21 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       const reply = outcome ? { ask: fields.ask, result: outcome.result } : { ask: fields.ask, failed: true }
       await redis.publish(fields.reply, JSON.stringify(reply))
     }
-    await redis.multi().xack(mailbox, mailboxGroup, entryId).xdel(mailbox, entryId).exec()
+    await finish(redis, [mailbox], [mailboxGroup, entryId])
   }
 
   const readLoop = async () => {
     while (running) {
       try {
+        const room = Math.max(1, concurrency - active.size - ready.size)
         const result = (await blocking.xreadgroup(
-          'GROUP', hintGroup, id, 'COUNT', Math.max(1, slots), 'BLOCK', 1000, 'STREAMS', keys.actorsReady, '>',
+          'GROUP', hintGroup, id, 'COUNT', room, 'BLOCK', 1000, 'STREAMS', keys.actorsReady, '>',
         )) as [string, Entry[]][] | null
         for (const [hintId, fields] of result?.[0]?.[1] ?? []) {
           const actor = fields ? toRecord(fields).actor : undefined
           if (actor) hint(actor, hintId)
         }
+        pump()
       } catch (error) {
         if (!running) return
         // Redis lost the stream or its group (a restart, a failover): make it again and go on.
@@ -301,6 +618,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
         if (actor) hint(actor, hintId)
         else await redis.xack(keys.actorsReady, hintGroup, hintId)
       }
+      pump()
     } catch (error) {
       if (running) log.warn('actor hint claim failed', errorFields(error))
     }
@@ -317,6 +635,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
           const actor = mailbox.slice(mailbox.indexOf('{actor:') + 7, mailbox.lastIndexOf('}'))
           if (!active.has(actor) && (await redis.xlen(mailbox)) > 0) hint(actor, null)
         }
+        pump()
       } while (cursor !== '0' && running)
     } catch (error) {
       if (running) log.warn('actor mailbox sweep failed', errorFields(error))
@@ -327,16 +646,21 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
 
   return {
     id,
+    stats: () => ({ ...stats }),
     async stop() {
       if (abandoned) return
       running = false
       clearInterval(claimTimer)
       clearInterval(sweepTimer)
       for (const timer of timers) clearTimeout(timer)
-      for (const release of queue.splice(0)) release()
       blocking.disconnect()
       await reading
       await Promise.allSettled([...drains])
+      // Hinted but never started: hand them on now rather than after the claim delay.
+      const waiting = new Map([...ready].map(actor => [actor, 'interrupted' as Drain]))
+      const taken = new Map([...ready].map(actor => [actor, [...(hints.get(actor) ?? [])]]))
+      ready.clear()
+      if (waiting.size > 0) await settle(waiting, taken)
     },
     abandon() {
       running = false
@@ -347,6 +671,23 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       blocking.disconnect()
     },
   }
+}
+
+/** Records a batch's new commands as applied, with their results: one statement. */
+async function recordApplied(
+  tx: TxSql,
+  rows: { actor: string; commandId: string; entryId: string; requestHash: string | null; result: unknown; at: Date }[],
+) {
+  await tx`
+    insert into actor_applied (actor, command_id, entry_id, request_hash, result, applied_at)
+    select r.actor, r."commandId", r."entryId", decode(r."requestHash", 'hex'), coalesce(r.result, 'null'::jsonb), r.at
+    from jsonb_to_recordset(${JSON.stringify(rows)}::text::jsonb)
+      as r(actor text, "commandId" text, "entryId" text, "requestHash" text, result jsonb, at timestamptz)
+  `
+}
+
+function commandIdOf(mail: Mail): string {
+  return mail.fields.command || mail.entryId
 }
 
 function toRecord(list: string[]): Record<string, string> {

@@ -41,17 +41,17 @@ export async function insertReply(
   sql: Db,
   reply: { id: string; participantId: string; userId: string; text: string; at: Date },
 ): Promise<boolean> {
-  const updated = await sql`
-    update conversations set latest_reply_at = ${reply.at}, pending_count = 0
-    where participant_id = ${reply.participantId} and user_id = ${reply.userId}
+  const rows = await sql`
+    with replied as (
+      update conversations set latest_reply_at = ${reply.at}, pending_count = 0
+      where participant_id = ${reply.participantId} and user_id = ${reply.userId}
+      returning participant_id, user_id
+    )
+    insert into messages (id, participant_id, user_id, role, text, created_at)
+    select ${reply.id}, participant_id, user_id, 'agent', ${reply.text}, ${reply.at} from replied
     returning 1
   `
-  if (updated.length === 0) return false
-  await sql`
-    insert into messages (id, participant_id, user_id, role, text, created_at)
-    values (${reply.id}, ${reply.participantId}, ${reply.userId}, 'agent', ${reply.text}, ${reply.at})
-  `
-  return true
+  return rows.length === 1
 }
 
 /** The agent's conversations waiting for a reply, oldest first: what its inbox is rebuilt from. */
