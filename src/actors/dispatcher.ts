@@ -30,6 +30,8 @@ export async function createDispatcher(options: {
   defaultTimeoutMs?: number
 }): Promise<Dispatcher> {
   const { redis, pubsub, keys } = options
+  // Commands go out on a connection of their own with auto-pipelining: concurrent requests share writes.
+  const sending = redis.duplicate({ enableAutoPipelining: true })
   const replyChannel = keys.channels.actorReplies(randomUUID())
   const waiting = new Map<string, { resolve(result: unknown): void; reject(error: unknown): void }>()
 
@@ -56,13 +58,11 @@ export async function createDispatcher(options: {
     ]
     // Two commands in one write, not one transaction: the keys live in different Redis Cluster slots.
     // The mailbox goes first; should the hint be lost, the runtimes' sweep still finds the mail.
-    const results = await redis
-      .pipeline()
-      .xadd(keys.actor(actor).mailbox, '*', ...fields)
-      .xadd(keys.actorsReady, 'MAXLEN', '~', readyMaxLength, '*', 'actor', actor)
-      .exec()
-    const failed = results?.find(([error]) => error)?.[0]
-    if (!results || failed) throw failed ?? new Error('Redis did not run the pipeline')
+    // Both are issued before either is awaited: on the auto-pipelined connection they leave in one write,
+    // with whatever other requests sent in the same tick.
+    const mailed = sending.xadd(keys.actor(actor).mailbox, '*', ...fields)
+    const hinted = sending.xadd(keys.actorsReady, 'MAXLEN', '~', readyMaxLength, '*', 'actor', actor)
+    await Promise.all([mailed, hinted])
     return commandId
   }
 
@@ -100,6 +100,7 @@ export async function createDispatcher(options: {
       for (const waiter of waiting.values()) waiter.reject(errors.unavailable('Shutting down'))
       waiting.clear()
       await stop()
+      await sending.quit().catch(() => sending.disconnect())
     },
   }
 }

@@ -104,6 +104,15 @@ const finish = defineScript(`
 redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
 redis.call('XDEL', KEYS[1], unpack(ARGV, 2))
 return 1`)
+// KEYS mailbox, lease; ARGV group, holder, entry ids (maybe none). Finishes the entries, lets go of
+// the lease and says how much mail is left: the end of a batch for one actor, in one call.
+const finishAndRelease = defineScript(`
+if #ARGV > 2 then
+  redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 3))
+  redis.call('XDEL', KEYS[1], unpack(ARGV, 3))
+end
+if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
+return redis.call('XLEN', KEYS[1])`)
 
 type Entry = [id: string, fields: string[] | null]
 /** What became of an actor in a batch. `more`: its mailbox still holds mail; work it again soon. */
@@ -351,16 +360,20 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       await Promise.all(
         held.map(async h => {
           let outcome: Drain | 'applied'
-          if (batch?.fenced.has(h.actor)) {
-            await raiseFence({ redis, keys }, h.actor, batch.fenced.get(h.actor)!).catch(() => {})
-            outcome = 'interrupted'
-          } else if (batch?.applied.has(h.actor)) {
-            outcome = await finishBatch(h, batch.applied.get(h.actor)!)
+          let left: number
+          if (batch?.applied.has(h.actor)) {
+            ;[outcome, left] = await finishBatch(h, batch.applied.get(h.actor)!)
           } else {
-            outcome = await oneByOne(h, () => lost.has(h.actor) || !running)
+            if (batch?.fenced.has(h.actor)) {
+              await raiseFence({ redis, keys }, h.actor, batch.fenced.get(h.actor)!).catch(() => {})
+              outcome = 'interrupted'
+            } else {
+              outcome = await oneByOne(h, () => lost.has(h.actor) || !running)
+            }
+            if (abandoned) return new Promise<never>(() => {})
+            left = Number(await release(redis, [h.lease, h.mailbox], [id]).catch(() => 1))
           }
           if (abandoned) return new Promise<never>(() => {})
-          const left = Number(await release(redis, [h.lease, h.mailbox], [id]).catch(() => 1))
           // Mail left after a round that read nothing came in after the read; its own hint brings the actor back.
           if (outcome === 'applied') outcome = lost.has(h.actor) ? 'interrupted' : left === 0 || h.mail.length === 0 ? 'drained' : 'more'
           outcomes.set(h.actor, outcome)
@@ -473,38 +486,44 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     })
   }
 
-  /** After the batch's commit: projections in order, then replies and acknowledgements together. */
-  const finishBatch = async (h: Held, applied: Applied[]): Promise<Drain | 'applied'> => {
+  /**
+   * After the batch's commit: projections in order, then the replies, and the acknowledgements with
+   * the lease's release in one call. Returns what became of the actor and how much mail is left.
+   */
+  const finishBatch = async (h: Held, applied: Applied[]): Promise<[Drain | 'applied', number]> => {
     const done: { mail: Mail; result: unknown }[] = h.mail.filter(m => m.list === null).map(mail => ({ mail, result: undefined }))
+    let outcome: Drain | 'applied' = 'applied'
     let i = 0
     try {
       for (const mail of h.mail) {
         if (mail.list === null) continue
-        const outcome = applied[i++]!
-        if (outcome.project && !isRefusal(outcome.result)) {
-          await outcome.handler?.project?.(outcome.result, outcome.payload, outcome.context)
+        const command = applied[i++]!
+        if (command.project && !isRefusal(command.result)) {
+          await command.handler?.project?.(command.result, command.payload, command.context)
         }
-        await options.beforeAck?.(h.actor, outcome.context.commandId)
+        await options.beforeAck?.(h.actor, command.context.commandId)
         if (abandoned) return new Promise<never>(() => {})
-        done.push({ mail, result: outcome.result })
+        done.push({ mail, result: command.result })
       }
-      return 'applied'
     } catch (error) {
-      if (!running) return 'interrupted'
-      // The projection failed: from here on this actor goes one command at a time, counting attempts.
-      careful.add(h.actor)
-      log.warn('actor projection failed; retrying', { actor: h.actor, ...errorFields(error) })
-      return 'failed'
-    } finally {
-      if (!abandoned && done.length > 0) {
-        await Promise.all([
-          ...done
-            .filter(d => d.mail.fields.reply)
-            .map(d => redis.publish(d.mail.fields.reply!, JSON.stringify({ ask: d.mail.fields.ask, result: d.result }))),
-          finish(redis, [h.mailbox], [mailboxGroup, ...done.map(d => d.mail.entryId)]),
-        ]).catch(error => log.warn('actor acknowledgement failed', { actor: h.actor, ...errorFields(error) }))
+      if (!running) outcome = 'interrupted'
+      else {
+        // The projection failed: from here on this actor goes one command at a time, counting attempts.
+        careful.add(h.actor)
+        log.warn('actor projection failed; retrying', { actor: h.actor, ...errorFields(error) })
+        outcome = 'failed'
       }
     }
+    const [left] = await Promise.all([
+      finishAndRelease(redis, [h.mailbox, h.lease], [mailboxGroup, id, ...done.map(d => d.mail.entryId)]).then(Number, error => {
+        log.warn('actor acknowledgement failed', { actor: h.actor, ...errorFields(error) })
+        return 1
+      }),
+      ...done
+        .filter(d => d.mail.fields.reply)
+        .map(d => redis.publish(d.mail.fields.reply!, JSON.stringify({ ask: d.mail.fields.ask, result: d.result })).catch(() => {})),
+    ])
+    return [outcome, left]
   }
 
   /** The careful path: each command in its own transaction. */

@@ -2,7 +2,7 @@
  * An agent's inbox in Redis: its pending conversations and open service requests, written only by
  * its actor (projections) and read by the poll from an in-process cache that pub/sub keeps honest.
  */
-import type { Redis } from '../redis.ts'
+import { defineScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { PubSub } from '../pubsub.ts'
 import { randomUUID } from 'node:crypto'
@@ -34,33 +34,29 @@ interface InboxDeps {
   keys: Keys
 }
 
+// KEYS the hash; ARGV channel, agent id, field, value (none: the field goes). Changed and announced in
+// one step, so readers' caches never miss a change.
+const change = defineScript(`
+if ARGV[4] then redis.call('HSET', KEYS[1], ARGV[3], ARGV[4]) else redis.call('HDEL', KEYS[1], ARGV[3]) end
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return 1`)
+
 export async function putPendingConversation(deps: InboxDeps, agentId: string, conversation: PendingConversation) {
-  const keys = deps.keys.agent(agentId)
-  await deps.redis
-    .multi()
-    .hset(keys.inbox, conversation.userId, JSON.stringify(conversation))
-    .publish(deps.keys.channels.inboxChanged, agentId)
-    .exec()
+  const inbox = deps.keys.agent(agentId).inbox
+  await change(deps.redis, [inbox], [deps.keys.channels.inboxChanged, agentId, conversation.userId, JSON.stringify(conversation)])
 }
 
 export async function removePendingConversation(deps: InboxDeps, agentId: string, userId: string) {
-  await deps.redis.multi().hdel(deps.keys.agent(agentId).inbox, userId).publish(deps.keys.channels.inboxChanged, agentId).exec()
+  await change(deps.redis, [deps.keys.agent(agentId).inbox], [deps.keys.channels.inboxChanged, agentId, userId])
 }
 
 export async function putOpenRequest(deps: InboxDeps, agentId: string, request: OpenServiceRequest) {
-  await deps.redis
-    .multi()
-    .hset(deps.keys.agent(agentId).requests, request.requestId, JSON.stringify(request))
-    .publish(deps.keys.channels.inboxChanged, agentId)
-    .exec()
+  const requests = deps.keys.agent(agentId).requests
+  await change(deps.redis, [requests], [deps.keys.channels.inboxChanged, agentId, request.requestId, JSON.stringify(request)])
 }
 
 export async function removeOpenRequest(deps: InboxDeps, agentId: string, requestId: string) {
-  await deps.redis
-    .multi()
-    .hdel(deps.keys.agent(agentId).requests, requestId)
-    .publish(deps.keys.channels.inboxChanged, agentId)
-    .exec()
+  await change(deps.redis, [deps.keys.agent(agentId).requests], [deps.keys.channels.inboxChanged, agentId, requestId])
 }
 
 /** Replaces the whole inbox with what Postgres holds and marks it built. */
