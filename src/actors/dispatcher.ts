@@ -35,13 +35,17 @@ export async function createDispatcher(options: {
   const replyChannel = keys.channels.actorReplies(randomUUID())
   const waiting = new Map<string, { resolve(result: unknown): void; reject(error: unknown): void }>()
 
+  type Reply = { ask: string; result?: unknown; failed?: boolean }
+  // One reply, or the replies a runtime had ready at once for this process.
   const stop = await pubsub.subscribe(replyChannel, message => {
-    const reply = JSON.parse(message) as { ask: string; result?: unknown; failed?: boolean }
-    const waiter = waiting.get(reply.ask)
-    if (!waiter) return
-    waiting.delete(reply.ask)
-    if (reply.failed) waiter.reject(errors.unavailable('The command could not be applied'))
-    else waiter.resolve(reply.result)
+    const parsed = JSON.parse(message) as Reply | Reply[]
+    for (const reply of Array.isArray(parsed) ? parsed : [parsed]) {
+      const waiter = waiting.get(reply.ask)
+      if (!waiter) continue
+      waiting.delete(reply.ask)
+      if (reply.failed) waiter.reject(errors.unavailable('The command could not be applied'))
+      else waiter.resolve(reply.result)
+    }
   })
 
   const send = async (actor: string, type: string, payload: unknown, sendOptions: SendOptions, ask: string) => {

@@ -180,6 +180,26 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   let inFlight = 0
   const stats: ActorRuntimeStats = { batches: 0, batchedCommands: 0, singleCommands: 0, rolledBack: 0 }
 
+  // Replies bound for one process that are ready in the same turn of the event loop go out as one
+  // message (a JSON array): one PUBLISH for a batch's answers instead of one each.
+  const outgoing = new Map<string, { replies: unknown[]; sent: Promise<void> }>()
+  const reply = (channel: string, answer: unknown): Promise<void> => {
+    let pending = outgoing.get(channel)
+    if (!pending) {
+      const replies: unknown[] = []
+      const sent = new Promise<void>((resolve, reject) =>
+        setImmediate(() => {
+          outgoing.delete(channel)
+          redis.publish(channel, JSON.stringify(replies.length === 1 ? replies[0] : replies)).then(() => resolve(), reject)
+        }),
+      )
+      pending = { replies, sent }
+      outgoing.set(channel, pending)
+    }
+    pending.replies.push(answer)
+    return pending.sent
+  }
+
   const ensureHintGroup = () => redis.xgroup('CREATE', keys.actorsReady, hintGroup, '0', 'MKSTREAM').catch(ignoreBusyGroup)
   await ensureHintGroup()
 
@@ -514,15 +534,17 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
         outcome = 'failed'
       }
     }
-    const [left] = await Promise.all([
-      finishAndRelease(redis, [h.mailbox, h.lease], [mailboxGroup, id, ...done.map(d => d.mail.entryId)]).then(Number, error => {
+    // Answers first, then the acknowledgement: a crash between the two repeats an answer rather than losing it.
+    await Promise.all(
+      done.filter(d => d.mail.fields.reply).map(d => reply(d.mail.fields.reply!, { ask: d.mail.fields.ask, result: d.result })),
+    ).catch(error => log.warn('actor reply failed', { actor: h.actor, ...errorFields(error) }))
+    const left = await finishAndRelease(redis, [h.mailbox, h.lease], [mailboxGroup, id, ...done.map(d => d.mail.entryId)]).then(
+      Number,
+      error => {
         log.warn('actor acknowledgement failed', { actor: h.actor, ...errorFields(error) })
         return 1
-      }),
-      ...done
-        .filter(d => d.mail.fields.reply)
-        .map(d => redis.publish(d.mail.fields.reply!, JSON.stringify({ ask: d.mail.fields.ask, result: d.result })).catch(() => {})),
-    ])
+      },
+    )
     return [outcome, left]
   }
 
@@ -595,10 +617,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     }
     await options.beforeAck?.(actor, commandId)
     if (abandoned) return new Promise<never>(() => {})
-    if (fields.reply) {
-      const reply = outcome ? { ask: fields.ask, result: outcome.result } : { ask: fields.ask, failed: true }
-      await redis.publish(fields.reply, JSON.stringify(reply))
-    }
+    if (fields.reply) await reply(fields.reply, outcome ? { ask: fields.ask, result: outcome.result } : { ask: fields.ask, failed: true })
     await finish(redis, [mailbox], [mailboxGroup, entryId])
   }
 
