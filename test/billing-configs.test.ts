@@ -68,7 +68,9 @@ describe('config listings', () => {
     const forBuyer = (await ctx.call('GET', `/v1/billing/configs/${fresh.id}`, { token: buyer.token })).body.data
     expect(forBuyer[0].content).toBe('SECRET CONTENT')
     const forOwner = (await ctx.call('GET', `/v1/billing/configs/${fresh.id}`, { token: owner.token })).body.data
-    expect(forOwner.map((c: { id: string; active: boolean; content: string }) => [c.id, c.active, c.content])).toEqual([
+    // Oldest first, ties (same millisecond) by id: compare in creation order by name.
+    const byName = [...forOwner].sort((x: { name: string }, y: { name: string }) => x.name.localeCompare(y.name))
+    expect(byName.map((c: { id: string; active: boolean; content: string }) => [c.id, c.active, c.content])).toEqual([
       [a.id, true, 'SECRET CONTENT'],
       [b.id, false, 'SECRET CONTENT'],
     ])

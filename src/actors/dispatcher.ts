@@ -60,13 +60,12 @@ export async function createDispatcher(options: {
       'reply', ask ? replyChannel : '',
       'ask', ask,
     ]
-    // Two commands in one write, not one transaction: the keys live in different Redis Cluster slots.
-    // The mailbox goes first; should the hint be lost, the runtimes' sweep still finds the mail.
-    // Both are issued before either is awaited: on the auto-pipelined connection they leave in one write,
-    // with whatever other requests sent in the same tick.
-    const mailed = sending.xadd(keys.actor(actor).mailbox, '*', ...fields)
-    const hinted = sending.xadd(keys.actorsReady, 'MAXLEN', '~', readyMaxLength, '*', 'actor', actor)
-    await Promise.all([mailed, hinted])
+    // Two commands, not one transaction: the keys live in different Redis Cluster slots. The hint is sent
+    // once the mail is in (on a Cluster they would go to different nodes, in no set order); should the
+    // hint be lost, the runtimes' sweep still finds the mail. On the auto-pipelined connection each
+    // leaves in a write shared with whatever other requests sent in the same tick.
+    await sending.xadd(keys.actor(actor).mailbox, '*', ...fields)
+    await sending.xadd(keys.actorsReady, 'MAXLEN', '~', readyMaxLength, '*', 'actor', actor)
     return commandId
   }
 

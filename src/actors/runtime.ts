@@ -86,8 +86,12 @@ local function read(from)
       redis.call('DEL', KEYS[1])
       error(found.err)
     end
-    redis.call('XGROUP', 'CREATE', KEYS[3], ARGV[3], '0', 'MKSTREAM')
-    found = redis.call('XREADGROUP', 'GROUP', ARGV[3], ARGV[4], 'COUNT', ARGV[5], 'STREAMS', KEYS[3], from)
+    redis.pcall('XGROUP', 'CREATE', KEYS[3], ARGV[3], '0', 'MKSTREAM')
+    found = redis.pcall('XREADGROUP', 'GROUP', ARGV[3], ARGV[4], 'COUNT', ARGV[5], 'STREAMS', KEYS[3], from)
+    if type(found) == 'table' and found.err then
+      redis.call('DEL', KEYS[1])
+      error(found.err)
+    end
   end
   if found then return found[1][2] end
   return {}
@@ -146,6 +150,16 @@ interface Applied {
 
 /** Another holder took the actor over while this one was paused; stop at once. */
 class FencedOut extends Error {}
+
+/** A batch's transaction failed; `actor`'s command failed first. */
+class BatchFailed extends Error {
+  constructor(
+    readonly actor: string,
+    override readonly cause: unknown,
+  ) {
+    super(`a command of ${actor} failed: ${(cause as Error)?.message ?? cause}`)
+  }
+}
 
 function transient(error: unknown): boolean {
   const code = (error as { code?: string } | null)?.code
@@ -294,6 +308,11 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
         // Held elsewhere (a dead holder never rechecks) or failing (an outage): keep the hints, retry later.
         keep(actor, ids)
         again.delete(actor)
+        if (outcome === 'held') {
+          // Another runtime works it now: what this one remembered of its failures is of no use.
+          careful.delete(actor)
+          for (const key of attempts.keys()) if (key.startsWith(`${actor} `)) attempts.delete(key)
+        }
         const failed = outcome === 'failed' ? (failures.get(actor) ?? 0) + 1 : 0
         if (failed > 0) failures.set(actor, failed)
         const delay = failed > 0 ? Math.min(30_000, 250 * 2 ** Math.min(failed, 7)) : leaseMs / 2
@@ -351,15 +370,18 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     if (held.length === 0) return outcomes
 
     const lost = new Set<string>()
+    // Let go of (or about to be): a renewal answered after the release is no sign of a lost lease.
+    const letGo = new Set<string>()
     const renewal = setInterval(() => {
       if (abandoned) return clearInterval(renewal)
       for (const { actor } of held) {
-        renewLease({ redis, keys }, actor, id, leaseMs).then(
-          renewed => {
-            if (!renewed) lost.add(actor)
-          },
-          () => lost.add(actor),
-        )
+        if (letGo.has(actor)) continue
+        const lose = () => {
+          if (!letGo.has(actor)) lost.add(actor)
+        }
+        renewLease({ redis, keys }, actor, id, leaseMs).then(renewed => {
+          if (!renewed) lose()
+        }, lose)
       }
     }, leaseMs / 3)
     try {
@@ -372,8 +394,10 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
           stats.batches++
           stats.batchedCommands += quick.reduce((n, h) => n + h.mail.filter(m => m.list !== null).length, 0)
         } catch (error) {
-          if (!running) throw error
           stats.rolledBack++
+          // The actor whose command failed first goes one command at a time until it succeeds, so it does
+          // not take the next batches down with it; this batch's actors are all worked that way now.
+          if (error instanceof BatchFailed) careful.add(error.actor)
           log.debug('actor batch rolled back; applying its commands one at a time', { actors: quick.length, ...errorFields(error) })
         }
       }
@@ -382,7 +406,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
           let outcome: Drain | 'applied'
           let left: number
           if (batch?.applied.has(h.actor)) {
-            ;[outcome, left] = await finishBatch(h, batch.applied.get(h.actor)!)
+            ;[outcome, left] = await finishBatch(h, batch.applied.get(h.actor)!, () => letGo.add(h.actor))
           } else {
             if (batch?.fenced.has(h.actor)) {
               await raiseFence({ redis, keys }, h.actor, batch.fenced.get(h.actor)!).catch(() => {})
@@ -391,6 +415,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
               outcome = await oneByOne(h, () => lost.has(h.actor) || !running)
             }
             if (abandoned) return new Promise<never>(() => {})
+            letGo.add(h.actor)
             left = Number(await release(redis, [h.lease, h.mailbox], [id]).catch(() => 1))
           }
           if (abandoned) return new Promise<never>(() => {})
@@ -451,9 +476,10 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
 
       const fresh: { actor: string; commandId: string; entryId: string; requestHash: string | null; result: unknown; at: Date }[] = []
       const applied = new Map<string, Applied[]>()
-      let failed = false
+      let failed: string | undefined
       const settled = await Promise.allSettled(
         held.map(async (h, index) => {
+          try {
           const last = lastAt.get(h.actor)
           if (last === undefined) return
           const list: Applied[] = []
@@ -485,13 +511,15 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
             list.push({ handler, result, project: true, context, payload })
           }
           applied.set(h.actor, list)
-        }).map(p => p.catch(error => {
-          failed = true
-          throw error
-        })),
+          } catch (error) {
+            // The first to fail is the culprit; the others fail after it (the transaction is aborted).
+            failed ??= h.actor
+            throw error
+          }
+        }),
       )
       const rejected = settled.find(s => s.status === 'rejected')
-      if (rejected) throw (rejected as PromiseRejectedResult).reason
+      if (rejected) throw new BatchFailed(failed!, (rejected as PromiseRejectedResult).reason)
       if (fresh.length > 0) await recordApplied(tx, fresh)
 
       const fenced = new Map<string, number>()
@@ -510,7 +538,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
    * After the batch's commit: projections in order, then the replies, and the acknowledgements with
    * the lease's release in one call. Returns what became of the actor and how much mail is left.
    */
-  const finishBatch = async (h: Held, applied: Applied[]): Promise<[Drain | 'applied', number]> => {
+  const finishBatch = async (h: Held, applied: Applied[], releasing: () => void): Promise<[Drain | 'applied', number]> => {
     const done: { mail: Mail; result: unknown }[] = h.mail.filter(m => m.list === null).map(mail => ({ mail, result: undefined }))
     let outcome: Drain | 'applied' = 'applied'
     let i = 0
@@ -535,10 +563,18 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       }
     }
     // Answers first, then the acknowledgement: a crash between the two repeats an answer rather than losing it.
+    // Answers that could not be sent leave their entries unacknowledged, to be answered on redelivery.
+    let finished = done
     await Promise.all(
       done.filter(d => d.mail.fields.reply).map(d => reply(d.mail.fields.reply!, { ask: d.mail.fields.ask, result: d.result })),
-    ).catch(error => log.warn('actor reply failed', { actor: h.actor, ...errorFields(error) }))
-    const left = await finishAndRelease(redis, [h.mailbox, h.lease], [mailboxGroup, id, ...done.map(d => d.mail.entryId)]).then(
+    ).catch(error => {
+      log.warn('actor reply failed; retrying', { actor: h.actor, ...errorFields(error) })
+      finished = done.filter(d => d.mail.list === null)
+      careful.add(h.actor)
+      outcome = running ? 'failed' : 'interrupted'
+    })
+    releasing()
+    const left = await finishAndRelease(redis, [h.mailbox, h.lease], [mailboxGroup, id, ...finished.map(d => d.mail.entryId)]).then(
       Number,
       error => {
         log.warn('actor acknowledgement failed', { actor: h.actor, ...errorFields(error) })

@@ -12,7 +12,12 @@ export interface CommandContext {
 }
 
 export interface CommandHandler<Payload = any, Result = any> {
-  /** The effect, inside the transaction that also records the command as applied. Domain refusals are results, not throws. */
+  /**
+   * The effect, inside the transaction that also records the command as applied. Domain refusals are
+   * results, not throws. The transaction is shared with other actors' commands of the same batch,
+   * whose statements interleave with this one's: touch only this actor's rows (or read others'), and
+   * open no savepoints, whose rollback would undo the other actors' statements too.
+   */
   apply(tx: TxSql, payload: Payload, context: CommandContext): Promise<Result>
   /** Runs after the commit and again on every redelivery, so it must be idempotent (Redis state, notifications). */
   project?(result: Result, payload: Payload, context: CommandContext): Promise<void>
