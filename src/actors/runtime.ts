@@ -79,19 +79,18 @@ const maxAttempts = 5
 const claim = defineScript(`
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
 local token = redis.call('INCR', KEYS[2])
+local function failed(found) return type(found) == 'table' and found.err end
+local function give_up(found)
+  redis.call('DEL', KEYS[1])
+  error(found.err)
+end
 local function read(from)
   local found = redis.pcall('XREADGROUP', 'GROUP', ARGV[3], ARGV[4], 'COUNT', ARGV[5], 'STREAMS', KEYS[3], from)
-  if type(found) == 'table' and found.err then
-    if not string.find(found.err, 'NOGROUP', 1, true) then
-      redis.call('DEL', KEYS[1])
-      error(found.err)
-    end
+  if failed(found) then
+    if not string.find(found.err, 'NOGROUP', 1, true) then give_up(found) end
     redis.pcall('XGROUP', 'CREATE', KEYS[3], ARGV[3], '0', 'MKSTREAM')
     found = redis.pcall('XREADGROUP', 'GROUP', ARGV[3], ARGV[4], 'COUNT', ARGV[5], 'STREAMS', KEYS[3], from)
-    if type(found) == 'table' and found.err then
-      redis.call('DEL', KEYS[1])
-      error(found.err)
-    end
+    if failed(found) then give_up(found) end
   end
   if found then return found[1][2] end
   return {}
@@ -99,17 +98,13 @@ end
 local entries = read('0')
 if #entries > 0 then return {token, entries, 1} end
 return {token, read('>'), 0}`)
-// KEYS lease, mailbox; ARGV holder. Lets go of the lease and says how much mail is left.
-const release = defineScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-return redis.call('XLEN', KEYS[2])`)
 // KEYS mailbox; ARGV group, entry ids. Acknowledges finished entries and deletes them.
 const finish = defineScript(`
 redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
 redis.call('XDEL', KEYS[1], unpack(ARGV, 2))
 return 1`)
 // KEYS mailbox, lease; ARGV group, holder, entry ids (maybe none). Finishes the entries, lets go of
-// the lease and says how much mail is left: the end of a batch for one actor, in one call.
+// the lease and says how much mail is left: the end of an actor's turn, in one call.
 const finishAndRelease = defineScript(`
 if #ARGV > 2 then
   redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 3))
@@ -138,6 +133,8 @@ interface Held {
   lease: string
   token: number
   mail: Mail[]
+  /** The entries of `mail` that carry a command (not deleted ones), in order. */
+  commands: Mail[]
 }
 
 interface Applied {
@@ -358,13 +355,15 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       const claimed = settled.value as [number, Entry[], number] | null
       if (claimed === null) return void outcomes.set(actor, 'held')
       const k = keys.actor(actor)
+      const mail: Mail[] = claimed[1].map(([entryId, list]) => ({ entryId, redelivered: claimed[2] === 1, list, fields: list ? toRecord(list) : {} }))
       held.push({
         actor,
         kind: actor.slice(0, actor.indexOf(':')),
         mailbox: k.mailbox,
         lease: k.lease,
         token: Number(claimed[0]),
-        mail: claimed[1].map(([entryId, list]) => ({ entryId, redelivered: claimed[2] === 1, list, fields: list ? toRecord(list) : {} })),
+        mail,
+        commands: mail.filter(m => m.list !== null),
       })
     })
     if (held.length === 0) return outcomes
@@ -385,14 +384,14 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       }
     }, leaseMs / 3)
     try {
-      const withMail = held.filter(h => h.mail.some(m => m.list !== null))
+      const withMail = held.filter(h => h.commands.length > 0)
       const quick = withMail.filter(h => !careful.has(h.actor))
       let batch: Awaited<ReturnType<typeof applyBatch>> | undefined
       if (quick.length > 0) {
         try {
           batch = await applyBatch(quick)
           stats.batches++
-          stats.batchedCommands += quick.reduce((n, h) => n + h.mail.filter(m => m.list !== null).length, 0)
+          stats.batchedCommands += quick.reduce((n, h) => n + h.commands.length, 0)
         } catch (error) {
           stats.rolledBack++
           // The actor whose command failed first goes one command at a time until it succeeds, so it does
@@ -416,7 +415,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
             }
             if (abandoned) return new Promise<never>(() => {})
             letGo.add(h.actor)
-            left = Number(await release(redis, [h.lease, h.mailbox], [id]).catch(() => 1))
+            left = Number(await finishAndRelease(redis, [h.mailbox, h.lease], [mailboxGroup, id]).catch(() => 1))
           }
           if (abandoned) return new Promise<never>(() => {})
           // Mail left after a round that read nothing came in after the read; its own hint brings the actor back.
@@ -439,18 +438,17 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     held.sort((a, b) => (a.actor < b.actor ? -1 : a.actor > b.actor ? 1 : 0))
     return sql.begin(async tx => {
       const now = clock.now()
-      const counts = held.map(h => h.mail.filter(m => m.list !== null).length)
       // Only a redelivery or a command whose id the sender chose (an Idempotency-Key) can have been
       // applied before; a fresh random id cannot, and should one ever repeat, the primary key refuses it.
       const repeatable = held.flatMap(h =>
-        h.mail.filter(m => m.list !== null && (m.redelivered || m.fields.repeatable === '1')).map(m => [h.actor, commandIdOf(m)] as const),
+        h.commands.filter(m => m.redelivered || m.fields.repeatable === '1').map(m => [h.actor, commandIdOf(m)] as const),
       )
       const [fences, previous] = await Promise.all([
         // Each actor's clock moves past its last command; its n commands here get n successive milliseconds.
         tx<{ actor: string; at: Date }[]>`
           insert into actor_fences (actor, token, last_at)
           select actor, token, ${now}::timestamptz + (n - 1) * interval '1 millisecond'
-          from unnest(${held.map(h => h.actor)}::text[], ${held.map(h => h.token)}::bigint[], ${counts}::int[]) as w(actor, token, n)
+          from unnest(${held.map(h => h.actor)}::text[], ${held.map(h => h.token)}::bigint[], ${held.map(h => h.commands.length)}::int[]) as w(actor, token, n)
           on conflict (actor) do update
             set token = excluded.token,
                 last_at = greatest(excluded.last_at, actor_fences.last_at + (excluded.last_at - ${now}::timestamptz) + interval '1 millisecond')
@@ -478,39 +476,32 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       const applied = new Map<string, Applied[]>()
       let failed: string | undefined
       const settled = await Promise.allSettled(
-        held.map(async (h, index) => {
+        held.map(async h => {
           try {
-          const last = lastAt.get(h.actor)
-          if (last === undefined) return
-          const list: Applied[] = []
-          let i = 0
-          for (const mail of h.mail) {
-            if (mail.list === null) continue
-            if (failed) return
-            const at = new Date(last - (counts[index]! - 1 - i++))
-            const handler = kinds[h.kind]?.[mail.fields.type ?? '']
-            if (!handler) throw new Error(`no handler for ${h.kind} command ${mail.fields.type}`)
-            const payload = JSON.parse(mail.fields.payload ?? 'null')
-            const commandId = commandIdOf(mail)
-            const requestHash = mail.fields.hash || null
-            const context: CommandContext = { actor: h.actor, id: h.actor.slice(h.kind.length + 1), commandId, at }
-            const before = seen.get(`${h.actor}\n${commandId}`)
-            if (before) {
-              list.push(
-                requestHash && before.requestHash && before.requestHash !== requestHash
-                  ? { handler, result: { refused: 'idempotency_key_reused' }, project: false, context, payload }
-                  : // The same entry again means its holder died before acknowledging: finish its projection.
-                    // Another entry with an old command id is a repeat sent later; projecting it would undo newer state.
-                    { handler, result: before.result ?? null, project: before.entryId === mail.entryId, context, payload },
-              )
-              continue
+            const last = lastAt.get(h.actor)
+            if (last === undefined) return
+            const list: Applied[] = []
+            for (const [i, mail] of h.commands.entries()) {
+              if (failed) return
+              const at = new Date(last - (h.commands.length - 1 - i))
+              const handler = kinds[h.kind]?.[mail.fields.type ?? '']
+              if (!handler) throw new Error(`no handler for ${h.kind} command ${mail.fields.type}`)
+              const payload = JSON.parse(mail.fields.payload ?? 'null')
+              const commandId = commandIdOf(mail)
+              const requestHash = mail.fields.hash || null
+              const context: CommandContext = { actor: h.actor, id: h.actor.slice(h.kind.length + 1), commandId, at }
+              const before = seen.get(`${h.actor}\n${commandId}`)
+              if (before) {
+                const reused = requestHash !== null && before.requestHash !== null && before.requestHash !== requestHash
+                list.push({ handler, context, payload, ...repeatOf(before, mail.entryId, reused) })
+                continue
+              }
+              const result = await handler.apply(tx, payload, context)
+              seen.set(`${h.actor}\n${commandId}`, { entryId: mail.entryId, requestHash, result })
+              fresh.push({ actor: h.actor, commandId, entryId: mail.entryId, requestHash, result: result ?? null, at })
+              list.push({ handler, result, project: true, context, payload })
             }
-            const result = await handler.apply(tx, payload, context)
-            seen.set(`${h.actor}\n${commandId}`, { entryId: mail.entryId, requestHash, result })
-            fresh.push({ actor: h.actor, commandId, entryId: mail.entryId, requestHash, result: result ?? null, at })
-            list.push({ handler, result, project: true, context, payload })
-          }
-          applied.set(h.actor, list)
+            applied.set(h.actor, list)
           } catch (error) {
             // The first to fail is the culprit; the others fail after it (the transaction is aborted).
             failed ??= h.actor
@@ -541,11 +532,9 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   const finishBatch = async (h: Held, applied: Applied[], releasing: () => void): Promise<[Drain | 'applied', number]> => {
     const done: { mail: Mail; result: unknown }[] = h.mail.filter(m => m.list === null).map(mail => ({ mail, result: undefined }))
     let outcome: Drain | 'applied' = 'applied'
-    let i = 0
     try {
-      for (const mail of h.mail) {
-        if (mail.list === null) continue
-        const command = applied[i++]!
+      for (const [i, mail] of h.commands.entries()) {
+        const command = applied[i]!
         if (command.project && !isRefusal(command.result)) {
           await command.handler?.project?.(command.result, command.payload, command.context)
         }
@@ -627,10 +616,8 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
           return { result, project: true, context, payload, fresh: true }
         }
         const previous = await appliedCommand(tx, actor, commandId)
-        if (requestHash && previous?.requestHash && !previous.requestHash.equals(requestHash)) {
-          return { result: { refused: 'idempotency_key_reused' }, project: false, context, payload }
-        }
-        return { result: previous?.result ?? null, project: previous?.entryId === entryId, context, payload }
+        const reused = requestHash !== null && previous?.requestHash != null && !previous.requestHash.equals(requestHash)
+        return { context, payload, ...repeatOf(previous, entryId, reused) }
       })
       if (outcome.fresh) stats.singleCommands++
       if (outcome.project && !isRefusal(outcome.result)) {
@@ -758,6 +745,16 @@ async function recordApplied(
     from jsonb_to_recordset(${JSON.stringify(rows)}::text::jsonb)
       as r(actor text, "commandId" text, "entryId" text, "requestHash" text, result jsonb, at timestamptz)
   `
+}
+
+/**
+ * The answer to a command id applied before: refused if the id came with another request; else the
+ * first result, projected again only for the same entry (its holder died before acknowledging it).
+ * Another entry with an old id is a repeat sent later; projecting it would undo newer state.
+ */
+function repeatOf(previous: { entryId: string; result: unknown } | undefined, entryId: string, reused: boolean) {
+  if (reused) return { result: { refused: 'idempotency_key_reused' } as unknown, project: false }
+  return { result: previous?.result ?? null, project: previous?.entryId === entryId }
 }
 
 function commandIdOf(mail: Mail): string {
