@@ -11,14 +11,15 @@
  * towards the dead-letter stream and refuses bad input: the path every command took before batches.
  */
 import { randomUUID } from 'node:crypto'
-import { isBadInput, isConnectionError, type Sql, type TxSql } from '../db.ts'
+import { isBadInput, isConnectionError, type Sql } from '../db.ts'
 import { defineScript, isRedisUnavailable, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
 import { errorFields, type Log } from '../log.ts'
 import { appliedCommand, claimCommand, enterFence, recordResult } from './store.ts'
 import { raiseFence, renewLease } from './lease.ts'
-import { isRefusal, type ActorKinds, type CommandContext, type CommandHandler } from './types.ts'
+import { isRefusal, type ActorKinds, type CommandContext } from './types.ts'
+import { applyBatch, BatchFailed, finishAndRelease, repeatOf, type Applied, type BatchOutcome } from './batch.ts'
 
 export interface ActorRuntimeOptions {
   sql: Sql
@@ -103,16 +104,6 @@ const finish = defineScript(`
 redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
 redis.call('XDEL', KEYS[1], unpack(ARGV, 2))
 return 1`)
-// KEYS mailbox, lease; ARGV group, holder, entry ids (maybe none). Finishes the entries, lets go of
-// the lease and says how much mail is left: the end of an actor's turn, in one call.
-const finishAndRelease = defineScript(`
-if #ARGV > 2 then
-  redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 3))
-  redis.call('XDEL', KEYS[1], unpack(ARGV, 3))
-end
-if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
-return redis.call('XLEN', KEYS[1])`)
-
 type Entry = [id: string, fields: string[] | null]
 /** What became of an actor in a batch. `more`: its mailbox still holds mail; work it again soon. */
 type Drain = 'drained' | 'more' | 'held' | 'interrupted' | 'failed'
@@ -137,26 +128,8 @@ interface Held {
   commands: Mail[]
 }
 
-interface Applied {
-  handler: CommandHandler | undefined
-  result: unknown
-  project: boolean
-  context: CommandContext
-  payload: unknown
-}
-
 /** Another holder took the actor over while this one was paused; stop at once. */
 class FencedOut extends Error {}
-
-/** A batch's transaction failed; `actor`'s command failed first. */
-class BatchFailed extends Error {
-  constructor(
-    readonly actor: string,
-    override readonly cause: unknown,
-  ) {
-    super(`a command of ${actor} failed: ${(cause as Error)?.message ?? cause}`)
-  }
-}
 
 function transient(error: unknown): boolean {
   const code = (error as { code?: string } | null)?.code
@@ -386,10 +359,10 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     try {
       const withMail = held.filter(h => h.commands.length > 0)
       const quick = withMail.filter(h => !careful.has(h.actor))
-      let batch: Awaited<ReturnType<typeof applyBatch>> | undefined
+      let batch: BatchOutcome | undefined
       if (quick.length > 0) {
         try {
-          batch = await applyBatch(quick)
+          batch = await applyHeld(quick)
           stats.batches++
           stats.batchedCommands += quick.reduce((n, h) => n + h.commands.length, 0)
         } catch (error) {
@@ -429,101 +402,26 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     return outcomes
   }
 
-  /**
-   * One transaction for the batch: fences every actor, then applies each actor's commands in order,
-   * the actors side by side (their statements pipelined on the one connection), and records them all
-   * as applied. Throws, having changed nothing, if any command fails.
-   */
-  const applyBatch = async (held: Held[]) => {
-    held.sort((a, b) => (a.actor < b.actor ? -1 : a.actor > b.actor ? 1 : 0))
-    return sql.begin(async tx => {
-      const now = clock.now()
-      // Only a redelivery or a command whose id the sender chose (an Idempotency-Key) can have been
-      // applied before; a fresh random id cannot, and should one ever repeat, the primary key refuses it.
-      const repeatable = held.flatMap(h =>
-        h.commands.filter(m => m.redelivered || m.fields.repeatable === '1').map(m => [h.actor, commandIdOf(m)] as const),
-      )
-      const [fences, previous] = await Promise.all([
-        // Each actor's clock moves past its last command; its n commands here get n successive milliseconds.
-        tx<{ actor: string; at: Date }[]>`
-          insert into actor_fences (actor, token, last_at)
-          select actor, token, ${now}::timestamptz + (n - 1) * interval '1 millisecond'
-          from unnest(${held.map(h => h.actor)}::text[], ${held.map(h => h.token)}::bigint[], ${held.map(h => h.commands.length)}::int[]) as w(actor, token, n)
-          on conflict (actor) do update
-            set token = excluded.token,
-                last_at = greatest(excluded.last_at, actor_fences.last_at + (excluded.last_at - ${now}::timestamptz) + interval '1 millisecond')
-            where actor_fences.token <= excluded.token
-          returning actor, last_at as at
-        `,
-        repeatable.length === 0
-          ? []
-          : // One index probe per command (the lateral limit keeps the planner from a hash join over the table).
-            tx<{ actor: string; commandId: string; entryId: string; requestHash: string | null; result: unknown }[]>`
-              select c.actor, c.command_id as "commandId", a.entry_id as "entryId", encode(a.request_hash, 'hex') as "requestHash", a.result
-              from unnest(${repeatable.map(c => c[0])}::text[], ${repeatable.map(c => c[1])}::text[]) as c(actor, command_id)
-              cross join lateral (
-                select entry_id, request_hash, result from actor_applied
-                where actor = c.actor and command_id = c.command_id
-                limit 1
-              ) as a
-            `,
-      ])
-      const lastAt = new Map(fences.map(row => [row.actor, row.at.getTime()]))
-      const seen = new Map<string, { entryId: string; requestHash: string | null; result: unknown }>()
-      for (const row of previous) seen.set(`${row.actor}\n${row.commandId}`, row)
-
-      const fresh: { actor: string; commandId: string; entryId: string; requestHash: string | null; result: unknown; at: Date }[] = []
-      const applied = new Map<string, Applied[]>()
-      let failed: string | undefined
-      const settled = await Promise.allSettled(
-        held.map(async h => {
-          try {
-            const last = lastAt.get(h.actor)
-            if (last === undefined) return
-            const list: Applied[] = []
-            for (const [i, mail] of h.commands.entries()) {
-              if (failed) return
-              const at = new Date(last - (h.commands.length - 1 - i))
-              const handler = kinds[h.kind]?.[mail.fields.type ?? '']
-              if (!handler) throw new Error(`no handler for ${h.kind} command ${mail.fields.type}`)
-              const payload = JSON.parse(mail.fields.payload ?? 'null')
-              const commandId = commandIdOf(mail)
-              const requestHash = mail.fields.hash || null
-              const context: CommandContext = { actor: h.actor, id: h.actor.slice(h.kind.length + 1), commandId, at }
-              const before = seen.get(`${h.actor}\n${commandId}`)
-              if (before) {
-                const reused = requestHash !== null && before.requestHash !== null && before.requestHash !== requestHash
-                list.push({ handler, context, payload, ...repeatOf(before, mail.entryId, reused) })
-                continue
-              }
-              const result = await handler.apply(tx, payload, context)
-              seen.set(`${h.actor}\n${commandId}`, { entryId: mail.entryId, requestHash, result })
-              fresh.push({ actor: h.actor, commandId, entryId: mail.entryId, requestHash, result: result ?? null, at })
-              list.push({ handler, result, project: true, context, payload })
-            }
-            applied.set(h.actor, list)
-          } catch (error) {
-            // The first to fail is the culprit; the others fail after it (the transaction is aborted).
-            failed ??= h.actor
-            throw error
-          }
-        }),
-      )
-      const rejected = settled.find(s => s.status === 'rejected')
-      if (rejected) throw new BatchFailed(failed!, (rejected as PromiseRejectedResult).reason)
-      if (fresh.length > 0) await recordApplied(tx, fresh)
-
-      const fenced = new Map<string, number>()
-      const outdated = held.filter(h => !lastAt.has(h.actor)).map(h => h.actor)
-      if (outdated.length > 0) {
-        const rows = await tx<{ actor: string; token: number }[]>`
-          select actor, token from actor_fences where actor = any(${outdated}::text[])
-        `
-        for (const row of rows) fenced.set(row.actor, Number(row.token))
-      }
-      return { applied, fenced }
-    })
-  }
+  const applyHeld = (held: Held[]) =>
+    applyBatch(
+      sql,
+      clock,
+      kinds,
+      held.map(h => ({
+        actor: h.actor,
+        kind: h.kind,
+        token: h.token,
+        commands: h.commands.map(mail => ({
+          commandId: commandIdOf(mail),
+          entryId: mail.entryId,
+          type: mail.fields.type ?? '',
+          payload: () => JSON.parse(mail.fields.payload ?? 'null'),
+          requestHash: mail.fields.hash || null,
+          mayRepeat: mail.redelivered || mail.fields.repeatable === '1',
+          record: true,
+        })),
+      })),
+    )
 
   /**
    * After the batch's commit: projections in order, then the replies, and the acknowledgements with
@@ -732,29 +630,6 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       blocking.disconnect()
     },
   }
-}
-
-/** Records a batch's new commands as applied, with their results: one statement. */
-async function recordApplied(
-  tx: TxSql,
-  rows: { actor: string; commandId: string; entryId: string; requestHash: string | null; result: unknown; at: Date }[],
-) {
-  await tx`
-    insert into actor_applied (actor, command_id, entry_id, request_hash, result, applied_at)
-    select r.actor, r."commandId", r."entryId", decode(r."requestHash", 'hex'), coalesce(r.result, 'null'::jsonb), r.at
-    from jsonb_to_recordset(${JSON.stringify(rows)}::text::jsonb)
-      as r(actor text, "commandId" text, "entryId" text, "requestHash" text, result jsonb, at timestamptz)
-  `
-}
-
-/**
- * The answer to a command id applied before: refused if the id came with another request; else the
- * first result, projected again only for the same entry (its holder died before acknowledging it).
- * Another entry with an old id is a repeat sent later; projecting it would undo newer state.
- */
-function repeatOf(previous: { entryId: string; result: unknown } | undefined, entryId: string, reused: boolean) {
-  if (reused) return { result: { refused: 'idempotency_key_reused' } as unknown, project: false }
-  return { result: previous?.result ?? null, project: previous?.entryId === entryId }
 }
 
 function commandIdOf(mail: Mail): string {

@@ -1,0 +1,189 @@
+/**
+ * Applying many actors' commands in one Postgres transaction: what the runtime does with the mail it
+ * reads and what a sender does with the commands of actors it found idle (`inline.ts`).
+ */
+import type { Sql, TxSql } from '../db.ts'
+import { defineScript } from '../redis.ts'
+import type { Clock } from '../clock.ts'
+import type { ActorKinds, CommandContext, CommandHandler } from './types.ts'
+
+export interface BatchCommand {
+  commandId: string
+  /** The mailbox entry that carried it; a redelivery of that same entry may project it again. */
+  entryId: string
+  type: string
+  payload(): unknown
+  /** Hex fingerprint of the request behind a sender-chosen id, to refuse the id reused with another. */
+  requestHash: string | null
+  /** Could have been applied before: a redelivery, or an id the sender chose (an Idempotency-Key). */
+  mayRepeat: boolean
+  /** Recorded as applied, for redeliveries and repeats to find (a command no one can repeat needs no record). */
+  record: boolean
+}
+
+export interface BatchActor {
+  actor: string
+  kind: string
+  /** The fencing token of the hold this batch applies under. */
+  token: number
+  commands: BatchCommand[]
+}
+
+export interface Applied {
+  handler: CommandHandler | undefined
+  result: unknown
+  /** False for a repeat: its effect and projection happened when it was first applied. */
+  project: boolean
+  context: CommandContext
+  payload: unknown
+}
+
+export interface BatchOutcome {
+  /** Each actor's commands in order, for the actors whose fence held. */
+  applied: Map<string, Applied[]>
+  /** Actors a newer holder fenced out, with the newest token Postgres has seen. */
+  fenced: Map<string, number>
+}
+
+/** A batch's transaction failed; `actor`'s command failed first. */
+export class BatchFailed extends Error {
+  constructor(
+    readonly actor: string,
+    override readonly cause: unknown,
+  ) {
+    super(`a command of ${actor} failed: ${(cause as Error)?.message ?? cause}`)
+  }
+}
+
+// KEYS mailbox, lease; ARGV group, holder, entry ids (maybe none). Acknowledges and deletes the finished
+// entries, lets go of the lease and says how much mail is left: the end of an actor's turn, in one call.
+export const finishAndRelease = defineScript(`
+if #ARGV > 2 then
+  redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 3))
+  redis.call('XDEL', KEYS[1], unpack(ARGV, 3))
+end
+if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
+return redis.call('XLEN', KEYS[1])`)
+
+/**
+ * One transaction for the batch: fences every actor, then applies each actor's commands in order, the
+ * actors side by side (their statements pipelined on the one connection), and records them as
+ * applied in one statement. Throws `BatchFailed`, having changed nothing, if any command fails.
+ */
+export async function applyBatch(sql: Sql, clock: Clock, kinds: ActorKinds, actors: BatchActor[]): Promise<BatchOutcome> {
+  // One order for every batch, so two batches' fence upserts never wait on each other in a cycle.
+  const held = [...actors].sort((a, b) => (a.actor < b.actor ? -1 : a.actor > b.actor ? 1 : 0))
+  return sql.begin(async tx => {
+    const now = clock.now()
+    // Only a redelivery or a command whose id the sender chose can have been applied before; a fresh
+    // random id cannot, and should one ever repeat, the primary key refuses it.
+    const repeatable = held.flatMap(h => h.commands.filter(c => c.mayRepeat).map(c => [h.actor, c.commandId] as const))
+    const [fences, previous] = await Promise.all([
+      // Each actor's clock moves past its last command; its n commands here get n successive milliseconds.
+      tx<{ actor: string; at: Date }[]>`
+        insert into actor_fences (actor, token, last_at)
+        select actor, token, ${now}::timestamptz + (n - 1) * interval '1 millisecond'
+        from unnest(${held.map(h => h.actor)}::text[], ${held.map(h => h.token)}::bigint[], ${held.map(h => h.commands.length)}::int[]) as w(actor, token, n)
+        on conflict (actor) do update
+          set token = excluded.token,
+              last_at = greatest(excluded.last_at, actor_fences.last_at + (excluded.last_at - ${now}::timestamptz) + interval '1 millisecond')
+          where actor_fences.token <= excluded.token
+        returning actor, last_at as at
+      `,
+      repeatable.length === 0
+        ? []
+        : // One index probe per command (the lateral limit keeps the planner from a hash join over the table).
+          tx<{ actor: string; commandId: string; entryId: string; requestHash: string | null; result: unknown }[]>`
+            select c.actor, c.command_id as "commandId", a.entry_id as "entryId", encode(a.request_hash, 'hex') as "requestHash", a.result
+            from unnest(${repeatable.map(c => c[0])}::text[], ${repeatable.map(c => c[1])}::text[]) as c(actor, command_id)
+            cross join lateral (
+              select entry_id, request_hash, result from actor_applied
+              where actor = c.actor and command_id = c.command_id
+              limit 1
+            ) as a
+          `,
+    ])
+    const lastAt = new Map(fences.map(row => [row.actor, row.at.getTime()]))
+    const seen = new Map<string, { entryId: string; requestHash: string | null; result: unknown }>()
+    for (const row of previous) seen.set(`${row.actor}\n${row.commandId}`, row)
+
+    const fresh: AppliedRecord[] = []
+    const applied = new Map<string, Applied[]>()
+    let failed: string | undefined
+    const settled = await Promise.allSettled(
+      held.map(async h => {
+        try {
+          const last = lastAt.get(h.actor)
+          if (last === undefined) return
+          const list: Applied[] = []
+          for (const [i, command] of h.commands.entries()) {
+            if (failed) return
+            const at = new Date(last - (h.commands.length - 1 - i))
+            const handler = kinds[h.kind]?.[command.type]
+            if (!handler) throw new Error(`no handler for ${h.kind} command ${command.type}`)
+            const payload = command.payload()
+            const { commandId, entryId, requestHash } = command
+            const context: CommandContext = { actor: h.actor, id: h.actor.slice(h.kind.length + 1), commandId, at }
+            const before = seen.get(`${h.actor}\n${commandId}`)
+            if (before) {
+              const reused = requestHash !== null && before.requestHash !== null && before.requestHash !== requestHash
+              list.push({ handler, context, payload, ...repeatOf(before, entryId, reused) })
+              continue
+            }
+            const result = await handler.apply(tx, payload, context)
+            seen.set(`${h.actor}\n${commandId}`, { entryId, requestHash, result })
+            if (command.record) fresh.push({ actor: h.actor, commandId, entryId, requestHash, result: result ?? null, at })
+            list.push({ handler, result, project: true, context, payload })
+          }
+          applied.set(h.actor, list)
+        } catch (error) {
+          // The first to fail is the culprit; the others fail after it (the transaction is aborted).
+          failed ??= h.actor
+          throw error
+        }
+      }),
+    )
+    const rejected = settled.find(s => s.status === 'rejected')
+    if (rejected) throw new BatchFailed(failed!, (rejected as PromiseRejectedResult).reason)
+    if (fresh.length > 0) await recordApplied(tx, fresh)
+
+    const fenced = new Map<string, number>()
+    const outdated = held.filter(h => !lastAt.has(h.actor)).map(h => h.actor)
+    if (outdated.length > 0) {
+      const rows = await tx<{ actor: string; token: number }[]>`
+        select actor, token from actor_fences where actor = any(${outdated}::text[])
+      `
+      for (const row of rows) fenced.set(row.actor, Number(row.token))
+    }
+    return { applied, fenced }
+  })
+}
+
+interface AppliedRecord {
+  actor: string
+  commandId: string
+  entryId: string
+  requestHash: string | null
+  result: unknown
+  at: Date
+}
+
+/** Records a batch's new commands as applied, with their results: one statement. */
+async function recordApplied(tx: TxSql, rows: AppliedRecord[]) {
+  await tx`
+    insert into actor_applied (actor, command_id, entry_id, request_hash, result, applied_at)
+    select r.actor, r."commandId", r."entryId", decode(r."requestHash", 'hex'), coalesce(r.result, 'null'::jsonb), r.at
+    from jsonb_to_recordset(${JSON.stringify(rows)}::text::jsonb)
+      as r(actor text, "commandId" text, "entryId" text, "requestHash" text, result jsonb, at timestamptz)
+  `
+}
+
+/**
+ * The answer to a command id applied before: refused if the id came with another request; else the
+ * first result, projected again only for the same entry (its holder died before acknowledging it).
+ * Another entry with an old id is a repeat sent later; projecting it would undo newer state.
+ */
+export function repeatOf(previous: { entryId: string; result: unknown } | undefined, entryId: string, reused: boolean) {
+  if (reused) return { result: { refused: 'idempotency_key_reused' } as unknown, project: false }
+  return { result: previous?.result ?? null, project: previous?.entryId === entryId }
+}
