@@ -25,6 +25,7 @@ const Env = T.Object({
   SHUTDOWN_TIMEOUT_MS: T.Integer({ minimum: 0, default: 10000 }),
   INVOICE_EVERY_MS: T.Integer({ minimum: 1000, default: 3_600_000 }),
   QUEUE_LOCK_MS: T.Integer({ minimum: 1000, default: 30_000 }),
+  ACTORS_INLINE: T.Union([T.Literal('on'), T.Literal('off')], { default: 'on' }),
 })
 
 const RateRule = T.Object(
@@ -85,6 +86,8 @@ export interface Config {
   invoiceEveryMs: number
   /** How long a worker's hold on a job lasts; a dead worker's jobs return to the queue after it. */
   queueLockMs: number
+  /** Whether an API process applies the commands of idle actors itself instead of through their mailboxes. */
+  actorsInline: boolean
 }
 
 /** A configuration problem worth one line on stderr and a non-zero exit. */
@@ -159,6 +162,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
     invoiceEveryMs: e.INVOICE_EVERY_MS,
     queueLockMs: e.QUEUE_LOCK_MS,
+    actorsInline: e.ACTORS_INLINE === 'on',
   }
 }
 

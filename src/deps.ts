@@ -11,6 +11,8 @@ import { createKeyCache } from './auth/key-cache.ts'
 import { createAuthenticator, type Authenticator } from './auth/authenticator.ts'
 import { createRateLimiter, type RateLimiter } from './rate-limit/token-bucket.ts'
 import { createDispatcher, type Dispatcher } from './actors/dispatcher.ts'
+import { createInlineRunner } from './actors/inline.ts'
+import { actorKinds } from './actors/kinds.ts'
 import { createInboxReader, type InboxReader } from './conversations/inbox.ts'
 import { createQueues, type Queues } from './queues.ts'
 import { createEventHub, type EventHub } from './events/hub.ts'
@@ -61,7 +63,13 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const keyCache = await createKeyCache({ sql, redis, pubsub, channel: keys.channels.keyRevoked, clock, log })
   const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache)
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
-  const dispatcher = await createDispatcher({ redis, pubsub, keys })
+  // Commands of idle actors are applied here, in batches whose Redis calls share writes on a connection
+  // of their own with auto-pipelining; busy actors' commands go to their mailboxes for the runtimes.
+  const inlineRedis = config.actorsInline ? redis.duplicate({ enableAutoPipelining: true }) : undefined
+  const inline = inlineRedis
+    ? createInlineRunner({ sql, redis: inlineRedis, keys, clock, log, kinds: actorKinds({ sql, redis: inlineRedis, keys, clock, log }) })
+    : undefined
+  const dispatcher = await createDispatcher({ redis, pubsub, keys, inline })
   const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock })
   const queues = createQueues(config, keys, log)
   const events = await createEventHub({ redis, pubsub, keys, log })
@@ -88,6 +96,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
       await queues.close()
       await inboxes.close()
       await dispatcher.close()
+      await inlineRedis?.quit().catch(() => inlineRedis.disconnect())
       await keyCache.close()
       await pubsub.close()
       await redis.quit().catch(() => redis.disconnect())

@@ -1,17 +1,7 @@
-/** The actor runtime with every kind this service has: agents (conversations, service requests) and organizations (context). */
+/** The actor runtime with every kind this service has (`src/actors/kinds.ts`). */
 import type { Deps } from '../src/deps.ts'
 import { startActorRuntime, type ActorRuntime, type ActorRuntimeOptions } from '../src/actors/runtime.ts'
-import type { ActorKinds } from '../src/actors/types.ts'
-import { conversationCommands } from '../src/conversations/commands.ts'
-import { serviceRequestCommands } from '../src/service-requests/commands.ts'
-import { contextCommands } from '../src/context/commands.ts'
-
-export function actorKinds(deps: Deps): ActorKinds {
-  return {
-    agent: { ...conversationCommands(deps), ...serviceRequestCommands(deps) },
-    org: contextCommands(deps),
-  }
-}
+import { actorKinds } from '../src/actors/kinds.ts'
 
 export function startActors(
   deps: Deps,

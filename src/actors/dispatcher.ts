@@ -4,6 +4,7 @@ import type { Redis } from '../redis.ts'
 import type { PubSub } from '../pubsub.ts'
 import type { Keys } from '../keys.ts'
 import { errors } from '../errors.ts'
+import type { InlineRunner } from './inline.ts'
 
 export interface SendOptions {
   /** Repeats with one id are applied once (derive it from an Idempotency-Key); random by default. */
@@ -13,7 +14,7 @@ export interface SendOptions {
 }
 
 export interface Dispatcher {
-  /** Queues a command; resolves once it is in the mailbox, not when it is applied. */
+  /** Sends a command; resolves once it is in the mailbox, or applied when this process applied it (an idle actor). */
   tell(actor: string, type: string, payload: unknown, options?: SendOptions): Promise<string>
   /** Queues a command and resolves with its result; 503 `unavailable` after the timeout (it is still applied once). */
   ask<Result>(actor: string, type: string, payload: unknown, options?: SendOptions & { timeoutMs?: number }): Promise<Result>
@@ -28,6 +29,8 @@ export async function createDispatcher(options: {
   pubsub: PubSub
   keys: Keys
   defaultTimeoutMs?: number
+  /** Applies the commands of idle actors here and now; without it every command goes to a mailbox. */
+  inline?: InlineRunner
 }): Promise<Dispatcher> {
   const { redis, pubsub, keys } = options
   // Commands go out on a connection of their own with auto-pipelining: concurrent requests share writes.
@@ -69,8 +72,27 @@ export async function createDispatcher(options: {
     return commandId
   }
 
+  /** Applied here if the actor is idle, else mailed; either way after what this process gave the actor before. */
+  const viaInline = (actor: string, type: string, payload: unknown, sendOptions: SendOptions, ask: string) => {
+    const commandId = sendOptions.commandId ?? randomUUID()
+    const command = {
+      type,
+      payload,
+      commandId,
+      chosen: sendOptions.commandId !== undefined,
+      requestHash: sendOptions.requestHash?.toString('hex') ?? null,
+    }
+    return options.inline!.ask(actor, command, () => send(actor, type, payload, { ...sendOptions, commandId }, ask))
+  }
+  const inlined = (actor: string, type: string) => options.inline?.serves(actor, type) ?? false
+
   return {
-    tell: (actor, type, payload, sendOptions = {}) => send(actor, type, payload, sendOptions, ''),
+    async tell(actor, type, payload, sendOptions = {}) {
+      if (!inlined(actor, type)) return send(actor, type, payload, sendOptions, '')
+      const commandId = sendOptions.commandId ?? randomUUID()
+      await viaInline(actor, type, payload, { ...sendOptions, commandId }, '')
+      return commandId
+    },
     async ask<Result>(actor: string, type: string, payload: unknown, sendOptions: SendOptions & { timeoutMs?: number } = {}) {
       const ask = randomUUID()
       const timeoutMs = sendOptions.timeoutMs ?? options.defaultTimeoutMs ?? 10_000
@@ -92,14 +114,18 @@ export async function createDispatcher(options: {
           },
         })
       })
-      try {
-        await send(actor, type, payload, sendOptions, ask)
-      } catch (error) {
-        waiting.get(ask)?.reject(error)
-      }
+      // Sent before returning when not inlined: an ask followed by a tell reaches the mailbox in that order.
+      const sent = inlined(actor, type) ? viaInline(actor, type, payload, sendOptions, ask) : send(actor, type, payload, sendOptions, ask)
+      sent.then(
+        answer => {
+          if (typeof answer === 'object') waiting.get(ask)?.resolve(answer.result)
+        },
+        error => waiting.get(ask)?.reject(error),
+      )
       return result
     },
     async close() {
+      await options.inline?.close()
       for (const waiter of waiting.values()) waiter.reject(errors.unavailable('Shutting down'))
       waiting.clear()
       await stop()

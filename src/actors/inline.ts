@@ -1,0 +1,266 @@
+/**
+ * Commands of idle actors applied by the process that sends them. An actor with no holder and no mail
+ * is taken under its lease right here and its command applied in a batch transaction shared with the
+ * other idle actors' commands of the moment (the runtime's `applyBatch`), with no mailbox entry, no
+ * runtime hop and no reply message. An actor that is held or has mail is `busy`: the command goes to
+ * its mailbox, behind what is there, so each actor's commands still apply one at a time, in order.
+ */
+import { randomUUID } from 'node:crypto'
+import { isConnectionError, type Sql } from '../db.ts'
+import { defineScript, type Redis } from '../redis.ts'
+import type { Keys } from '../keys.ts'
+import type { Clock } from '../clock.ts'
+import { errorFields, type Log } from '../log.ts'
+import { errors } from '../errors.ts'
+import { raiseFence, renewLease } from './lease.ts'
+import { applyBatch, finishAndRelease, type Applied, type BatchOutcome } from './batch.ts'
+import { isRefusal, type ActorKinds } from './types.ts'
+
+export interface InlineCommand {
+  type: string
+  payload: unknown
+  commandId: string
+  /** The sender chose the id (an Idempotency-Key): it may come again and is recorded as applied. */
+  chosen: boolean
+  requestHash: string | null
+}
+
+/** What became of a command: its result, or `mailed` (its actor was busy; it is in the mailbox now). */
+export type InlineAnswer = { result: unknown } | 'mailed'
+
+export interface InlineRunner {
+  /** Whether commands of this type for this actor are applied here. */
+  serves(actor: string, type: string): boolean
+  /**
+   * Applies the command if its actor is idle, else hands it to `toMailbox` (which sends it to the
+   * actor's mailbox), always after the commands this process gave it before for that actor.
+   */
+  ask(actor: string, command: InlineCommand, toMailbox: () => Promise<unknown>): Promise<InlineAnswer>
+  /** Takes no more commands (they go to the mailboxes) and waits for those under way. */
+  close(): Promise<void>
+}
+
+export interface InlineOptions {
+  sql: Sql
+  redis: Redis
+  keys: Keys
+  kinds: ActorKinds
+  clock: Clock
+  log: Log
+  leaseMs?: number
+  /** Actors in one batch transaction. */
+  batchActors?: number
+  /** Batches in flight at once: while one is in its transaction, the next gathers. */
+  batches?: number
+}
+
+// KEYS lease, fence, mailbox; ARGV holder, ms. Takes the lease and draws the fencing token, but only of
+// an actor with no mail: a command must not overtake one queued before it.
+const enter = defineScript(`
+if redis.call('XLEN', KEYS[3]) > 0 then return false end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+return redis.call('INCR', KEYS[2])`)
+
+interface Pending {
+  command: InlineCommand
+  toMailbox(): Promise<unknown>
+  resolve(answer: InlineAnswer): void
+  reject(error: unknown): void
+}
+
+/** Sends an actor's commands to its mailbox, one after another: their order is the actor's. */
+async function mail(pending: Pending[]) {
+  for (const p of pending) await p.toMailbox().then(() => p.resolve('mailed'), p.reject)
+}
+
+interface Hold {
+  actor: string
+  kind: string
+  token: number
+  pending: Pending[]
+}
+
+const mailboxGroup = 'actor'
+
+export function createInlineRunner(options: InlineOptions): InlineRunner {
+  const { sql, redis, keys, kinds, clock, log } = options
+  const leaseMs = options.leaseMs ?? 10_000
+  const batchActors = options.batchActors ?? 256
+  const batches = options.batches ?? 2
+  const holder = `inline:${randomUUID()}`
+  /** Commands waiting for a batch, by actor, in the order they came. */
+  const queued = new Map<string, Pending[]>()
+  /** Actors in a running batch: their next commands wait for it to end. */
+  const working = new Set<string>()
+  const running = new Set<Promise<void>>()
+  let scheduled = false
+  let closed = false
+
+  const schedule = () => {
+    if (scheduled || closed || running.size >= batches) return
+    scheduled = true
+    setImmediate(flush)
+  }
+
+  const flush = () => {
+    scheduled = false
+    while (running.size < batches) {
+      const batch = new Map<string, Pending[]>()
+      for (const [actor, pending] of queued) {
+        if (working.has(actor)) continue
+        queued.delete(actor)
+        working.add(actor)
+        batch.set(actor, pending)
+        if (batch.size >= batchActors) break
+      }
+      if (batch.size === 0) return
+      const run = work(batch).finally(() => {
+        for (const actor of batch.keys()) working.delete(actor)
+        running.delete(run)
+        if (queued.size > 0) schedule()
+      })
+      running.add(run)
+    }
+  }
+
+  const release = (actor: string) => {
+    const k = keys.actor(actor)
+    return finishAndRelease(redis, [k.mailbox, k.lease], [mailboxGroup, holder]).then(
+      async left => {
+        // Mail sent while this process held the actor: a runtime that found it held is told to look again.
+        if (Number(left) > 0) await redis.xadd(keys.actorsReady, '*', 'actor', actor)
+      },
+      error => log.warn('inline actor release failed; the lease runs out', { actor, ...errorFields(error) }),
+    )
+  }
+
+  const work = async (batch: Map<string, Pending[]>): Promise<void> => {
+    const actors = [...batch.keys()]
+    const entered = await Promise.allSettled(
+      actors.map(actor => {
+        const k = keys.actor(actor)
+        return enter(redis, [k.lease, k.fence, k.mailbox], [holder, leaseMs])
+      }),
+    )
+    const holds: Hold[] = []
+    const busy: Pending[][] = []
+    actors.forEach((actor, i) => {
+      const settled = entered[i]!
+      const pending = batch.get(actor)!
+      // Held, with mail, or Redis failing: the mailbox path takes it (and reports an outage itself).
+      if (settled.status === 'rejected' || settled.value === null) busy.push(pending)
+      else holds.push({ actor, kind: actor.slice(0, actor.indexOf(':')), token: Number(settled.value), pending })
+    })
+    // The actor stays in `working` until its commands are in the mailbox: none sent later overtakes them.
+    const mailed = Promise.all(busy.map(mail))
+    if (holds.length === 0) return void (await mailed)
+
+    let outcome: BatchOutcome
+    try {
+      outcome = await applyBatch(
+        sql,
+        clock,
+        kinds,
+        holds.map(h => ({
+          actor: h.actor,
+          kind: h.kind,
+          token: h.token,
+          commands: h.pending.map(({ command }) => ({
+            commandId: command.commandId,
+            // Each sending of a chosen id is its own "entry": a repeat is answered, never projected again.
+            entryId: command.chosen ? `inline:${randomUUID()}` : command.commandId,
+            type: command.type,
+            payload: () => command.payload,
+            requestHash: command.requestHash,
+            mayRepeat: command.chosen,
+            record: command.chosen,
+          })),
+        })),
+      )
+    } catch (error) {
+      await Promise.all(holds.map(h => release(h.actor)))
+      if (isConnectionError(error)) {
+        // The commit may or may not have happened: answer as for any outage, never apply it again.
+        log.warn('inline actor batch failed', { actors: holds.length, ...errorFields(error) })
+        const unavailable = errors.unavailable('The command could not be applied; it may have been')
+        for (const h of holds) for (const p of h.pending) p.reject(unavailable)
+      } else {
+        // Rolled back: the runtime's careful path tells the failing command from the others.
+        log.debug('inline actor batch rolled back; its commands go to the mailboxes', { actors: holds.length, ...errorFields(error) })
+        await Promise.all(holds.map(h => mail(h.pending)))
+      }
+      return void (await mailed)
+    }
+
+    await Promise.all(
+      holds.map(async h => {
+        const newest = outcome.fenced.get(h.actor)
+        const applied = outcome.applied.get(h.actor)
+        if (newest !== undefined || !applied) {
+          // Redis lost the fence counter and handed out an old token: lift it, and let the mailbox path apply.
+          if (newest !== undefined) await raiseFence({ redis, keys }, h.actor, newest).catch(() => {})
+          await release(h.actor)
+          return mail(h.pending)
+        }
+        await project(h.actor, applied)
+        h.pending.forEach((p, i) => p.resolve({ result: applied[i]!.result }))
+        await release(h.actor)
+      }),
+    )
+    await mailed
+  }
+
+  /**
+   * The projections, in order, while the lease is held. One that fails (Redis away) is tried again
+   * with the lease renewed, so no later command's projection can overtake it; should the lease be
+   * lost meanwhile, a newer holder owns the projected state and this one gives up.
+   */
+  const project = async (actor: string, applied: Applied[]) => {
+    let i = 0
+    let delay = 100
+    for (;;) {
+      try {
+        for (; i < applied.length; i++) {
+          const command = applied[i]!
+          if (command.project && !isRefusal(command.result)) {
+            await command.handler?.project?.(command.result, command.payload, command.context)
+          }
+        }
+        return
+      } catch (error) {
+        log.warn('inline actor projection failed; retrying', { actor, ...errorFields(error) })
+        await Bun.sleep(delay)
+        delay = Math.min(delay * 2, leaseMs / 4)
+        const kept = await renewLease({ redis, keys }, actor, holder, leaseMs).catch(() => null)
+        if (kept === false || closed) {
+          log.error('inline actor projection given up', { actor, reason: closed ? 'shutting down' : 'lease lost' })
+          return
+        }
+      }
+    }
+  }
+
+  return {
+    serves: (actor, type) => kinds[actor.slice(0, actor.indexOf(':'))]?.[type] !== undefined,
+    ask(actor, command, toMailbox) {
+      if (closed && !working.has(actor) && !queued.has(actor)) return toMailbox().then(() => 'mailed' as const)
+      return new Promise<InlineAnswer>((resolve, reject) => {
+        const list = queued.get(actor)
+        const pending = { command, toMailbox, resolve, reject }
+        if (list) list.push(pending)
+        else queued.set(actor, [pending])
+        schedule()
+      })
+    },
+    async close() {
+      closed = true
+      while (running.size > 0 || queued.size > 0) {
+        await Promise.allSettled([...running])
+        // Commands that wait behind a batch go to the mailboxes, each actor's in order.
+        const waiting = [...queued.values()]
+        queued.clear()
+        await Promise.all(waiting.map(mail))
+      }
+    },
+  }
+}

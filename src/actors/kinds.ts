@@ -1,0 +1,14 @@
+/** Every kind of actor this service has: agents (conversations, service requests) and organizations (context). */
+import type { Sql } from '../db.ts'
+import type { NotifyDeps } from '../events/notify.ts'
+import { conversationCommands } from '../conversations/commands.ts'
+import { serviceRequestCommands } from '../service-requests/commands.ts'
+import { contextCommands } from '../context/commands.ts'
+import type { ActorKinds } from './types.ts'
+
+export function actorKinds(deps: NotifyDeps & { sql: Sql }): ActorKinds {
+  return {
+    agent: { ...conversationCommands(deps), ...serviceRequestCommands(deps) },
+    org: contextCommands(deps),
+  }
+}

@@ -1,0 +1,246 @@
+/** Commands of idle actors applied by their sender: order with the mailbox, exactly once, and every way back to the runtime. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { randomUUID } from 'node:crypto'
+import { startActorRuntime, type ActorRuntime } from '../src/actors/runtime.ts'
+import { createInlineRunner, type InlineRunner } from '../src/actors/inline.ts'
+import { createDispatcher, type Dispatcher } from '../src/actors/dispatcher.ts'
+import { acquireLease, releaseLease } from '../src/actors/lease.ts'
+import type { ActorKinds } from '../src/actors/types.ts'
+import { AppError } from '../src/errors.ts'
+import { createTestContext, type TestContext } from './helpers/context.ts'
+
+let ctx: TestContext
+let inline: InlineRunner
+let dispatcher: Dispatcher
+const runtimes: ActorRuntime[] = []
+const projected: string[] = []
+/** Command ids whose effect fails once (a bug, not an outage). */
+const failOnce = new Set<string>()
+/** Actors whose next projection fails this many times. */
+const projectionFailures = new Map<string, number>()
+/** Payload n whose effect waits for the test. */
+const gates = new Map<number, Promise<void>>()
+
+const kinds: ActorKinds = {
+  log: {
+    append: {
+      async apply(tx, payload: { n: number }, { id, commandId }) {
+        await gates.get(payload.n)
+        if (failOnce.delete(commandId)) throw new Error('a bug that goes away')
+        await tx`insert into actor_log (actor, n) values (${id}, ${payload.n})`
+        const [row] = await tx<{ count: number }[]>`select count(*)::int as count from actor_log where actor = ${id}`
+        return { count: row!.count }
+      },
+      async project(_result, payload: { n: number }, { id }) {
+        const left = projectionFailures.get(id) ?? 0
+        if (left > 0) {
+          projectionFailures.set(id, left - 1)
+          throw new Error('Connection is closed.')
+        }
+        projected.push(`${id}:${payload.n}`)
+      },
+    },
+  },
+}
+
+const appended = async (actor: string) =>
+  (await ctx.deps.sql<{ n: number }[]>`select n from actor_log where actor = ${actor} order by seq`).map(row => row.n)
+
+const mailed = async (actor: string) => (await ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${actor}`).mailbox)) > 0
+
+async function runtime() {
+  const { sql, redis, keys, clock, log } = ctx.deps
+  const started = await startActorRuntime({ sql, redis, keys, clock, log, kinds, leaseMs: 600, claimIdleMs: 400 })
+  runtimes.push(started)
+  return started
+}
+
+async function until(check: () => Promise<boolean>, ms = 15_000) {
+  const deadline = Date.now() + ms
+  while (Date.now() < deadline) {
+    if (await check()) return
+    await Bun.sleep(20)
+  }
+  throw new Error('condition not met in time')
+}
+
+beforeAll(async () => {
+  ctx = await createTestContext()
+  await ctx.deps.sql`create table actor_log (seq bigserial primary key, actor text not null, n integer not null)`
+  const { sql, redis, keys, clock, log, pubsub } = ctx.deps
+  inline = createInlineRunner({ sql, redis, keys, clock, log, kinds, leaseMs: 2000 })
+  dispatcher = await createDispatcher({ redis, pubsub, keys, inline })
+})
+afterAll(async () => {
+  for (const r of runtimes) await r.stop().catch(() => {})
+  await dispatcher.close()
+  await ctx.close()
+})
+
+describe('commands applied by their sender', () => {
+  test('an idle actor’s command is applied at once, with no mailbox entry and no runtime', async () => {
+    const actor = randomUUID()
+    expect(await dispatcher.ask(`log:${actor}`, 'append', { n: 1 })).toEqual({ count: 1 })
+    expect(await appended(actor)).toEqual([1])
+    expect(projected).toContain(`${actor}:1`)
+    expect(await ctx.deps.redis.exists(ctx.deps.keys.actor(`log:${actor}`).mailbox)).toBe(0)
+    // The lease is let go: the actor is idle again.
+    expect(await ctx.deps.redis.exists(ctx.deps.keys.actor(`log:${actor}`).lease)).toBe(0)
+  })
+
+  test('many actors’ commands share one transaction; each actor’s stay in the order they were sent', async () => {
+    const actors = Array.from({ length: 20 }, () => randomUUID())
+    const answers = await Promise.all(
+      actors.flatMap(actor => Array.from({ length: 5 }, (_, n) => dispatcher.ask<{ count: number }>(`log:${actor}`, 'append', { n }))),
+    )
+    expect(answers.map(a => a.count)).toEqual(actors.flatMap(() => [1, 2, 3, 4, 5]))
+    for (const actor of actors) expect(await appended(actor)).toEqual([0, 1, 2, 3, 4])
+    const fences = await ctx.deps.sql`select count(*)::int as n from actor_fences where actor = any(${actors.map(a => `log:${a}`)})`
+    expect(fences[0]!.n).toBe(20)
+  })
+
+  test('a held actor’s command goes to its mailbox, behind what is there, and the runtime applies it', async () => {
+    const actor = randomUUID()
+    const holder = randomUUID()
+    expect(await acquireLease(ctx.deps, `log:${actor}`, holder, 5000)).not.toBeNull()
+    const first = dispatcher.ask<{ count: number }>(`log:${actor}`, 'append', { n: 1 })
+    await until(() => mailed(actor))
+    // Idle now but with mail: the next command must not overtake the one in the mailbox.
+    await releaseLease(ctx.deps, `log:${actor}`, holder)
+    const second = dispatcher.ask<{ count: number }>(`log:${actor}`, 'append', { n: 2 })
+    await until(() => ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${actor}`).mailbox).then(n => n === 2))
+    const r = await runtime()
+    expect(await first).toEqual({ count: 1 })
+    expect(await second).toEqual({ count: 2 })
+    expect(await appended(actor)).toEqual([1, 2])
+    expect(r.stats().batchedCommands + r.stats().singleCommands).toBe(2)
+    await r.stop()
+  })
+
+  test('commands that wait behind a mailed one follow it to the mailbox in order', async () => {
+    const actor = randomUUID()
+    const holder = randomUUID()
+    await acquireLease(ctx.deps, `log:${actor}`, holder, 5000)
+    const sent = Array.from({ length: 6 }, (_, n) => dispatcher.tell(`log:${actor}`, 'append', { n }))
+    await Promise.all(sent)
+    await releaseLease(ctx.deps, `log:${actor}`, holder)
+    const r = await runtime()
+    await until(async () => (await appended(actor)).length === 6)
+    expect(await appended(actor)).toEqual([0, 1, 2, 3, 4, 5])
+    await r.stop()
+  })
+
+  test('a command sent while the actor is in this process’s batch waits for it, then applies in order', async () => {
+    const actor = randomUUID()
+    let open!: () => void
+    gates.set(1001, new Promise<void>(resolve => (open = resolve)))
+    const first = dispatcher.ask<{ count: number }>(`log:${actor}`, 'append', { n: 1001 })
+    await Bun.sleep(50)
+    const second = dispatcher.ask<{ count: number }>(`log:${actor}`, 'append', { n: 1002 })
+    await Bun.sleep(50)
+    open()
+    expect(await first).toEqual({ count: 1 })
+    expect(await second).toEqual({ count: 2 })
+    expect(await appended(actor)).toEqual([1001, 1002])
+    expect(await mailed(actor)).toBe(false)
+  })
+
+  test('a sender-chosen id is applied once; a repeat gets the first result and is not projected again', async () => {
+    const actor = randomUUID()
+    const commandId = `key-${randomUUID()}`
+    const first = await dispatcher.ask(`log:${actor}`, 'append', { n: 7 }, { commandId, requestHash: Buffer.from('aa', 'hex') })
+    await dispatcher.ask(`log:${actor}`, 'append', { n: 8 })
+    const again = await dispatcher.ask(`log:${actor}`, 'append', { n: 7 }, { commandId, requestHash: Buffer.from('aa', 'hex') })
+    expect(first).toEqual({ count: 1 })
+    expect(again).toEqual({ count: 1 })
+    expect(await appended(actor)).toEqual([7, 8])
+    expect(projected.filter(p => p === `${actor}:7`).length).toBe(1)
+    const reused = await dispatcher.ask(`log:${actor}`, 'append', { n: 9 }, { commandId, requestHash: Buffer.from('bb', 'hex') })
+    expect(reused).toEqual({ refused: 'idempotency_key_reused' })
+    // Only the chosen id is recorded; a random one cannot come again.
+    const [recorded] = await ctx.deps.sql`select count(*)::int as n from actor_applied where actor = ${`log:${actor}`}`
+    expect(recorded!.n).toBe(1)
+  })
+
+  test('a batch that fails is rolled back and its commands go to the mailboxes; the runtime applies each once', async () => {
+    const good = randomUUID()
+    const bad = randomUUID()
+    const commandId = `fails-once-${randomUUID()}`
+    failOnce.add(commandId)
+    const answers = Promise.all([
+      dispatcher.ask(`log:${good}`, 'append', { n: 1 }),
+      dispatcher.ask(`log:${bad}`, 'append', { n: 2 }, { commandId }),
+    ])
+    await until(async () => (await mailed(good)) && (await mailed(bad)))
+    expect(await appended(good)).toEqual([])
+    const r = await runtime()
+    expect(await answers).toEqual([{ count: 1 }, { count: 1 }])
+    expect(await appended(good)).toEqual([1])
+    expect(await appended(bad)).toEqual([2])
+    await r.stop()
+  })
+
+  test('a fencing token Redis lost is lifted past what Postgres saw, and the command still applies once', async () => {
+    const actor = randomUUID()
+    await dispatcher.ask(`log:${actor}`, 'append', { n: 1 })
+    await ctx.deps.sql`update actor_fences set token = token + 100 where actor = ${`log:${actor}`}`
+    const answer = dispatcher.ask(`log:${actor}`, 'append', { n: 2 })
+    await until(() => mailed(actor))
+    const [fence] = await ctx.deps.sql<{ token: string }[]>`select token from actor_fences where actor = ${`log:${actor}`}`
+    expect(Number(await ctx.deps.redis.get(ctx.deps.keys.actor(`log:${actor}`).fence))).toBeGreaterThanOrEqual(Number(fence!.token))
+    const r = await runtime()
+    expect(await answer).toEqual({ count: 2 })
+    expect(await appended(actor)).toEqual([1, 2])
+    await r.stop()
+  })
+
+  test('a projection that fails is retried under the lease before the answer and before anything newer', async () => {
+    const actor = randomUUID()
+    projectionFailures.set(actor, 2)
+    const first = dispatcher.ask(`log:${actor}`, 'append', { n: 1 })
+    const second = dispatcher.ask(`log:${actor}`, 'append', { n: 2 })
+    expect(await first).toEqual({ count: 1 })
+    expect(await second).toEqual({ count: 2 })
+    expect(projected.filter(p => p.startsWith(`${actor}:`))).toEqual([`${actor}:1`, `${actor}:2`])
+  })
+
+  test('closing sends what waits to the mailboxes and applies nothing more here', async () => {
+    const { sql, redis, keys, clock, log, pubsub } = ctx.deps
+    const own = createInlineRunner({ sql, redis, keys, clock, log, kinds, leaseMs: 2000 })
+    const closing = await createDispatcher({ redis, pubsub, keys, inline: own })
+    const actor = randomUUID()
+    let open!: () => void
+    gates.set(2001, new Promise<void>(resolve => (open = resolve)))
+    const first = closing.ask(`log:${actor}`, 'append', { n: 2001 })
+    await Bun.sleep(50)
+    const second = closing.tell(`log:${actor}`, 'append', { n: 2002 })
+    const closed = own.close()
+    open()
+    await closed
+    await second
+    expect(await first).toEqual({ count: 1 })
+    expect(await appended(actor)).toEqual([2001])
+    expect(await mailed(actor)).toBe(true)
+    const r = await runtime()
+    await until(async () => (await appended(actor)).length === 2)
+    expect(await appended(actor)).toEqual([2001, 2002])
+    await r.stop()
+    await closing.close()
+  })
+
+  test('with the database away the caller gets 503 unavailable and nothing is mailed', async () => {
+    const { redis, keys, clock, log, pubsub } = ctx.deps
+    const { createSql } = await import('../src/db.ts')
+    const away = createSql('postgres://postgres@127.0.0.1:1/none', { max: 1 })
+    const own = createInlineRunner({ sql: away, redis, keys, clock, log, kinds, leaseMs: 2000 })
+    const broken = await createDispatcher({ redis, pubsub, keys, inline: own })
+    const actor = randomUUID()
+    const failed = await broken.ask(`log:${actor}`, 'append', { n: 1 }).catch(e => e)
+    expect(failed).toBeInstanceOf(AppError)
+    expect((failed as AppError).code).toBe('unavailable')
+    expect(await mailed(actor)).toBe(false)
+    expect(await redis.exists(keys.actor(`log:${actor}`).lease)).toBe(0)
+    await broken.close()
+    await away.end({ timeout: 1 })
+  })
+})
