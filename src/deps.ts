@@ -46,6 +46,9 @@ export interface DepsOptions {
   sqlMax?: number
 }
 
+/** Batch transactions an API process runs at once for the commands of idle actors. */
+const inlineBatches = 2
+
 /** Opens every connection the API and workers need; `close` ends them in reverse order. */
 export async function createDeps(config: Config, options: DepsOptions = {}): Promise<Deps> {
   if (!config.databaseUrl) throw new Error('createDeps needs a database URL')
@@ -64,11 +67,23 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache)
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
   // Commands of idle actors are applied here, in batches whose Redis calls share writes on a connection
-  // of their own with auto-pipelining; busy actors' commands go to their mailboxes for the runtimes.
+  // of their own with auto-pipelining, and whose transactions have Postgres connections of their own
+  // (one per batch in flight): a batch never waits behind requests' queries, nor they behind it.
+  // Busy actors' commands go to their mailboxes for the runtimes.
   const inlineRedis = config.actorsInline ? redis.duplicate({ enableAutoPipelining: true }) : undefined
-  const inline = inlineRedis
-    ? createInlineRunner({ sql, redis: inlineRedis, keys, clock, log, kinds: actorKinds({ sql, redis: inlineRedis, keys, clock, log }) })
-    : undefined
+  const inlineSql = config.actorsInline ? createSql(config.databaseUrl, { max: inlineBatches }) : undefined
+  const inline =
+    inlineRedis && inlineSql
+      ? createInlineRunner({
+          sql: inlineSql,
+          redis: inlineRedis,
+          keys,
+          clock,
+          log,
+          batches: inlineBatches,
+          kinds: actorKinds({ sql, redis: inlineRedis, keys, clock, log }),
+        })
+      : undefined
   const dispatcher = await createDispatcher({ redis, pubsub, keys, inline })
   const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock })
   const queues = createQueues(config, keys, log)
@@ -97,6 +112,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
       await inboxes.close()
       await dispatcher.close()
       await inlineRedis?.quit().catch(() => inlineRedis.disconnect())
+      await inlineSql?.end({ timeout: 5 })
       await keyCache.close()
       await pubsub.close()
       await redis.quit().catch(() => redis.disconnect())

@@ -267,6 +267,42 @@ describe('under load', () => {
   })
 })
 
+describe('replies of many agents at once', () => {
+  test('share one statement; each lands in its own conversation, and one to a stranger is 404 alone', async () => {
+    const pairs = await Promise.all(Array.from({ length: 12 }, () => subscribedPair()))
+    for (const { agent, user } of pairs) expect((await send(user, agent, 'Anyone?')).status).toBe(201)
+    const stranger = await signUp(ctx)
+    const answers = await Promise.all([
+      ...pairs.map(({ agent, user }, i) => reply(agent, user.id, `answer ${i}`)),
+      reply(pairs[0]!.agent, stranger.id, 'Who are you?'),
+    ])
+    expect(answers.slice(0, 12).map(a => a.status)).toEqual(Array(12).fill(201))
+    expectError(answers[12]!, 404, 'not_found')
+    for (const [i, { agent, user }] of pairs.entries()) {
+      const history = await ctx.call('GET', `/v1/conversations/${agent.id}/messages`, { token: user.token })
+      expect(history.body.data.map((m: { text: string }) => m.text)).toEqual([`answer ${i}`, 'Anyone?'])
+      expect((await poll(agent)).body.data.pendingConversations).toEqual([])
+    }
+    const [strays] = await ctx.deps.sql`select count(*)::int as n from messages where user_id = ${stranger.id}`
+    expect(strays!.n).toBe(0)
+  })
+
+  test('a reply to a conversation that was not pending leaves the inbox alone and announces no change', async () => {
+    const { agent, user } = await subscribedPair()
+    await send(user, agent, 'One question')
+    expect((await poll(agent)).body.data.pendingConversations).toHaveLength(1)
+    const announced: string[] = []
+    const stop = await ctx.deps.pubsub.subscribe(ctx.deps.keys.channels.inboxChanged, id => announced.push(id))
+    expect((await reply(agent, user.id, 'First answer')).status).toBe(201)
+    expect((await reply(agent, user.id, 'And one more thing')).status).toBe(201)
+    await Bun.sleep(100)
+    await stop()
+    // The first reply ended the pending state; the second had nothing to change.
+    expect(announced.filter(id => id === agent.id)).toHaveLength(1)
+    expect((await poll(agent)).body.data.pendingConversations).toEqual([])
+  })
+})
+
 describe('the hot path', () => {
   test('a warm poll touches no Postgres: it still answers with the database gone', async () => {
     const own = await createTestContext({ actors: true })

@@ -73,7 +73,7 @@ return redis.call('XLEN', KEYS[1])`)
 export async function applyBatch(sql: Sql, clock: Clock, kinds: ActorKinds, actors: BatchActor[]): Promise<BatchOutcome> {
   // One order for every batch, so two batches' fence upserts never wait on each other in a cycle.
   const held = [...actors].sort((a, b) => (a.actor < b.actor ? -1 : a.actor > b.actor ? 1 : 0))
-  return sql.begin(async tx => {
+  return pipelinedTransaction(sql, async tx => {
     const now = clock.now()
     // Only a redelivery or a command whose id the sender chose can have been applied before; a fresh
     // random id cannot, and should one ever repeat, the primary key refuses it.
@@ -109,42 +109,46 @@ export async function applyBatch(sql: Sql, clock: Clock, kinds: ActorKinds, acto
 
     const fresh: AppliedRecord[] = []
     const applied = new Map<string, Applied[]>()
-    let failed: string | undefined
-    const settled = await Promise.allSettled(
-      held.map(async h => {
+    const fencedIn = held.filter(h => lastAt.has(h.actor))
+    for (const h of fencedIn) applied.set(h.actor, [])
+    const waves = Math.max(0, ...fencedIn.map(h => h.commands.length))
+    // Wave i holds the i-th command of every actor that has one: each actor's commands apply in order,
+    // and commands of one type in a wave can go to their handler together (`applyMany`).
+    for (let i = 0; i < waves; i++) {
+      const steps: Step[] = []
+      for (const h of fencedIn) {
+        const command = h.commands[i]
+        if (!command) continue
+        const list = applied.get(h.actor)!
+        const handler = kinds[h.kind]?.[command.type]
+        let payload: unknown
         try {
-          const last = lastAt.get(h.actor)
-          if (last === undefined) return
-          const list: Applied[] = []
-          for (const [i, command] of h.commands.entries()) {
-            if (failed) return
-            const at = new Date(last - (h.commands.length - 1 - i))
-            const handler = kinds[h.kind]?.[command.type]
-            if (!handler) throw new Error(`no handler for ${h.kind} command ${command.type}`)
-            const payload = command.payload()
-            const { commandId, entryId, requestHash } = command
-            const context: CommandContext = { actor: h.actor, id: h.actor.slice(h.kind.length + 1), commandId, at }
-            const before = seen.get(`${h.actor}\n${commandId}`)
-            if (before) {
-              const reused = requestHash !== null && before.requestHash !== null && before.requestHash !== requestHash
-              list.push({ handler, context, payload, ...repeatOf(before, entryId, reused) })
-              continue
-            }
-            const result = await handler.apply(tx, payload, context)
-            seen.set(`${h.actor}\n${commandId}`, { entryId, requestHash, result })
-            if (command.record) fresh.push({ actor: h.actor, commandId, entryId, requestHash, result: result ?? null, at })
-            list.push({ handler, result, project: true, context, payload })
-          }
-          applied.set(h.actor, list)
+          if (!handler) throw new Error(`no handler for ${h.kind} command ${command.type}`)
+          payload = command.payload()
         } catch (error) {
-          // The first to fail is the culprit; the others fail after it (the transaction is aborted).
-          failed ??= h.actor
-          throw error
+          throw new BatchFailed(h.actor, error)
         }
-      }),
-    )
-    const rejected = settled.find(s => s.status === 'rejected')
-    if (rejected) throw new BatchFailed(failed!, (rejected as PromiseRejectedResult).reason)
+        const { commandId, entryId, requestHash } = command
+        const at = new Date(lastAt.get(h.actor)! - (h.commands.length - 1 - i))
+        const context: CommandContext = { actor: h.actor, id: h.actor.slice(h.kind.length + 1), commandId, at }
+        const before = seen.get(`${h.actor}\n${commandId}`)
+        if (before) {
+          const reused = requestHash !== null && before.requestHash !== null && before.requestHash !== requestHash
+          list.push({ handler, context, payload, ...repeatOf(before, entryId, reused) })
+        } else {
+          steps.push({ actor: h.actor, command, handler, payload, context, result: undefined })
+        }
+      }
+      await applySteps(tx, steps)
+      for (const step of steps) {
+        const { actor, command, handler, payload, context, result } = step
+        seen.set(`${actor}\n${command.commandId}`, { entryId: command.entryId, requestHash: command.requestHash, result })
+        if (command.record) {
+          fresh.push({ actor, commandId: command.commandId, entryId: command.entryId, requestHash: command.requestHash, result: result ?? null, at: context.at })
+        }
+        applied.get(actor)!.push({ handler, result, project: true, context, payload })
+      }
+    }
     if (fresh.length > 0) await recordApplied(tx, fresh)
 
     const fenced = new Map<string, number>()
@@ -157,6 +161,84 @@ export async function applyBatch(sql: Sql, clock: Clock, kinds: ActorKinds, acto
     }
     return { applied, fenced }
   })
+}
+
+/**
+ * `sql.begin`, less one round trip: BEGIN goes out in the same write as the first statement instead of
+ * being waited for, on a connection of the pool reserved for the transaction.
+ */
+async function pipelinedTransaction<T>(sql: Sql, body: (tx: TxSql) => Promise<T>): Promise<T> {
+  const connection = await sql.reserve()
+  try {
+    // BEGIN fails only with the connection, which then fails every statement after it too.
+    const begun = Promise.resolve(connection`begin`.execute())
+    begun.catch(() => {})
+    let result: T
+    try {
+      result = await body(connection as unknown as TxSql)
+      await begun
+    } catch (error) {
+      await connection`rollback`.catch(() => {})
+      throw error
+    }
+    await connection`commit`
+    return result
+  } finally {
+    connection.release()
+  }
+}
+
+interface Step {
+  actor: string
+  command: BatchCommand
+  handler: CommandHandler
+  payload: unknown
+  context: CommandContext
+  result: unknown
+}
+
+/**
+ * Applies one wave's commands, all at once on the transaction's connection (their statements are
+ * pipelined); commands of one type go to `applyMany` together where the handler has it. Throws
+ * `BatchFailed` naming the actor whose command failed first.
+ */
+async function applySteps(tx: TxSql, steps: Step[]) {
+  const groups = new Map<CommandHandler, Step[]>()
+  for (const step of steps) {
+    const group = groups.get(step.handler)
+    if (group) group.push(step)
+    else groups.set(step.handler, [step])
+  }
+  let failed: string | undefined
+  const calls: Promise<void>[] = []
+  for (const [handler, group] of groups) {
+    if (group.length > 1 && handler.applyMany) {
+      calls.push(
+        handler.applyMany(tx, group.map(({ payload, context }) => ({ payload, context }))).then(
+          results => group.forEach((step, i) => (step.result = results[i])),
+          error => {
+            failed ??= group[0]!.actor
+            throw error
+          },
+        ),
+      )
+    } else {
+      for (const step of group) {
+        calls.push(
+          handler.apply(tx, step.payload, step.context).then(
+            result => void (step.result = result),
+            error => {
+              // The first to fail is the culprit; the others fail after it (the transaction is aborted).
+              failed ??= step.actor
+              throw error
+            },
+          ),
+        )
+      }
+    }
+  }
+  const rejected = (await Promise.allSettled(calls)).find(s => s.status === 'rejected')
+  if (rejected) throw new BatchFailed(failed!, (rejected as PromiseRejectedResult).reason)
 }
 
 interface AppliedRecord {

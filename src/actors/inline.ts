@@ -96,15 +96,18 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
   let scheduled = false
   let closed = false
 
+  /** Batches in their transaction (or taking their leases): the projections and releases that follow hold no slot. */
+  let slots = 0
+
   const schedule = () => {
-    if (scheduled || closed || running.size >= batches) return
+    if (scheduled || closed || slots >= batches) return
     scheduled = true
     setImmediate(flush)
   }
 
   const flush = () => {
     scheduled = false
-    while (running.size < batches) {
+    while (slots < batches) {
       const batch = new Map<string, Pending[]>()
       for (const [actor, pending] of queued) {
         if (working.has(actor)) continue
@@ -114,7 +117,16 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
         if (batch.size >= batchActors) break
       }
       if (batch.size === 0) return
-      const run = work(batch).finally(() => {
+      slots++
+      let freed = false
+      const free = () => {
+        if (freed) return
+        freed = true
+        slots--
+        if (queued.size > 0) schedule()
+      }
+      const run = work(batch, free).finally(() => {
+        free()
         for (const actor of batch.keys()) working.delete(actor)
         running.delete(run)
         if (queued.size > 0) schedule()
@@ -134,7 +146,7 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
     )
   }
 
-  const work = async (batch: Map<string, Pending[]>): Promise<void> => {
+  const work = async (batch: Map<string, Pending[]>, free: () => void): Promise<void> => {
     const actors = [...batch.keys()]
     const entered = await Promise.allSettled(
       actors.map(actor => {
@@ -153,7 +165,10 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
     })
     // The actor stays in `working` until its commands are in the mailbox: none sent later overtakes them.
     const mailed = Promise.all(busy.map(mail))
-    if (holds.length === 0) return void (await mailed)
+    if (holds.length === 0) {
+      free()
+      return void (await mailed)
+    }
 
     let outcome: BatchOutcome
     try {
@@ -178,6 +193,7 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
         })),
       )
     } catch (error) {
+      free()
       await Promise.all(holds.map(h => release(h.actor)))
       if (isConnectionError(error)) {
         // The commit may or may not have happened: answer as for any outage, never apply it again.
@@ -191,6 +207,7 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
       }
       return void (await mailed)
     }
+    free()
 
     await Promise.all(
       holds.map(async h => {

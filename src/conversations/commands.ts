@@ -3,7 +3,8 @@ import type { ActorKind, Refusal } from '../actors/types.ts'
 import { notify, type NotifyDeps } from '../events/notify.ts'
 import { participantOwner } from '../participants/store.ts'
 import { putPendingConversation, removePendingConversation } from './inbox.ts'
-import { insertReply, insertUserMessage } from './store.ts'
+import type { TxSql } from '../db.ts'
+import { insertReplies, insertUserMessage } from './store.ts'
 
 export interface UserMessage {
   messageId: string
@@ -17,6 +18,8 @@ export interface MessageApplied {
   text: string
   createdAt: string
   pendingCount: number
+  /** Of a reply: the conversation was waiting for it (else the agent's inbox has nothing to drop). */
+  wasPending?: boolean
   /** Who to tell: the agent's owner of a user's message. */
   ownerId?: string
 }
@@ -30,32 +33,54 @@ export function conversationCommands(deps: NotifyDeps): ActorKind {
         return { messageId: message.messageId, userId: message.userId, text: message.text, createdAt: at.toISOString(), pendingCount, ownerId }
       },
       async project(result: MessageApplied, _message, { id }) {
-        await putPendingConversation(deps, id, {
-          userId: result.userId,
-          latestMessage: result.text,
-          latestMessageAt: result.createdAt,
-          pendingCount: result.pendingCount,
-        })
-        if (result.ownerId) {
-          await notify(deps, result.ownerId, 'conversation.message', {
-            participantId: id,
+        // The agent's inbox and the owner's notification are unrelated keys: both at once.
+        await Promise.all([
+          putPendingConversation(deps, id, {
             userId: result.userId,
-            messageId: result.messageId,
-            text: result.text,
-          })
-        }
+            latestMessage: result.text,
+            latestMessageAt: result.createdAt,
+            pendingCount: result.pendingCount,
+          }),
+          result.ownerId
+            ? notify(deps, result.ownerId, 'conversation.message', {
+                participantId: id,
+                userId: result.userId,
+                messageId: result.messageId,
+                text: result.text,
+              })
+            : undefined,
+        ])
       },
     },
     'agent.reply': {
-      async apply(tx, reply: UserMessage, { id, at }): Promise<MessageApplied | Refusal> {
-        const replied = await insertReply(tx, { id: reply.messageId, participantId: id, userId: reply.userId, text: reply.text, at })
-        if (!replied) return { refused: 'not_found' }
-        return { messageId: reply.messageId, userId: reply.userId, text: reply.text, createdAt: at.toISOString(), pendingCount: 0 }
+      async apply(tx, reply: UserMessage, context): Promise<MessageApplied | Refusal> {
+        const [result] = await applyReplies(tx, [{ payload: reply, context }])
+        return result!
       },
+      applyMany: applyReplies,
       async project(result: MessageApplied, _reply, { id }) {
-        await removePendingConversation(deps, id, result.userId)
-        await notify(deps, result.userId, 'conversation.reply', { participantId: id, messageId: result.messageId, text: result.text })
+        await Promise.all([
+          // A result stored before this field existed says nothing: drop the entry to be sure.
+          result.wasPending !== false ? removePendingConversation(deps, id, result.userId) : undefined,
+          notify(deps, result.userId, 'conversation.reply', { participantId: id, messageId: result.messageId, text: result.text }),
+        ])
       },
     },
   }
+}
+
+/** Replies of agents, each to one user (so no conversation twice), in one statement. */
+async function applyReplies(
+  tx: TxSql,
+  replies: { payload: UserMessage; context: { id: string; at: Date } }[],
+): Promise<(MessageApplied | Refusal)[]> {
+  const stored = await insertReplies(
+    tx,
+    replies.map(({ payload, context }) => ({ id: payload.messageId, participantId: context.id, userId: payload.userId, text: payload.text, at: context.at })),
+  )
+  return replies.map(({ payload, context }) => {
+    const wasPending = stored.get(payload.messageId)
+    if (wasPending === undefined) return { refused: 'not_found' }
+    return { messageId: payload.messageId, userId: payload.userId, text: payload.text, createdAt: context.at.toISOString(), pendingCount: 0, wasPending }
+  })
 }

@@ -97,10 +97,18 @@ export async function createInboxReader(options: {
   // Bumped by every change announcement: a read that overlaps one must not be cached.
   let epoch = 0
 
-  const stop = await pubsub.subscribe(keys.channels.inboxChanged, agentId => {
-    epoch++
-    cache.delete(agentId)
-  })
+  // Listening starts with the first read: a process that never reads an inbox (a worker) gets no changes.
+  let listening: Promise<() => Promise<void>> | undefined
+  const listen = () =>
+    (listening ??= pubsub
+      .subscribe(keys.channels.inboxChanged, agentId => {
+        epoch++
+        cache.delete(agentId)
+      })
+      .catch(error => {
+        listening = undefined
+        throw error
+      }))
   pubsub.onReconnect(() => {
     epoch++
     cache.clear()
@@ -151,6 +159,7 @@ export async function createInboxReader(options: {
     async read(agentId) {
       const hit = peek(agentId)
       if (hit) return hit
+      await listen()
       const started = epoch
       const inbox = await fetch(agentId)
       if (!inbox) {
@@ -167,6 +176,9 @@ export async function createInboxReader(options: {
       }
       return inbox
     },
-    close: stop,
+    async close() {
+      const stop = await listening?.catch(() => undefined)
+      await stop?.()
+    },
   }
 }

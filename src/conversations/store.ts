@@ -20,10 +20,7 @@ export async function insertUserMessage(
   sql: Db,
   message: { id: string; participantId: string; userId: string; text: string; at: Date },
 ): Promise<number> {
-  await sql`
-    insert into messages (id, participant_id, user_id, role, text, created_at)
-    values (${message.id}, ${message.participantId}, ${message.userId}, 'user', ${message.text}, ${message.at})
-  `
+  // The conversation first: the message's foreign key is to it.
   const [row] = await sql<{ pendingCount: number }[]>`
     insert into conversations (participant_id, user_id, latest_user_message, latest_user_message_at, pending_count)
     values (${message.participantId}, ${message.userId}, ${message.text}, ${message.at}, 1)
@@ -33,25 +30,43 @@ export async function insertUserMessage(
           pending_count = conversations.pending_count + 1
     returning pending_count as "pendingCount"
   `
+  await sql`
+    insert into messages (id, participant_id, user_id, role, text, created_at)
+    values (${message.id}, ${message.participantId}, ${message.userId}, 'user', ${message.text}, ${message.at})
+  `
   return row!.pendingCount
 }
 
-/** Records an agent's reply; false when the user never wrote to the agent. */
-export async function insertReply(
+/**
+ * Records agents' replies (no two to one conversation) in one statement and ends the conversations'
+ * pending state. Returns, by message id, whether the conversation was pending before; a reply to a
+ * user who never wrote to the agent is not stored and not in the map.
+ */
+export async function insertReplies(
   sql: Db,
-  reply: { id: string; participantId: string; userId: string; text: string; at: Date },
-): Promise<boolean> {
-  const rows = await sql`
-    with replied as (
-      update conversations set latest_reply_at = ${reply.at}, pending_count = 0
-      where participant_id = ${reply.participantId} and user_id = ${reply.userId}
-      returning participant_id, user_id
+  replies: { id: string; participantId: string; userId: string; text: string; at: Date }[],
+): Promise<Map<string, boolean>> {
+  // `before` is the row as this statement found it: only the agent's own commands change it, one at a time.
+  const rows = await sql<{ id: string; wasPending: boolean }[]>`
+    with input as (
+      select * from json_to_recordset(${JSON.stringify(replies)}::text::json)
+        as i(id uuid, "participantId" uuid, "userId" uuid, text text, at timestamptz)
+    ), replied as (
+      update conversations c set latest_reply_at = i.at, pending_count = 0
+      from input i, conversations before
+      where c.participant_id = i."participantId" and c.user_id = i."userId"
+        and before.participant_id = c.participant_id and before.user_id = c.user_id
+      returning c.participant_id, c.user_id, before.pending_count > 0 as was_pending
+    ), stored as (
+      insert into messages (id, participant_id, user_id, role, text, created_at)
+      select i.id, i."participantId", i."userId", 'agent', i.text, i.at
+      from input i join replied r on r.participant_id = i."participantId" and r.user_id = i."userId"
+      returning id, participant_id, user_id
     )
-    insert into messages (id, participant_id, user_id, role, text, created_at)
-    select ${reply.id}, participant_id, user_id, 'agent', ${reply.text}, ${reply.at} from replied
-    returning 1
+    select s.id, r.was_pending as "wasPending"
+    from stored s join replied r on r.participant_id = s.participant_id and r.user_id = s.user_id
   `
-  return rows.length === 1
+  return new Map(rows.map(row => [row.id, row.wasPending]))
 }
 
 /** The agent's conversations waiting for a reply, oldest first: what its inbox is rebuilt from. */

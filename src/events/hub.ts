@@ -101,13 +101,21 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
     send(connection, bytes ?? frame(event))
   }
 
-  const stop = await pubsub.subscribe(keys.channels.events, message => {
-    const event = JSON.parse(message) as Published
-    const set = byStream.get(event.stream)
-    if (!set) return
-    const bytes = frame(event)
-    for (const connection of set) deliver(connection, event, bytes)
-  })
+  // Listening starts with the first stream: a process that never serves one (a worker) gets no events.
+  let listening: Promise<() => Promise<void>> | undefined
+  const listen = () =>
+    (listening ??= pubsub
+      .subscribe(keys.channels.events, message => {
+        const event = JSON.parse(message) as Published
+        const set = byStream.get(event.stream)
+        if (!set) return
+        const bytes = frame(event)
+        for (const connection of set) deliver(connection, event, bytes)
+      })
+      .catch(error => {
+        listening = undefined
+        throw error
+      }))
 
   const ping = encoder.encode(': ping\n\n')
   const timer = setInterval(() => {
@@ -131,6 +139,7 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
     },
     async open({ stream, lastEventId, userId }) {
       if (lastEventId && !/^\d{1,16}-\d{1,16}$/.test(lastEventId)) throw errors.invalidCursor()
+      await listen()
       const id = randomUUID()
       const limitKey = userId ? keys.events.openStreams(userId) : null
       if (limitKey) {
@@ -187,7 +196,8 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
     async close() {
       clearInterval(timer)
       for (const connection of [...all]) end(connection)
-      await stop()
+      const stop = await listening?.catch(() => undefined)
+      await stop?.()
     },
   }
 }
