@@ -31,7 +31,13 @@ export function createPubSub(subscriber: Redis): PubSub {
       if (!set) {
         set = new Set()
         handlers.set(channel, set)
-        await subscriber.subscribe(channel)
+        try {
+          await subscriber.subscribe(channel)
+        } catch (error) {
+          // Not listening after all: the next subscribe must ask Redis again.
+          if (handlers.get(channel) === set && set.size === 0) handlers.delete(channel)
+          throw error
+        }
       }
       set.add(handler)
       return async () => {

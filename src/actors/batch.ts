@@ -73,7 +73,7 @@ return redis.call('XLEN', KEYS[1])`)
 export async function applyBatch(sql: Sql, clock: Clock, kinds: ActorKinds, actors: BatchActor[]): Promise<BatchOutcome> {
   // One order for every batch, so two batches' fence upserts never wait on each other in a cycle.
   const held = [...actors].sort((a, b) => (a.actor < b.actor ? -1 : a.actor > b.actor ? 1 : 0))
-  return pipelinedTransaction(sql, async tx => {
+  return sql.begin(async tx => {
     const now = clock.now()
     // Only a redelivery or a command whose id the sender chose can have been applied before; a fresh
     // random id cannot, and should one ever repeat, the primary key refuses it.
@@ -161,31 +161,6 @@ export async function applyBatch(sql: Sql, clock: Clock, kinds: ActorKinds, acto
     }
     return { applied, fenced }
   })
-}
-
-/**
- * `sql.begin`, less one round trip: BEGIN goes out in the same write as the first statement instead of
- * being waited for, on a connection of the pool reserved for the transaction.
- */
-async function pipelinedTransaction<T>(sql: Sql, body: (tx: TxSql) => Promise<T>): Promise<T> {
-  const connection = await sql.reserve()
-  try {
-    // BEGIN fails only with the connection, which then fails every statement after it too.
-    const begun = Promise.resolve(connection`begin`.execute())
-    begun.catch(() => {})
-    let result: T
-    try {
-      result = await body(connection as unknown as TxSql)
-      await begun
-    } catch (error) {
-      await connection`rollback`.catch(() => {})
-      throw error
-    }
-    await connection`commit`
-    return result
-  } finally {
-    connection.release()
-  }
 }
 
 interface Step {

@@ -6,6 +6,7 @@
  * its mailbox, behind what is there, so each actor's commands still apply one at a time, in order.
  */
 import { randomUUID } from 'node:crypto'
+import postgres from 'postgres'
 import { isConnectionError, type Sql } from '../db.ts'
 import { defineScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
@@ -13,7 +14,7 @@ import type { Clock } from '../clock.ts'
 import { errorFields, type Log } from '../log.ts'
 import { errors } from '../errors.ts'
 import { raiseFence, renewLease } from './lease.ts'
-import { applyBatch, finishAndRelease, type Applied, type BatchOutcome } from './batch.ts'
+import { applyBatch, BatchFailed, finishAndRelease, type Applied, type BatchOutcome } from './batch.ts'
 import { isRefusal, type ActorKinds } from './types.ts'
 
 export interface InlineCommand {
@@ -82,6 +83,16 @@ interface Hold {
 
 const mailboxGroup = 'actor'
 
+/**
+ * Certainly not committed: a command failed inside the transaction (which was then rolled back), or
+ * Postgres itself refused it, COMMIT included. A lost connection or any other error may have come
+ * after the commit.
+ */
+function rolledBack(error: unknown): boolean {
+  if (error instanceof postgres.PostgresError) return true
+  return error instanceof BatchFailed && !isConnectionError(error.cause)
+}
+
 export function createInlineRunner(options: InlineOptions): InlineRunner {
   const { sql, redis, keys, kinds, clock, log } = options
   const leaseMs = options.leaseMs ?? 10_000
@@ -125,25 +136,32 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
         slots--
         if (queued.size > 0) schedule()
       }
-      const run = work(batch, free).finally(() => {
-        free()
-        for (const actor of batch.keys()) working.delete(actor)
-        running.delete(run)
-        if (queued.size > 0) schedule()
-      })
+      const run = work(batch, free)
+        .catch(error => {
+          // Not expected (every step handles its own failures); the actors' commands must not hang.
+          log.error('inline actor batch failed', { actors: batch.size, ...errorFields(error) })
+          const failure = errors.unavailable('The command could not be applied; it may have been')
+          for (const pending of batch.values()) for (const p of pending) p.reject(failure)
+        })
+        .finally(() => {
+          free()
+          for (const actor of batch.keys()) working.delete(actor)
+          running.delete(run)
+          if (queued.size > 0) schedule()
+        })
       running.add(run)
     }
   }
 
   const release = (actor: string) => {
     const k = keys.actor(actor)
-    return finishAndRelease(redis, [k.mailbox, k.lease], [mailboxGroup, holder]).then(
-      async left => {
+    return finishAndRelease(redis, [k.mailbox, k.lease], [mailboxGroup, holder])
+      .then(async left => {
         // Mail sent while this process held the actor: a runtime that found it held is told to look again.
         if (Number(left) > 0) await redis.xadd(keys.actorsReady, '*', 'actor', actor)
-      },
-      error => log.warn('inline actor release failed; the lease runs out', { actor, ...errorFields(error) }),
-    )
+      })
+      // Without the hint the runtimes' sweep still finds the mail; without the release the lease runs out.
+      .catch(error => log.warn('inline actor release failed', { actor, ...errorFields(error) }))
   }
 
   const work = async (batch: Map<string, Pending[]>, free: () => void): Promise<void> => {
@@ -195,7 +213,7 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
     } catch (error) {
       free()
       await Promise.all(holds.map(h => release(h.actor)))
-      if (isConnectionError(error)) {
+      if (!rolledBack(error)) {
         // The commit may or may not have happened: answer as for any outage, never apply it again.
         log.warn('inline actor batch failed', { actors: holds.length, ...errorFields(error) })
         const unavailable = errors.unavailable('The command could not be applied; it may have been')

@@ -20,7 +20,6 @@ export async function insertUserMessage(
   sql: Db,
   message: { id: string; participantId: string; userId: string; text: string; at: Date },
 ): Promise<number> {
-  // The conversation first: the message's foreign key is to it.
   const [row] = await sql<{ pendingCount: number }[]>`
     insert into conversations (participant_id, user_id, latest_user_message, latest_user_message_at, pending_count)
     values (${message.participantId}, ${message.userId}, ${message.text}, ${message.at}, 1)
