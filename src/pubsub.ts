@@ -3,9 +3,18 @@ import type { Redis } from './redis.ts'
 
 export type Handler = (message: string) => void
 
+/** A subscription made on first use: a process that never uses it (a worker) receives nothing. */
+export interface Listener {
+  /** Resolves once listening; the first call subscribes, a failed one lets the next try again. */
+  listen(): Promise<void>
+  stop(): Promise<void>
+}
+
 export interface PubSub {
   /** Listens on a channel; resolves once Redis confirms, returns the function that stops listening. */
   subscribe(channel: string, handler: Handler): Promise<() => Promise<void>>
+  /** The handler, subscribed on the first `listen()` rather than now. */
+  listener(channel: string, handler: Handler): Listener
   /** Called after the subscriber reconnects: messages may have been missed, caches must forget. */
   onReconnect(handler: () => void): void
   close(): Promise<void>
@@ -25,29 +34,47 @@ export function createPubSub(subscriber: Redis): PubSub {
     connectedOnce = true
   })
 
-  return {
-    async subscribe(channel, handler) {
-      let set = handlers.get(channel)
-      if (!set) {
-        set = new Set()
-        handlers.set(channel, set)
-        try {
-          await subscriber.subscribe(channel)
-        } catch (error) {
-          // Not listening after all: the next subscribe must ask Redis again.
-          if (handlers.get(channel) === set && set.size === 0) handlers.delete(channel)
-          throw error
-        }
+  const subscribe: PubSub['subscribe'] = async (channel, handler) => {
+    let set = handlers.get(channel)
+    if (!set) {
+      set = new Set()
+      handlers.set(channel, set)
+      try {
+        await subscriber.subscribe(channel)
+      } catch (error) {
+        // Not listening after all: the next subscribe must ask Redis again.
+        if (handlers.get(channel) === set && set.size === 0) handlers.delete(channel)
+        throw error
       }
-      set.add(handler)
-      return async () => {
-        const current = handlers.get(channel)
-        if (!current) return
-        current.delete(handler)
-        if (current.size === 0) {
-          handlers.delete(channel)
-          await subscriber.unsubscribe(channel).catch(() => {})
-        }
+    }
+    set.add(handler)
+    return async () => {
+      const current = handlers.get(channel)
+      if (!current) return
+      current.delete(handler)
+      if (current.size === 0) {
+        handlers.delete(channel)
+        await subscriber.unsubscribe(channel).catch(() => {})
+      }
+    }
+  }
+
+  return {
+    subscribe,
+    listener(channel, handler) {
+      let listening: Promise<() => Promise<void>> | undefined
+      return {
+        async listen() {
+          listening ??= subscribe(channel, handler).catch(error => {
+            listening = undefined
+            throw error
+          })
+          await listening
+        },
+        async stop() {
+          const stop = await listening?.catch(() => undefined)
+          await stop?.()
+        },
       }
     },
     onReconnect(handler) {

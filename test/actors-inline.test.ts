@@ -8,6 +8,7 @@ import { acquireLease, releaseLease } from '../src/actors/lease.ts'
 import type { ActorKinds } from '../src/actors/types.ts'
 import { AppError } from '../src/errors.ts'
 import { createTestContext, type TestContext } from './helpers/context.ts'
+import { until } from './helpers/until.ts'
 
 let ctx: TestContext
 let inline: InlineRunner
@@ -53,15 +54,6 @@ async function runtime() {
   const started = await startActorRuntime({ sql, redis, keys, clock, log, kinds, leaseMs: 600, claimIdleMs: 400 })
   runtimes.push(started)
   return started
-}
-
-async function until(check: () => Promise<boolean>, ms = 15_000) {
-  const deadline = Date.now() + ms
-  while (Date.now() < deadline) {
-    if (await check()) return
-    await Bun.sleep(20)
-  }
-  throw new Error('condition not met in time')
 }
 
 beforeAll(async () => {

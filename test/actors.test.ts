@@ -5,6 +5,7 @@ import { startActorRuntime, type ActorRuntime } from '../src/actors/runtime.ts'
 import type { ActorKinds } from '../src/actors/types.ts'
 import { AppError } from '../src/errors.ts'
 import { createTestContext, type TestContext } from './helpers/context.ts'
+import { until } from './helpers/until.ts'
 
 let ctx: TestContext
 const runtimes: ActorRuntime[] = []
@@ -63,15 +64,6 @@ async function runtime(options: Partial<Parameters<typeof startActorRuntime>[0]>
 
 const appended = async (actor: string) =>
   (await ctx.deps.sql<{ n: number }[]>`select n from actor_log where actor = ${actor} order by seq`).map(row => row.n)
-
-async function until(check: () => Promise<boolean>, ms = 15_000) {
-  const deadline = Date.now() + ms
-  while (Date.now() < deadline) {
-    if (await check()) return
-    await Bun.sleep(25)
-  }
-  throw new Error('condition not met in time')
-}
 
 beforeAll(async () => {
   ctx = await createTestContext()

@@ -2,7 +2,8 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { Queue, type Job } from 'bullmq'
 import { createTestContext, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
-import { blogAgent, setBlog, startBlogWorker, until, writePost } from './helpers/blog.ts'
+import { blogAgent, setBlog, startBlogWorker, writePost } from './helpers/blog.ts'
+import { until } from './helpers/until.ts'
 import { blogQueueName } from '../src/blog/queue.ts'
 import { publishScheduledPost } from '../src/blog/publish.ts'
 

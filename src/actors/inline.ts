@@ -7,15 +7,14 @@
  */
 import { randomUUID } from 'node:crypto'
 import postgres from 'postgres'
-import { isConnectionError, type Sql } from '../db.ts'
-import { defineScript, type Redis } from '../redis.ts'
-import type { Keys } from '../keys.ts'
-import type { Clock } from '../clock.ts'
-import { errorFields, type Log } from '../log.ts'
+import { isConnectionError } from '../db.ts'
+import { defineScript } from '../redis.ts'
+import { errorFields } from '../log.ts'
 import { errors } from '../errors.ts'
 import { raiseFence, renewLease } from './lease.ts'
 import { applyBatch, BatchFailed, finishAndRelease, type Applied, type BatchOutcome } from './batch.ts'
-import { isRefusal, type ActorKinds } from './types.ts'
+import { isRefusal } from './types.ts'
+import type { ActorRuntimeOptions } from './runtime.ts'
 
 export interface InlineCommand {
   type: string
@@ -41,19 +40,11 @@ export interface InlineRunner {
   close(): Promise<void>
 }
 
-export interface InlineOptions {
-  sql: Sql
-  redis: Redis
-  keys: Keys
-  kinds: ActorKinds
-  clock: Clock
-  log: Log
-  leaseMs?: number
-  /** Actors in one batch transaction. */
-  batchActors?: number
-  /** Batches in flight at once: while one is in its transaction, the next gathers. */
-  batches?: number
-}
+/** The runtime's own settings, meaning the same here (`batches`: transactions in flight at once). */
+export type InlineOptions = Pick<
+  ActorRuntimeOptions,
+  'sql' | 'redis' | 'keys' | 'kinds' | 'clock' | 'log' | 'leaseMs' | 'batchActors' | 'batches'
+>
 
 // KEYS lease, fence, mailbox; ARGV holder, ms. Takes the lease and draws the fencing token, but only of
 // an actor with no mail: a command must not overtake one queued before it.

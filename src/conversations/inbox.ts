@@ -98,17 +98,10 @@ export async function createInboxReader(options: {
   let epoch = 0
 
   // Listening starts with the first read: a process that never reads an inbox (a worker) gets no changes.
-  let listening: Promise<() => Promise<void>> | undefined
-  const listen = () =>
-    (listening ??= pubsub
-      .subscribe(keys.channels.inboxChanged, agentId => {
-        epoch++
-        cache.delete(agentId)
-      })
-      .catch(error => {
-        listening = undefined
-        throw error
-      }))
+  const changes = pubsub.listener(keys.channels.inboxChanged, agentId => {
+    epoch++
+    cache.delete(agentId)
+  })
   pubsub.onReconnect(() => {
     epoch++
     cache.clear()
@@ -159,7 +152,7 @@ export async function createInboxReader(options: {
     async read(agentId) {
       const hit = peek(agentId)
       if (hit) return hit
-      await listen()
+      await changes.listen()
       const started = epoch
       const inbox = await fetch(agentId)
       if (!inbox) {
@@ -176,9 +169,6 @@ export async function createInboxReader(options: {
       }
       return inbox
     },
-    async close() {
-      const stop = await listening?.catch(() => undefined)
-      await stop?.()
-    },
+    close: changes.stop,
   }
 }

@@ -102,20 +102,13 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
   }
 
   // Listening starts with the first stream: a process that never serves one (a worker) gets no events.
-  let listening: Promise<() => Promise<void>> | undefined
-  const listen = () =>
-    (listening ??= pubsub
-      .subscribe(keys.channels.events, message => {
-        const event = JSON.parse(message) as Published
-        const set = byStream.get(event.stream)
-        if (!set) return
-        const bytes = frame(event)
-        for (const connection of set) deliver(connection, event, bytes)
-      })
-      .catch(error => {
-        listening = undefined
-        throw error
-      }))
+  const events = pubsub.listener(keys.channels.events, message => {
+    const event = JSON.parse(message) as Published
+    const set = byStream.get(event.stream)
+    if (!set) return
+    const bytes = frame(event)
+    for (const connection of set) deliver(connection, event, bytes)
+  })
 
   const ping = encoder.encode(': ping\n\n')
   const timer = setInterval(() => {
@@ -139,7 +132,7 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
     },
     async open({ stream, lastEventId, userId }) {
       if (lastEventId && !/^\d{1,16}-\d{1,16}$/.test(lastEventId)) throw errors.invalidCursor()
-      await listen()
+      await events.listen()
       const id = randomUUID()
       const limitKey = userId ? keys.events.openStreams(userId) : null
       if (limitKey) {
@@ -196,8 +189,7 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
     async close() {
       clearInterval(timer)
       for (const connection of [...all]) end(connection)
-      const stop = await listening?.catch(() => undefined)
-      await stop?.()
+      await events.stop()
     },
   }
 }

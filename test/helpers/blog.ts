@@ -41,13 +41,3 @@ export function startBlogWorker(ctx: TestContext): { worker: Worker; close(): Pr
     },
   }
 }
-
-/** Polls `check` until it holds, or throws after `ms`; returns how long it took. */
-export async function until(check: () => Promise<boolean>, ms = 8000): Promise<number> {
-  const started = Date.now()
-  while (Date.now() - started < ms) {
-    if (await check()) return Date.now() - started
-    await Bun.sleep(50)
-  }
-  throw new Error(`condition not met within ${ms} ms`)
-}
