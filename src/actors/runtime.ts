@@ -435,6 +435,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
         const command = applied[i]!
         if (command.project && !isRefusal(command.result)) {
           await command.handler?.project?.(command.result, command.payload, command.context)
+          await command.handler?.announce?.(command.result, command.payload, command.context)
         }
         await options.beforeAck?.(h.actor, command.context.commandId)
         if (abandoned) return new Promise<never>(() => {})
@@ -520,6 +521,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       if (outcome.fresh) stats.singleCommands++
       if (outcome.project && !isRefusal(outcome.result)) {
         await handler.project?.(outcome.result, outcome.payload, outcome.context)
+        await handler.announce?.(outcome.result, outcome.payload, outcome.context)
       }
       attempts.delete(attemptKey)
     } catch (error) {
