@@ -5,8 +5,6 @@ export type Sql = postgres.Sql<{ bigint: number }>
 export type TxSql = postgres.TransactionSql<{ bigint: number }>
 /** What store functions take: the pool or a transaction, so transactions compose. */
 export type Db = postgres.ISql<{ bigint: number }>
-/** A query built but not run, to nest in another (`sql\`with x as (${fragment}) ...\``). */
-export type Fragment = postgres.Fragment
 
 export interface SqlOptions {
   max?: number

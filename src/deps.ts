@@ -68,11 +68,10 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
   // Commands of idle actors are applied here, in batches whose Redis calls share writes on a connection
   // of their own with auto-pipelining, and whose transactions have Postgres connections of their own
-  // (two per batch in flight: one for its actors whose commands go in one statement with their fence,
-  // one for the transaction of the rest): a batch never waits behind requests' queries, nor they behind it.
+  // (one per batch in flight): a batch never waits behind requests' queries, nor they behind it.
   // Busy actors' commands go to their mailboxes for the runtimes.
   const inlineRedis = config.actorsInline ? redis.duplicate({ enableAutoPipelining: true }) : undefined
-  const inlineSql = config.actorsInline ? createSql(config.databaseUrl, { max: inlineBatches * 2 }) : undefined
+  const inlineSql = config.actorsInline ? createSql(config.databaseUrl, { max: inlineBatches }) : undefined
   const inline =
     inlineRedis && inlineSql
       ? createInlineRunner({

@@ -6,7 +6,6 @@ import { createInlineRunner, type InlineRunner } from '../src/actors/inline.ts'
 import { createDispatcher, type Dispatcher } from '../src/actors/dispatcher.ts'
 import { acquireLease, releaseLease } from '../src/actors/lease.ts'
 import type { ActorKinds } from '../src/actors/types.ts'
-import type { Db, Fragment } from '../src/db.ts'
 import { AppError } from '../src/errors.ts'
 import { createTestContext, type TestContext } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
@@ -22,26 +21,12 @@ const failOnce = new Set<string>()
 const projectionFailures = new Map<string, number>()
 /** Payload n whose effect waits for the test. */
 const gates = new Map<number, Promise<void>>()
-/** Sizes of the statements `stamp` commands went in, fence included (`applyFenced`). */
-const fencedStatements: number[] = []
-/** `stamp` commands applied in a transaction (`apply`), by n. */
-const stampedInTransaction: number[] = []
 /** Announcements made, in order: `actor:n`. */
 const announced: string[] = []
 /** Payload n whose announcement waits for the test. */
 const announceGates = new Map<number, Promise<void>>()
-
-/** One stamp, as `apply` and `applyFenced` both store it. */
-const stamp = (sql: Db, fence: Fragment, stamps: { actor: string; id: string; n: number }[]) => sql<{ actor: string; at: Date }[]>`
-  with fence as (${fence}), input as (
-    select i.*, f.at from unnest(${stamps.map(s => s.actor)}::text[], ${stamps.map(s => s.id)}::text[], ${stamps.map(s => s.n)}::int[])
-      as i(actor, id, n)
-    join fence f on f.actor = i.actor
-  ), stored as (
-    insert into actor_log (actor, n, at) select id, n, at from input returning 1
-  )
-  select actor, at from input
-`
+/** Payload n whose announcement fails. */
+const announceFailures = new Set<number>()
 
 const kinds: ActorKinds = {
   log: {
@@ -61,29 +46,9 @@ const kinds: ActorKinds = {
         }
         projected.push(`${id}:${payload.n}`)
       },
-    },
-    stamp: {
-      async apply(tx, payload: { n: number }, { actor, id, at }) {
-        if (failOnce.has(`stamp:${payload.n}`)) throw new Error('a bug in the transaction path')
-        stampedInTransaction.push(payload.n)
-        await stamp(tx, tx`select ${actor}::text as actor, ${at}::timestamptz as at`, [{ actor, id, n: payload.n }])
-        return { stamped: payload.n }
-      },
-      async applyFenced(sql, fence, commands: { payload: { n: number }; context: { actor: string; id: string } }[]) {
-        fencedStatements.push(commands.length)
-        if (commands.some(c => failOnce.delete(`stamp:${c.payload.n}`))) await sql`select 1 / 0`
-        const rows = await stamp(sql, fence, commands.map(({ payload, context }) => ({ actor: context.actor, id: context.id, n: payload.n })))
-        const at = new Map(rows.map(row => [row.actor, row.at]))
-        return commands.map(({ payload, context }) => {
-          const time = at.get(context.actor)
-          return time ? { result: { stamped: payload.n }, at: time } : undefined
-        })
-      },
-      async project(_result, payload: { n: number }, { id }) {
-        projected.push(`${id}:${payload.n}`)
-      },
       async announce(_result, payload: { n: number }, { id }) {
         await announceGates.get(payload.n)
+        if (announceFailures.has(payload.n)) throw new Error('Connection is closed.')
         announced.push(`${id}:${payload.n}`)
       },
     },
@@ -104,7 +69,7 @@ async function runtime() {
 
 beforeAll(async () => {
   ctx = await createTestContext()
-  await ctx.deps.sql`create table actor_log (seq bigserial primary key, actor text not null, n integer not null, at timestamptz)`
+  await ctx.deps.sql`create table actor_log (seq bigserial primary key, actor text not null, n integer not null)`
   const { sql, redis, keys, clock, log, pubsub } = ctx.deps
   inline = createInlineRunner({ sql, redis, keys, clock, log, kinds, leaseMs: 2000 })
   dispatcher = await createDispatcher({ redis, pubsub, keys, inline })
@@ -283,95 +248,51 @@ describe('commands applied by their sender', () => {
   })
 })
 
-describe('commands applied with their fence in one statement', () => {
-  const stamps = async (actor: string) =>
-    await ctx.deps.sql<{ n: number; at: Date }[]>`select n, at from actor_log where actor = ${actor} order by seq`
-
-  test('many actors’ commands go in one statement with their fence, each at its actor’s clock, projected and announced', async () => {
-    const actors = Array.from({ length: 12 }, () => randomUUID())
-    const statements = fencedStatements.length
-    const answers = await Promise.all(actors.map((actor, i) => dispatcher.ask(`log:${actor}`, 'stamp', { n: 100 + i })))
-    expect(answers).toEqual(actors.map((_, i) => ({ stamped: 100 + i })))
-    // Sent in one tick, so taken together: one statement for all twelve (or a few, should the leases straggle).
-    const sizes = fencedStatements.slice(statements)
-    expect(sizes.reduce((a, b) => a + b, 0)).toBe(12)
-    expect(sizes.length).toBeLessThanOrEqual(2)
-    expect(stampedInTransaction).not.toContainAnyValues(actors.map((_, i) => 100 + i))
-    const fences = await ctx.deps.sql<{ actor: string; at: Date }[]>`
-      select actor, last_at as at from actor_fences where actor = any(${actors.map(a => `log:${a}`)})
-    `
-    expect(fences.length).toBe(12)
-    for (const [i, actor] of actors.entries()) {
-      const [row] = await stamps(actor)
-      expect(row!.n).toBe(100 + i)
-      expect(row!.at.getTime()).toBe(fences.find(f => f.actor === `log:${actor}`)!.at.getTime())
-      expect(projected).toContain(`${actor}:${100 + i}`)
-      await until(async () => announced.includes(`${actor}:${100 + i}`))
-    }
-    for (const actor of actors) expect(await ctx.deps.redis.exists(ctx.deps.keys.actor(`log:${actor}`).lease)).toBe(0)
-  })
-
-  test('an actor with two commands in the batch goes to a transaction, in order, while the others share the statement', async () => {
-    const busy = randomUUID()
-    const others = Array.from({ length: 3 }, () => randomUUID())
-    const answers = await Promise.all([
-      dispatcher.ask(`log:${busy}`, 'stamp', { n: 201 }),
-      dispatcher.ask(`log:${busy}`, 'stamp', { n: 202 }),
-      ...others.map((actor, i) => dispatcher.ask(`log:${actor}`, 'stamp', { n: 210 + i })),
-    ])
-    expect(answers).toEqual([{ stamped: 201 }, { stamped: 202 }, ...others.map((_, i) => ({ stamped: 210 + i }))])
-    expect(stampedInTransaction).toEqual(expect.arrayContaining([201, 202]))
-    const rows = await stamps(busy)
-    expect(rows.map(r => r.n)).toEqual([201, 202])
-    // The actor's clock gives its commands successive times.
-    expect(rows[1]!.at.getTime()).toBeGreaterThan(rows[0]!.at.getTime())
-    for (const [i, actor] of others.entries()) expect((await stamps(actor)).map(r => r.n)).toEqual([210 + i])
-    expect(stampedInTransaction).not.toContainAnyValues([210, 211, 212])
-  })
-
-  test('an actor fenced out of the statement is lifted past Postgres’s token and its command applies once through the mailbox', async () => {
-    const actor = randomUUID()
-    const other = randomUUID()
-    await dispatcher.ask(`log:${actor}`, 'stamp', { n: 301 })
-    await ctx.deps.sql`update actor_fences set token = token + 100 where actor = ${`log:${actor}`}`
-    const [answer, fine] = [dispatcher.ask(`log:${actor}`, 'stamp', { n: 302 }), dispatcher.ask(`log:${other}`, 'stamp', { n: 303 })]
-    expect(await fine).toEqual({ stamped: 303 })
-    await until(() => mailed(actor))
-    expect((await stamps(actor)).map(r => r.n)).toEqual([301])
-    const [fence] = await ctx.deps.sql<{ token: string }[]>`select token from actor_fences where actor = ${`log:${actor}`}`
-    expect(Number(await ctx.deps.redis.get(ctx.deps.keys.actor(`log:${actor}`).fence))).toBeGreaterThanOrEqual(Number(fence!.token))
-    const r = await runtime()
-    expect(await answer).toEqual({ stamped: 302 })
-    expect((await stamps(actor)).map(r => r.n)).toEqual([301, 302])
-    await r.stop()
-  })
-
-  test('a statement that fails changes nothing; its commands go to the mailboxes and the runtime applies each once', async () => {
-    const actors = [randomUUID(), randomUUID()]
-    failOnce.add('stamp:401')
-    const answers = Promise.all(actors.map((actor, i) => dispatcher.ask(`log:${actor}`, 'stamp', { n: 401 + i })))
-    await until(async () => (await mailed(actors[0]!)) && (await mailed(actors[1]!)))
-    for (const actor of actors) expect((await stamps(actor)).length).toBe(0)
-    const r = await runtime()
-    expect(await answers).toEqual([{ stamped: 401 }, { stamped: 402 }])
-    for (const [i, actor] of actors.entries()) expect((await stamps(actor)).map(r => r.n)).toEqual([401 + i])
-    await r.stop()
-  })
-
+describe('announcements', () => {
   test('the answer does not wait for the announcement; the actor’s next command does', async () => {
     const actor = randomUUID()
     let open!: () => void
     announceGates.set(501, new Promise<void>(resolve => (open = resolve)))
-    expect(await dispatcher.ask(`log:${actor}`, 'stamp', { n: 501 })).toEqual({ stamped: 501 })
+    expect(await dispatcher.ask(`log:${actor}`, 'append', { n: 501 })).toEqual({ count: 1 })
+    expect(projected).toContain(`${actor}:501`)
     expect(announced).not.toContain(`${actor}:501`)
     // Still held while it announces: the next command waits for it, and is announced after it.
     expect(await ctx.deps.redis.exists(ctx.deps.keys.actor(`log:${actor}`).lease)).toBe(1)
-    const next = dispatcher.ask(`log:${actor}`, 'stamp', { n: 502 })
+    const next = dispatcher.ask(`log:${actor}`, 'append', { n: 502 })
     await Bun.sleep(50)
-    expect((await stamps(actor)).map(r => r.n)).toEqual([501])
+    expect(await appended(actor)).toEqual([501])
     open()
-    expect(await next).toEqual({ stamped: 502 })
+    expect(await next).toEqual({ count: 2 })
     await until(async () => announced.includes(`${actor}:502`))
     expect(announced.filter(a => a.startsWith(`${actor}:`))).toEqual([`${actor}:501`, `${actor}:502`])
+  })
+
+  test('a failing announcement is logged and undoes nothing: the command stands and the actor is let go', async () => {
+    const actor = randomUUID()
+    announceFailures.add(601)
+    expect(await dispatcher.ask(`log:${actor}`, 'append', { n: 601 })).toEqual({ count: 1 })
+    expect(await dispatcher.ask(`log:${actor}`, 'append', { n: 602 })).toEqual({ count: 2 })
+    await until(async () => announced.includes(`${actor}:602`))
+    expect(announced).not.toContain(`${actor}:601`)
+    expect(await appended(actor)).toEqual([601, 602])
+    expect(projected.filter(p => p.startsWith(`${actor}:`))).toEqual([`${actor}:601`, `${actor}:602`])
+    await until(async () => (await ctx.deps.redis.exists(ctx.deps.keys.actor(`log:${actor}`).lease)) === 0)
+    expect(await mailed(actor)).toBe(false)
+  })
+
+  test('the runtime announces what it applies from the mailbox, after projecting it, and a failure there is no retry', async () => {
+    const actor = randomUUID()
+    const holder = randomUUID()
+    await acquireLease(ctx.deps, `log:${actor}`, holder, 5000)
+    announceFailures.add(702)
+    const answers = Promise.all([701, 702, 703].map(n => dispatcher.ask(`log:${actor}`, 'append', { n })))
+    await until(() => ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${actor}`).mailbox).then(n => n === 3))
+    await releaseLease(ctx.deps, `log:${actor}`, holder)
+    const r = await runtime()
+    expect(await answers).toEqual([{ count: 1 }, { count: 2 }, { count: 3 }])
+    expect(announced.filter(a => a.startsWith(`${actor}:`))).toEqual([`${actor}:701`, `${actor}:703`])
+    expect(projected.filter(p => p.startsWith(`${actor}:`))).toEqual([`${actor}:701`, `${actor}:702`, `${actor}:703`])
+    expect(await appended(actor)).toEqual([701, 702, 703])
+    await r.stop()
   })
 })

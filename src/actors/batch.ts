@@ -2,10 +2,11 @@
  * Applying many actors' commands in one Postgres transaction: what the runtime does with the mail it
  * reads and what a sender does with the commands of actors it found idle (`inline.ts`).
  */
-import type { Db, Sql, TxSql } from '../db.ts'
+import type { Sql, TxSql } from '../db.ts'
 import { defineScript } from '../redis.ts'
 import type { Clock } from '../clock.ts'
-import type { ActorKinds, CommandContext, CommandHandler } from './types.ts'
+import { errorFields, type Log } from '../log.ts'
+import { isRefusal, type ActorKinds, type CommandContext, type CommandHandler } from './types.ts'
 
 export interface BatchCommand {
   commandId: string
@@ -41,7 +42,7 @@ export interface Applied {
 export interface BatchOutcome {
   /** Each actor's commands in order, for the actors whose fence held. */
   applied: Map<string, Applied[]>
-  /** Actors a newer holder fenced out, with the newest token Postgres has seen (0: not known). */
+  /** Actors a newer holder fenced out, with the newest token Postgres has seen. */
   fenced: Map<string, number>
 }
 
@@ -66,79 +67,30 @@ if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
 return redis.call('XLEN', KEYS[1])`)
 
 /**
- * The batch's fence: lifts each actor's fencing token to the batch's, unless a newer holder's is there,
- * and moves the actor's clock past its last command (its n commands get n successive milliseconds).
- * Yields `(actor, at)` for the actors fenced in, `at` being the time of their last command here.
- */
-function fenceActors(db: Db, now: Date, held: BatchActor[]) {
-  return db<{ actor: string; at: Date }[]>`
-    insert into actor_fences (actor, token, last_at)
-    select actor, token, ${now}::timestamptz + (n - 1) * interval '1 millisecond'
-    from unnest(${held.map(h => h.actor)}::text[], ${held.map(h => h.token)}::bigint[], ${held.map(h => h.commands.length)}::int[]) as w(actor, token, n)
-    on conflict (actor) do update
-      set token = excluded.token,
-          last_at = greatest(excluded.last_at, actor_fences.last_at + (excluded.last_at - ${now}::timestamptz) + interval '1 millisecond')
-      where actor_fences.token <= excluded.token
-    returning actor, last_at as at
-  `
-}
-
-/** One order for every batch, so two batches' fence upserts never wait on each other in a cycle. */
-function inOrder(actors: BatchActor[]) {
-  return [...actors].sort((a, b) => (a.actor < b.actor ? -1 : a.actor > b.actor ? 1 : 0))
-}
-
-/**
- * The handler that applies these actors' commands in one statement with their fence
- * (`applyFenced`), if there is one: each actor has one command, no one can repeat it, and one handler
- * takes them all. Else undefined, and the batch is a transaction.
- */
-export function aloneHandler(kinds: ActorKinds, actors: BatchActor[]): CommandHandler | undefined {
-  let handler: CommandHandler | undefined
-  for (const { kind, commands } of actors) {
-    const command = commands[0]
-    if (commands.length !== 1 || command!.mayRepeat || command!.record) return undefined
-    const own = kinds[kind]?.[command!.type]
-    if (!own?.applyFenced || (handler !== undefined && own !== handler)) return undefined
-    handler = own
-  }
-  return handler
-}
-
-/**
- * Splits actors into the batches `applyBatch` takes: one per handler for the actors it applies in one
- * statement (`aloneHandler`), and one transaction for the rest.
- */
-export function splitBatch(kinds: ActorKinds, actors: BatchActor[]): BatchActor[][] {
-  const alone = new Map<CommandHandler, BatchActor[]>()
-  const rest: BatchActor[] = []
-  for (const actor of actors) {
-    const handler = aloneHandler(kinds, [actor])
-    if (!handler) rest.push(actor)
-    else if (alone.has(handler)) alone.get(handler)!.push(actor)
-    else alone.set(handler, [actor])
-  }
-  return rest.length > 0 ? [...alone.values(), rest] : [...alone.values()]
-}
-
-/**
- * Applies a batch of actors' commands and fences every actor: in one statement when `aloneHandler`
- * finds one for it, else in one transaction that fences every actor, then applies each actor's
- * commands in order, the actors side by side (their statements pipelined on the one connection), and
- * records them as applied in one statement. Throws `BatchFailed`, having changed nothing, if any
- * command fails.
+ * One transaction for the batch: fences every actor, then applies each actor's commands in order, the
+ * actors side by side (their statements pipelined on the one connection), and records them as
+ * applied in one statement. Throws `BatchFailed`, having changed nothing, if any command fails.
  */
 export async function applyBatch(sql: Sql, clock: Clock, kinds: ActorKinds, actors: BatchActor[]): Promise<BatchOutcome> {
-  const held = inOrder(actors)
-  const alone = aloneHandler(kinds, held)
-  if (alone) return applyAlone(sql, clock, alone, held)
+  // One order for every batch, so two batches' fence upserts never wait on each other in a cycle.
+  const held = [...actors].sort((a, b) => (a.actor < b.actor ? -1 : a.actor > b.actor ? 1 : 0))
   return sql.begin(async tx => {
     const now = clock.now()
     // Only a redelivery or a command whose id the sender chose can have been applied before; a fresh
     // random id cannot, and should one ever repeat, the primary key refuses it.
     const repeatable = held.flatMap(h => h.commands.filter(c => c.mayRepeat).map(c => [h.actor, c.commandId] as const))
     const [fences, previous] = await Promise.all([
-      fenceActors(tx, now, held),
+      // Each actor's clock moves past its last command; its n commands here get n successive milliseconds.
+      tx<{ actor: string; at: Date }[]>`
+        insert into actor_fences (actor, token, last_at)
+        select actor, token, ${now}::timestamptz + (n - 1) * interval '1 millisecond'
+        from unnest(${held.map(h => h.actor)}::text[], ${held.map(h => h.token)}::bigint[], ${held.map(h => h.commands.length)}::int[]) as w(actor, token, n)
+        on conflict (actor) do update
+          set token = excluded.token,
+              last_at = greatest(excluded.last_at, actor_fences.last_at + (excluded.last_at - ${now}::timestamptz) + interval '1 millisecond')
+          where actor_fences.token <= excluded.token
+        returning actor, last_at as at
+      `,
       repeatable.length === 0
         ? []
         : // One index probe per command (the lateral limit keeps the planner from a hash join over the table).
@@ -200,59 +152,16 @@ export async function applyBatch(sql: Sql, clock: Clock, kinds: ActorKinds, acto
     }
     if (fresh.length > 0) await recordApplied(tx, fresh)
 
-    return { applied, fenced: await newestTokens(tx, held.filter(h => !lastAt.has(h.actor))) }
-  })
-}
-
-/** The tokens that fenced these actors out: what their newer holders drew. */
-async function newestTokens(db: Db, outdated: BatchActor[]): Promise<Map<string, number>> {
-  const fenced = new Map<string, number>()
-  if (outdated.length === 0) return fenced
-  const rows = await db<{ actor: string; token: number }[]>`
-    select actor, token from actor_fences where actor = any(${outdated.map(h => h.actor)}::text[])
-  `
-  for (const row of rows) fenced.set(row.actor, Number(row.token))
-  return fenced
-}
-
-/**
- * A batch of one command per actor, applied with its fence in one statement (`applyFenced`): no
- * BEGIN, no COMMIT, no statement waiting for the fence's answer. Nothing to record: no one can repeat
- * these commands. Throws `BatchFailed` if the statement fails (it then changed nothing).
- */
-async function applyAlone(sql: Sql, clock: Clock, handler: CommandHandler, held: BatchActor[]): Promise<BatchOutcome> {
-  const payloads: unknown[] = []
-  for (const h of held) {
-    try {
-      payloads.push(h.commands[0]!.payload())
-    } catch (error) {
-      throw new BatchFailed(h.actor, error)
+    const fenced = new Map<string, number>()
+    const outdated = held.filter(h => !lastAt.has(h.actor)).map(h => h.actor)
+    if (outdated.length > 0) {
+      const rows = await tx<{ actor: string; token: number }[]>`
+        select actor, token from actor_fences where actor = any(${outdated}::text[])
+      `
+      for (const row of rows) fenced.set(row.actor, Number(row.token))
     }
-  }
-  const contexts = held.map(h => ({ actor: h.actor, id: h.actor.slice(h.kind.length + 1), commandId: h.commands[0]!.commandId }))
-  let answers: ({ result: unknown; at: Date } | undefined)[]
-  try {
-    answers = await handler.applyFenced!(
-      sql,
-      fenceActors(sql, clock.now(), held),
-      held.map((_, i) => ({ payload: payloads[i], context: contexts[i]! })),
-    )
-  } catch (error) {
-    // Which command failed, one statement cannot tell; the first actor stands for the batch.
-    throw new BatchFailed(held[0]!.actor, error)
-  }
-  const applied = new Map<string, Applied[]>()
-  const outdated: BatchActor[] = []
-  held.forEach((h, i) => {
-    const answer = answers[i]
-    if (!answer) return void outdated.push(h)
-    const context = { ...contexts[i]!, at: answer.at }
-    applied.set(h.actor, [{ handler, result: answer.result, project: true, context, payload: payloads[i] }])
+    return { applied, fenced }
   })
-  // Committed by now: a failing lookup must not fail the batch (its other commands were applied).
-  // Unknown tokens are 0; the mailbox path, which then takes the fenced-out commands, learns them itself.
-  const fenced = await newestTokens(sql, outdated).catch(() => new Map(outdated.map(h => [h.actor, 0])))
-  return { applied, fenced }
 }
 
 interface Step {
@@ -335,4 +244,16 @@ async function recordApplied(tx: TxSql, rows: AppliedRecord[]) {
 export function repeatOf(previous: { entryId: string; result: unknown } | undefined, entryId: string, reused: boolean) {
   if (reused) return { result: { refused: 'idempotency_key_reused' } as unknown, project: false }
   return { result: previous?.result ?? null, project: previous?.entryId === entryId }
+}
+
+/**
+ * A command's announcement (`announce`), after its projection: only for a command applied (or
+ * redelivered) here and not refused. It must not undo what was applied, so a failure is logged.
+ */
+export async function announceApplied(command: Pick<Applied, 'handler' | 'result' | 'project' | 'context' | 'payload'>, log: Log): Promise<void> {
+  const { handler, result, payload, context } = command
+  if (!command.project || isRefusal(result) || !handler?.announce) return
+  await handler.announce(result, payload, context).catch(error => {
+    log.warn('actor announcement failed', { actor: context.actor, ...errorFields(error) })
+  })
 }

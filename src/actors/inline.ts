@@ -12,7 +12,7 @@ import { defineScript } from '../redis.ts'
 import { errorFields } from '../log.ts'
 import { errors } from '../errors.ts'
 import { raiseFence, renewLease } from './lease.ts'
-import { applyBatch, BatchFailed, finishAndRelease, splitBatch, type Applied, type BatchActor, type BatchOutcome } from './batch.ts'
+import { announceApplied, applyBatch, BatchFailed, finishAndRelease, type Applied, type BatchOutcome } from './batch.ts'
 import { isRefusal } from './types.ts'
 import type { ActorRuntimeOptions } from './runtime.ts'
 
@@ -179,41 +179,30 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
       return void (await mailed)
     }
 
-    // Actors whose command goes in one statement with the fence, apart from those needing a transaction.
-    const byActor = new Map(holds.map(h => [h.actor, h]))
-    const groups = splitBatch(
-      kinds,
-      holds.map(h => ({
-        actor: h.actor,
-        kind: h.kind,
-        token: h.token,
-        commands: h.pending.map(({ command }) => ({
-          commandId: command.commandId,
-          // Each sending of a chosen id is its own "entry": a repeat is answered, never projected again.
-          entryId: command.chosen ? `inline:${randomUUID()}` : command.commandId,
-          type: command.type,
-          payload: () => command.payload,
-          requestHash: command.requestHash,
-          mayRepeat: command.chosen,
-          record: command.chosen,
-        })),
-      })),
-    )
-    let applying = groups.length
-    const applied = () => {
-      if (--applying === 0) free()
-    }
-    await Promise.all(groups.map(group => settle(group, group.map(a => byActor.get(a.actor)!), applied)))
-    await mailed
-  }
-
-  /** Applies one batch, then projects, answers and lets go of its actors; `applied` when Postgres is done. */
-  const settle = async (batch: BatchActor[], holds: Hold[], applied: () => void) => {
     let outcome: BatchOutcome
     try {
-      outcome = await applyBatch(sql, clock, kinds, batch)
+      outcome = await applyBatch(
+        sql,
+        clock,
+        kinds,
+        holds.map(h => ({
+          actor: h.actor,
+          kind: h.kind,
+          token: h.token,
+          commands: h.pending.map(({ command }) => ({
+            commandId: command.commandId,
+            // Each sending of a chosen id is its own "entry": a repeat is answered, never projected again.
+            entryId: command.chosen ? `inline:${randomUUID()}` : command.commandId,
+            type: command.type,
+            payload: () => command.payload,
+            requestHash: command.requestHash,
+            mayRepeat: command.chosen,
+            record: command.chosen,
+          })),
+        })),
+      )
     } catch (error) {
-      applied()
+      free()
       await Promise.all(holds.map(h => release(h.actor)))
       if (!rolledBack(error)) {
         // The commit may or may not have happened: answer as for any outage, never apply it again.
@@ -225,32 +214,28 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
         log.debug('inline actor batch rolled back; its commands go to the mailboxes', { actors: holds.length, ...errorFields(error) })
         await Promise.all(holds.map(h => mail(h.pending)))
       }
-      return
+      return void (await mailed)
     }
-    applied()
+    free()
 
     await Promise.all(
       holds.map(async h => {
         const newest = outcome.fenced.get(h.actor)
-        const commands = outcome.applied.get(h.actor)
-        if (newest !== undefined || !commands) {
+        const applied = outcome.applied.get(h.actor)
+        if (newest !== undefined || !applied) {
           // Redis lost the fence counter and handed out an old token: lift it, and let the mailbox path apply.
           if (newest !== undefined) await raiseFence({ redis, keys }, h.actor, newest).catch(() => {})
           await release(h.actor)
           return mail(h.pending)
         }
-        await project(h.actor, commands)
-        h.pending.forEach((p, i) => p.resolve({ result: commands[i]!.result }))
+        await project(h.actor, applied)
+        h.pending.forEach((p, i) => p.resolve({ result: applied[i]!.result }))
         // Notifications to others: after the answer, before the actor's next command.
-        for (const command of commands) {
-          if (!command.project || isRefusal(command.result)) continue
-          await command.handler?.announce?.(command.result, command.payload, command.context).catch(error => {
-            log.warn('inline actor announcement failed', { actor: h.actor, ...errorFields(error) })
-          })
-        }
+        for (const command of applied) await announceApplied(command, log)
         await release(h.actor)
       }),
     )
+    await mailed
   }
 
   /**

@@ -19,7 +19,7 @@ import { errorFields, type Log } from '../log.ts'
 import { appliedCommand, claimCommand, enterFence, recordResult } from './store.ts'
 import { raiseFence, renewLease } from './lease.ts'
 import { isRefusal, type ActorKinds, type CommandContext } from './types.ts'
-import { applyBatch, BatchFailed, finishAndRelease, repeatOf, type Applied, type BatchOutcome } from './batch.ts'
+import { announceApplied, applyBatch, BatchFailed, finishAndRelease, repeatOf, type Applied, type BatchOutcome } from './batch.ts'
 
 export interface ActorRuntimeOptions {
   sql: Sql
@@ -435,7 +435,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
         const command = applied[i]!
         if (command.project && !isRefusal(command.result)) {
           await command.handler?.project?.(command.result, command.payload, command.context)
-          await command.handler?.announce?.(command.result, command.payload, command.context)
+          await announceApplied(command, log)
         }
         await options.beforeAck?.(h.actor, command.context.commandId)
         if (abandoned) return new Promise<never>(() => {})
@@ -521,7 +521,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       if (outcome.fresh) stats.singleCommands++
       if (outcome.project && !isRefusal(outcome.result)) {
         await handler.project?.(outcome.result, outcome.payload, outcome.context)
-        await handler.announce?.(outcome.result, outcome.payload, outcome.context)
+        await announceApplied({ handler, ...outcome }, log)
       }
       attempts.delete(attemptKey)
     } catch (error) {

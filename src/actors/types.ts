@@ -1,5 +1,5 @@
 /** What an actor kind is: named commands, each an effect in Postgres and an optional Redis projection. */
-import type { Db, Fragment, TxSql } from '../db.ts'
+import type { TxSql } from '../db.ts'
 
 export interface CommandContext {
   /** `kind:id` of the actor applying the command. */
@@ -25,25 +25,12 @@ export interface CommandHandler<Payload = any, Result = any> {
    * command at the same place in its turn.
    */
   applyMany?(tx: TxSql, commands: { payload: Payload; context: CommandContext }[]): Promise<Result[]>
-  /**
-   * Optional, for the hot path: the effect of several commands, each of a different actor, and their
-   * actors' fence in one statement, which then needs no transaction around it (one round trip where
-   * a transaction takes four). `fence` is a query yielding `(actor text, at timestamptz)` for each
-   * actor whose fence held (use it as a CTE: `with fence as (${fence}) ...`); a command takes effect
-   * only where its actor is in it, at its `at`. Answers in the order given, `undefined` for a command
-   * whose actor was fenced out. Used for commands that no one can repeat (nothing to look up or record).
-   */
-  applyFenced?(
-    sql: Db,
-    fence: Fragment,
-    commands: { payload: Payload; context: Omit<CommandContext, 'at'> }[],
-  ): Promise<({ result: Result; at: Date } | undefined)[]>
-  /** Runs after the commit and again on every redelivery, so it must be idempotent (Redis state, notifications). */
+  /** Runs after the commit and again on every redelivery, so it must be idempotent (Redis state the actor owns). */
   project?(result: Result, payload: Payload, context: CommandContext): Promise<void>
   /**
    * Optional: telling others (notifications), after `project` and before the actor's next command, but
-   * not necessarily before the sender has its answer, which depends on nothing here. Never throws (a
-   * notification that fails is logged); may run again on a redelivery, like `project`.
+   * not necessarily before the sender has its answer, which depends on nothing here. Should not throw
+   * (a notification that fails is logged, not retried); may run again on a redelivery, like `project`.
    */
   announce?(result: Result, payload: Payload, context: CommandContext): Promise<void>
 }

@@ -1,9 +1,9 @@
 /** The agent actor's conversation commands: a user's message and the agent's reply. */
-import type { ActorKind, CommandContext, Refusal } from '../actors/types.ts'
+import type { ActorKind, Refusal } from '../actors/types.ts'
 import { notify, type NotifyDeps } from '../events/notify.ts'
 import { participantOwner } from '../participants/store.ts'
 import { putPendingConversation, removePendingConversation } from './inbox.ts'
-import type { Db, Fragment, TxSql } from '../db.ts'
+import type { TxSql } from '../db.ts'
 import { insertReplies, insertUserMessage } from './store.ts'
 
 export interface UserMessage {
@@ -56,7 +56,6 @@ export function conversationCommands(deps: NotifyDeps): ActorKind {
         return result!
       },
       applyMany: applyReplies,
-      applyFenced: storeReplies,
       async project(result: MessageApplied, _reply, { id }) {
         // A result stored before this field existed says nothing: drop the entry to be sure.
         if (result.wasPending !== false) await removePendingConversation(deps, id, result.userId)
@@ -68,35 +67,18 @@ export function conversationCommands(deps: NotifyDeps): ActorKind {
   }
 }
 
-/** Replies of agents inside a batch's transaction, their fence already passed: at their actors' times. */
+/** Replies of agents, each to one user (so no conversation twice), in one statement. */
 async function applyReplies(
   tx: TxSql,
-  replies: { payload: UserMessage; context: CommandContext }[],
+  replies: { payload: UserMessage; context: { id: string; at: Date } }[],
 ): Promise<(MessageApplied | Refusal)[]> {
-  const fence = tx`
-    select * from unnest(${replies.map(r => r.context.actor)}::text[], ${replies.map(r => r.context.at.toISOString())}::timestamptz[]) as f(actor, at)
-  `
-  const answers = await storeReplies(tx, fence, replies)
-  return answers.map(answer => answer!.result)
-}
-
-/** Replies of agents, each to one user (so no conversation twice), with their fence: one statement. */
-async function storeReplies(
-  sql: Db,
-  fence: Fragment,
-  replies: { payload: UserMessage; context: Omit<CommandContext, 'at'> }[],
-): Promise<({ result: MessageApplied | Refusal; at: Date } | undefined)[]> {
   const stored = await insertReplies(
-    sql,
-    fence,
-    replies.map(({ payload, context }) => ({ id: payload.messageId, actor: context.actor, participantId: context.id, userId: payload.userId, text: payload.text })),
+    tx,
+    replies.map(({ payload, context }) => ({ id: payload.messageId, participantId: context.id, userId: payload.userId, text: payload.text, at: context.at })),
   )
-  return replies.map(({ payload }) => {
-    const reply = stored.get(payload.messageId)
-    if (reply === undefined) return undefined
-    const { at, wasPending } = reply
-    if (!reply.stored) return { result: { refused: 'not_found' }, at }
-    const result = { messageId: payload.messageId, userId: payload.userId, text: payload.text, createdAt: at.toISOString(), pendingCount: 0, wasPending }
-    return { result, at }
+  return replies.map(({ payload, context }) => {
+    const wasPending = stored.get(payload.messageId)
+    if (wasPending === undefined) return { refused: 'not_found' }
+    return { messageId: payload.messageId, userId: payload.userId, text: payload.text, createdAt: context.at.toISOString(), pendingCount: 0, wasPending }
   })
 }

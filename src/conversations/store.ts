@@ -1,5 +1,5 @@
 /** SQL for conversation messages and the per-conversation pending state. */
-import type { Db, Fragment } from '../db.ts'
+import type { Db } from '../db.ts'
 
 export interface MessageRow {
   id: string
@@ -36,33 +36,20 @@ export async function insertUserMessage(
   return row!.pendingCount
 }
 
-export interface StoredReply {
-  /** The reply's time: its agent's clock. */
-  at: Date
-  /** False when the user never wrote to the agent: nothing was stored. */
-  stored: boolean
-  /** Whether the conversation was waiting for a reply. */
-  wasPending: boolean
-}
-
 /**
  * Records agents' replies (no two to one conversation) in one statement and ends the conversations'
- * pending state. `fence` yields `(actor, at)`: only replies of an agent in it (`actor` is
- * `agent:<participant id>`) are stored, at its `at`. Returns by message id what became of each reply
- * whose agent was in the fence; a reply to a user who never wrote to the agent is not stored.
+ * pending state. Returns, by message id, whether the conversation was pending before; a reply to a
+ * user who never wrote to the agent is not stored and not in the map.
  */
 export async function insertReplies(
   sql: Db,
-  fence: Fragment,
-  replies: { id: string; actor: string; participantId: string; userId: string; text: string }[],
-): Promise<Map<string, StoredReply>> {
+  replies: { id: string; participantId: string; userId: string; text: string; at: Date }[],
+): Promise<Map<string, boolean>> {
   // `before` is the row as this statement found it: only the agent's own commands change it, one at a time.
-  const rows = await sql<({ id: string } & StoredReply)[]>`
-    with fence as (${fence}), input as (
-      select i.*, f.at
-      from json_to_recordset(${JSON.stringify(replies)}::text::json)
-        as i(id uuid, actor text, "participantId" uuid, "userId" uuid, text text)
-      join fence f on f.actor = i.actor
+  const rows = await sql<{ id: string; wasPending: boolean }[]>`
+    with input as (
+      select * from json_to_recordset(${JSON.stringify(replies)}::text::json)
+        as i(id uuid, "participantId" uuid, "userId" uuid, text text, at timestamptz)
     ), replied as (
       update conversations c set latest_reply_at = i.at, pending_count = 0
       from input i, conversations before
@@ -73,14 +60,12 @@ export async function insertReplies(
       insert into messages (id, participant_id, user_id, role, text, created_at)
       select i.id, i."participantId", i."userId", 'agent', i.text, i.at
       from input i join replied r on r.participant_id = i."participantId" and r.user_id = i."userId"
-      returning id
+      returning id, participant_id, user_id
     )
-    select i.id, i.at, s.id is not null as stored, coalesce(r.was_pending, false) as "wasPending"
-    from input i
-    left join replied r on r.participant_id = i."participantId" and r.user_id = i."userId"
-    left join stored s on s.id = i.id
+    select s.id, r.was_pending as "wasPending"
+    from stored s join replied r on r.participant_id = s.participant_id and r.user_id = s.user_id
   `
-  return new Map(rows.map(({ id, ...reply }) => [id, reply]))
+  return new Map(rows.map(row => [row.id, row.wasPending]))
 }
 
 /** The agent's conversations waiting for a reply, oldest first: what its inbox is rebuilt from. */
