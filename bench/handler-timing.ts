@@ -1,26 +1,14 @@
 /** `bun bench/handler-timing.ts`: the poll's own cost per request in process (app.handle), against a bare Elysia route. */
 // No HTTP server and no load generator, best of several rounds: a noisy machine disturbs it little.
 import { Elysia } from 'elysia'
-import { loadConfig } from '../src/config.ts'
-import { createDeps } from '../src/deps.ts'
-import { createApp } from '../src/app.ts'
-import { createLog } from '../src/log.ts'
-import { createSql } from '../src/db.ts'
-import { migrate } from '../src/migrate.ts'
-import { createWorld } from './lib/world.ts'
+import { inProcess } from './lib/in-process.ts'
 import { seedAgents } from './lib/seed-agents.ts'
 
 const agentCount = 10_000
 const rounds = 8
 const perRound = 50_000
 
-const world = await createWorld()
-try {
-  const migrator = createSql(world.databaseUrl, { max: 1 })
-  await migrate(migrator)
-  await migrator.end()
-  const deps = await createDeps(loadConfig(world.env), { log: createLog('warn') })
-  const app = createApp(deps)
+await inProcess(async ({ world, app }) => {
   const agents = await seedAgents(world.sql, { agents: agentCount, pendingEvery: 100, repliers: 0 })
   const polls = agents.map(a => new Request('http://bench.local/v1/agent/events', { headers: { 'x-api-key': a.key } }))
   // Every inbox built and every key cached, as in the bench's warm-up.
@@ -40,7 +28,4 @@ try {
   console.log(`bare Elysia route        ${best.bare.toFixed(2)} µs a request`)
   console.log(`GET /v1/agent/events     ${best.poll.toFixed(2)} µs a request (${agentCount.toLocaleString('en-US')} agents, cached)`)
   console.log(`best of ${rounds} rounds of ${perRound.toLocaleString('en-US')}, app.handle in process`)
-  await deps.close()
-} finally {
-  await world.destroy()
-}
+})

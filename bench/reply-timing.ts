@@ -1,0 +1,89 @@
+/** `bun bench/reply-timing.ts`: where a reply's CPU goes, in process (app.handle), free of the HTTP server and the load generator. */
+// 64 callers at once, as in the bench; rounds alternate between the three ways in, and each figure is
+// the median of its rounds. CPU is this process's (all its threads) plus Postgres's backends and Redis.
+import { randomUUID } from 'node:crypto'
+import { inProcess } from './lib/in-process.ts'
+import { seedAgents } from './lib/seed-agents.ts'
+import { difference, resources } from './lib/resources.ts'
+import type { MessageApplied, UserMessage } from '../src/conversations/commands.ts'
+
+const callers = 64
+const rounds = 3
+const seconds = 4
+
+await inProcess(async ({ world, deps, app }) => {
+  const agents = (await seedAgents(world.sql, { agents: 1000, pendingEvery: 100, repliers: 1000 })).filter(a => a.userId !== null)
+  // The route with its dispatch answered at once: what the HTTP layer (routing, key, body, envelope) costs.
+  const ask = deps.dispatcher.ask.bind(deps.dispatcher)
+  let answerAtOnce = false
+  deps.dispatcher.ask = (<Result>(actor: string, type: string, payload: unknown, options?: object) => {
+    if (!answerAtOnce) return ask<Result>(actor, type, payload, options)
+    const { messageId, userId, text } = payload as UserMessage
+    const applied: MessageApplied = { messageId, userId, text, createdAt: new Date().toISOString(), pendingCount: 0 }
+    return Promise.resolve(applied as Result)
+  }) as typeof deps.dispatcher.ask
+
+  let n = 0
+  const pick = () => agents[Math.floor(Math.random() * agents.length)]!
+  const viaRoute = async () => {
+    const agent = pick()
+    const response = await app.handle(
+      new Request('http://bench.local/v1/agent/conversation-reply', {
+        method: 'POST',
+        headers: { 'x-api-key': agent.key, 'content-type': 'application/json' },
+        body: JSON.stringify({ userId: agent.userId, text: `Here is the summary, part ${++n}.` }),
+      }),
+    )
+    if (response.status !== 201) throw new Error(`reply answered ${response.status}: ${await response.text()}`)
+  }
+  const viaDispatcher = async () => {
+    const agent = pick()
+    await ask(`agent:${agent.id}`, 'agent.reply', { messageId: randomUUID(), userId: agent.userId, text: `Here is the summary, part ${++n}.` })
+  }
+  const ways = {
+    'route, dispatch answered at once': () => ((answerAtOnce = true), viaRoute),
+    'dispatcher.ask: lease, batch, Postgres, projection, notification': () => ((answerAtOnce = false), viaDispatcher),
+    'route and dispatch': () => ((answerAtOnce = false), viaRoute),
+  }
+  type Way = keyof typeof ways
+  const figures = new Map<Way, { rate: number; process: number; postgres: number; redis: number }[]>()
+
+  const measure = async (way: Way) => {
+    const one = ways[way]()
+    let count = 0
+    const before = await resources(world)
+    const cpu = process.cpuUsage()
+    const started = performance.now()
+    const end = started + seconds * 1000
+    await Promise.all(
+      Array.from({ length: callers }, async () => {
+        while (performance.now() < end) {
+          await one()
+          count++
+        }
+      }),
+    )
+    const elapsed = (performance.now() - started) / 1000
+    const used = process.cpuUsage(cpu)
+    const cost = difference(await resources(world), before)
+    return { rate: count / elapsed, process: (used.user + used.system) / count, postgres: (cost.pgCpuSeconds * 1e6) / count, redis: (cost.redisCpuSeconds * 1e6) / count }
+  }
+
+  await measure('route and dispatch') // warm-up: keys cached, code compiled
+  for (let round = 0; round < rounds; round++) {
+    for (const way of Object.keys(ways) as Way[]) {
+      const list = figures.get(way) ?? []
+      list.push(await measure(way))
+      figures.set(way, list)
+      await Bun.sleep(500) // commands cut off by the round's end land before the next
+    }
+  }
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!
+  console.log(`${callers} callers, median of ${rounds} rounds of ${seconds} s; CPU µs a reply`)
+  console.log('| way in | replies/s | this process | Postgres | Redis |')
+  console.log('|---|---:|---:|---:|---:|')
+  for (const [way, list] of figures) {
+    const f = (key: 'rate' | 'process' | 'postgres' | 'redis') => median(list.map(x => x[key]))
+    console.log(`| ${way} | ${Math.round(f('rate')).toLocaleString('en-US')} | ${f('process').toFixed(0)} | ${f('postgres').toFixed(0)} | ${f('redis').toFixed(0)} |`)
+  }
+})
