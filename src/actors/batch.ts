@@ -71,17 +71,10 @@ return redis.call('XLEN', KEYS[1])`)
  * actors side by side (their statements pipelined on the one connection), and records them as
  * applied in one statement. Throws `BatchFailed`, having changed nothing, if any command fails.
  */
-export async function applyBatch(
-  sql: Sql,
-  clock: Clock,
-  kinds: ActorKinds,
-  actors: BatchActor[] | Promise<BatchActor[]>,
-): Promise<BatchOutcome> {
-  // The actors may still be being taken: the transaction opens meanwhile.
+export async function applyBatch(sql: Sql, clock: Clock, kinds: ActorKinds, actors: BatchActor[]): Promise<BatchOutcome> {
+  // One order for every batch, so two batches' fence upserts never wait on each other in a cycle.
+  const held = [...actors].sort((a, b) => (a.actor < b.actor ? -1 : a.actor > b.actor ? 1 : 0))
   return sql.begin(async tx => {
-    // One order for every batch, so two batches' fence upserts never wait on each other in a cycle.
-    const held = [...(await actors)].sort((a, b) => (a.actor < b.actor ? -1 : a.actor > b.actor ? 1 : 0))
-    if (held.length === 0) return { applied: new Map(), fenced: new Map() }
     const now = clock.now()
     // Only a redelivery or a command whose id the sender chose can have been applied before; a fresh
     // random id cannot, and should one ever repeat, the primary key refuses it.

@@ -157,48 +157,51 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
 
   const work = async (batch: Map<string, Pending[]>, free: () => void): Promise<void> => {
     const actors = [...batch.keys()]
-    const holds: Hold[] = []
-    let mailed: Promise<unknown> = Promise.resolve()
-    // The leases are taken while the batch's transaction opens: BEGIN's round trip overlaps the scripts'.
-    const taken = Promise.allSettled(
+    const entered = await Promise.allSettled(
       actors.map(actor => {
         const k = keys.actor(actor)
         return enter(redis, [k.lease, k.fence, k.mailbox], [holder, leaseMs])
       }),
-    ).then(entered => {
-      const busy: Pending[][] = []
-      actors.forEach((actor, i) => {
-        const settled = entered[i]!
-        const pending = batch.get(actor)!
-        // Held, with mail, or Redis failing: the mailbox path takes it (and reports an outage itself).
-        if (settled.status === 'rejected' || settled.value === null) busy.push(pending)
-        else holds.push({ actor, kind: actor.slice(0, actor.indexOf(':')), token: Number(settled.value), pending })
-      })
-      // The actor stays in `working` until its commands are in the mailbox: none sent later overtakes them.
-      mailed = Promise.all(busy.map(mail))
-      return holds.map(h => ({
-        actor: h.actor,
-        kind: h.kind,
-        token: h.token,
-        commands: h.pending.map(({ command }) => ({
-          commandId: command.commandId,
-          // Each sending of a chosen id is its own "entry": a repeat is answered, never projected again.
-          entryId: command.chosen ? `inline:${randomUUID()}` : command.commandId,
-          type: command.type,
-          payload: () => command.payload,
-          requestHash: command.requestHash,
-          mayRepeat: command.chosen,
-          record: command.chosen,
-        })),
-      }))
+    )
+    const holds: Hold[] = []
+    const busy: Pending[][] = []
+    actors.forEach((actor, i) => {
+      const settled = entered[i]!
+      const pending = batch.get(actor)!
+      // Held, with mail, or Redis failing: the mailbox path takes it (and reports an outage itself).
+      if (settled.status === 'rejected' || settled.value === null) busy.push(pending)
+      else holds.push({ actor, kind: actor.slice(0, actor.indexOf(':')), token: Number(settled.value), pending })
     })
+    // The actor stays in `working` until its commands are in the mailbox: none sent later overtakes them.
+    const mailed = Promise.all(busy.map(mail))
+    if (holds.length === 0) {
+      free()
+      return void (await mailed)
+    }
 
     let outcome: BatchOutcome
     try {
-      outcome = await applyBatch(sql, clock, kinds, taken)
+      outcome = await applyBatch(
+        sql,
+        clock,
+        kinds,
+        holds.map(h => ({
+          actor: h.actor,
+          kind: h.kind,
+          token: h.token,
+          commands: h.pending.map(({ command }) => ({
+            commandId: command.commandId,
+            // Each sending of a chosen id is its own "entry": a repeat is answered, never projected again.
+            entryId: command.chosen ? `inline:${randomUUID()}` : command.commandId,
+            type: command.type,
+            payload: () => command.payload,
+            requestHash: command.requestHash,
+            mayRepeat: command.chosen,
+            record: command.chosen,
+          })),
+        })),
+      )
     } catch (error) {
-      // Failed before or after the leases were taken (Postgres away at BEGIN): let go of those taken.
-      await taken
       free()
       await Promise.all(holds.map(h => release(h.actor)))
       if (!rolledBack(error)) {
