@@ -72,8 +72,10 @@ describe('the owner’s notification stream', () => {
     const request = await ctx.call('POST', '/v1/agent/service-requests', { apiKey: other.agent.apiKey, body: { targetAgentId: agent.id, input: 'do' } })
     await ctx.call('POST', '/v1/agent/service-respond', { apiKey: agent.apiKey, body: { requestId: request.body.data.requestId, output: 'done', success: true } })
     const forUser = await userStream.waitFor(2)
-    expect(forUser.map(e => e.type)).toEqual(['conversation.reply', 'context.updated'])
-    expect(forUser[1]!.data).toMatchObject({ type: 'goals', key: 'g', version: 1 })
+    // Two actors (the agent, the organization) tell the user; nothing orders one's notifications after
+    // the other's (the reply's goes out after its answer).
+    expect(forUser.map(e => e.type).sort()).toEqual(['context.updated', 'conversation.reply'])
+    expect(forUser.find(e => e.type === 'context.updated')!.data).toMatchObject({ type: 'goals', key: 'g', version: 1 })
     const forTarget = await targetStream.waitFor(1, ['service.requested'])
     expect(forTarget[0]!.data).toMatchObject({ requestId: request.body.data.requestId, fromAgentId: other.agent.id })
     const forRequester = await requesterStream.waitFor(1, ['service.completed'])

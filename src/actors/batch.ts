@@ -253,7 +253,9 @@ export function repeatOf(previous: { entryId: string; result: unknown } | undefi
 export async function announceApplied(command: Pick<Applied, 'handler' | 'result' | 'project' | 'context' | 'payload'>, log: Log): Promise<void> {
   const { handler, result, payload, context } = command
   if (!command.project || isRefusal(result) || !handler?.announce) return
-  await handler.announce(result, payload, context).catch(error => {
+  try {
+    await handler.announce(result, payload, context)
+  } catch (error) {
     log.warn('actor announcement failed', { actor: context.actor, ...errorFields(error) })
-  })
+  }
 }
