@@ -70,6 +70,8 @@ interface Hold {
   kind: string
   token: number
   pending: Pending[]
+  /** Being let go: the lease is no longer renewed. */
+  done?: boolean
 }
 
 const mailboxGroup = 'actor'
@@ -179,6 +181,37 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
       return void (await mailed)
     }
 
+    // The leases are renewed while held (transaction, projections, announcements), as the runtime
+    // renews its own: a slow step lets no other holder in before this one is done.
+    const renewal = setInterval(() => renew(holds), leaseMs / 3)
+    try {
+      await apply(holds, free)
+    } finally {
+      clearInterval(renewal)
+    }
+    await mailed
+  }
+
+  const letGo = (h: Hold) => {
+    h.done = true
+    return release(h.actor)
+  }
+
+  const renew = (holds: Hold[]) => {
+    for (const h of holds) {
+      if (h.done) continue
+      renewLease({ redis, keys }, h.actor, holder, leaseMs).then(
+        kept => {
+          if (!kept && !h.done) log.warn('inline actor lease lost while held', { actor: h.actor })
+        },
+        // Redis away: the next renewal tries again; the lease runs out only if it stays away.
+        () => {},
+      )
+    }
+  }
+
+  /** Applies the taken actors' commands in one batch, then projects, answers, announces and lets go. */
+  const apply = async (holds: Hold[], free: () => void) => {
     let outcome: BatchOutcome
     try {
       outcome = await applyBatch(
@@ -203,7 +236,7 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
       )
     } catch (error) {
       free()
-      await Promise.all(holds.map(h => release(h.actor)))
+      await Promise.all(holds.map(letGo))
       if (!rolledBack(error)) {
         // The commit may or may not have happened: answer as for any outage, never apply it again.
         log.warn('inline actor batch failed', { actors: holds.length, ...errorFields(error) })
@@ -214,7 +247,7 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
         log.debug('inline actor batch rolled back; its commands go to the mailboxes', { actors: holds.length, ...errorFields(error) })
         await Promise.all(holds.map(h => mail(h.pending)))
       }
-      return void (await mailed)
+      return
     }
     free()
 
@@ -225,17 +258,16 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
         if (newest !== undefined || !applied) {
           // Redis lost the fence counter and handed out an old token: lift it, and let the mailbox path apply.
           if (newest !== undefined) await raiseFence({ redis, keys }, h.actor, newest).catch(() => {})
-          await release(h.actor)
+          await letGo(h)
           return mail(h.pending)
         }
         await project(h.actor, applied)
         h.pending.forEach((p, i) => p.resolve({ result: applied[i]!.result }))
         // Notifications to others: after the answer, before the actor's next command.
         for (const command of applied) await announceApplied(command, log)
-        await release(h.actor)
+        await letGo(h)
       }),
     )
-    await mailed
   }
 
   /**
