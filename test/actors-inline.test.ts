@@ -237,17 +237,20 @@ describe('commands applied by their sender', () => {
 
   test('a batch that outlasts the lease keeps it, renewed, until the actor is let go', async () => {
     const { sql, redis, keys, clock, log, pubsub } = ctx.deps
-    const own = createInlineRunner({ sql, redis, keys, clock, log, kinds, leaseMs: 300 })
+    const own = createInlineRunner({ sql, redis, keys, clock, log, kinds, leaseMs: 600 })
     const slow = await createDispatcher({ redis, pubsub, keys, inline: own })
     const actor = randomUUID()
     let open!: () => void
     gates.set(3001, new Promise<void>(resolve => (open = resolve)))
     const answer = slow.ask(`log:${actor}`, 'append', { n: 3001 })
-    await until(() => redis.exists(keys.actor(`log:${actor}`).lease).then(n => n === 1))
-    // Three lease lengths later, still held: no one else can take the actor meanwhile.
-    await Bun.sleep(900)
-    expect(await acquireLease(ctx.deps, `log:${actor}`, randomUUID(), 5000)).toBeNull()
-    open()
+    try {
+      await until(() => redis.exists(keys.actor(`log:${actor}`).lease).then(n => n === 1))
+      // Three lease lengths later, still held: no one else can take the actor meanwhile.
+      await Bun.sleep(1800)
+      expect(await acquireLease(ctx.deps, `log:${actor}`, randomUUID(), 5000)).toBeNull()
+    } finally {
+      open()
+    }
     expect(await answer).toEqual({ count: 1 })
     await until(() => redis.exists(keys.actor(`log:${actor}`).lease).then(n => n === 0))
     await slow.close()

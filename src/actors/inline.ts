@@ -202,7 +202,10 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
       if (h.done) continue
       renewLease({ redis, keys }, h.actor, holder, leaseMs).then(
         kept => {
-          if (!kept && !h.done) log.warn('inline actor lease lost while held', { actor: h.actor })
+          if (kept || h.done) return
+          // Taken over (or expired): renewing stops, as the runtime's does; the fence keeps Postgres right.
+          h.done = true
+          log.warn('inline actor lease lost while held', { actor: h.actor })
         },
         // Redis away: the next renewal tries again; the lease runs out only if it stays away.
         () => {},
