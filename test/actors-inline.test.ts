@@ -64,6 +64,20 @@ const appended = async (actor: string) =>
 
 const mailed = async (actor: string) => (await ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${actor}`).mailbox)) > 0
 
+/** An inline runner and dispatcher of the test's own (it closes them), with this lease length. */
+async function ownRunner(leaseMs: number) {
+  const { sql, redis, keys, clock, log, pubsub } = ctx.deps
+  const runner = createInlineRunner({ sql, redis, keys, clock, log, kinds, leaseMs })
+  return { runner, dispatcher: await createDispatcher({ redis, pubsub, keys, inline: runner }) }
+}
+
+/** Holds back the effect of payload n until the function returned is called. */
+function gate(n: number): () => void {
+  let open!: () => void
+  gates.set(n, new Promise<void>(resolve => (open = resolve)))
+  return open
+}
+
 async function runtime() {
   const { sql, redis, keys, clock, log } = ctx.deps
   const started = await startActorRuntime({ sql, redis, keys, clock, log, kinds, leaseMs: 600, claimIdleMs: 400 })
@@ -139,8 +153,7 @@ describe('commands applied by their sender', () => {
 
   test('a command sent while the actor is in this process’s batch waits for it, then applies in order', async () => {
     const actor = randomUUID()
-    let open!: () => void
-    gates.set(1001, new Promise<void>(resolve => (open = resolve)))
+    const open = gate(1001)
     const first = dispatcher.ask<{ count: number }>(`log:${actor}`, 'append', { n: 1001 })
     await Bun.sleep(50)
     const second = dispatcher.ask<{ count: number }>(`log:${actor}`, 'append', { n: 1002 })
@@ -212,12 +225,9 @@ describe('commands applied by their sender', () => {
   })
 
   test('closing sends what waits to the mailboxes and applies nothing more here', async () => {
-    const { sql, redis, keys, clock, log, pubsub } = ctx.deps
-    const own = createInlineRunner({ sql, redis, keys, clock, log, kinds, leaseMs: 2000 })
-    const closing = await createDispatcher({ redis, pubsub, keys, inline: own })
+    const { runner: own, dispatcher: closing } = await ownRunner(2000)
     const actor = randomUUID()
-    let open!: () => void
-    gates.set(2001, new Promise<void>(resolve => (open = resolve)))
+    const open = gate(2001)
     const first = closing.ask(`log:${actor}`, 'append', { n: 2001 })
     await Bun.sleep(50)
     const second = closing.tell(`log:${actor}`, 'append', { n: 2002 })
@@ -236,12 +246,10 @@ describe('commands applied by their sender', () => {
   })
 
   test('a batch that outlasts the lease keeps it, renewed, until the actor is let go', async () => {
-    const { sql, redis, keys, clock, log, pubsub } = ctx.deps
-    const own = createInlineRunner({ sql, redis, keys, clock, log, kinds, leaseMs: 600 })
-    const slow = await createDispatcher({ redis, pubsub, keys, inline: own })
+    const { redis, keys } = ctx.deps
+    const { dispatcher: slow } = await ownRunner(600)
     const actor = randomUUID()
-    let open!: () => void
-    gates.set(3001, new Promise<void>(resolve => (open = resolve)))
+    const open = gate(3001)
     const answer = slow.ask(`log:${actor}`, 'append', { n: 3001 })
     try {
       await until(() => redis.exists(keys.actor(`log:${actor}`).lease).then(n => n === 1))
