@@ -13,6 +13,7 @@ let failOnce = new Set<string>()
 // command id -> failures left; the error looks like a lost database connection
 const outages = new Map<string, number>()
 const projected: string[] = []
+const announced: string[] = []
 const stalls: { entered(): void; released: Promise<void> }[] = []
 
 // A toy kind: each 'append' inserts a row; the result is the running count for that actor.
@@ -32,6 +33,9 @@ const kinds: ActorKinds = {
       },
       async project(_result, payload: { n: number }, { id }) {
         projected.push(`${id}:${payload.n}`)
+      },
+      async announce(_result, payload: { n: number }, { id }) {
+        announced.push(`${id}:${payload.n}`)
       },
     },
     poison: {
@@ -142,6 +146,8 @@ describe('actor runtime', () => {
     const before = projected.filter(p => p.startsWith(actor)).length
     expect(await ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 1 }, { commandId: 'first' })).toEqual({ count: 1 })
     expect(projected.filter(p => p.startsWith(actor)).length).toBe(before)
+    // Nor announced again.
+    expect(announced.filter(a => a.startsWith(actor))).toEqual([`${actor}:1`, `${actor}:2`])
     expect(await appended(actor)).toEqual([1, 2])
     await r.stop()
   })
@@ -256,6 +262,10 @@ describe('actor runtime', () => {
     await until(async () => (await appended(sick)).length === 1, 25_000)
     for (const actor of actors) expect(await appended(actor)).toEqual([1])
     expect(await appended(sick)).toEqual([2])
+    // One command at a time, each announced once after it lands; the poisoned one never.
+    for (const actor of [...actors, sick]) await until(async () => announced.some(a => a.startsWith(`${actor}:`)))
+    for (const actor of actors) expect(announced.filter(a => a.startsWith(`${actor}:`))).toEqual([`${actor}:1`])
+    expect(announced.filter(a => a.startsWith(`${sick}:`))).toEqual([`${sick}:2`])
     // Only the first batch: after it the failing actor goes one command at a time, not taking others down.
     expect(r.stats().rolledBack).toBe(1)
     expect(await ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${sick}`).dead)).toBe(1)

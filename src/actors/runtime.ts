@@ -424,18 +424,20 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     )
 
   /**
-   * After the batch's commit: projections in order, then the replies, and the acknowledgements with
-   * the lease's release in one call. Returns what became of the actor and how much mail is left.
+   * After the batch's commit: projections in order, then the replies, the announcements, and the
+   * acknowledgements with the lease's release in one call. Returns what became of the actor and how
+   * much mail is left.
    */
   const finishBatch = async (h: Held, applied: Applied[], releasing: () => void): Promise<[Drain | 'applied', number]> => {
     const done: { mail: Mail; result: unknown }[] = h.mail.filter(m => m.list === null).map(mail => ({ mail, result: undefined }))
+    const projected: Applied[] = []
     let outcome: Drain | 'applied' = 'applied'
     try {
       for (const [i, mail] of h.commands.entries()) {
         const command = applied[i]!
         if (command.project && !isRefusal(command.result)) {
           await command.handler?.project?.(command.result, command.payload, command.context)
-          await announceApplied(command, log)
+          projected.push(command)
         }
         await options.beforeAck?.(h.actor, command.context.commandId)
         if (abandoned) return new Promise<never>(() => {})
@@ -461,6 +463,8 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       careful.add(h.actor)
       outcome = running ? 'failed' : 'interrupted'
     })
+    // Telling others waits for no one's answer, but comes before the actor's next command.
+    for (const command of projected) await announceApplied(command, log)
     releasing()
     const left = await finishAndRelease(redis, [h.mailbox, h.lease], [mailboxGroup, id, ...finished.map(d => d.mail.entryId)]).then(
       Number,
@@ -521,7 +525,6 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       if (outcome.fresh) stats.singleCommands++
       if (outcome.project && !isRefusal(outcome.result)) {
         await handler.project?.(outcome.result, outcome.payload, outcome.context)
-        await announceApplied({ handler, ...outcome }, log)
       }
       attempts.delete(attemptKey)
     } catch (error) {
@@ -541,6 +544,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     await options.beforeAck?.(actor, commandId)
     if (abandoned) return new Promise<never>(() => {})
     if (fields.reply) await reply(fields.reply, outcome ? { ask: fields.ask, result: outcome.result } : { ask: fields.ask, failed: true })
+    if (outcome) await announceApplied({ handler, ...outcome }, log)
     await finish(redis, [mailbox], [mailboxGroup, entryId])
   }
 
