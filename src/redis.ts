@@ -48,6 +48,16 @@ export function isRedisUnavailable(error: unknown): boolean {
   )
 }
 
+/** Deletes every key under a prefix (a test's or a benchmark's own), by SCAN, never a flush. */
+export async function deleteByPrefix(redis: Redis, prefix: string): Promise<void> {
+  let cursor = '0'
+  do {
+    const [next, found] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000)
+    cursor = next
+    if (found.length > 0) await redis.unlink(...found)
+  } while (cursor !== '0')
+}
+
 export type Script = (redis: Redis, keys: string[], args: (string | number)[]) => Promise<unknown>
 
 /** A Lua script run by its SHA (EVALSHA), loaded on first use and again after a Redis restart. */

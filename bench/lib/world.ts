@@ -2,6 +2,7 @@
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { createSql, type Sql } from '../../src/db.ts'
+import { deleteByPrefix } from '../../src/redis.ts'
 
 export const adminUrl = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
 export const redisUrl = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -67,12 +68,7 @@ export async function createWorld(): Promise<World> {
       } finally {
         await admin.end()
       }
-      let cursor = '0'
-      do {
-        const [next, found] = await redis.scan(cursor, 'MATCH', `${redisPrefix}*`, 'COUNT', 1000)
-        cursor = next
-        if (found.length > 0) await redis.unlink(...found)
-      } while (cursor !== '0')
+      await deleteByPrefix(redis, redisPrefix)
       redis.disconnect()
     },
   }

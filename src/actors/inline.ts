@@ -70,7 +70,7 @@ interface Hold {
   kind: string
   token: number
   pending: Pending[]
-  /** Being let go: the lease is no longer renewed. */
+  /** Let go, or found lost by a renewal: the lease is no longer renewed. */
   done?: boolean
 }
 
@@ -264,7 +264,7 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
           await letGo(h)
           return mail(h.pending)
         }
-        await project(h.actor, applied)
+        await project(h, applied)
         h.pending.forEach((p, i) => p.resolve({ result: applied[i]!.result }))
         // Notifications to others: after the answer, before the actor's next command.
         for (const command of applied) await announceApplied(command, log)
@@ -274,11 +274,11 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
   }
 
   /**
-   * The projections, in order, while the lease is held. One that fails (Redis away) is tried again
-   * with the lease renewed, so no later command's projection can overtake it; should the lease be
-   * lost meanwhile, a newer holder owns the projected state and this one gives up.
+   * The projections, in order, while the lease is held. One that fails (Redis away) is tried again,
+   * the batch's renewals keeping the lease, so no later command's projection can overtake it; should
+   * the lease be lost meanwhile, a newer holder owns the projected state and this one gives up.
    */
-  const project = async (actor: string, applied: Applied[]) => {
+  const project = async (h: Hold, applied: Applied[]) => {
     let i = 0
     let delay = 100
     for (;;) {
@@ -291,12 +291,11 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
         }
         return
       } catch (error) {
-        log.warn('inline actor projection failed; retrying', { actor, ...errorFields(error) })
+        log.warn('inline actor projection failed; retrying', { actor: h.actor, ...errorFields(error) })
         await Bun.sleep(delay)
         delay = Math.min(delay * 2, leaseMs / 4)
-        const kept = await renewLease({ redis, keys }, actor, holder, leaseMs).catch(() => null)
-        if (kept === false || closed) {
-          log.error('inline actor projection given up', { actor, reason: closed ? 'shutting down' : 'lease lost' })
+        if (h.done || closed) {
+          log.error('inline actor projection given up', { actor: h.actor, reason: closed ? 'shutting down' : 'lease lost' })
           return
         }
       }

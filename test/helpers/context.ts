@@ -7,6 +7,7 @@ import { createDeps, type Deps } from '../../src/deps.ts'
 import { createApp, type App } from '../../src/app.ts'
 import { adjustableClock } from '../../src/clock.ts'
 import { createLog } from '../../src/log.ts'
+import { deleteByPrefix } from '../../src/redis.ts'
 import { createTestDatabase, type TestDatabase } from './database.ts'
 import { startActors } from '../../workers/actors.ts'
 import type { ActorRuntime } from '../../src/actors/runtime.ts'
@@ -115,12 +116,7 @@ export async function callApp(app: App, method: string, path: string, options: C
 export async function deleteKeys(prefix: string): Promise<void> {
   const redis = new Redis(redisUrl)
   try {
-    let cursor = '0'
-    do {
-      const [next, found] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000)
-      cursor = next
-      if (found.length > 0) await redis.unlink(...found)
-    } while (cursor !== '0')
+    await deleteByPrefix(redis, prefix)
   } finally {
     redis.disconnect()
   }
