@@ -159,7 +159,7 @@ export function renderResults(results: Results): string {
     push(
       '## 3. Reply',
       '',
-      `POST /v1/agent/conversation-reply from a random one of ${int(r.agents)} agents to its conversation; each goes through the agent's actor in the workers process (mailbox stream, lease, one Postgres transaction, projection, reply by pub/sub). ${int(r.recorded)} agent messages were recorded in Postgres while ${int(r.load.statuses['201'] ?? 0)} replies were answered 201 (requests cut off when a round ended still land).`,
+      `POST /v1/agent/conversation-reply from a random one of ${int(r.agents)} agents to its conversation; each goes through the agent's actor: an idle agent's reply is applied by the API process that received it (the actor's lease, a Postgres transaction shared with the other idle agents' replies of the moment, the inbox projection, the user's notification, the release), a busy agent's goes to its mailbox stream for the actor runtime in the workers process. ${int(r.recorded)} agent messages were recorded in Postgres while ${int(r.load.statuses['201'] ?? 0)} replies were answered 201 (requests cut off when a round ended still land).`,
       '',
       loadHeader,
       loadRule,
