@@ -8,6 +8,7 @@ import {
   type TestAgent,
   type TestContext,
   type TestUser,
+  uuidV7,
 } from './helpers/context.ts'
 
 let ctx: TestContext
@@ -58,6 +59,10 @@ describe('the reference loop', () => {
     ])
     expect(history.body.data[2].id).toBe(first.body.data.id)
     expect(history.body.data[0].id).toBe(answered.body.data.messageId)
+    // Time-ordered ids: each message's is later than the one before it.
+    const ids = [first.body.data.id, second.body.data.id, answered.body.data.messageId]
+    for (const id of ids) expect(id).toMatch(uuidV7)
+    expect([...ids].sort()).toEqual(ids)
 
     ctx.clock.advance(5)
     await send(user, agent, 'One more thing')

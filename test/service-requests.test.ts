@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import { createAgent, createTestContext, expectError, signUp, uuidV7, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -30,6 +30,7 @@ describe('service requests between agents', () => {
     expect(created.status).toBe(201)
     expect(created.body.data).toMatchObject({ status: 'pending' })
     const id = created.body.data.requestId
+    expect(id).toMatch(uuidV7)
     expect(await requestsOf(b)).toEqual([
       { requestId: id, fromAgentId: a.id, fromAgentName: a.name, serviceTag: 'summarise', input: 'Please summarise X', createdAt: created.body.data.createdAt },
     ])

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
-import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import { createAgent, createTestContext, expectError, signUp, uuidV7, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
 import { startWorker } from './helpers/workers.ts'
 import { meteringProcessor } from '../workers/metering.ts'
@@ -209,8 +209,10 @@ describe('proxy calls', () => {
     expect(results.every(r => r.status === 200)).toBe(true)
     expect(results.map(r => r.body.data.usage.periodCalls).sort((a, b) => a - b)).toEqual(Array.from({ length: 200 }, (_, i) => i + 1))
     expect(await counted(s.subscriptionId, 200)).toBe(200)
-    const [events] = await ctx.deps.sql`select count(*)::int as n from usage_events where subscription_id = ${s.subscriptionId}`
-    expect(events!.n).toBe(200)
+    const events = await ctx.deps.sql<{ id: string }[]>`select id from usage_events where subscription_id = ${s.subscriptionId}`
+    expect(events.length).toBe(200)
+    // A call without an Idempotency-Key is a time-ordered usage event id.
+    for (const { id } of events) expect(id).toMatch(uuidV7)
     const list = await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })
     expect(list.body.data[0].usage).toEqual({ proxyCalls: 200, includedProxyCalls: 1000 })
   })

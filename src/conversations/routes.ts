@@ -1,5 +1,5 @@
 /** Conversations: subscribers write to agents and read the history; agents reply (/v1/agent/conversation-reply). */
-import { randomUUID } from 'node:crypto'
+import { newRowId } from '../ids.ts'
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
@@ -39,7 +39,7 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
         const outcome = await idempotentCommand(deps, request, async identity => {
           await activeAgent(params.agentId)
           if (!(await hasActiveSubscription(sql, user.userId, params.agentId))) throw errors.notSubscribed()
-          const command: UserMessage = { messageId: randomUUID(), userId: user.userId, text: body.text }
+          const command: UserMessage = { messageId: newRowId(), userId: user.userId, text: body.text }
           const result = accepted(
             await dispatcher.ask<MessageApplied | Refusal>(`agent:${params.agentId}`, 'user.message', command, identity),
           )
@@ -90,7 +90,7 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
           body,
         }
         const outcome = await idempotentCommand(deps, request, async identity => {
-          const command: UserMessage = { messageId: randomUUID(), userId: body.userId, text: body.text }
+          const command: UserMessage = { messageId: newRowId(), userId: body.userId, text: body.text }
           const result = accepted(
             await dispatcher.ask<MessageApplied | Refusal>(`agent:${agent.participantId}`, 'agent.reply', command, identity),
             () => errors.notFound('Conversation'),

@@ -1,5 +1,6 @@
 /** POST /v1/agent/proxy-call: an agent acts on a subscriber's connected account; every call that reaches the upstream is metered. */
-import { createHash, randomUUID } from 'node:crypto'
+import { createHash } from 'node:crypto'
+import { newRowId } from '../ids.ts'
 import { Elysia } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { Ok, failures, ok } from '../http/schema.ts'
@@ -32,7 +33,7 @@ export function proxyCallRoutes(deps: Deps, auth: AuthPlugin) {
         request,
         async ({ commandId }) => ({
           status: 200,
-          body: ok(await proxyCall(deps, agent, body, commandId ? uuidFrom(commandId) : randomUUID())),
+          body: ok(await proxyCall(deps, agent, body, commandId ? uuidFrom(commandId) : newRowId())),
         }),
         // A repeat must not reach the upstream again: not while the first runs, nor after it timed out there.
         { inFlight: 'refuse', keepFailure: error => reachedUpstream(error) },

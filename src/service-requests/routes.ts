@@ -1,5 +1,5 @@
 /** /v1/agent/service-requests and /v1/agent/service-respond: agents ask each other for work. */
-import { randomUUID } from 'node:crypto'
+import { newRowId } from '../ids.ts'
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
@@ -42,7 +42,7 @@ export function serviceRequestRoutes(deps: Deps, auth: AuthPlugin) {
           const from = await findParticipant(sql, agent.participantId)
           if (!from) throw errors.invalidToken()
           const command: NewRequest = {
-            requestId: randomUUID(),
+            requestId: newRowId(),
             fromAgentId: from.id,
             fromAgentName: from.name,
             serviceTag: body.serviceTag ?? null,

@@ -163,6 +163,9 @@ export async function createAgent(ctx: TestContext, owner: TestUser, name?: stri
   return { id: res.body.data.id, name: agentName, apiKey: res.body.data.apiKey }
 }
 
+/** A time-ordered id (UUIDv7), as the rows written at a high rate get (src/ids.ts). */
+export const uuidV7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
+
 /** Asserts the contract's error envelope and returns the body. */
 export function expectError(result: CallResult, status: number, code: string) {
   const context = `${result.status} ${JSON.stringify(result.body)}`
