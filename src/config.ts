@@ -1,6 +1,7 @@
 /** Configuration: the only reader of the environment, validated once at boot. */
 import { Type as T, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
+import { trustedProxyList } from './http/client-ip.ts'
 
 const Env = T.Object({
   PORT: T.Integer({ minimum: 0, maximum: 65535, default: 3000 }),
@@ -14,6 +15,7 @@ const Env = T.Object({
   AUTH_AUDIENCE: T.Optional(T.String({ minLength: 1 })),
   CONNECTIONS_KEY: T.Optional(T.String({ pattern: '^([0-9a-fA-F]{64}|[A-Za-z0-9+/]{43}=)$' })),
   PROXY_ALLOWED_HOSTS: T.String({ default: '' }),
+  TRUSTED_PROXIES: T.String({ default: '' }),
   NODE_ENV: T.Union([T.Literal('development'), T.Literal('production'), T.Literal('test')], {
     default: 'development',
   }),
@@ -77,6 +79,8 @@ export interface Config {
   }
   connectionsKey: Buffer | undefined
   proxyAllowedHosts: string[]
+  /** Reverse proxies and load balancers (addresses or CIDR ranges) whose X-Forwarded-For is believed. */
+  trustedProxies: string[]
   nodeEnv: NodeEnv
   dataDir: string
   logLevel: 'debug' | 'info' | 'warn' | 'error'
@@ -130,6 +134,15 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   const overrideError = Value.Errors(RateLimitsOverride, overrides).First()
   if (overrideError) throw new ConfigError(`invalid RATE_LIMITS${overrideError.path}: ${overrideError.message}`)
 
+  const trustedProxies = e.TRUSTED_PROXIES.split(',')
+    .map(entry => entry.trim())
+    .filter(Boolean)
+  try {
+    trustedProxyList(trustedProxies)
+  } catch (error) {
+    throw new ConfigError(`invalid TRUSTED_PROXIES: ${(error as Error).message}`)
+  }
+
   const auth = {
     jwtSecret: e.AUTH_JWT_SECRET,
     jwksUrl: e.AUTH_JWKS_URL,
@@ -155,6 +168,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     proxyAllowedHosts: e.PROXY_ALLOWED_HOSTS.split(',')
       .map(host => host.trim().toLowerCase())
       .filter(Boolean),
+    trustedProxies,
     nodeEnv: e.NODE_ENV,
     dataDir: e.DATA_DIR,
     logLevel: e.LOG_LEVEL,

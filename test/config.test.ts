@@ -36,6 +36,7 @@ describe('loadConfig', () => {
       auth: { jwtSecret: undefined, jwksUrl: undefined, issuer: undefined, audience: undefined },
       connectionsKey: undefined,
       proxyAllowedHosts: [],
+      trustedProxies: [],
       nodeEnv: 'development',
       dataDir: '.data',
       logLevel: 'info',
@@ -105,6 +106,20 @@ describe('loadConfig', () => {
     const config = loadConfig({ PROXY_ALLOWED_HOSTS: ' API.Example.com, localhost ,,10.0.0.5:8080 ,' })
     expect(config.proxyAllowedHosts).toEqual(['api.example.com', 'localhost', '10.0.0.5:8080'])
   })
+
+  test('TRUSTED_PROXIES takes addresses and CIDR ranges of both families, split on commas', () => {
+    const config = loadConfig({ TRUSTED_PROXIES: ' 10.0.0.0/8, 192.168.1.7 ,,fd00::/8,::1 ' })
+    expect(config.trustedProxies).toEqual(['10.0.0.0/8', '192.168.1.7', 'fd00::/8', '::1'])
+  })
+
+  test.each(['proxy.internal', '10.0.0.0/33', '10.0.0.0/', '10.0.0.0/8/1', 'fd00::/129', '10.0.0.256', '10.0.0.0/-1', '10.0.0.0/0x8'])(
+    'refuses TRUSTED_PROXIES with %p in it, naming it',
+    entry => {
+      const message = configError({ TRUSTED_PROXIES: `10.0.0.1, ${entry}` }).message
+      expect(message).toContain('TRUSTED_PROXIES')
+      expect(message).toContain(entry)
+    },
+  )
 
   test('RATE_LIMITS overrides the named rules and keeps the defaults of the others', () => {
     const config = loadConfig({ RATE_LIMITS: '{"deviceCodeCreate":{"capacity":3,"perSeconds":0.5}}' })

@@ -329,3 +329,41 @@ describe('creation rate limit', () => {
     expect((await limited.call('POST', '/v1/auth/device-codes')).status).toBe(201)
   })
 })
+
+describe('creation rate limit behind a load balancer', () => {
+  const limits = { RATE_LIMITS: rateLimits({ deviceCodeCreate: { capacity: 2, perSeconds: 3600 } }) }
+  /** Starts device authorizations over a real socket from 127.0.0.1, as a proxy there would. */
+  const listening = async (env: Record<string, string>) => {
+    const c = await createTestContext({ env: { ...limits, ...env } })
+    const server = c.app.listen({ port: 0, hostname: '127.0.0.1' })
+    const post = (forwardedFor: string) =>
+      fetch(`http://127.0.0.1:${server.server!.port}/v1/auth/device-codes`, { method: 'POST', headers: { 'x-forwarded-for': forwardedFor } })
+    return { post, close: async () => (await server.stop(), await c.close()) }
+  }
+
+  test('with TRUSTED_PROXIES each client behind the proxy has its own bucket', async () => {
+    const { post, close } = await listening({ TRUSTED_PROXIES: '127.0.0.1' })
+    try {
+      expect((await post('203.0.113.5')).status).toBe(201)
+      // A client cannot pick its own bucket by writing the header itself: the proxy's entry is last.
+      expect((await post('198.51.100.77, 203.0.113.5')).status).toBe(201)
+      const refused = await post('203.0.113.5')
+      expect(refused.status).toBe(429)
+      expect(((await refused.json()) as { error: string }).error).toBe('rate_limited')
+      expect((await post('203.0.113.6')).status).toBe(201)
+    } finally {
+      await close()
+    }
+  })
+
+  test('without it the header is not believed: every request counts against the socket address', async () => {
+    const { post, close } = await listening({})
+    try {
+      expect((await post('203.0.113.5')).status).toBe(201)
+      expect((await post('203.0.113.6')).status).toBe(201)
+      expect((await post('203.0.113.7')).status).toBe(429)
+    } finally {
+      await close()
+    }
+  })
+})

@@ -3,7 +3,7 @@ import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
 import { Ok, failures, iso, isoOrNull, ok, Uuid } from '../http/schema.ts'
-import { clientIp } from '../http/client-ip.ts'
+import { clientIpResolver } from '../http/client-ip.ts'
 import type { AuthPlugin } from './plugin.ts'
 import { generateKey } from './api-key.ts'
 import { checksumAddress } from './wallet.ts'
@@ -39,6 +39,7 @@ const profile = (user: UserRow) => ({
 export function authRoutes(deps: Deps, auth: AuthPlugin) {
   const { sql, rateLimiter, authenticator } = deps
   const device = { ...deps, siteUrl: deps.config.siteUrl }
+  const clientIp = clientIpResolver(deps.config.trustedProxies)
 
   const me = async (userId: string) => {
     const user = await getUser(sql, userId)
