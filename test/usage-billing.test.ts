@@ -4,7 +4,8 @@ import { createAgent, createTestContext, expectError, signUp, uuidV7, type TestA
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
 import { startWorker } from './helpers/workers.ts'
 import { meteringProcessor } from '../workers/metering.ts'
-import { runInvoices } from '../src/invoices/run.ts'
+import { announceLeftBatches, runInvoices } from '../src/invoices/run.ts'
+import { issueDueInvoices } from '../src/invoices/store.ts'
 import { addMonths } from '../src/billing/periods.ts'
 
 let ctx: TestContext
@@ -307,5 +308,67 @@ describe('invoices', () => {
     expect((await ctx.call('GET', '/v1/billing/invoices?limit=100', { token: other.user.token })).body.data.length).toBe(2)
     const numbers = (await ctx.deps.sql<{ number: number }[]>`select number from invoices order by number`).map(r => r.number)
     expect(numbers).toEqual(Array.from({ length: numbers.length }, (_, i) => i + 1))
+  })
+})
+
+describe('invoice announcements', () => {
+  const runDeps = () => ({ ...ctx.deps, metering: ctx.deps.queues.metering })
+  const flat = { monthlyPriceCents: 900, includedProxyCalls: 0, overagePerCallCents: 0 }
+  /** A minute after the subscription's current period ends. */
+  const dueAfter = async (s: Setup) => {
+    const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
+    return new Date(new Date(sub.currentPeriodEnd).getTime() + 60_000)
+  }
+  /** The `invoice.issued` events in the user's stream, as their clients would read them. */
+  const invoiceEvents = async (userId: string) =>
+    (await ctx.deps.redis.xrange(ctx.deps.keys.events.user(userId), '-', '+'))
+      .filter(([, fields]) => fields[1] === 'invoice.issued')
+      .map(([, fields]) => JSON.parse(fields[3]!))
+  const unannounced = async () => (await ctx.deps.sql<{ n: number }[]>`select count(*)::int as n from invoice_batches where announced_at is null`)[0]!.n
+
+  test('a run announces each invoice to its payer and records its batches as announced', async () => {
+    const s = await setup(flat)
+    await runInvoices(runDeps(), await dueAfter(s))
+    const [invoice] = (await ctx.call('GET', '/v1/billing/invoices', { token: s.user.token })).body.data
+    expect(await invoiceEvents(s.user.id)).toEqual([
+      expect.objectContaining({ type: 'invoice.issued', invoiceId: invoice.id, number: invoice.number, totalCents: 900 }),
+    ])
+    expect(await unannounced()).toBe(0)
+    expect(await announceLeftBatches(ctx.deps, { graceMs: 0 })).toBe(0)
+  })
+
+  test('a batch whose worker died between its commit and its events is announced by the sweep, once', async () => {
+    const s = await setup(flat)
+    // What a worker that died right after the batch's commit leaves: the invoices, no events.
+    const batch = await issueDueInvoices(ctx.deps.sql, await dueAfter(s), 5000)
+    const mine = batch!.invoices.find(invoice => invoice.userId === s.user.id)!
+    expect(await invoiceEvents(s.user.id)).toEqual([])
+    expect(await unannounced()).toBe(1)
+    // Still within its run's time to announce it.
+    expect(await announceLeftBatches(ctx.deps, { graceMs: 60_000 })).toBe(0)
+    expect(await invoiceEvents(s.user.id)).toEqual([])
+
+    expect(await announceLeftBatches(ctx.deps, { graceMs: 0 })).toBe(1)
+    expect(await invoiceEvents(s.user.id)).toEqual([
+      expect.objectContaining({ type: 'invoice.issued', invoiceId: mine.id, number: mine.number, totalCents: 900 }),
+    ])
+    expect(await unannounced()).toBe(0)
+    expect(await announceLeftBatches(ctx.deps, { graceMs: 0 })).toBe(0)
+    expect(await invoiceEvents(s.user.id)).toHaveLength(1)
+  })
+
+  test('with Redis away during the run the invoices are issued all the same, and announced by a later sweep', async () => {
+    const s = await setup(flat)
+    const away = ctx.deps.redis.duplicate()
+    await away.quit()
+    const run = await runInvoices({ ...runDeps(), redis: away }, await dueAfter(s))
+    expect(run.issued).toBeGreaterThanOrEqual(1)
+    expect((await ctx.call('GET', '/v1/billing/invoices', { token: s.user.token })).body.data).toHaveLength(1)
+    expect(await invoiceEvents(s.user.id)).toEqual([])
+    expect(await unannounced()).toBeGreaterThanOrEqual(1)
+
+    expect(await announceLeftBatches(ctx.deps, { graceMs: 0 })).toBeGreaterThanOrEqual(1)
+    expect(await invoiceEvents(s.user.id)).toHaveLength(1)
+    expect(await unannounced()).toBe(0)
   })
 })

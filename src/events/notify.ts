@@ -61,19 +61,27 @@ export async function broadcast(deps: NotifyDeps, stream: string, type: EventTyp
   }
 }
 
-/** Many notifications in one round trip (an invoice run issues thousands). */
+/**
+ * Many notifications, 1,000 in flight at a time (an invoice run issues thousands). Failures are
+ * logged, never thrown; says whether every event was published.
+ */
 export async function notifyMany(
   deps: NotifyDeps,
   events: { userId: string; type: EventType; payload: Record<string, unknown> }[],
-): Promise<void> {
+): Promise<boolean> {
+  let failed = 0
+  let firstError: unknown
   for (let i = 0; i < events.length; i += 1000) {
     const chunk = events.slice(i, i + 1000)
-    try {
-      await Promise.all(chunk.map(event => publish(deps, deps.keys.events.user(event.userId), event.type, event.payload)))
-    } catch (error) {
-      deps.log.warn('events not published', { count: chunk.length, ...errorFields(error) })
+    const settled = await Promise.allSettled(chunk.map(event => publish(deps, deps.keys.events.user(event.userId), event.type, event.payload)))
+    for (const outcome of settled) {
+      if (outcome.status === 'fulfilled') continue
+      failed++
+      firstError ??= outcome.reason
     }
   }
+  if (failed > 0) deps.log.warn('events not published', { count: failed, of: events.length, ...errorFields(firstError) })
+  return failed === 0
 }
 
 /**
