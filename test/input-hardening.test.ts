@@ -46,6 +46,39 @@ describe('characters Postgres cannot store', () => {
   })
 })
 
+describe('bodies nested deep', () => {
+  const nested = (depth: number, leaf: string) => '['.repeat(depth) + leaf + ']'.repeat(depth)
+
+  test('thousands of levels are 400 naming the limit, on any route, and the process is fine', async () => {
+    const { agent, user } = await subscribed()
+    for (const depth of [65, 5000, 200_000]) {
+      const refused = expectError(
+        await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, rawBody: `{"text":${nested(depth, '"x"')}}` }),
+        400,
+        'validation_failed',
+      )
+      expect(refused.details[0].message).toContain('64')
+    }
+    expectError(
+      await ctx.call('PUT', '/v1/context/custom/deep', { token: user.token, rawBody: `{"data":{"a":${nested(64, '1')}}}` }),
+      400,
+      'validation_failed',
+    )
+    expect((await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'still here' } })).status).toBe(201)
+  })
+
+  test('up to 64 levels is stored as sent', async () => {
+    const { user } = await subscribed()
+    // The body object is level 1, data level 2, then 62 arrays: 64 in all.
+    const data = { a: JSON.parse(nested(62, '1')) }
+    const stored = await ctx.call('PUT', '/v1/context/custom/deep-enough', { token: user.token, body: { data } })
+    expect(stored.status).toBe(200)
+    expect(stored.body.data.data).toEqual(data)
+    const read = await ctx.call('GET', '/v1/context?type=custom&key=deep-enough', { token: user.token })
+    expect(read.body.data.entries[0].data).toEqual(data)
+  })
+})
+
 describe('ids and times as clients write them', () => {
   test('an upper-case UUID is refused with 400 instead of reaching the wrong key', async () => {
     const { agent, user } = await subscribed()

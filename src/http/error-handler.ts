@@ -91,31 +91,48 @@ export function httpErrors(log: Log) {
       const size = length !== null ? Number(length) : (await request.clone().arrayBuffer()).byteLength
       return size > limit ? renderError(errors.payloadTooLarge(limit)) : undefined
     })
-    // Postgres stores no NUL character and no lone surrogate: refuse them at the door, whatever the route.
+    // Postgres stores no NUL character and no lone surrogate, and nothing should recurse through a
+    // body nested thousands deep: refuse them at the door, whatever the route.
     .onTransform({ as: 'global' }, ({ body }) => {
-      const where = unstorable(body, '')
-      if (where !== null) throw errors.field(where || '/', 'must not contain NUL characters or unpaired surrogates')
+      const problem = unstorable(body)
+      if (problem !== null) throw errors.field(problem.path || '/', problem.message)
     })
     .onError({ as: 'global' }, ({ code, error, path }) => renderError(toAppError(code, error, log, path)))
 }
 
 const badText = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
 
-/** The JSON pointer of the first string (or key) Postgres could not store, or null. */
-function unstorable(value: unknown, path: string): string | null {
-  if (typeof value === 'string') return badText.test(value) ? path : null
-  if (value === null || typeof value !== 'object') return null
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) {
-      const found = unstorable(value[i], `${path}/${i}`)
-      if (found !== null) return found
+/** How deep objects and arrays may nest in a JSON body. */
+export const maxJsonDepth = 64
+
+const badTextMessage = 'must not contain NUL characters or unpaired surrogates'
+
+/**
+ * The first thing in a body that Postgres could not store (a NUL or a lone surrogate in a string or
+ * a key) or that nests deeper than `maxJsonDepth`, with its JSON pointer; null when there is none.
+ * Walks with a stack of its own, so no body can exhaust the call stack.
+ */
+function unstorable(body: unknown): { path: string; message: string } | null {
+  const stack: [value: unknown, path: string, depth: number][] = [[body, '', 0]]
+  while (stack.length > 0) {
+    const [value, path, depth] = stack.pop()!
+    if (typeof value === 'string') {
+      if (badText.test(value)) return { path, message: badTextMessage }
+      continue
     }
-    return null
-  }
-  for (const [key, child] of Object.entries(value)) {
-    if (badText.test(key)) return `${path}/${key.replace(/[^\x20-\x7e]/g, '?')}`
-    const found = unstorable(child, `${path}/${key}`)
-    if (found !== null) return found
+    if (value === null || typeof value !== 'object') continue
+    if (depth === maxJsonDepth) return { path, message: `must not nest objects and arrays more than ${maxJsonDepth} deep` }
+    // Children pushed last to first, so they are looked at in document order.
+    if (Array.isArray(value)) {
+      for (let i = value.length - 1; i >= 0; i--) stack.push([value[i], `${path}/${i}`, depth + 1])
+      continue
+    }
+    const entries = Object.entries(value)
+    for (let i = entries.length - 1; i >= 0; i--) {
+      const [key, child] = entries[i]!
+      if (badText.test(key)) return { path: `${path}/${key.replace(/[^\x20-\x7e]/g, '?')}`, message: badTextMessage }
+      stack.push([child, `${path}/${key}`, depth + 1])
+    }
   }
   return null
 }
