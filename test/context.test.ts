@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import { isBadInput } from '../src/db.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -150,6 +151,9 @@ describe('bad input writes nothing', () => {
       { ...base, data: 'text' },
       { ...base, data: null },
       { ...base, data: { big: 'x'.repeat(64 * 1024) } },
+      // 3 KiB as sent, 150 KiB as Postgres keeps it: numbers are stored written out in full.
+      { ...base, data: { a: Array.from({ length: 500 }, () => 1e300) } },
+      { ...base, data: { a: Array.from({ length: 500 }, () => -1.5e-300) } },
       { ...base, confidence: 'certain' },
       { ...base, source: { note: 'no method' } },
       { ...base, extra: 1 },
@@ -159,9 +163,31 @@ describe('bad input writes nothing', () => {
     expectError(await agentWrite(a!, { ...base, confidence: 'user_provided' }), 403, 'confidence_not_allowed')
     expectError(await ctx.call('PUT', '/v1/context/unknown/k', { token: user.token, body: { data: {} } }), 400, 'validation_failed')
     expectError(await ctx.call('PUT', '/v1/context/custom/k', { token: user.token, body: { data: [] } }), 400, 'validation_failed')
+    // It was 503 after five tries of the actor, when only the JSON text was measured.
+    expectError(
+      await ctx.call('PUT', '/v1/context/custom/k', { token: user.token, body: { data: { a: Array.from({ length: 500 }, () => 1e300) } } }),
+      400,
+      'validation_failed',
+    )
     const [row] = await ctx.deps.sql`select count(*)::int as n from context_entries where key = 'k'`
     expect(row!.n).toBe(0)
     expect((await agentWrite(a!, { ...base, data: { fits: 'x'.repeat(60 * 1024) } })).status).toBe(201)
+    // 200 of them is 60 KiB written out: it fits, and is kept exactly.
+    const numbers = { a: Array.from({ length: 200 }, () => 1e300) }
+    const stored = await agentWrite(a!, { ...base, key: 'numbers', data: numbers })
+    expect(stored.status).toBe(201)
+    expect(stored.body.data.data).toEqual(numbers)
+  })
+
+  test('a value a check constraint refuses counts as bad input from the client, not a fault', async () => {
+    const refused = await ctx.deps.sql
+      .begin(async tx => {
+        await tx`create temporary table bounded (n integer check (n > 0)) on commit drop`
+        await tx`insert into bounded values (0)`
+      })
+      .catch((error: unknown) => error)
+    expect((refused as { code?: string }).code).toBe('23514')
+    expect(isBadInput(refused)).toBe(true)
   })
 
   test('user endpoints: unknown entries and versions are 404; credentials are checked', async () => {

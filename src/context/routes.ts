@@ -16,10 +16,39 @@ const maxSourceBytes = 4 * 1024
 
 function checkSizes(data: unknown, source?: unknown) {
   if (typeof data !== 'object' || data === null || Array.isArray(data)) throw errors.field('/data', 'must be a JSON object')
-  if (Buffer.byteLength(JSON.stringify(data)) > maxDataBytes) throw errors.field('/data', 'must be at most 64 KiB')
-  if (source !== undefined && Buffer.byteLength(JSON.stringify(source)) > maxSourceBytes) {
-    throw errors.field('/source', 'must be at most 4 KiB')
+  if (storedBytes(data) > maxDataBytes) throw errors.field('/data', 'must be at most 64 KiB')
+  if (source !== undefined && storedBytes(source) > maxSourceBytes) throw errors.field('/source', 'must be at most 4 KiB')
+}
+
+/**
+ * The size of a JSON value as Postgres stores it: its numbers written out in full, as jsonb keeps
+ * them (`1e300` is 301 digits there, 5 characters in JSON). Bodies nest at most 64 deep.
+ */
+function storedBytes(value: unknown): number {
+  let bytes = Buffer.byteLength(JSON.stringify(value))
+  const stack = [value]
+  while (stack.length > 0) {
+    const item = stack.pop()
+    if (typeof item === 'number') bytes += fullLength(item) - JSON.stringify(item).length
+    else if (item !== null && typeof item === 'object') for (const child of Object.values(item)) stack.push(child)
   }
+  return bytes
+}
+
+/** The length of a finite number written with no exponent (`1.5e-7` is `0.00000015`). */
+function fullLength(n: number): number {
+  const short = String(Math.abs(n))
+  const sign = n < 0 ? 1 : 0
+  const e = short.indexOf('e')
+  if (e === -1) return sign + short.length
+  const mantissa = short.slice(0, e)
+  const exponent = Number(short.slice(e + 1))
+  const dot = mantissa.indexOf('.')
+  const digits = dot === -1 ? mantissa.length : mantissa.length - 1
+  const point = (dot === -1 ? mantissa.length : dot) + exponent
+  if (point >= digits) return sign + point
+  if (point <= 0) return sign + 2 - point + digits
+  return sign + digits + 1
 }
 
 const Entries = t.Object({ entries: t.Array(ContextEntry) })
