@@ -124,6 +124,33 @@ describe('connected accounts and proxy calls', () => {
     }
   })
 
+  test('headers a header cannot carry, too many headers or query parameters, and unsendable credentials are 400, and reach no one', async () => {
+    const { agent, user } = await subscribed()
+    expect((await ctx.call('POST', '/v1/connections', { token: user.token, body: { provider: 'plain', baseUrl: upstream.url, credential: 'tok-1.2_3~/+=' } })).status).toBe(201)
+    for (const credential of ['tok☃', 'tok\r\nX-Injected: 1', 'two words', '\u00e9t\u00e9']) {
+      const refused = expectError(await ctx.call('POST', '/v1/connections', { token: user.token, body: { provider: 'bad', baseUrl: upstream.url, credential } }), 400, 'validation_failed')
+      expect(refused.details[0].path).toBe('/credential')
+    }
+    const call = (extra: Record<string, unknown>) =>
+      ctx.call('POST', '/v1/agent/proxy-call', { apiKey: agent.apiKey, body: { userId: user.id, provider: 'plain', method: 'GET', path: '/echo', ...extra } })
+    const before = upstream.received.length
+    const many = (n: number, prefix: string) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`${prefix}${i}`, 'v']))
+    for (const extra of [
+      { headers: { 'x-test': '☃' } },
+      { headers: { accept: '😀' } },
+      { headers: { 'x-test': 'a\r\nx-injected: 1' } },
+      { headers: many(51, 'x-h') },
+      { headers: { [`x-${'a'.repeat(101)}`]: 'v' } },
+      { query: many(101, 'q') },
+    ]) {
+      expectError(await call(extra), 400, 'validation_failed')
+    }
+    expect(upstream.received.length).toBe(before)
+    const sent = await call({ headers: many(50, 'x-h'), query: many(100, 'q') })
+    expect(sent.status).toBe(200)
+    expect(upstream.received.length).toBe(before + 1)
+  })
+
   test('a retry of a proxy call that timed out at the upstream replays the 504 and never calls it again', async () => {
     const { agent, user } = await subscribed()
     await ctx.call('POST', '/v1/connections', { token: user.token, body: { provider: 'slow', baseUrl: upstream.url, credential: 'x' } })

@@ -14,7 +14,13 @@ export const CreateConnection = t.Object(
   {
     provider: t.String({ pattern: '^[a-z0-9][a-z0-9_.-]{0,63}$', description: 'e.g. github; one connection per provider' }),
     baseUrl: t.String({ maxLength: 2048, description: 'https (http only for allow-listed hosts); no private addresses' }),
-    credential: t.String({ minLength: 1, maxLength: 8192, description: 'Sent upstream as Authorization: Bearer; never returned' }),
+    credential: t.String({
+      minLength: 1,
+      maxLength: 8192,
+      // It becomes a header value: no spaces, line breaks or characters a header cannot carry.
+      pattern: '^[\\x21-\\x7e]+$',
+      description: 'Printable ASCII with no spaces; sent upstream as Authorization: Bearer; never returned',
+    }),
     label: t.Optional(t.String({ maxLength: 100 })),
   },
   { additionalProperties: false },

@@ -15,9 +15,14 @@ export const ProxyCall = t.Object(
       t.Literal('HEAD'),
     ]),
     path: t.String({ pattern: '^/', maxLength: 2048, description: 'Appended to the connection’s base URL' }),
-    query: t.Optional(t.Record(t.String(), t.Union([t.String(), t.Number(), t.Boolean()]))),
+    query: t.Optional(t.Record(t.String(), t.Union([t.String(), t.Number(), t.Boolean()]), { maxProperties: 100 })),
     headers: t.Optional(
-      t.Record(t.String(), t.String({ maxLength: 4096 }), { description: 'Only content-type, accept and x-* headers' }),
+      t.Record(
+        t.String(),
+        // What a header field may hold (RFC 9110), less the obsolete bytes over 0x7f.
+        t.String({ maxLength: 4096, pattern: '^[\\t\\x20-\\x7e]*$' }),
+        { maxProperties: 50, description: 'At most 50: only content-type, accept and x-* headers, printable ASCII values' },
+      ),
     ),
     body: t.Optional(t.Unknown({ description: 'A string is sent as is; anything else as JSON' })),
   },
