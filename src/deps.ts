@@ -12,6 +12,7 @@ import { createAuthenticator, type Authenticator } from './auth/authenticator.ts
 import { createRateLimiter, type RateLimiter } from './rate-limit/token-bucket.ts'
 import { createDispatcher, type Dispatcher } from './actors/dispatcher.ts'
 import { createInlineRunner } from './actors/inline.ts'
+import { createMarkdownRenderer, type MarkdownRenderer } from './blog/render.ts'
 import { actorKinds } from './actors/kinds.ts'
 import { createInboxReader, type InboxReader } from './conversations/inbox.ts'
 import { createQueues, type Queues } from './queues.ts'
@@ -37,6 +38,8 @@ export interface Deps {
   events: EventHub
   /** Enqueues blog publications for the blog worker. */
   blogQueue: BlogQueue
+  /** Renders posts' Markdown on a thread of its own, with a time limit. */
+  markdown: MarkdownRenderer
   close(): Promise<void>
 }
 
@@ -89,6 +92,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const queues = createQueues(config, keys, log)
   const events = await createEventHub({ redis, pubsub, keys, log })
   const blogQueue = createBlogQueue({ redis, keys, clock, log })
+  const markdown = createMarkdownRenderer({ log })
 
   return {
     config,
@@ -105,8 +109,10 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
     queues,
     events,
     blogQueue,
+    markdown,
     async close() {
       await events.close()
+      await markdown.close()
       await blogQueue.close()
       await queues.close()
       await inboxes.close()

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { existsSync } from 'node:fs'
 import { XMLParser, XMLValidator } from 'fast-xml-parser'
 import { chromium } from 'playwright-core'
-import { createTestContext, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import { createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 import { blogAgent, setBlog, writePost } from './helpers/blog.ts'
 import { renderMarkdown } from '../src/blog/markdown.ts'
 
@@ -250,6 +250,64 @@ describe('RSS', () => {
     expect(items.map((item: { link: string }) => item.link)).toEqual(feed.body.data.map((post: { url: string }) => post.url))
     expect(new Set(feed.body.data.map((post: { participantId: string }) => post.participantId)).size).toBeGreaterThan(1)
     expect(xml).not.toContain('Draft Page')
+  })
+})
+
+describe('content the renderer cannot take in time', () => {
+  // marked recurses past the stack on the first, and needs seconds for the second.
+  const deep = '>'.repeat(10_000)
+  const marks = '_a'.repeat(49_000)
+  const pageOf = (post: { slug: string }) => get(`/@${agent.name}/blog/${post.slug}`)
+
+  test('is refused with 400 when a post is written or edited, and nothing changes', async () => {
+    for (const content of [deep, marks]) {
+      const refused = expectError(
+        await ctx.call('POST', '/blog/posts', { apiKey: agent.apiKey, body: { title: 'Stalling Post', content, publish: true } }),
+        400,
+        'validation_failed',
+      )
+      expect(refused.details[0].path).toBe('/content')
+    }
+    const [stored] = await ctx.deps.sql<{ n: number }[]>`select count(*)::int as n from blog_posts where title = 'Stalling Post'`
+    expect(stored!.n).toBe(0)
+    const post = await writePost(ctx, agent, { title: 'Edited Later', content: 'Fine *words*.', publish: true })
+    expectError(await ctx.call('PATCH', `/blog/posts/${post.id}`, { apiKey: agent.apiKey, body: { content: deep } }), 400, 'validation_failed')
+    const page = await pageOf(post)
+    expect(page.status).toBe(200)
+    expect(page.text).toContain('Fine <em>words</em>.')
+  })
+
+  test('pages and feeds serve the HTML rendered when the post was written', async () => {
+    const post = await writePost(ctx, agent, { title: 'Rendered Once', content: 'Some **bold** words.', publish: true })
+    const [row] = await ctx.deps.sql<{ html: string }[]>`select content_html as html from blog_posts where id = ${post.id}`
+    expect(row!.html).toContain('Some <strong>bold</strong> words.')
+    // What is stored is what readers get: no view renders it again.
+    await ctx.deps.sql`update blog_posts set content_html = '<p>As stored.</p>' where id = ${post.id}`
+    expect((await pageOf(post)).text).toContain('<p>As stored.</p>')
+    expect((await get(`/blog/${agent.name}/rss`)).text).toContain('&lt;p&gt;As stored.&lt;/p&gt;')
+    const edited = await ctx.call('PATCH', `/blog/posts/${post.id}`, { apiKey: agent.apiKey, body: { content: 'Now *edited*.' } })
+    expect(edited.status).toBe(200)
+    expect((await pageOf(post)).text).toContain('Now <em>edited</em>.')
+  })
+
+  test('a post kept before its HTML was is rendered at its first view and kept; one that cannot be shows as text, and the feeds stay up', async () => {
+    const older = await writePost(ctx, agent, { title: 'Kept Before', content: 'Old *style*.', publish: true })
+    const hostile = await writePost(ctx, agent, { title: 'Kept Hostile', content: 'placeholder', publish: true })
+    await ctx.deps.sql`update blog_posts set content_html = null where id = ${older.id}`
+    await ctx.deps.sql`update blog_posts set content = ${deep}, content_html = null where id = ${hostile.id}`
+
+    expect((await pageOf(older)).text).toContain('Old <em>style</em>.')
+    const [kept] = await ctx.deps.sql<{ html: string | null }[]>`select content_html as html from blog_posts where id = ${older.id}`
+    expect(kept!.html).toContain('Old <em>style</em>.')
+
+    const page = await pageOf(hostile)
+    expect(page.status).toBe(200)
+    expect(page.text).toContain(`<pre>${'&gt;'.repeat(10_000)}</pre>`)
+    for (const feed of ['/blog/feed.xml', `/blog/${agent.name}/rss`]) {
+      const response = await get(feed)
+      expect(response.status).toBe(200)
+      expect(XMLValidator.validate(response.text)).toBe(true)
+    }
   })
 })
 

@@ -82,9 +82,9 @@ export function renderMarkdown(source: string): string {
   return markdown.parse(source, { async: false })
 }
 
-/** The text of a post, without markup, cut to `max` characters: for descriptions and meta tags. */
-export function plainText(source: string, max: number): string {
-  const text = decodeReferences(renderMarkdown(source).replace(/<[^>]*>/g, ' '))
+/** The text of a post's rendered HTML, without markup, cut to `max` characters: for descriptions and meta tags. */
+export function plainText(html: string, max: number): string {
+  const text = decodeReferences(html.replace(/<[^>]*>/g, ' '))
     .replace(/\s+/g, ' ')
     .trim()
   return text.length <= max ? text : `${text.slice(0, max - 1).trimEnd()}…`

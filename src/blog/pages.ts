@@ -1,6 +1,7 @@
 /** The public HTML blog: /@{name}/blog (an agent's posts) and /@{name}/blog/{slug} (one post). */
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
+import { withHtml } from './render.ts'
 import { findPublicBlog, listPublished, viewPublished } from './store.ts'
 import { blogIndexPage, htmlResponse, notFoundPage, postPage } from './templates.ts'
 
@@ -62,7 +63,8 @@ export function blogPages(deps: Deps) {
         if (!slugPattern.test(params.slug)) return notFound()
         const post = await viewPublished(sql, agent.id, params.slug)
         if (!post) return notFound()
-        return htmlResponse(postPage(agent, post, site))
+        const [rendered] = await withHtml(deps, [post])
+        return htmlResponse(postPage(agent, rendered!, site))
       },
       {
         params: t.Object({ name: t.String(), slug: t.String() }),

@@ -12,7 +12,7 @@ import { deletePost, findPost, insertPost, takenSlugs, updatePost, type FullPost
 import { announcePublished } from './publish.ts'
 import { requireBlogEnabled, requireWriter } from './writer.ts'
 
-type PostDeps = Pick<Deps, 'sql' | 'clock' | 'blogQueue' | 'rateLimiter' | 'log' | 'redis' | 'keys' | 'config'>
+type PostDeps = Pick<Deps, 'sql' | 'clock' | 'blogQueue' | 'rateLimiter' | 'log' | 'redis' | 'keys' | 'config' | 'markdown'>
 
 // Each attempt loses only to a writer that took the same slug in between; five in a row is not a race.
 const slugAttempts = 5
@@ -51,6 +51,15 @@ function futureTime(value: string | undefined, now: Date): Date | undefined {
 
 const uniqueTags = (tags: string[] | undefined) => [...new Set(tags ?? [])]
 
+/** The content's HTML, rendered once now so that no reader's request has to; refused if it cannot be in time. */
+async function renderContent(deps: Pick<Deps, 'markdown'>, content: string): Promise<string> {
+  const html = await deps.markdown.render(content)
+  if (html === null) {
+    throw errors.field('/content', 'is too complex to render: nested thousands deep, or with tens of thousands of emphasis marks')
+  }
+  return html
+}
+
 /** Where a new post starts: published now, scheduled (auto-publish is scheduled for now), or a draft. */
 function initialState(body: CreatePost, autoPublish: boolean, now: Date): { status: PostStatus; publishAt: Date | null } {
   if (body.publish === true && body.publishAt !== undefined) {
@@ -73,6 +82,7 @@ export async function createPost(deps: PostDeps, agent: ParticipantRow, body: Cr
   requireBlogEnabled(agent)
   const now = clock.now()
   const { status, publishAt } = initialState(body, agent.blogAutoPublish, now)
+  const contentHtml = await renderContent(deps, body.content)
   await rateLimiter.take('blogPostCreate', `agent:${agent.id}`)
   const id = await withFreeSlug(sql, { participantId: agent.id, title: body.title }, slug =>
     insertPost(sql, {
@@ -80,6 +90,7 @@ export async function createPost(deps: PostDeps, agent: ParticipantRow, body: Cr
       title: body.title,
       slug,
       content: body.content,
+      contentHtml,
       excerpt: body.excerpt ?? null,
       tags: uniqueTags(body.tags),
       status,
@@ -124,6 +135,15 @@ function stateChanges(post: FullPostRow, body: UpdatePost, now: Date): Record<st
 /** Applies a PATCH by a writer: fields, state, and the slug while the post has never been public. */
 export async function changePost(deps: PostDeps, caller: Principal, postId: string, body: UpdatePost): Promise<FullPostRow> {
   const { sql, clock, blogQueue } = deps
+  let contentHtml: string | undefined
+  if (body.content !== undefined) {
+    // Rendered before the transaction, which then holds no lock meanwhile; only for a writer.
+    const found = await findPost(sql, postId)
+    if (!found) throw errors.notFound('Post')
+    requireWriter(caller, found)
+    requireBlogEnabled(found)
+    contentHtml = await renderContent(deps, body.content)
+  }
   const now = clock.now()
   let wasPublished = false
   const post = await sql.begin(async tx => {
@@ -135,7 +155,10 @@ export async function changePost(deps: PostDeps, caller: Principal, postId: stri
     requireBlogEnabled(post)
     const changes: Record<string, unknown> = stateChanges(post, body, now)
     if (body.title !== undefined) changes.title = body.title
-    if (body.content !== undefined) changes.content = body.content
+    if (body.content !== undefined) {
+      changes.content = body.content
+      changes.content_html = contentHtml
+    }
     if (body.excerpt !== undefined) changes.excerpt = body.excerpt
     if (body.tags !== undefined) changes.tags = uniqueTags(body.tags)
     if (Object.keys(changes).length === 0) return post

@@ -5,6 +5,7 @@ import { errors } from '../errors.ts'
 import { ErrorBody, Ok, failures, ok, parseLimit } from '../http/schema.ts'
 import { AgentIdOrName, Post, PostSummary, PublicListQuery, SlugParam } from './schema.ts'
 import { findPublicBlog, listPublished, listPublishedWithContent, viewPublished } from './store.ts'
+import { withHtml } from './render.ts'
 import { rssFeed, rssResponse } from './rss.ts'
 import { postView, summaryView } from './views.ts'
 
@@ -62,7 +63,7 @@ export function publicBlogRoutes(deps: Deps) {
     .get(
       '/feed.xml',
       async () => {
-        const posts = await listPublishedWithContent(sql, { limit: 50 })
+        const posts = await withHtml(deps, await listPublishedWithContent(sql, { limit: 50 }))
         const channel = {
           title: 'Agent Marketplace — Blog',
           link: `${site}/blog/feed.xml`,
@@ -119,7 +120,7 @@ export function publicBlogRoutes(deps: Deps) {
       '/:agentIdOrName/rss',
       async ({ params }) => {
         const agent = await publicBlog(params.agentIdOrName)
-        const posts = await listPublishedWithContent(sql, { participantId: agent.id, limit: 20 })
+        const posts = await withHtml(deps, await listPublishedWithContent(sql, { participantId: agent.id, limit: 20 }))
         const channel = {
           title: `${agent.displayName} — Blog`,
           link: `${site}/@${agent.name}/blog`,

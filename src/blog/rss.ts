@@ -1,6 +1,6 @@
 /** RSS 2.0 feeds of published posts; every text is escaped, and characters XML cannot hold are dropped. */
-import { plainText, renderMarkdown } from './markdown.ts'
-import type { FullPostRow } from './store.ts'
+import { plainText } from './markdown.ts'
+import type { RenderedPost } from './render.ts'
 import { postUrl } from './views.ts'
 
 const xmlEscapes: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' }
@@ -23,9 +23,9 @@ export interface Channel {
   self: string
 }
 
-function item(post: FullPostRow, siteUrl: string): string {
+function item(post: RenderedPost, siteUrl: string): string {
   const url = postUrl(siteUrl, post.agentName, post.slug)
-  const description = post.excerpt || plainText(post.content, 300)
+  const description = post.excerpt || plainText(post.contentHtml, 300)
   return [
     '    <item>',
     `      <title>${escapeXml(post.title)}</title>`,
@@ -35,7 +35,7 @@ function item(post: FullPostRow, siteUrl: string): string {
     `      <dc:creator>${escapeXml(post.agentDisplayName)}</dc:creator>`,
     ...post.tags.map(tag => `      <category>${escapeXml(tag)}</category>`),
     `      <description>${escapeXml(description)}</description>`,
-    `      <content:encoded>${escapeXml(renderMarkdown(post.content))}</content:encoded>`,
+    `      <content:encoded>${escapeXml(post.contentHtml)}</content:encoded>`,
     '    </item>',
   ].join('\n')
 }
@@ -46,7 +46,7 @@ function item(post: FullPostRow, siteUrl: string): string {
  * @example
  * rssFeed({ title: 'Blog', link: site, description: 'Posts', self: `${site}/blog/feed.xml` }, posts, site)
  */
-export function rssFeed(channel: Channel, posts: FullPostRow[], siteUrl: string): string {
+export function rssFeed(channel: Channel, posts: RenderedPost[], siteUrl: string): string {
   const newest = posts[0]?.publishedAt
   return [
     '<?xml version="1.0" encoding="UTF-8"?>',

@@ -26,6 +26,8 @@ export interface PostRow {
 
 export interface FullPostRow extends PostRow {
   content: string
+  /** The content rendered when it was written; null for a post written before that was done. */
+  contentHtml: string | null
 }
 
 /** The columns of a post and its agent; `p` is the post, `a` the agent. */
@@ -35,7 +37,7 @@ const columns = (sql: Db, withContent: boolean) => sql`
   p.publish_at as "publishAt", p.published_at as "publishedAt", p.first_published_at as "firstPublishedAt",
   p.schedule_version as "scheduleVersion", p.view_count as "viewCount",
   p.created_at as "createdAt", p.updated_at as "updatedAt"
-  ${withContent ? sql`, p.content` : sql``}
+  ${withContent ? sql`, p.content, p.content_html as "contentHtml"` : sql``}
 `
 
 export interface NewPost {
@@ -43,6 +45,7 @@ export interface NewPost {
   title: string
   slug: string
   content: string
+  contentHtml: string
   excerpt: string | null
   tags: string[]
   status: PostStatus
@@ -55,10 +58,10 @@ export async function insertPost(sql: Db, post: NewPost): Promise<string> {
   const published = post.status === 'published' ? post.at : null
   const [row] = await sql<{ id: string }[]>`
     insert into blog_posts (
-      participant_id, title, slug, content, excerpt, tags, status, publish_at, published_at,
+      participant_id, title, slug, content, content_html, excerpt, tags, status, publish_at, published_at,
       first_published_at, created_at, updated_at
     ) values (
-      ${post.participantId}, ${post.title}, ${post.slug}, ${post.content}, ${post.excerpt},
+      ${post.participantId}, ${post.title}, ${post.slug}, ${post.content}, ${post.contentHtml}, ${post.excerpt},
       ${post.tags}::text[], ${post.status}, ${post.publishAt}, ${published}, ${published}, ${post.at}, ${post.at}
     )
     returning id
@@ -91,6 +94,11 @@ export async function findPost(sql: Db, id: string, options: { lock?: boolean } 
 /** Writes the given columns (snake_case) and updated_at. */
 export async function updatePost(sql: Db, id: string, changes: Record<string, unknown>, at: Date): Promise<void> {
   await sql`update blog_posts set ${sql(changes)}, updated_at = ${at} where id = ${id}`
+}
+
+/** Keeps the HTML of a post written before content was rendered at write time, unless it changed meanwhile. */
+export async function storeContentHtml(sql: Db, post: { id: string; content: string }, html: string): Promise<void> {
+  await sql`update blog_posts set content_html = ${html} where id = ${post.id} and content = ${post.content}`
 }
 
 export async function deletePost(sql: Db, id: string): Promise<void> {

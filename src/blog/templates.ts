@@ -1,7 +1,8 @@
 /** Server-rendered HTML of the public blog: the page frame, an agent's post list, one post, the 404 page. */
 import type { ParticipantRow } from '../participants/store.ts'
-import { escapeHtml as e, plainText, renderMarkdown } from './markdown.ts'
-import type { FullPostRow, PostRow } from './store.ts'
+import { escapeHtml as e, plainText } from './markdown.ts'
+import type { RenderedPost } from './render.ts'
+import type { PostRow } from './store.ts'
 import { postUrl } from './views.ts'
 
 const siteName = 'Agent Marketplace'
@@ -128,9 +129,9 @@ ${paging.page > 1 || paging.hasOlder ? `<nav>${newer}${older}</nav>` : ''}
 }
 
 /** One published post. */
-export function postPage(agent: ParticipantRow, post: FullPostRow, siteUrl: string): string {
+export function postPage(agent: ParticipantRow, post: RenderedPost, siteUrl: string): string {
   const url = postUrl(siteUrl, agent.name, post.slug)
-  const description = post.excerpt || plainText(post.content, 200)
+  const description = post.excerpt || plainText(post.contentHtml, 200)
   return page(
     {
       title: `${post.title} — ${agent.displayName}`,
@@ -152,7 +153,7 @@ export function postPage(agent: ParticipantRow, post: FullPostRow, siteUrl: stri
 ${tagList(post.tags)}
 </header>
 <article>
-${renderMarkdown(post.content)}
+${post.contentHtml}
 </article>
 <footer><a href="${e(blogUrl(siteUrl, agent))}">More from ${e(agent.displayName)}</a> · <a href="${e(rssLink(siteUrl, agent).href)}">RSS feed</a></footer>`,
   )
