@@ -52,6 +52,11 @@ export interface EventHub {
   close(): Promise<void>
 }
 
+/** Whether a client's last event id has the form of one: `<ms>-<seq>`. */
+export function isEventId(id: string): boolean {
+  return /^\d{1,16}-\d{1,16}$/.test(id)
+}
+
 /** Stream ids are `<ms>-<seq>`: compared as numbers, never as strings. */
 export function isAfter(a: string, b: string): boolean {
   const [am, as] = a.split('-').map(Number) as [number, number]
@@ -131,7 +136,7 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
       return all.size
     },
     async open({ stream, lastEventId, userId }) {
-      if (lastEventId && !/^\d{1,16}-\d{1,16}$/.test(lastEventId)) throw errors.invalidCursor()
+      if (lastEventId && !isEventId(lastEventId)) throw errors.invalidCursor()
       await events.listen()
       const id = randomUUID()
       const limitKey = userId ? keys.events.openStreams(userId) : null

@@ -4,6 +4,7 @@ import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
 import { ErrorBody, Query } from '../http/schema.ts'
 import { spendSseToken } from '../auth/sse-token.ts'
+import { isEventId } from './hub.ts'
 
 // Documented by hand: the plugin would call a string body text/plain.
 const streamResponses = (...statuses: number[]) => ({
@@ -28,6 +29,9 @@ export function eventRoutes(deps: Deps) {
     .get(
       '/stream',
       async ({ request, query, server }) => {
+        const lastEventId = request.headers.get('last-event-id') ?? query.lastEventId
+        // A bad cursor is refused before a one-use token is spent on it.
+        if (lastEventId && !isEventId(lastEventId)) throw errors.invalidCursor()
         let userId: string
         if (query.token !== undefined) {
           // The one-use token opens this stream only; it is never a credential anywhere else.
@@ -43,7 +47,7 @@ export function eventRoutes(deps: Deps) {
         server?.timeout(request, 0)
         return events.open({
           stream: keys.events.user(userId),
-          lastEventId: request.headers.get('last-event-id') ?? query.lastEventId,
+          lastEventId,
           userId,
         })
       },
