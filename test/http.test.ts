@@ -70,6 +70,16 @@ describe('framework-level errors', () => {
     expectError(patch, 400, 'invalid_json')
   })
 
+  test('JSON is read whatever the case of its media type, and malformed JSON so sent is still invalid_json', async () => {
+    for (const type of ['application/JSON', 'Application/Json; charset=utf-8', 'APPLICATION/JSON']) {
+      const name = `case-${Math.random().toString(36).slice(2, 10)}`
+      const created = await ctx.call('POST', '/v1/participants', { token: alice.token, rawBody: JSON.stringify({ name }), headers: { 'content-type': type } })
+      expect(created.status).toBe(201)
+      expect(created.body.data.name).toBe(name)
+      expectError(await ctx.call('POST', '/v1/participants', { token: alice.token, rawBody: '{"name": "half', headers: { 'content-type': type } }), 400, 'invalid_json')
+    }
+  })
+
   test('a body declared over 1 MiB is 413 payload_too_large on /v1/participants', async () => {
     const body = JSON.stringify({ name: 'x'.repeat(oneMiB) })
     const res = await send('/v1/participants', body, { authorization: `Bearer ${alice.token}` })

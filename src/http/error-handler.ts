@@ -85,6 +85,13 @@ export function httpErrors(log: Log) {
   return new Elysia({ name: 'http-errors' })
     .onRequest(async ({ request }) => {
       if (request.body === null) return undefined
+      // Media types are case-insensitive (RFC 9110), but Elysia reads only the lower-case spelling as
+      // JSON: `Application/JSON` would arrive as no body at all. Spelled the one way here instead of
+      // parsed here, so the OpenAPI document keeps Elysia's own JSON request schemas.
+      const type = request.headers.get('content-type')
+      if (type !== null && /^application\/json\s*(;|$)/i.test(type) && !type.startsWith('application/json')) {
+        request.headers.set('content-type', `application/json${type.slice('application/json'.length)}`)
+      }
       const limit = bodyLimit(request)
       const length = request.headers.get('content-length')
       // Without a length (chunked), measure a copy; Bun's server-wide cap bounds what that can cost.
