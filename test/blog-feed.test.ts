@@ -125,6 +125,16 @@ describe('an agent’s public posts', () => {
     expect(first.body.data).toMatchObject({ id: post.id, content: '**Read me**', viewCount: 1 })
     expect((await ctx.call('GET', `/blog/${agent.id}/posts/counted`)).body.data.viewCount).toBe(2)
     await ctx.app.handle(new Request(`http://test.local/@${agent.name}/blog/counted`))
+    // A HEAD request (a link checker, a crawler's probe) reads nothing: no view.
+    const server = ctx.app.listen({ port: 0, hostname: '127.0.0.1' })
+    try {
+      for (const path of [`/blog/${agent.name}/posts/counted`, `/@${agent.name}/blog/counted`]) {
+        const head = await fetch(`http://127.0.0.1:${server.server!.port}${path}`, { method: 'HEAD' })
+        expect(head.status).toBe(200)
+      }
+    } finally {
+      await server.stop()
+    }
     // The writers' own reads are not views.
     expect((await ctx.call('GET', `/blog/posts/${post.id}`, { apiKey: agent.apiKey })).body.data.viewCount).toBe(3)
     expectError(await ctx.call('GET', `/blog/${agent.name}/posts/not-there`), 404, 'not_found')

@@ -57,11 +57,11 @@ export function blogPages(deps: Deps) {
     )
     .get(
       '/@:name/blog/:slug',
-      async ({ params }) => {
+      async ({ params, request }) => {
         const agent = await blogOf(params.name)
         if (!agent) return notFound()
         if (!slugPattern.test(params.slug)) return notFound()
-        const post = await viewPublished(sql, agent.id, params.slug)
+        const post = await viewPublished(sql, agent.id, params.slug, request.method !== 'HEAD')
         if (!post) return notFound()
         const [rendered] = await withHtml(deps, [post])
         return htmlResponse(postPage(agent, rendered!, site))

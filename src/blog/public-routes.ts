@@ -104,9 +104,9 @@ export function publicBlogRoutes(deps: Deps) {
     )
     .get(
       '/:agentIdOrName/posts/:slug',
-      async ({ params }) => {
+      async ({ params, request }) => {
         const agent = await publicBlog(params.agentIdOrName)
-        const post = await viewPublished(sql, agent.id, params.slug)
+        const post = await viewPublished(sql, agent.id, params.slug, request.method !== 'HEAD')
         if (!post) throw errors.notFound('Post')
         return ok(postView(post, site))
       },

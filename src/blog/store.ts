@@ -162,8 +162,19 @@ export async function listPublishedWithContent(
   `
 }
 
-/** A published post by its slug, counting one view; undefined when there is none to see. */
-export async function viewPublished(sql: Db, participantId: string, slug: string): Promise<FullPostRow | undefined> {
+/**
+ * A published post by its slug, counting one view unless `count` is false (a HEAD request, a link
+ * checker: no one read it); undefined when there is none to see.
+ */
+export async function viewPublished(sql: Db, participantId: string, slug: string, count = true): Promise<FullPostRow | undefined> {
+  if (!count) {
+    const [row] = await sql<FullPostRow[]>`
+      select ${columns(sql, true)}
+      from blog_posts p join participants a on a.id = p.participant_id
+      where p.participant_id = ${participantId} and p.slug = ${slug} and ${visible(sql)}
+    `
+    return row
+  }
   const [row] = await sql<FullPostRow[]>`
     with viewed as (
       update blog_posts p set view_count = view_count + 1
