@@ -49,6 +49,8 @@ export const defaultRateLimits = {
   chatPost: { capacity: 10, perSeconds: 60 },
   // posts one agent may create, refilled evenly over 24 h
   blogPostCreate: { capacity: 50, perSeconds: 86_400 },
+  // edits of posts' content (each rendered again) one agent may make, refilled over an hour
+  blogContentEdit: { capacity: 60, perSeconds: 3600 },
 } satisfies Record<string, RateRule>
 export type RateLimitName = keyof typeof defaultRateLimits
 export type RateLimits = Record<RateLimitName, RateRule>

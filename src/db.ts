@@ -54,9 +54,8 @@ export function uniqueViolation(error: unknown): string | undefined {
 }
 
 // invalid byte sequence or untranslatable character, string too long, numeric out of range, bad text
-// form, datetime out of range or badly formed, and a check constraint (every one of ours bounds a
-// value a client sends; the routes check first, this is what catches a value they measured otherwise)
-const badInputStates = new Set(['22021', '22P05', '22001', '22003', '22P02', '22008', '22007', '23514'])
+// form, datetime out of range or badly formed
+const badInputStates = new Set(['22021', '22P05', '22001', '22003', '22P02', '22008', '22007'])
 
 /** True when Postgres refused a value the client sent (not a fault of ours or of the database). */
 export function isBadInput(error: unknown): boolean {

@@ -200,4 +200,36 @@ describe('posts per agent per 24 h', () => {
       await limited.close()
     }
   })
+
+  test('content too complex to render counts against the limit, and so do edits of the content of a post', async () => {
+    const limited = await createTestContext({
+      env: {
+        RATE_LIMITS: JSON.stringify({
+          participantCreate: { capacity: 100, perSeconds: 1 },
+          blogPostCreate: { capacity: 1, perSeconds: 86_400 },
+          blogContentEdit: { capacity: 2, perSeconds: 3600 },
+        }),
+      },
+    })
+    try {
+      const writer = await signUp(limited)
+      const agent = await blogAgent(limited, writer)
+      const deep = '>'.repeat(10_000)
+      // The renderer's refusal comes after the count: the next post, hostile or not, is 429 at once.
+      expectError(await limited.call('POST', '/blog/posts', { apiKey: agent.apiKey, body: { title: 'Deep', content: deep } }), 400, 'validation_failed')
+      expectError(await limited.call('POST', '/blog/posts', { apiKey: agent.apiKey, body: { title: 'Fine', content: 'x' } }), 429, 'rate_limited')
+      limited.clock.advance(86_400_000)
+      const post = await writePost(limited, agent, { title: 'Kept' })
+      const edit = (body: Record<string, unknown>) => limited.call('PATCH', `/blog/posts/${post.id}`, { apiKey: agent.apiKey, body })
+      expect((await edit({ content: 'First edit.' })).status).toBe(200)
+      expectError(await edit({ content: deep }), 400, 'validation_failed')
+      expectError(await edit({ content: 'Third edit.' }), 429, 'rate_limited')
+      // Edits that leave the content alone are not rendered and not counted.
+      expect((await edit({ title: 'Kept, retitled' })).status).toBe(200)
+      const read = await limited.call('GET', `/blog/posts/${post.id}`, { apiKey: agent.apiKey })
+      expect(read.body.data.content).toBe('First edit.')
+    } finally {
+      await limited.close()
+    }
+  })
 })

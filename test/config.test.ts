@@ -112,7 +112,7 @@ describe('loadConfig', () => {
     expect(config.trustedProxies).toEqual(['10.0.0.0/8', '192.168.1.7', 'fd00::/8', '::1'])
   })
 
-  test.each(['proxy.internal', '10.0.0.0/33', '10.0.0.0/', '10.0.0.0/8/1', 'fd00::/129', '10.0.0.256', '10.0.0.0/-1', '10.0.0.0/0x8'])(
+  test.each(['proxy.internal', '10.0.0.0/33', '10.0.0.0/', '10.0.0.0/8/1', 'fd00::/129', '10.0.0.256', '10.0.0.0/-1', '10.0.0.0/0x8', '::ffff:10.0.0.0/8'])(
     'refuses TRUSTED_PROXIES with %p in it, naming it',
     entry => {
       const message = configError({ TRUSTED_PROXIES: `10.0.0.1, ${entry}` }).message

@@ -351,6 +351,11 @@ describe('creation rate limit behind a load balancer', () => {
       expect(refused.status).toBe(429)
       expect(((await refused.json()) as { error: string }).error).toBe('rate_limited')
       expect((await post('203.0.113.6')).status).toBe(201)
+      // Addresses of one IPv6 network (/64) are one client: a host may take any of them.
+      expect((await post('2001:db8:1:2::a')).status).toBe(201)
+      expect((await post('2001:db8:1:2::b')).status).toBe(201)
+      expect((await post('2001:db8:1:2:ffff::c')).status).toBe(429)
+      expect((await post('2001:db8:1:3::a')).status).toBe(201)
     } finally {
       await close()
     }

@@ -218,6 +218,8 @@ describe('the wire format and limits', () => {
     const { agent, owner } = await ownerWithPlan()
     expect((await rawStream('/v1/events/stream')).status).toBe(401)
     expect((await rawStream('/v1/events/stream', { 'x-api-key': agent.apiKey, authorization: `Bearer ${agent.apiKey}` })).status).toBe(403)
+    // Credentials first: without any, a bad cursor is still 401.
+    expect((await rawStream('/v1/events/stream?lastEventId=yesterday')).status).toBe(401)
     const bad = await rawStream('/v1/events/stream?lastEventId=yesterday', { authorization: `Bearer ${owner.token}` })
     expect(bad.status).toBe(400)
     expect(((await bad.json()) as { error: string }).error).toBe('invalid_cursor')

@@ -357,6 +357,19 @@ describe('invoice announcements', () => {
     expect(await invoiceEvents(s.user.id)).toHaveLength(1)
   })
 
+  test('sweeps running at once announce each left batch once', async () => {
+    const subs = [await setup(flat), await setup(flat), await setup(flat)]
+    const at = new Date(Math.max(...(await Promise.all(subs.map(dueAfter))).map(d => d.getTime())))
+    // Three crashed batches of one invoice each (and any other period due by then).
+    let batches = 0
+    while (await issueDueInvoices(ctx.deps.sql, at, 1)) batches++
+    expect(batches).toBeGreaterThanOrEqual(3)
+    const announced = await Promise.all(Array.from({ length: 6 }, () => announceLeftBatches(ctx.deps, { graceMs: 0 })))
+    expect(announced.reduce((sum, n) => sum + n, 0)).toBe(batches)
+    for (const s of subs) expect(await invoiceEvents(s.user.id)).toHaveLength(1)
+    expect(await unannounced()).toBe(0)
+  })
+
   test('with Redis away during the run the invoices are issued all the same, and announced by a later sweep', async () => {
     const s = await setup(flat)
     const away = ctx.deps.redis.duplicate()

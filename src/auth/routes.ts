@@ -3,7 +3,7 @@ import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
 import { Ok, failures, iso, isoOrNull, ok, Uuid } from '../http/schema.ts'
-import { clientIpResolver } from '../http/client-ip.ts'
+import { addressBucket, clientIpResolver } from '../http/client-ip.ts'
 import type { AuthPlugin } from './plugin.ts'
 import { generateKey } from './api-key.ts'
 import { checksumAddress } from './wallet.ts'
@@ -123,7 +123,7 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
     .post(
       '/device-codes',
       async ({ request, server, set }) => {
-        await rateLimiter.take('deviceCodeCreate', `ip:${clientIp(server, request)}`)
+        await rateLimiter.take('deviceCodeCreate', `ip:${addressBucket(clientIp(server, request))}`)
         set.status = 201
         return ok(await startDeviceAuthorization(device))
       },

@@ -61,7 +61,7 @@ export function blogPages(deps: Deps) {
         const agent = await blogOf(params.name)
         if (!agent) return notFound()
         if (!slugPattern.test(params.slug)) return notFound()
-        const post = await viewPublished(sql, agent.id, params.slug, request.method !== 'HEAD')
+        const post = await viewPublished(sql, agent.id, params.slug, { count: request.method !== 'HEAD', html: true })
         if (!post) return notFound()
         const [rendered] = await withHtml(deps, [post])
         return htmlResponse(postPage(agent, rendered!, site))

@@ -10,6 +10,7 @@ import type { CreatePost, PostStatus, UpdatePost } from './schema.ts'
 import { candidatePrefix, firstFree, slugify } from './slug.ts'
 import { deletePost, findPost, insertPost, takenSlugs, updatePost, type FullPostRow } from './store.ts'
 import { announcePublished } from './publish.ts'
+import { RendererBusy } from './render.ts'
 import { requireBlogEnabled, requireWriter } from './writer.ts'
 
 type PostDeps = Pick<Deps, 'sql' | 'clock' | 'blogQueue' | 'rateLimiter' | 'log' | 'redis' | 'keys' | 'config' | 'markdown'>
@@ -53,7 +54,13 @@ const uniqueTags = (tags: string[] | undefined) => [...new Set(tags ?? [])]
 
 /** The content's HTML, rendered once now so that no reader's request has to; refused if it cannot be in time. */
 async function renderContent(deps: Pick<Deps, 'markdown'>, content: string): Promise<string> {
-  const html = await deps.markdown.render(content)
+  let html: string | null
+  try {
+    html = await deps.markdown.render(content)
+  } catch (error) {
+    if (error instanceof RendererBusy) throw errors.unavailable('Too many posts are being rendered; try again shortly')
+    throw error
+  }
   if (html === null) {
     throw errors.field('/content', 'is too complex to render: nested thousands deep, or with tens of thousands of emphasis marks')
   }
@@ -75,15 +82,17 @@ function initialState(body: CreatePost, autoPublish: boolean, now: Date): { stat
 
 /**
  * Creates a post for an agent whose writer the caller already is; a scheduled one gets its job.
- * Counts against the agent's `blogPostCreate` limit once the request is known to be valid.
+ * Counts against the agent's `blogPostCreate` limit once its fields are known to be valid, before
+ * its content is rendered.
  */
 export async function createPost(deps: PostDeps, agent: ParticipantRow, body: CreatePost): Promise<FullPostRow> {
   const { sql, clock, blogQueue, rateLimiter } = deps
   requireBlogEnabled(agent)
   const now = clock.now()
   const { status, publishAt } = initialState(body, agent.blogAutoPublish, now)
-  const contentHtml = await renderContent(deps, body.content)
+  // Counted before rendering: content that takes the renderer its full time costs the writer too.
   await rateLimiter.take('blogPostCreate', `agent:${agent.id}`)
+  const contentHtml = await renderContent(deps, body.content)
   const id = await withFreeSlug(sql, { participantId: agent.id, title: body.title }, slug =>
     insertPost(sql, {
       participantId: agent.id,
@@ -142,6 +151,7 @@ export async function changePost(deps: PostDeps, caller: Principal, postId: stri
     if (!found) throw errors.notFound('Post')
     requireWriter(caller, found)
     requireBlogEnabled(found)
+    await deps.rateLimiter.take('blogContentEdit', `agent:${found.participantId}`)
     contentHtml = await renderContent(deps, body.content)
   }
   const now = clock.now()

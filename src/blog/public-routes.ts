@@ -106,7 +106,7 @@ export function publicBlogRoutes(deps: Deps) {
       '/:agentIdOrName/posts/:slug',
       async ({ params, request }) => {
         const agent = await publicBlog(params.agentIdOrName)
-        const post = await viewPublished(sql, agent.id, params.slug, request.method !== 'HEAD')
+        const post = await viewPublished(sql, agent.id, params.slug, { count: request.method !== 'HEAD' })
         if (!post) throw errors.notFound('Post')
         return ok(postView(post, site))
       },

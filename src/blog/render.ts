@@ -3,24 +3,45 @@
  * inputs of the allowed size (tens of thousands of emphasis marks) and recurses past the stack on
  * thousands of nested quotes; such a post is refused as too complex instead of stalling the API.
  * One worker thread renders one post at a time; a render that runs over the limit is stopped by
- * ending the thread, and the next render starts a fresh one.
+ * ending the thread, and the next render starts a fresh one. At most `maxWaiting` renders wait
+ * behind the running one, so no request waits more than a few limits' worth.
  */
 import type { Db } from '../db.ts'
 import type { Log } from '../log.ts'
 import { escapeHtml } from './markdown.ts'
-import { storeContentHtml, type FullPostRow } from './store.ts'
+import { storeContentHtml, type PostWithHtml } from './store.ts'
 
 export interface MarkdownRenderer {
-  /** The HTML of a post's Markdown, or null when it cannot be rendered within the limit. */
+  /**
+   * The HTML of a post's Markdown, or null when it cannot be rendered within the limit (too complex).
+   * Rejects with `RendererBusy` when `maxWaiting` renders already wait, and with an error when the
+   * thread failed for a reason of its own: neither says anything about the post.
+   */
   render(source: string): Promise<string | null>
   close(): Promise<void>
 }
 
-export function createMarkdownRenderer(options: { log: Log; timeoutMs?: number }): MarkdownRenderer {
+/** Too many renders waiting: the caller should come back later. */
+export class RendererBusy extends Error {
+  override name = 'RendererBusy'
+}
+
+export interface RendererOptions {
+  log: Log
+  /** How long one render may take. */
+  timeoutMs?: number
+  /** Renders that may wait behind the running one; past this, `render` rejects with `RendererBusy`. */
+  maxWaiting?: number
+}
+
+export function createMarkdownRenderer(options: RendererOptions): MarkdownRenderer {
   const { log } = options
   const timeoutMs = options.timeoutMs ?? 2000
+  const maxWaiting = options.maxWaiting ?? 8
   let worker: Worker | undefined
   let queue: Promise<unknown> = Promise.resolve()
+  /** Renders asked for and not yet finished, the running one included. */
+  let pending = 0
   let closed = false
 
   const stop = (w: Worker) => {
@@ -29,7 +50,7 @@ export function createMarkdownRenderer(options: { log: Log; timeoutMs?: number }
   }
 
   const renderNow = (source: string) =>
-    new Promise<string | null>(resolve => {
+    new Promise<string | null>((resolve, reject) => {
       if (!worker) {
         worker = new Worker(new URL('./render-worker.ts', import.meta.url).href)
         // An idle renderer keeps no process alive (a CLI, a test) past its own work.
@@ -49,7 +70,7 @@ export function createMarkdownRenderer(options: { log: Log; timeoutMs?: number }
         clearTimeout(timer)
         log.error('markdown renderer failed', { message: event.message })
         stop(w)
-        resolve(null)
+        reject(new Error(`the markdown renderer failed: ${event.message}`))
       }
       w.postMessage(source)
     })
@@ -57,7 +78,9 @@ export function createMarkdownRenderer(options: { log: Log; timeoutMs?: number }
   return {
     render(source) {
       if (closed) return Promise.reject(new Error('the markdown renderer is closed'))
-      const rendered = queue.then(() => renderNow(source))
+      if (pending > maxWaiting) return Promise.reject(new RendererBusy('too many posts waiting to be rendered'))
+      pending++
+      const rendered = queue.then(() => renderNow(source)).finally(() => pending--)
       queue = rendered.catch(() => {})
       return rendered
     },
@@ -70,19 +93,23 @@ export function createMarkdownRenderer(options: { log: Log; timeoutMs?: number }
 }
 
 /** A post with the HTML a page or feed shows. */
-export type RenderedPost = FullPostRow & { contentHtml: string }
+export type RenderedPost = PostWithHtml & { contentHtml: string }
 
 /**
  * Posts with their HTML: as stored, or, for a post written before content was rendered at write
- * time, rendered now and stored (its Markdown shown as plain text if it cannot be rendered in time).
+ * time, rendered now and stored (its Markdown shown as plain text if it is too complex to render).
  */
-export async function withHtml(deps: { sql: Db; markdown: MarkdownRenderer }, posts: FullPostRow[]): Promise<RenderedPost[]> {
+export async function withHtml(deps: { sql: Db; markdown: MarkdownRenderer }, posts: PostWithHtml[]): Promise<RenderedPost[]> {
   const out: RenderedPost[] = []
   for (const post of posts) {
     let html = post.contentHtml
     if (html === null) {
-      html = (await deps.markdown.render(post.content)) ?? `<pre>${escapeHtml(post.content)}</pre>`
-      await storeContentHtml(deps.sql, post, html)
+      const rendered = await deps.markdown.render(post.content).catch(() => undefined)
+      const fallback = `<pre>${escapeHtml(post.content)}</pre>`
+      // Kept only once known: rendered, or known too complex. A busy or failed renderer says
+      // nothing about the post, so it is shown as text this time and rendered at a later view.
+      if (rendered !== undefined) await storeContentHtml(deps.sql, post, rendered ?? fallback)
+      html = rendered ?? fallback
     }
     out.push({ ...post, contentHtml: html })
   }

@@ -26,18 +26,26 @@ export interface PostRow {
 
 export interface FullPostRow extends PostRow {
   content: string
+}
+
+/** A post as pages and feeds read it. */
+export interface PostWithHtml extends FullPostRow {
   /** The content rendered when it was written; null for a post written before that was done. */
   contentHtml: string | null
 }
 
-/** The columns of a post and its agent; `p` is the post, `a` the agent. */
-const columns = (sql: Db, withContent: boolean) => sql`
+/**
+ * The columns of a post and its agent; `p` is the post, `a` the agent. With its content, and for
+ * pages and feeds also the HTML (which only they read: it doubles a row's text).
+ */
+const columns = (sql: Db, withContent: boolean | 'html') => sql`
   p.id, p.participant_id as "participantId", a.name as "agentName", a.display_name as "agentDisplayName",
   a.owner_id as "ownerId", a.blog_enabled as "blogEnabled", p.title, p.slug, p.excerpt, p.tags, p.status,
   p.publish_at as "publishAt", p.published_at as "publishedAt", p.first_published_at as "firstPublishedAt",
   p.schedule_version as "scheduleVersion", p.view_count as "viewCount",
   p.created_at as "createdAt", p.updated_at as "updatedAt"
-  ${withContent ? sql`, p.content, p.content_html as "contentHtml"` : sql``}
+  ${withContent ? sql`, p.content` : sql``}
+  ${withContent === 'html' ? sql`, p.content_html as "contentHtml"` : sql``}
 `
 
 export interface NewPost {
@@ -151,9 +159,9 @@ export async function listPublished(
 export async function listPublishedWithContent(
   sql: Db,
   filter: { participantId?: string; limit: number },
-): Promise<FullPostRow[]> {
-  return sql<FullPostRow[]>`
-    select ${columns(sql, true)}
+): Promise<PostWithHtml[]> {
+  return sql<PostWithHtml[]>`
+    select ${columns(sql, 'html')}
     from blog_posts p join participants a on a.id = p.participant_id
     where ${visible(sql)}
       ${filter.participantId ? sql`and p.participant_id = ${filter.participantId}` : sql``}
@@ -164,25 +172,33 @@ export async function listPublishedWithContent(
 
 /**
  * A published post by its slug, counting one view unless `count` is false (a HEAD request, a link
- * checker: no one read it); undefined when there is none to see.
+ * checker: no one read it), with its HTML when `html` (a page); undefined when there is none to see.
  */
-export async function viewPublished(sql: Db, participantId: string, slug: string, count = true): Promise<FullPostRow | undefined> {
-  if (!count) {
-    const [row] = await sql<FullPostRow[]>`
-      select ${columns(sql, true)}
+export function viewPublished(sql: Db, participantId: string, slug: string, options: { count: boolean; html: true }): Promise<PostWithHtml | undefined>
+export function viewPublished(sql: Db, participantId: string, slug: string, options: { count: boolean }): Promise<FullPostRow | undefined>
+export async function viewPublished(
+  sql: Db,
+  participantId: string,
+  slug: string,
+  options: { count: boolean; html?: boolean },
+): Promise<PostWithHtml | FullPostRow | undefined> {
+  const wanted = options.html ? 'html' : true
+  if (!options.count) {
+    const [row] = await sql<PostWithHtml[]>`
+      select ${columns(sql, wanted)}
       from blog_posts p join participants a on a.id = p.participant_id
       where p.participant_id = ${participantId} and p.slug = ${slug} and ${visible(sql)}
     `
     return row
   }
-  const [row] = await sql<FullPostRow[]>`
+  const [row] = await sql<PostWithHtml[]>`
     with viewed as (
       update blog_posts p set view_count = view_count + 1
       from participants a
       where a.id = p.participant_id and p.participant_id = ${participantId} and p.slug = ${slug} and ${visible(sql)}
       returning p.*
     )
-    select ${columns(sql, true)}
+    select ${columns(sql, wanted)}
     from viewed p join participants a on a.id = p.participant_id
   `
   return row

@@ -30,10 +30,10 @@ export function eventRoutes(deps: Deps) {
       '/stream',
       async ({ request, query, server }) => {
         const lastEventId = request.headers.get('last-event-id') ?? query.lastEventId
-        // A bad cursor is refused before a one-use token is spent on it.
-        if (lastEventId && !isEventId(lastEventId)) throw errors.invalidCursor()
         let userId: string
         if (query.token !== undefined) {
+          // A bad cursor is refused before the one-use token is spent on it.
+          if (lastEventId && !isEventId(lastEventId)) throw errors.invalidCursor()
           // The one-use token opens this stream only; it is never a credential anywhere else.
           const spent = await spendSseToken(deps, query.token)
           if (!spent) throw errors.invalidToken('The stream token is unknown, used or expired')

@@ -15,6 +15,36 @@ function plain(address: string): string {
   return mapped ? mapped[1]! : address
 }
 
+/** A forwarded hop as some proxies write it, with a port (`203.0.113.5:4711`, `[2001:db8::7]:443`), as the address. */
+function hopAddress(hop: string): string {
+  const bracketed = /^\[([^\]]+)\](?::\d{1,5})?$/.exec(hop)
+  if (bracketed) return plain(bracketed[1]!)
+  const withPort = /^(\d{1,3}(?:\.\d{1,3}){3}):\d{1,5}$/.exec(hop)
+  return plain(withPort ? withPort[1]! : hop)
+}
+
+/**
+ * What a per-IP limit counts by: an IPv4 address, or the /64 of an IPv6 one (one subscriber's
+ * network: its hosts pick any address in it, so counting by /128 would be no limit at all).
+ */
+export function addressBucket(address: string): string {
+  if (isIP(address) !== 6) return address
+  let text = address.toLowerCase().replace(/%.*$/, '')
+  const v4 = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text)
+  if (v4) {
+    const [a, b, c, d] = v4.slice(1).map(Number) as [number, number, number, number]
+    text = `${text.slice(0, v4.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`
+  }
+  const [head, tail] = text.split('::') as [string, string | undefined]
+  const left = head ? head.split(':') : []
+  const right = tail ? tail.split(':') : []
+  const groups = tail === undefined ? left : [...left, ...Array<string>(8 - left.length - right.length).fill('0'), ...right]
+  return `${groups
+    .slice(0, 4)
+    .map(group => Number.parseInt(group, 16).toString(16))
+    .join(':')}::/64`
+}
+
 /**
  * Parses TRUSTED_PROXIES entries (addresses or CIDR ranges, IPv4 or IPv6) into a list to check
  * addresses against; throws naming the first entry that is neither.
@@ -29,10 +59,21 @@ export function trustedProxyList(entries: string[]): BlockList {
       throw new Error(`"${entry}" is not an IP address or CIDR range`)
     }
     const type = family === 4 ? 'ipv4' : 'ipv6'
+    if (family === 6 && coversIpv4(address, bits)) {
+      // Checks map IPv4 addresses into IPv6 rules: `::ffff:10.0.0.0/8` would trust every IPv4 client.
+      throw new Error(`"${entry}" covers IPv4 addresses; write IPv4 addresses and ranges as IPv4`)
+    }
     if (bits === undefined) list.addAddress(address, type)
     else list.addSubnet(address, Number(bits), type)
   }
   return list
+}
+
+/** Whether an IPv6 address or range is, or takes in, IPv4-mapped addresses (`::ffff:a.b.c.d`). */
+function coversIpv4(address: string, bits: string | undefined): boolean {
+  const one = new BlockList()
+  one.addSubnet(address, bits === undefined ? 128 : Number(bits), 'ipv6')
+  return one.check('::ffff:0.0.0.0', 'ipv6') || one.check('::ffff:255.255.255.255', 'ipv6') || /^(::|(0{1,4}:){5})ffff:/i.test(address)
 }
 
 /** The resolver for a deployment's proxies (none: the socket's address is the client's). */
@@ -51,7 +92,7 @@ export function clientIpResolver(trustedProxies: string[]): ClientIp {
     if (!forwarded) return client
     const hops = forwarded.split(',')
     for (let i = hops.length - 1; i >= 0; i--) {
-      const hop = plain(hops[i]!.trim())
+      const hop = hopAddress(hops[i]!.trim())
       // Not an address: a trusted proxy passed on something it should not have; the last proxy
       // known is the best answer, never the garbage (which would be a fresh bucket per request).
       if (isIP(hop) === 0) return client

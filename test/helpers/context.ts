@@ -62,6 +62,7 @@ export function testConfig(env: Record<string, string> = {}): Config {
       participantCreate: { capacity: 10000, perSeconds: 1 },
       chatPost: { capacity: 10000, perSeconds: 1 },
       blogPostCreate: { capacity: 10000, perSeconds: 1 },
+      blogContentEdit: { capacity: 10000, perSeconds: 1 },
     }),
     ...env,
   })

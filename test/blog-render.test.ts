@@ -1,0 +1,46 @@
+/** The Markdown renderer's thread: its time limit, its queue bound and its shutdown, on a real worker. */
+import { describe, expect, test } from 'bun:test'
+import { createMarkdownRenderer, RendererBusy } from '../src/blog/render.ts'
+import { createLog } from '../src/log.ts'
+
+const log = createLog('error')
+// Seconds of marked's time at the allowed size; a quarter of a second here is far over any limit.
+const slow = '_a'.repeat(49_000)
+
+describe('the markdown renderer', () => {
+  test('renders, and refuses (null) what runs over its limit; the render queued behind gets a fresh thread', async () => {
+    const renderer = createMarkdownRenderer({ log, timeoutMs: 250 })
+    try {
+      expect(await renderer.render('Some *text*.')).toBe('<p>Some <em>text</em>.</p>\n')
+      const [stalled, next] = await Promise.all([renderer.render(slow), renderer.render('After **that**.')])
+      expect(stalled).toBeNull()
+      expect(next).toBe('<p>After <strong>that</strong>.</p>\n')
+      // Nested past marked's stack: refused as well, without waiting for the limit.
+      expect(await renderer.render('>'.repeat(10_000))).toBeNull()
+    } finally {
+      await renderer.close()
+    }
+  })
+
+  test('refuses with RendererBusy past its waiting renders, and takes more once they are done', async () => {
+    const renderer = createMarkdownRenderer({ log, timeoutMs: 250, maxWaiting: 1 })
+    try {
+      const running = renderer.render(slow)
+      const waiting = renderer.render('Second.')
+      await expect(renderer.render('Third.')).rejects.toBeInstanceOf(RendererBusy)
+      expect(await running).toBeNull()
+      expect(await waiting).toBe('<p>Second.</p>\n')
+      expect(await renderer.render('Fourth.')).toBe('<p>Fourth.</p>\n')
+    } finally {
+      await renderer.close()
+    }
+  })
+
+  test('close waits for the renders under way, then takes none', async () => {
+    const renderer = createMarkdownRenderer({ log, timeoutMs: 2000 })
+    const under = renderer.render('# Title')
+    await renderer.close()
+    expect(await under).toBe('<h1>Title</h1>\n')
+    await expect(renderer.render('late')).rejects.toThrow('closed')
+  })
+})
