@@ -311,6 +311,23 @@ describe('invoices', () => {
   })
 })
 
+describe('invoice amounts', () => {
+  test('an overage past 2^31 cents is invoiced exactly, and does not hold up the other invoices of the run', async () => {
+    const big = await setup({ monthlyPriceCents: 1000, includedProxyCalls: 0, overagePerCallCents: 100_000 })
+    const small = await setup({ monthlyPriceCents: 700, includedProxyCalls: 0, overagePerCallCents: 0 })
+    // 25,000 calls at 1,000 dollars each, as the metering worker would have counted them.
+    await ctx.deps.sql`update subscription_periods set proxy_calls = 25000 where subscription_id = ${big.subscriptionId}`
+    const ends = await Promise.all(
+      [big, small].map(async s => new Date((await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0].currentPeriodEnd).getTime()),
+    )
+    await runInvoices({ ...ctx.deps, metering: ctx.deps.queues.metering }, new Date(Math.max(...ends) + 60_000))
+    const [invoice] = (await ctx.call('GET', '/v1/billing/invoices', { token: big.user.token })).body.data
+    expect(invoice.totalCents).toBe(1000 + 25_000 * 100_000)
+    expect(invoice.lines[1]).toEqual({ kind: 'overage', description: expect.any(String), quantity: 25_000, unitPriceCents: 100_000, amountCents: 2_500_000_000 })
+    expect((await ctx.call('GET', '/v1/billing/invoices', { token: small.user.token })).body.data).toHaveLength(1)
+  })
+})
+
 describe('invoice announcements', () => {
   const runDeps = () => ({ ...ctx.deps, metering: ctx.deps.queues.metering })
   const flat = { monthlyPriceCents: 900, includedProxyCalls: 0, overagePerCallCents: 0 }

@@ -47,7 +47,8 @@ export async function issueDueInvoices(sql: Sql, at: Date, limit: number): Promi
       numbered as (
         select due.*, gen_random_uuid() as invoice_id,
           row_number() over (order by period_end, subscription_id, period_index) as n,
-          greatest(0, proxy_calls - included_proxy_calls) as overage_calls
+          -- bigint: calls times a price per call can pass 2^31 cents
+          greatest(0, proxy_calls - included_proxy_calls)::bigint as overage_calls
         from due
       ),
       counter as (
