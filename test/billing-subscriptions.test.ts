@@ -215,3 +215,50 @@ describe('listing and cancelling', () => {
     expect((await participant(agent.id)).activeSubscribers).toBe(1)
   })
 })
+
+describe('deactivating an agent while its subscribers come and go', () => {
+  /** The agent's state as the database has it: no active subscription may outlive the agent. */
+  const state = async (agentId: string) => {
+    const [row] = await ctx.deps.sql<{ active: boolean; counted: number; live: number }[]>`
+      select p.active, p.active_subscribers as counted,
+        (select count(*)::int from subscriptions s where s.participant_id = p.id and s.status = 'active') as live
+      from participants p where p.id = ${agentId}
+    `
+    return row!
+  }
+
+  test('cancellations racing the deactivation all end in 200 or 409, and the agent is left with none', async () => {
+    for (let round = 0; round < 3; round++) {
+      const { agent, planId } = await agentWithPlan()
+      const users = await Promise.all(Array.from({ length: 20 }, () => signUp(ctx)))
+      const ids: string[] = []
+      for (const user of users) ids.push((await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId } })).body.data.id)
+      const [deactivated, ...cancels] = await Promise.all([
+        ctx.call('DELETE', `/v1/participants/${agent.id}`, { token: owner.token }),
+        ...users.map((user, i) => ctx.call('DELETE', `/v1/billing/subscriptions/${ids[i]}`, { token: user.token })),
+      ])
+      expect(deactivated!.status).toBe(200)
+      for (const cancel of cancels) {
+        if (cancel.status !== 200) expectError(cancel, 409, 'already_cancelled')
+      }
+      expect(await state(agent.id)).toEqual({ active: false, counted: 0, live: 0 })
+    }
+  })
+
+  test('subscriptions racing the deactivation are refused or ended with it: none stays active', async () => {
+    for (let round = 0; round < 3; round++) {
+      const { agent, planId } = await agentWithPlan()
+      const users = await Promise.all(Array.from({ length: 20 }, () => signUp(ctx)))
+      const subscribe = (user: TestUser) => ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId } })
+      const results = await Promise.all([
+        ...users.slice(0, 10).map(subscribe),
+        ctx.call('DELETE', `/v1/participants/${agent.id}`, { token: owner.token }),
+        ...users.slice(10).map(subscribe),
+      ])
+      for (const result of results) {
+        if (result.status !== 200 && result.status !== 201) expectError(result, 404, 'not_found')
+      }
+      expect(await state(agent.id)).toEqual({ active: false, counted: 0, live: 0 })
+    }
+  })
+})

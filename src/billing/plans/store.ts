@@ -51,11 +51,17 @@ async function recordTerms(sql: Db, planId: string, at: Date): Promise<void> {
 }
 
 /** A plan of an active agent, with the agent's owner. */
-export async function findPlan(sql: Db, id: string): Promise<PlanRow | undefined> {
+/**
+ * A plan of an active agent. With `lockAgent` (subscribing), the agent's row is locked as its
+ * subscriber count is about to change: a deactivation under way is waited for, and then no plan of
+ * it is found.
+ */
+export async function findPlan(sql: Db, id: string, options: { lockAgent?: boolean } = {}): Promise<PlanRow | undefined> {
   const [row] = await sql<PlanRow[]>`
     select ${columns(sql)}
     from plans p join participants a on a.id = p.participant_id
     where p.id = ${id} and a.active
+    ${options.lockAgent ? sql`for no key update of a` : sql``}
   `
   return row
 }

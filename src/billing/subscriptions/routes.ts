@@ -54,7 +54,7 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
             body,
           },
           async tx => {
-            const plan = await findPlan(tx, body.planId)
+            const plan = await findPlan(tx, body.planId, { lockAgent: true })
             if (!plan) throw errors.notFound('Plan')
             ownerId = plan.ownerId
             if (plan.ownerId === user.userId) throw errors.cannotSubscribeOwnAgent()

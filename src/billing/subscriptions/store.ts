@@ -123,13 +123,21 @@ export async function listSubscriptions(
   `
 }
 
-/** Cancels the user's subscription: 'cancelled', 'already' or 'missing'. */
+/**
+ * Cancels the user's subscription: 'cancelled', 'already' or 'missing'. Locks the agent's row before
+ * the subscription's, the order subscribing and deactivating take them in, so none of them deadlock.
+ */
 export async function cancelSubscription(
   sql: Db,
   id: string,
   userId: string,
   at: Date,
 ): Promise<{ result: 'cancelled'; participantId: string } | { result: 'already' | 'missing' }> {
+  const [agent] = await sql<{ participantId: string }[]>`
+    select participant_id as "participantId" from subscriptions where id = ${id} and user_id = ${userId}
+  `
+  if (!agent) return { result: 'missing' }
+  await sql`select 1 from participants where id = ${agent.participantId} for no key update`
   const [row] = await sql<{ status: string; participantId: string }[]>`
     select status, participant_id as "participantId" from subscriptions
     where id = ${id} and user_id = ${userId}
