@@ -36,6 +36,19 @@ describe('the markdown renderer', () => {
     }
   })
 
+  test('a render that cannot start within its wait is refused with RendererBusy; cheap ones in a burst all run', async () => {
+    const renderer = createMarkdownRenderer({ log, timeoutMs: 400, maxWaitMs: 100 })
+    try {
+      const running = renderer.render(slow)
+      await expect(renderer.render('Behind it.')).rejects.toBeInstanceOf(RendererBusy)
+      expect(await running).toBeNull()
+      const burst = await Promise.all(Array.from({ length: 50 }, (_, i) => renderer.render(`Post ${i}.`)))
+      expect(burst).toEqual(Array.from({ length: 50 }, (_, i) => `<p>Post ${i}.</p>\n`))
+    } finally {
+      await renderer.close()
+    }
+  })
+
   test('close waits for the renders under way, then takes none', async () => {
     const renderer = createMarkdownRenderer({ log, timeoutMs: 2000 })
     const under = renderer.render('# Title')

@@ -235,16 +235,22 @@ describe('slugs', () => {
     expect((await writePost(ctx, otherAgent, { title: 'Same Title' })).slug).toBe('same-title')
   })
 
-  test('writers racing for one title each get their own slug', async () => {
+  test('writers racing for one title each get their own slug, thirty at once too, and drafts renamed at once', async () => {
     const results = await Promise.all(
-      Array.from({ length: 6 }, () =>
+      Array.from({ length: 30 }, () =>
         ctx.call('POST', '/blog/posts', { apiKey: agent.apiKey, body: { title: 'Race Day', content: 'x' } }),
       ),
     )
-    expect(results.map(res => res.status)).toEqual([201, 201, 201, 201, 201, 201])
+    expect(results.map(res => res.status)).toEqual(Array.from({ length: 30 }, () => 201))
     expect(results.map(res => res.body.data.slug).sort()).toEqual(
-      ['race-day', 'race-day-2', 'race-day-3', 'race-day-4', 'race-day-5', 'race-day-6'].sort(),
+      ['race-day', ...Array.from({ length: 29 }, (_, i) => `race-day-${i + 2}`)].sort(),
     )
+    const drafts = await Promise.all(Array.from({ length: 11 }, (_, i) => writePost(ctx, agent, { title: `Draft ${i}` })))
+    const renamed = await Promise.all(
+      drafts.map(draft => ctx.call('PATCH', `/blog/posts/${draft.id}`, { apiKey: agent.apiKey, body: { title: 'Renamed Together' } })),
+    )
+    expect(renamed.map(res => res.status)).toEqual(Array.from({ length: 11 }, () => 200))
+    expect(new Set(renamed.map(res => res.body.data.slug)).size).toBe(11)
   })
 
   test('a draft’s slug follows its title; once published it stays, even back in draft', async () => {

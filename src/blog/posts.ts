@@ -1,6 +1,6 @@
 /** Post logic: creation with a free slug, edits and moves between draft, scheduled and published. */
 import type { Deps } from '../deps.ts'
-import type { Db } from '../db.ts'
+import type { TxSql } from '../db.ts'
 import { uniqueViolation } from '../db.ts'
 import { errors } from '../errors.ts'
 import { parseTime } from '../http/schema.ts'
@@ -15,18 +15,22 @@ import { requireBlogEnabled, requireWriter } from './writer.ts'
 
 type PostDeps = Pick<Deps, 'sql' | 'clock' | 'blogQueue' | 'rateLimiter' | 'log' | 'redis' | 'keys' | 'config' | 'markdown'>
 
-// Each attempt loses only to a writer that took the same slug in between; five in a row is not a race.
+// With the agent's slugs taken one writer at a time, only a slug taken outside that order (none
+// today) makes an attempt fail; five in a row is not a race.
 const slugAttempts = 5
 
 /**
- * Runs `write` with the first free slug for `title`, again with the next one when a concurrent
- * writer took it first (the unique index is the judge, not the lookup).
+ * Runs `write`, inside the caller's transaction, with the first free slug for `title`. The agent's
+ * writers choose one at a time (a transaction-scoped advisory lock per agent), so thirty posts of
+ * one title at once get `-2` to `-30` instead of failing on each other; should a slug still be taken
+ * meanwhile, the unique index refuses it and the next one is tried.
  */
 async function withFreeSlug<T>(
-  sql: Db,
+  sql: TxSql,
   post: { participantId: string; title: string; exceptPostId?: string },
   write: (slug: string) => Promise<T>,
 ): Promise<T> {
+  await sql`select pg_advisory_xact_lock(hashtextextended(${`blog-slug:${post.participantId}`}, 0))`
   const base = slugify(post.title)
   for (let attempt = 1; ; attempt++) {
     const taken = await takenSlugs(sql, post.participantId, candidatePrefix(base), post.exceptPostId)
@@ -52,8 +56,12 @@ function futureTime(value: string | undefined, now: Date): Date | undefined {
 
 const uniqueTags = (tags: string[] | undefined) => [...new Set(tags ?? [])]
 
-/** The content's HTML, rendered once now so that no reader's request has to; refused if it cannot be in time. */
-async function renderContent(deps: Pick<Deps, 'markdown'>, content: string): Promise<string> {
+/**
+ * The content's HTML, rendered once now so that no reader's request has to; refused if it cannot be
+ * in time. `count` takes the writer's rate-limit token once the renderer has done its part, whether
+ * the content rendered or proved too complex.
+ */
+async function renderContent(deps: Pick<Deps, 'markdown'>, content: string, count: () => Promise<void>): Promise<string> {
   let html: string | null
   try {
     html = await deps.markdown.render(content)
@@ -61,6 +69,7 @@ async function renderContent(deps: Pick<Deps, 'markdown'>, content: string): Pro
     if (error instanceof RendererBusy) throw errors.unavailable('Too many posts are being rendered; try again shortly')
     throw error
   }
+  await count()
   if (html === null) {
     throw errors.field('/content', 'is too complex to render: nested thousands deep, or with tens of thousands of emphasis marks')
   }
@@ -82,30 +91,35 @@ function initialState(body: CreatePost, autoPublish: boolean, now: Date): { stat
 
 /**
  * Creates a post for an agent whose writer the caller already is; a scheduled one gets its job.
- * Counts against the agent's `blogPostCreate` limit once its fields are known to be valid, before
- * its content is rendered.
+ * Counts against the agent's `blogPostCreate` limit once its fields are known to be valid and its
+ * content has been rendered (or found too complex).
  */
 export async function createPost(deps: PostDeps, agent: ParticipantRow, body: CreatePost): Promise<FullPostRow> {
   const { sql, clock, blogQueue, rateLimiter } = deps
   requireBlogEnabled(agent)
   const now = clock.now()
   const { status, publishAt } = initialState(body, agent.blogAutoPublish, now)
-  // Counted before rendering: content that takes the renderer its full time costs the writer too.
-  await rateLimiter.take('blogPostCreate', `agent:${agent.id}`)
-  const contentHtml = await renderContent(deps, body.content)
-  const id = await withFreeSlug(sql, { participantId: agent.id, title: body.title }, slug =>
-    insertPost(sql, {
-      participantId: agent.id,
-      title: body.title,
-      slug,
-      content: body.content,
-      contentHtml,
-      excerpt: body.excerpt ?? null,
-      tags: uniqueTags(body.tags),
-      status,
-      publishAt,
-      at: now,
-    }),
+  // An agent past its limit is refused before the renderer is asked; content too complex to render
+  // counts as a post, a renderer busy with others' does not.
+  await rateLimiter.check('blogPostCreate', `agent:${agent.id}`)
+  const contentHtml = await renderContent(deps, body.content, () => rateLimiter.take('blogPostCreate', `agent:${agent.id}`))
+  const id = await sql.begin(tx =>
+    withFreeSlug(tx, { participantId: agent.id, title: body.title }, slug =>
+      tx.savepoint(sp =>
+        insertPost(sp, {
+          participantId: agent.id,
+          title: body.title,
+          slug,
+          content: body.content,
+          contentHtml,
+          excerpt: body.excerpt ?? null,
+          tags: uniqueTags(body.tags),
+          status,
+          publishAt,
+          at: now,
+        }),
+      ),
+    ),
   )
   const post = (await findPost(sql, id))!
   if (post.status === 'scheduled') await blogQueue.schedule({ postId: id, version: post.scheduleVersion }, post.publishAt!)
@@ -151,8 +165,9 @@ export async function changePost(deps: PostDeps, caller: Principal, postId: stri
     if (!found) throw errors.notFound('Post')
     requireWriter(caller, found)
     requireBlogEnabled(found)
-    await deps.rateLimiter.take('blogContentEdit', `agent:${found.participantId}`)
-    contentHtml = await renderContent(deps, body.content)
+    const subject = `agent:${found.participantId}`
+    await deps.rateLimiter.check('blogContentEdit', subject)
+    contentHtml = await renderContent(deps, body.content, () => deps.rateLimiter.take('blogContentEdit', subject))
   }
   const now = clock.now()
   let wasPublished = false

@@ -3,8 +3,8 @@
  * inputs of the allowed size (tens of thousands of emphasis marks) and recurses past the stack on
  * thousands of nested quotes; such a post is refused as too complex instead of stalling the API.
  * One worker thread renders one post at a time; a render that runs over the limit is stopped by
- * ending the thread, and the next render starts a fresh one. At most `maxWaiting` renders wait
- * behind the running one, so no request waits more than a few limits' worth.
+ * ending the thread, and the next render starts a fresh one. A render that could not start within
+ * `maxWaitMs` (others before it took their full time) is not run, so no request waits for long.
  */
 import type { Db } from '../db.ts'
 import type { Log } from '../log.ts'
@@ -14,14 +14,14 @@ import { storeContentHtml, type PostWithHtml } from './store.ts'
 export interface MarkdownRenderer {
   /**
    * The HTML of a post's Markdown, or null when it cannot be rendered within the limit (too complex).
-   * Rejects with `RendererBusy` when `maxWaiting` renders already wait, and with an error when the
-   * thread failed for a reason of its own: neither says anything about the post.
+   * Rejects with `RendererBusy` when it could not start in time or too many wait, and with an error
+   * when the thread failed for a reason of its own: neither says anything about the post.
    */
   render(source: string): Promise<string | null>
   close(): Promise<void>
 }
 
-/** Too many renders waiting: the caller should come back later. */
+/** The renderer was busy with others' posts: the caller should come back later. */
 export class RendererBusy extends Error {
   override name = 'RendererBusy'
 }
@@ -30,14 +30,17 @@ export interface RendererOptions {
   log: Log
   /** How long one render may take. */
   timeoutMs?: number
-  /** Renders that may wait behind the running one; past this, `render` rejects with `RendererBusy`. */
+  /** How long a render may wait for its turn; past it, `render` rejects with `RendererBusy`. */
+  maxWaitMs?: number
+  /** Renders that may wait at once (their sources are held meanwhile); past it, `RendererBusy`. */
   maxWaiting?: number
 }
 
 export function createMarkdownRenderer(options: RendererOptions): MarkdownRenderer {
   const { log } = options
   const timeoutMs = options.timeoutMs ?? 2000
-  const maxWaiting = options.maxWaiting ?? 8
+  const maxWaitMs = options.maxWaitMs ?? 5000
+  const maxWaiting = options.maxWaiting ?? 200
   let worker: Worker | undefined
   let queue: Promise<unknown> = Promise.resolve()
   /** Renders asked for and not yet finished, the running one included. */
@@ -80,7 +83,13 @@ export function createMarkdownRenderer(options: RendererOptions): MarkdownRender
       if (closed) return Promise.reject(new Error('the markdown renderer is closed'))
       if (pending > maxWaiting) return Promise.reject(new RendererBusy('too many posts waiting to be rendered'))
       pending++
-      const rendered = queue.then(() => renderNow(source)).finally(() => pending--)
+      const deadline = performance.now() + maxWaitMs
+      const rendered = queue
+        .then(() => {
+          if (performance.now() > deadline) throw new RendererBusy('other posts took the renderer too long')
+          return renderNow(source)
+        })
+        .finally(() => pending--)
       queue = rendered.catch(() => {})
       return rendered
     },
