@@ -302,6 +302,23 @@ describe('approval misses', () => {
     expect((await pollLater(real.deviceCode, limited)).body.data.user.id).toBe(other.id)
   })
 
+  test('thirty approvals of one code at once all succeed as one, and cost the user nothing', async () => {
+    const user = await signUp(limited)
+    const { deviceCode, userCode } = await start(limited)
+    const clicks = await Promise.all(Array.from({ length: 30 }, () => decide(user, userCode, undefined, limited)))
+    expect(clicks.map(click => click.status)).toEqual(Array.from({ length: 30 }, () => 200))
+    expect(clicks.every(click => click.body.data.status === 'approved')).toBe(true)
+    expect((await pollLater(deviceCode, limited)).body.data.user.id).toBe(user.id)
+    // None of them was a miss: the next code is approved, not refused.
+    const next = await start(limited)
+    expect((await decide(user, next.userCode, undefined, limited)).status).toBe(200)
+    // Another user's click on a code this user approved is still a 404.
+    const other = await signUp(limited)
+    const third = await start(limited)
+    expect((await decide(user, third.userCode, undefined, limited)).status).toBe(200)
+    expectError(await decide(other, third.userCode, undefined, limited), 404, 'not_found')
+  })
+
   test('approvals that succeed are not misses', async () => {
     const user = await signUp(limited)
     for (let i = 0; i < 12; i++) {

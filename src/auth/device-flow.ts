@@ -82,7 +82,7 @@ export async function pollDeviceAuthorization(deps: DeviceFlowDeps, deviceCode: 
   })
 }
 
-/** True when a pending, unexpired code was decided; false is a miss (unknown, decided or expired). */
+/** The decision when a pending, unexpired code was decided (or already was, the same way, by this user); null is a miss. */
 export async function decideDeviceAuthorization(
   { sql, clock }: DeviceFlowDeps,
   userId: string,

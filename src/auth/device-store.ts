@@ -43,7 +43,10 @@ export async function markDelivered(sql: Db, deviceCode: string, at: Date): Prom
   return row?.userId
 }
 
-/** Approves or denies a pending, unexpired authorization by its user code. */
+/**
+ * Approves or denies a pending, unexpired authorization by its user code. True also when this user
+ * already made this same decision on it (a repeated or concurrent click), before it expired.
+ */
 export async function decideDeviceCode(
   sql: Db,
   userCode: string,
@@ -55,7 +58,13 @@ export async function decideDeviceCode(
     where user_code = ${userCode} and status = 'pending' and expires_at > ${decision.at}
     returning 1
   `
-  return rows.length === 1
+  if (rows.length === 1) return true
+  const [same] = await sql`
+    select 1 from device_codes
+    where user_code = ${userCode} and status = ${decision.status} and user_id = ${decision.userId}
+      and expires_at > ${decision.at}
+  `
+  return same !== undefined
 }
 
 /** Forgets authorizations that ended long enough ago that no device still polls them. */
