@@ -218,6 +218,27 @@ describe('Idempotency-Key on replies and messages', () => {
     expect(history.body.data.map((m: { text: string }) => m.text)).toEqual(['answer', 'question'])
   })
 
+  test('a key freed by a refusal, or used again after its 24 h, is a new reply, not the old answer', async () => {
+    const { agent, user } = await subscribedPair()
+    const headers = { 'idempotency-key': 'reply-again' }
+    // No conversation yet: 404, and the key is free again.
+    expectError(await reply(agent, user.id, 'too early', headers), 404, 'not_found')
+    await send(user, agent, 'now a question')
+    const answered = await reply(agent, user.id, 'too early', headers)
+    expect(answered.status).toBe(201)
+    expect((await poll(agent)).body.data.pendingConversations).toEqual([])
+
+    // A day later the same key and body are a new reply to the new question.
+    await ctx.deps.sql`update idempotency_keys set created_at = created_at - interval '25 hours' where key = 'reply-again'`
+    await send(user, agent, 'and another')
+    const later = await reply(agent, user.id, 'too early', headers)
+    expect(later.status).toBe(201)
+    expect(later.body.data.messageId).not.toBe(answered.body.data.messageId)
+    expect((await poll(agent)).body.data.pendingConversations).toEqual([])
+    const history = await ctx.call('GET', `/v1/conversations/${agent.id}/messages`, { token: user.token })
+    expect(history.body.data.map((m: { text: string }) => m.text)).toEqual(['too early', 'and another', 'too early', 'now a question'])
+  })
+
   test('a repeated user message is stored once and does not bring an answered conversation back', async () => {
     const { agent, user } = await subscribedPair()
     const headers = { 'idempotency-key': 'msg-1' }

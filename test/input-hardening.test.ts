@@ -152,6 +152,34 @@ describe('connected accounts and proxy calls', () => {
     expect(upstream.received.length).toBe(before + 1)
   })
 
+  test('a reservation left by a process that died mid-call is taken over after a minute, and metered once', async () => {
+    const { agent, user } = await subscribed()
+    await ctx.call('POST', '/v1/connections', { token: user.token, body: { provider: 'crashy', baseUrl: upstream.url, credential: 'x' } })
+    const body = { userId: user.id, provider: 'crashy', method: 'GET', path: '/echo' }
+    const headers = { 'idempotency-key': 'crash-1' }
+    const call = () => ctx.call('POST', '/v1/agent/proxy-call', { apiKey: agent.apiKey, body, headers })
+    const first = await call()
+    expect(first.status).toBe(200)
+    // What a process killed after reaching the upstream leaves: the reservation, and no outcome.
+    const abandon = (secondsAgo: number) => ctx.deps.sql`
+      update idempotency_keys set response_status = null, response_body = null,
+        created_at = ${new Date(ctx.clock.now().getTime() - secondsAgo * 1000)}
+      where key = 'crash-1'
+    `
+    await abandon(30)
+    const before = upstream.received.length
+    expectError(await call(), 409, 'idempotency_key_reused')
+    expect(upstream.received.length).toBe(before)
+    await abandon(61)
+    const retried = await call()
+    expect(retried.status).toBe(200)
+    expect(upstream.received.length).toBe(before + 1)
+    // The same usage event as the first attempt's: counted once.
+    expect(retried.body.data.usage.periodCalls).toBe(first.body.data.usage.periodCalls)
+    const again = await call()
+    expect(again.body).toEqual(retried.body)
+  })
+
   test('a retry of a proxy call that timed out at the upstream replays the 504 and never calls it again', async () => {
     const { agent, user } = await subscribed()
     await ctx.call('POST', '/v1/connections', { token: user.token, body: { provider: 'slow', baseUrl: upstream.url, credential: 'x' } })

@@ -1,5 +1,5 @@
 /** Idempotency-Key: the first response is stored with the effect, in one transaction, and replayed. */
-import { createHash } from 'node:crypto'
+import { createHash, randomUUID } from 'node:crypto'
 import { t } from 'elysia'
 import type { Sql, TxSql } from '../db.ts'
 import type { Clock } from '../clock.ts'
@@ -84,6 +84,12 @@ export interface CommandOptions {
   inFlight: 'resend' | 'refuse'
   /** Failures to keep as the outcome (the effect happened, e.g. the upstream was reached); others free the key. */
   keepFailure?: (error: AppError) => boolean
+  /**
+   * With `refuse`: a reservation still without an outcome after this long belongs to a process that
+   * died (or will never answer), and a repeat takes it over, with the same command id, instead of
+   * being refused for the rest of the window.
+   */
+  takeOverAfterMs?: number
 }
 
 export async function idempotentCommand(
@@ -97,25 +103,44 @@ export async function idempotentCommand(
   checkKey(key)
   const hash = requestHash(request)
   const now = clock.now()
-  const reserved = await sql`
-    insert into idempotency_keys (subject, key, request_hash, created_at)
-    values (${request.subject}, ${key}, ${hash}, ${now})
+  const [reserved] = await sql<{ reservation: string }[]>`
+    insert into idempotency_keys (subject, key, request_hash, created_at, reservation)
+    values (${request.subject}, ${key}, ${hash}, ${now}, ${randomUUID()})
     on conflict (subject, key) do update
       set request_hash = excluded.request_hash, created_at = excluded.created_at,
-          response_status = null, response_body = null
+          response_status = null, response_body = null, reservation = excluded.reservation
       where idempotency_keys.created_at < ${new Date(now.getTime() - idempotencyWindowMs)}
-    returning 1
+    returning reservation
   `
-  if (reserved.length === 0) {
-    const [stored] = await sql<{ requestHash: Buffer; status: number | null; body: string | null }[]>`
-      select request_hash as "requestHash", response_status as status, response_body as body
+  let reservation: string | null | undefined = reserved?.reservation
+  if (!reserved) {
+    const [stored] = await sql<{ requestHash: Buffer; status: number | null; body: string | null; createdAt: Date; reservation: string | null }[]>`
+      select request_hash as "requestHash", response_status as status, response_body as body,
+        created_at as "createdAt", reservation
       from idempotency_keys where subject = ${request.subject} and key = ${key}
     `
     if (stored && !stored.requestHash.equals(hash)) throw errors.idempotencyKeyReused()
     if (stored?.status != null) return { status: stored.status, body: JSON.parse(stored.body!), replayed: true }
-    if (stored && options.inFlight === 'refuse') throw errors.idempotencyInProgress()
+    if (stored && options.inFlight === 'refuse') {
+      const abandoned = options.takeOverAfterMs !== undefined && now.getTime() - stored.createdAt.getTime() >= options.takeOverAfterMs
+      // One repeat takes an abandoned reservation over (the others still see it in progress).
+      const [taken] = abandoned
+        ? await sql`
+            update idempotency_keys set created_at = ${now}
+            where subject = ${request.subject} and key = ${key} and response_status is null and created_at = ${stored.createdAt}
+            returning 1
+          `
+        : []
+      if (!taken) throw errors.idempotencyInProgress()
+    }
+    // Freed meanwhile (a refusal): this repeat runs as the reservation it would have made.
+    reservation = stored ? stored.reservation : randomUUID()
   }
-  const commandId = createHash('sha256').update(JSON.stringify([request.subject, key])).digest('hex')
+  // One command id per reservation: a repeat in flight resends it (applied once), a key used again
+  // after its window or after a refusal is a new command. Reservations from before have none.
+  const commandId = createHash('sha256')
+    .update(JSON.stringify(reservation ? [request.subject, key, reservation] : [request.subject, key]))
+    .digest('hex')
   let outcome: Outcome
   try {
     outcome = await send({ commandId, requestHash: hash })

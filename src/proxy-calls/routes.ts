@@ -36,7 +36,9 @@ export function proxyCallRoutes(deps: Deps, auth: AuthPlugin) {
           body: ok(await proxyCall(deps, agent, body, commandId ? uuidFrom(commandId) : newRowId())),
         }),
         // A repeat must not reach the upstream again: not while the first runs, nor after it timed out there.
-        { inFlight: 'refuse', keepFailure: error => reachedUpstream(error) },
+        // A reservation left by a process that died mid-call is taken over after a minute (the
+        // upstream's 10 s timeout and then some): same event id, so the call is still metered once.
+        { inFlight: 'refuse', keepFailure: error => reachedUpstream(error), takeOverAfterMs: 60_000 },
       )
       set.status = outcome.status
       return outcome.body as { success: true; data: typeof ProxyResult.static }
