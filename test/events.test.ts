@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, type TestContext, type TestUser } from './helpers/context.ts'
 import { listen, serve } from './helpers/sse.ts'
 import { maxStreamsPerUser } from '../src/events/hub.ts'
+import { notify } from '../src/events/notify.ts'
 
 let ctx: TestContext
 let server: { url: string; stop(): Promise<void> }
@@ -223,6 +224,36 @@ describe('the wire format and limits', () => {
     const bad = await rawStream('/v1/events/stream?lastEventId=yesterday', { authorization: `Bearer ${owner.token}` })
     expect(bad.status).toBe(400)
     expect(((await bad.json()) as { error: string }).error).toBe('invalid_cursor')
+  })
+
+  test('revoking the API key a stream was opened with ends that stream at once; a stream opened with a JWT goes on', async () => {
+    const user = await signUp(ctx)
+    const created = await ctx.call('POST', '/v1/auth/api-keys', { token: user.token, body: { name: 'watcher' } })
+    const key: string = created.body.data.key
+    const viaKey = await rawStream('/v1/events/stream', { authorization: `Bearer ${key}` })
+    const token = (await ctx.call('POST', '/v1/auth/sse-token', { token: key })).body.data.token
+    const viaToken = await rawStream(`/v1/events/stream?token=${token}`)
+    const viaJwt = await rawStream('/v1/events/stream', { authorization: `Bearer ${user.token}` })
+    const readers = [viaKey, viaToken, viaJwt].map(response => response.body!.getReader())
+    for (const reader of readers) await reader.read()
+
+    expect((await ctx.call('DELETE', `/v1/auth/api-keys/${created.body.data.id}`, { token: user.token })).status).toBe(200)
+    for (const reader of readers.slice(0, 2)) {
+      let done = false
+      const deadline = Date.now() + 3000
+      while (!done && Date.now() < deadline) done = (await reader.read()).done
+      expect(done).toBe(true)
+    }
+    // The JWT's stream still delivers.
+    await notify(ctx.deps, user.id, 'usage.threshold', { percent: 80 })
+    let text = ''
+    const decoder = new TextDecoder()
+    while (!text.includes('event: usage.threshold')) {
+      const { value, done } = await readers[2]!.read()
+      expect(done).toBe(false)
+      text += decoder.decode(value)
+    }
+    await readers[2]!.cancel()
   })
 
   test('closing all streams (shutdown) ends them so clients reconnect elsewhere', async () => {

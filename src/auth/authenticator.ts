@@ -18,6 +18,24 @@ export interface Authenticator {
 
 const userTtlMs = 60_000
 
+/** The token of an `Authorization: Bearer <token>` header; throws 401 for any other form. */
+function bearerToken(header: string): string {
+  const match = /^Bearer[ ]+([^\s]+)[ ]*$/i.exec(header)
+  if (!match) throw errors.invalidToken('The Authorization header must be "Bearer <token>"')
+  return match[1]!
+}
+
+/**
+ * The hex hash of the API key a request authenticates with as a user (`Bearer sk_...`), or null for
+ * a JWT: what a revocation names, so what is opened with a key (an event stream) can end with it.
+ */
+export function userKeyHash(headers: Headers): string | null {
+  const authorization = headers.get('authorization')
+  if (!authorization) return null
+  const token = bearerToken(authorization)
+  return token.startsWith('sk_') ? hashKeyHex(token) : null
+}
+
 export function createAuthenticator(sql: Sql, verifyJwt: VerifyJwt, keys: KeyCache): Authenticator {
   // JWT subject -> user id, so a signed-in user costs one signature check, not a query, per call.
   const users = new Map<string, { id: string; expires: number }>()
@@ -46,9 +64,7 @@ export function createAuthenticator(sql: Sql, verifyJwt: VerifyJwt, keys: KeyCac
   }
 
   const fromBearer = (header: string): Principal | Promise<Principal> => {
-    const match = /^Bearer[ ]+([^\s]+)[ ]*$/i.exec(header)
-    if (!match) throw errors.invalidToken('The Authorization header must be "Bearer <token>"')
-    const token = match[1]!
+    const token = bearerToken(header)
     return token.startsWith('sk_') ? fromKey(token) : fromJwt(token)
   }
 

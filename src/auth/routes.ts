@@ -14,6 +14,7 @@ import {
   startDeviceAuthorization,
 } from './device-flow.ts'
 import { issueSseToken, sseTokenTtlSeconds } from './sse-token.ts'
+import { userKeyHash } from './authenticator.ts'
 import {
   ApiKeySummary,
   CreateApiKey,
@@ -171,7 +172,8 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
     )
     .post(
       '/sse-token',
-      async ({ user }) => ok({ token: await issueSseToken(deps, user.userId), expiresIn: sseTokenTtlSeconds }),
+      async ({ user, request }) =>
+        ok({ token: await issueSseToken(deps, user.userId, userKeyHash(request.headers)), expiresIn: sseTokenTtlSeconds }),
       {
         user: true,
         response: { 200: Ok(SseToken), ...failures(401, 403) },

@@ -13,19 +13,24 @@ interface TokenDeps {
   clock: Clock
 }
 
-export async function issueSseToken({ redis, keys, clock }: TokenDeps, userId: string): Promise<string> {
+/** Issues a token for the user; `keyHash` is the API key it was asked for with, if one (the stream ends with that key). */
+export async function issueSseToken({ redis, keys, clock }: TokenDeps, userId: string, keyHash: string | null): Promise<string> {
   const token = randomUUID()
   const expiresAt = clock.now().getTime() + sseTokenTtlSeconds * 1000
   // Redis forgets it on its own; the stored expiry keeps the rule exact under an injected clock.
-  await redis.set(keys.sseToken(token), `${userId} ${expiresAt}`, 'EX', sseTokenTtlSeconds + 5)
+  await redis.set(keys.sseToken(token), `${userId} ${expiresAt} ${keyHash ?? '-'}`, 'EX', sseTokenTtlSeconds + 5)
   return token
 }
 
-/** The user a token was issued to, spending it; null when unknown, used or expired. */
-export async function spendSseToken({ redis, keys, clock }: TokenDeps, token: string): Promise<string | null> {
+/** The user a token was issued to and the key it was asked for with, spending it; null when unknown, used or expired. */
+export async function spendSseToken(
+  { redis, keys, clock }: TokenDeps,
+  token: string,
+): Promise<{ userId: string; keyHash: string | null } | null> {
   if (!isUuid(token)) return null
   const value = await redis.getdel(keys.sseToken(token))
   if (!value) return null
-  const [userId, expiresAt] = value.split(' ')
-  return Number(expiresAt) > clock.now().getTime() ? userId! : null
+  const [userId, expiresAt, keyHash] = value.split(' ')
+  if (!(Number(expiresAt) > clock.now().getTime())) return null
+  return { userId: userId!, keyHash: keyHash && keyHash !== '-' ? keyHash : null }
 }

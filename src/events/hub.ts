@@ -34,6 +34,8 @@ interface Connection {
   buffer: Published[] | null
   lastId: string
   limitKey: string | null
+  /** The hex hash of the API key the stream was opened with, if one. */
+  keyHash: string | null
   closed: boolean
 }
 
@@ -42,6 +44,8 @@ export interface OpenOptions {
   lastEventId?: string | null
   /** Counts the stream against this user's limit of open notification streams. */
   userId?: string
+  /** The API key (its hex hash) the stream is opened with: revoking the key ends the stream. */
+  keyHash?: string | null
 }
 
 export interface EventHub {
@@ -67,6 +71,7 @@ export function isAfter(a: string, b: string): boolean {
 export async function createEventHub(options: { redis: Redis; pubsub: PubSub; keys: Keys; log: Log }): Promise<EventHub> {
   const { redis, pubsub, keys, log } = options
   const byStream = new Map<string, Set<Connection>>()
+  const byKey = new Map<string, Set<Connection>>()
   const all = new Set<Connection>()
 
   const frame = (event: Published) => encoder.encode(`id: ${event.id}\nevent: ${event.type}\ndata: ${event.data}\n\n`)
@@ -79,6 +84,11 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
     const set = byStream.get(connection.stream)
     set?.delete(connection)
     if (set?.size === 0) byStream.delete(connection.stream)
+    if (connection.keyHash) {
+      const opened = byKey.get(connection.keyHash)
+      opened?.delete(connection)
+      if (opened?.size === 0) byKey.delete(connection.keyHash)
+    }
     try {
       if (abort) connection.controller.error()
       else connection.controller.close()
@@ -115,6 +125,11 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
     for (const connection of set) deliver(connection, event, bytes)
   })
 
+  // A revoked key ends the streams opened with it, on every instance (the key cache's channel).
+  const revocations = pubsub.listener(keys.channels.keyRevoked, hex => {
+    for (const connection of [...(byKey.get(hex) ?? [])]) end(connection)
+  })
+
   const ping = encoder.encode(': ping\n\n')
   const timer = setInterval(() => {
     const heartbeat = redis.pipeline()
@@ -135,9 +150,10 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
     get size() {
       return all.size
     },
-    async open({ stream, lastEventId, userId }) {
+    async open({ stream, lastEventId, userId, keyHash = null }) {
       if (lastEventId && !isEventId(lastEventId)) throw errors.invalidCursor()
       await events.listen()
+      if (keyHash) await revocations.listen()
       const id = randomUUID()
       const limitKey = userId ? keys.events.openStreams(userId) : null
       if (limitKey) {
@@ -148,7 +164,7 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
       let connection!: Connection
       const body = new ReadableStream<Uint8Array>({
         start(controller) {
-          connection = { id, stream, controller, buffer: [], lastId: lastEventId ?? '', limitKey, closed: false }
+          connection = { id, stream, controller, buffer: [], lastId: lastEventId ?? '', limitKey, keyHash, closed: false }
         },
         cancel() {
           end(connection)
@@ -159,6 +175,11 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
       const set = byStream.get(stream) ?? new Set<Connection>()
       set.add(connection)
       byStream.set(stream, set)
+      if (keyHash) {
+        const opened = byKey.get(keyHash) ?? new Set<Connection>()
+        opened.add(connection)
+        byKey.set(keyHash, opened)
+      }
       send(connection, encoder.encode('retry: 3000\n\n'))
       try {
         if (lastEventId) {
@@ -195,6 +216,7 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
       clearInterval(timer)
       for (const connection of [...all]) end(connection)
       await events.stop()
+      await revocations.stop()
     },
   }
 }

@@ -3,6 +3,7 @@ import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
 import { ErrorBody, Query } from '../http/schema.ts'
+import { userKeyHash } from '../auth/authenticator.ts'
 import { spendSseToken } from '../auth/sse-token.ts'
 import { isEventId } from './hub.ts'
 
@@ -31,24 +32,28 @@ export function eventRoutes(deps: Deps) {
       async ({ request, query, server }) => {
         const lastEventId = request.headers.get('last-event-id') ?? query.lastEventId
         let userId: string
+        // The API key the stream was opened with, if one: revoking it ends the stream.
+        let keyHash: string | null
         if (query.token !== undefined) {
           // A bad cursor is refused before the one-use token is spent on it.
           if (lastEventId && !isEventId(lastEventId)) throw errors.invalidCursor()
           // The one-use token opens this stream only; it is never a credential anywhere else.
           const spent = await spendSseToken(deps, query.token)
           if (!spent) throw errors.invalidToken('The stream token is unknown, used or expired')
-          userId = spent
+          ;({ userId, keyHash } = spent)
         } else {
           const principal = await authenticator.authenticate(request.headers)
           if (!principal) throw errors.unauthorized()
           if (principal.kind !== 'user') throw errors.userOnly()
           userId = principal.userId
+          keyHash = userKeyHash(request.headers)
         }
         server?.timeout(request, 0)
         return events.open({
           stream: keys.events.user(userId),
           lastEventId,
           userId,
+          keyHash,
         })
       },
       {
