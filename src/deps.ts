@@ -90,7 +90,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const dispatcher = await createDispatcher({ redis, pubsub, keys, inline })
   const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock })
   const queues = createQueues(config, keys, log)
-  const events = await createEventHub({ redis, pubsub, keys, log })
+  const events = await createEventHub({ redis, pubsub, keys, log, isKeyLive: async hex => (await keyCache.lookup(hex)) !== null })
   const blogQueue = createBlogQueue({ redis, keys, clock, log })
   const markdown = createMarkdownRenderer({ log })
 

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { startActors } from '../workers/actors.ts'
 import {
   createAgent,
   createTestContext,
@@ -355,4 +356,29 @@ describe('the hot path', () => {
       await own.database.drop().catch(() => {})
     }
   })
+})
+
+describe('Idempotency-Key after an answer that never came', () => {
+  test('a retry of a message whose actor did not answer in time (503) is applied once, not twice', async () => {
+    // Every command through a mailbox, and no runtime yet: the ask runs out (503, "it may have been").
+    const quiet = await createTestContext({ env: { ACTORS_INLINE: 'off' } })
+    try {
+      const someone = await signUp(quiet)
+      const { agent, user } = await newPair(quiet, someone)
+      const headers = { 'idempotency-key': 'msg-timeout' }
+      const message = () => quiet.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'hello once' }, headers })
+      expectError(await message(), 503, 'unavailable')
+      const runtime = await startActors(quiet.deps, { leaseMs: 2000 })
+      try {
+        const retried = await message()
+        expect(retried.status).toBe(201)
+        const history = await quiet.call('GET', `/v1/conversations/${agent.id}/messages`, { token: user.token })
+        expect(history.body.data.map((m: { id: string; text: string }) => [m.id, m.text])).toEqual([[retried.body.data.id, 'hello once']])
+      } finally {
+        await runtime.stop()
+      }
+    } finally {
+      await quiet.close()
+    }
+  }, 30_000)
 })

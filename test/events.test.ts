@@ -233,6 +233,7 @@ describe('the wire format and limits', () => {
     const viaKey = await rawStream('/v1/events/stream', { authorization: `Bearer ${key}` })
     const token = (await ctx.call('POST', '/v1/auth/sse-token', { token: key })).body.data.token
     const viaToken = await rawStream(`/v1/events/stream?token=${token}`)
+    const lateToken = (await ctx.call('POST', '/v1/auth/sse-token', { token: key })).body.data.token
     const viaJwt = await rawStream('/v1/events/stream', { authorization: `Bearer ${user.token}` })
     const readers = [viaKey, viaToken, viaJwt].map(response => response.body!.getReader())
     for (const reader of readers) await reader.read()
@@ -244,6 +245,10 @@ describe('the wire format and limits', () => {
       while (!done && Date.now() < deadline) done = (await reader.read()).done
       expect(done).toBe(true)
     }
+    // A stream token asked for with the key before it was revoked opens nothing after.
+    const late = await rawStream(`/v1/events/stream?token=${lateToken}`)
+    expect(late.status).toBe(401)
+    expect(((await late.json()) as { error: string }).error).toBe('invalid_token')
     // The JWT's stream still delivers.
     await notify(ctx.deps, user.id, 'usage.threshold', { percent: 80 })
     let text = ''

@@ -58,18 +58,23 @@ const uniqueTags = (tags: string[] | undefined) => [...new Set(tags ?? [])]
 
 /**
  * The content's HTML, rendered once now so that no reader's request has to; refused if it cannot be
- * in time. `count` takes the writer's rate-limit token once the renderer has done its part, whether
- * the content rendered or proved too complex.
+ * in time. The writer's rate-limit token (`rule`) is taken first, so concurrent requests cannot all
+ * reach the renderer on one token, and given back when the renderer was too busy to try.
  */
-async function renderContent(deps: Pick<Deps, 'markdown'>, content: string, count: () => Promise<void>): Promise<string> {
+async function renderContent(
+  deps: Pick<Deps, 'markdown' | 'rateLimiter'>,
+  content: string,
+  limit: { rule: 'blogPostCreate' | 'blogContentEdit'; subject: string },
+): Promise<string> {
+  await deps.rateLimiter.take(limit.rule, limit.subject)
   let html: string | null
   try {
     html = await deps.markdown.render(content)
   } catch (error) {
+    await deps.rateLimiter.refund(limit.rule, limit.subject).catch(() => {})
     if (error instanceof RendererBusy) throw errors.unavailable('Too many posts are being rendered; try again shortly')
     throw error
   }
-  await count()
   if (html === null) {
     throw errors.field('/content', 'is too complex to render: nested thousands deep, or with tens of thousands of emphasis marks')
   }
@@ -95,14 +100,13 @@ function initialState(body: CreatePost, autoPublish: boolean, now: Date): { stat
  * content has been rendered (or found too complex).
  */
 export async function createPost(deps: PostDeps, agent: ParticipantRow, body: CreatePost): Promise<FullPostRow> {
-  const { sql, clock, blogQueue, rateLimiter } = deps
+  const { sql, clock, blogQueue } = deps
   requireBlogEnabled(agent)
   const now = clock.now()
   const { status, publishAt } = initialState(body, agent.blogAutoPublish, now)
-  // An agent past its limit is refused before the renderer is asked; content too complex to render
-  // counts as a post, a renderer busy with others' does not.
-  await rateLimiter.check('blogPostCreate', `agent:${agent.id}`)
-  const contentHtml = await renderContent(deps, body.content, () => rateLimiter.take('blogPostCreate', `agent:${agent.id}`))
+  // Counted as the content goes to the renderer: content too complex to render counts as a post, a
+  // renderer too busy with others' posts does not.
+  const contentHtml = await renderContent(deps, body.content, { rule: 'blogPostCreate', subject: `agent:${agent.id}` })
   const id = await sql.begin(tx =>
     withFreeSlug(tx, { participantId: agent.id, title: body.title }, slug =>
       tx.savepoint(sp =>
@@ -165,9 +169,7 @@ export async function changePost(deps: PostDeps, caller: Principal, postId: stri
     if (!found) throw errors.notFound('Post')
     requireWriter(caller, found)
     requireBlogEnabled(found)
-    const subject = `agent:${found.participantId}`
-    await deps.rateLimiter.check('blogContentEdit', subject)
-    contentHtml = await renderContent(deps, body.content, () => deps.rateLimiter.take('blogContentEdit', subject))
+    contentHtml = await renderContent(deps, body.content, { rule: 'blogContentEdit', subject: `agent:${found.participantId}` })
   }
   const now = clock.now()
   let wasPublished = false

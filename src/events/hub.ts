@@ -68,8 +68,17 @@ export function isAfter(a: string, b: string): boolean {
   return am > bm || (am === bm && as > bs)
 }
 
-export async function createEventHub(options: { redis: Redis; pubsub: PubSub; keys: Keys; log: Log }): Promise<EventHub> {
-  const { redis, pubsub, keys, log } = options
+export interface EventHubOptions {
+  redis: Redis
+  pubsub: PubSub
+  keys: Keys
+  log: Log
+  /** Whether an API key (its hex hash) is still live: checked as a stream opened with one starts, and after Redis reconnects. */
+  isKeyLive?: (keyHash: string) => Promise<boolean>
+}
+
+export async function createEventHub(options: EventHubOptions): Promise<EventHub> {
+  const { redis, pubsub, keys, log, isKeyLive } = options
   const byStream = new Map<string, Set<Connection>>()
   const byKey = new Map<string, Set<Connection>>()
   const all = new Set<Connection>()
@@ -126,8 +135,19 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
   })
 
   // A revoked key ends the streams opened with it, on every instance (the key cache's channel).
-  const revocations = pubsub.listener(keys.channels.keyRevoked, hex => {
+  const endKey = (hex: string) => {
     for (const connection of [...(byKey.get(hex) ?? [])]) end(connection)
+  }
+  const revocations = pubsub.listener(keys.channels.keyRevoked, endKey)
+  // Revocations published while the subscriber was away were missed: ask about every key again.
+  pubsub.onReconnect(() => {
+    if (!isKeyLive) return
+    for (const hex of [...byKey.keys()]) {
+      isKeyLive(hex).then(
+        live => live || endKey(hex),
+        error => log.warn('stream key check failed', errorFields(error)),
+      )
+    }
   })
 
   const ping = encoder.encode(': ping\n\n')
@@ -179,6 +199,11 @@ export async function createEventHub(options: { redis: Redis; pubsub: PubSub; ke
         const opened = byKey.get(keyHash) ?? new Set<Connection>()
         opened.add(connection)
         byKey.set(keyHash, opened)
+        // A revocation handled before the stream was in `byKey` did not end it: ask now that it is.
+        if (isKeyLive && !(await isKeyLive(keyHash).catch(() => true))) {
+          end(connection)
+          throw errors.invalidToken('The API key this stream was asked for with has been revoked')
+        }
       }
       send(connection, encoder.encode('retry: 3000\n\n'))
       try {

@@ -102,40 +102,9 @@ export async function idempotentCommand(
   if (key === undefined || key === null) return { ...(await send({})), replayed: false }
   checkKey(key)
   const hash = requestHash(request)
-  const now = clock.now()
-  const [reserved] = await sql<{ reservation: string }[]>`
-    insert into idempotency_keys (subject, key, request_hash, created_at, reservation)
-    values (${request.subject}, ${key}, ${hash}, ${now}, ${randomUUID()})
-    on conflict (subject, key) do update
-      set request_hash = excluded.request_hash, created_at = excluded.created_at,
-          response_status = null, response_body = null, reservation = excluded.reservation
-      where idempotency_keys.created_at < ${new Date(now.getTime() - idempotencyWindowMs)}
-    returning reservation
-  `
-  let reservation: string | null | undefined = reserved?.reservation
-  if (!reserved) {
-    const [stored] = await sql<{ requestHash: Buffer; status: number | null; body: string | null; createdAt: Date; reservation: string | null }[]>`
-      select request_hash as "requestHash", response_status as status, response_body as body,
-        created_at as "createdAt", reservation
-      from idempotency_keys where subject = ${request.subject} and key = ${key}
-    `
-    if (stored && !stored.requestHash.equals(hash)) throw errors.idempotencyKeyReused()
-    if (stored?.status != null) return { status: stored.status, body: JSON.parse(stored.body!), replayed: true }
-    if (stored && options.inFlight === 'refuse') {
-      const abandoned = options.takeOverAfterMs !== undefined && now.getTime() - stored.createdAt.getTime() >= options.takeOverAfterMs
-      // One repeat takes an abandoned reservation over (the others still see it in progress).
-      const [taken] = abandoned
-        ? await sql`
-            update idempotency_keys set created_at = ${now}
-            where subject = ${request.subject} and key = ${key} and response_status is null and created_at = ${stored.createdAt}
-            returning 1
-          `
-        : []
-      if (!taken) throw errors.idempotencyInProgress()
-    }
-    // Freed meanwhile (a refusal): this repeat runs as the reservation it would have made.
-    reservation = stored ? stored.reservation : randomUUID()
-  }
+  const taken = await reserve(sql, request.subject, key, hash, clock.now(), options)
+  if ('replay' in taken) return { ...taken.replay, replayed: true }
+  const { reservation, at } = taken
   // One command id per reservation: a repeat in flight resends it (applied once), a key used again
   // after its window or after a refusal is a new command. Reservations from before have none.
   const commandId = createHash('sha256')
@@ -146,24 +115,76 @@ export async function idempotentCommand(
     outcome = await send({ commandId, requestHash: hash })
   } catch (error) {
     if (error instanceof AppError && options.keepFailure?.(error)) {
-      await complete(sql, request.subject, key, { status: error.status, body: errorBody(error) })
+      await complete(sql, request.subject, key, at, { status: error.status, body: errorBody(error) })
+    } else if (options.inFlight === 'resend' && !(error instanceof AppError && error.status < 500)) {
+      // Not answered, but it may still be applied (an actor that did not reply in time): the
+      // reservation stays, so a retry sends the same command id again and it is applied once.
     } else {
-      // Nothing happened: the key is free again, also for a corrected request.
+      // Refused, so nothing happened: the key is free again, also for a corrected request. Only
+      // this reservation's: one taken over meanwhile is the taker's.
       await sql`
         delete from idempotency_keys
-        where subject = ${request.subject} and key = ${key} and response_status is null
+        where subject = ${request.subject} and key = ${key} and response_status is null and created_at = ${at}
       `.catch(() => {})
     }
     throw error
   }
-  await complete(sql, request.subject, key, outcome)
+  await complete(sql, request.subject, key, at, outcome)
   return { ...outcome, replayed: false }
 }
 
-async function complete(sql: Sql, subject: string, key: string, outcome: Outcome) {
+/** A reservation to run under (its id, and the time that marks it as this caller's), or the outcome to replay. */
+type Taken = { reservation: string | null; at: Date } | { replay: Outcome }
+
+/**
+ * Reserves the key for this request, or finds what holds it: a stored outcome to replay, a request in
+ * flight to resend (`resend`) or refuse, or take over once abandoned (`refuse` with `takeOverAfterMs`).
+ */
+async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now: Date, options: CommandOptions): Promise<Taken> {
+  for (let attempt = 1; ; attempt++) {
+    const [reserved] = await sql<{ reservation: string }[]>`
+      insert into idempotency_keys (subject, key, request_hash, created_at, reservation)
+      values (${subject}, ${key}, ${hash}, ${now}, ${randomUUID()})
+      on conflict (subject, key) do update
+        set request_hash = excluded.request_hash, created_at = excluded.created_at,
+            response_status = null, response_body = null, reservation = excluded.reservation
+        where idempotency_keys.created_at < ${new Date(now.getTime() - idempotencyWindowMs)}
+      returning reservation
+    `
+    if (reserved) return { reservation: reserved.reservation, at: now }
+    const [stored] = await sql<{ requestHash: Buffer; status: number | null; body: string | null; createdAt: Date; reservation: string | null }[]>`
+      select request_hash as "requestHash", response_status as status, response_body as body,
+        created_at as "createdAt", reservation
+      from idempotency_keys where subject = ${subject} and key = ${key}
+    `
+    if (!stored) {
+      // Freed between the two statements (its request was refused): reserve it afresh.
+      if (attempt < 3) continue
+      throw errors.unavailable('The Idempotency-Key is changing hands; try again')
+    }
+    if (!stored.requestHash.equals(hash)) throw errors.idempotencyKeyReused()
+    if (stored.status != null) return { replay: { status: stored.status, body: JSON.parse(stored.body!) } }
+    if (options.inFlight === 'resend') return { reservation: stored.reservation, at: stored.createdAt }
+    const abandoned = options.takeOverAfterMs !== undefined && now.getTime() - stored.createdAt.getTime() >= options.takeOverAfterMs
+    // One repeat takes an abandoned reservation over (the others still see it in progress); the
+    // reservation id stays, so what is derived from it (a usage event's id) stays too.
+    const [takenOver] = abandoned
+      ? await sql`
+          update idempotency_keys set created_at = ${now}
+          where subject = ${subject} and key = ${key} and response_status is null and created_at = ${stored.createdAt}
+          returning 1
+        `
+      : []
+    if (!takenOver) throw errors.idempotencyInProgress()
+    return { reservation: stored.reservation, at: now }
+  }
+}
+
+/** Stores the outcome of the reservation made (or taken over) at `at`; one taken over since is left alone. */
+async function complete(sql: Sql, subject: string, key: string, at: Date, outcome: Outcome) {
   await sql`
     update idempotency_keys set response_status = ${outcome.status}, response_body = ${JSON.stringify(outcome.body)}
-    where subject = ${subject} and key = ${key}
+    where subject = ${subject} and key = ${key} and created_at = ${at}
   `
 }
 

@@ -35,9 +35,10 @@ export function proxyCallRoutes(deps: Deps, auth: AuthPlugin) {
           status: 200,
           body: ok(await proxyCall(deps, agent, body, commandId ? uuidFrom(commandId) : newRowId())),
         }),
-        // A repeat must not reach the upstream again: not while the first runs, nor after it timed out there.
-        // A reservation left by a process that died mid-call is taken over after a minute (the
-        // upstream's 10 s timeout and then some): same event id, so the call is still metered once.
+        // A repeat must not reach the upstream again: not while the first runs, nor after it timed out
+        // there. The one exception is a reservation left by a process that died mid-call, taken over
+        // after a minute (the upstream's 10 s timeout and then some): the upstream may then see the
+        // call twice, but it is metered once (same event id).
         { inFlight: 'refuse', keepFailure: error => reachedUpstream(error), takeOverAfterMs: 60_000 },
       )
       set.status = outcome.status

@@ -5,8 +5,8 @@ import type { Clock } from '../clock.ts'
 import type { RateLimitName, RateLimits } from '../config.ts'
 import { errors } from '../errors.ts'
 
-// KEYS[1] bucket; ARGV capacity, tokens per ms, now (ms), tokens needed, tokens taken.
-// Returns {allowed (0|1), ms until the tokens needed are there}.
+// KEYS[1] bucket; ARGV capacity, tokens per ms, now (ms), tokens needed, tokens taken (negative:
+// given back, up to the capacity). Returns {allowed (0|1), ms until the tokens needed are there}.
 const tokenBucket = defineScript(`
 local capacity = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
@@ -21,7 +21,7 @@ if now > at then
   at = now
 end
 if tokens >= need then
-  tokens = tokens - take
+  tokens = math.min(capacity, tokens - take)
   redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(at))
   redis.call('PEXPIRE', KEYS[1], math.ceil((capacity - tokens) / rate) + 1000)
   return {1, 0}
@@ -34,21 +34,24 @@ export interface RateLimiter {
   take(rule: RateLimitName, subject: string): Promise<void>
   /** Throws 429 when the bucket is empty, without taking anything. */
   check(rule: RateLimitName, subject: string): Promise<void>
+  /** Gives a token taken back (the request it was taken for did nothing after all). */
+  refund(rule: RateLimitName, subject: string): Promise<void>
 }
 
 export function createRateLimiter(redis: Redis, keys: Keys, clock: Clock, limits: RateLimits): RateLimiter {
-  const run = async (rule: RateLimitName, subject: string, take: number) => {
+  const run = async (rule: RateLimitName, subject: string, take: number, need = 1) => {
     const { capacity, perSeconds } = limits[rule]
     const rate = capacity / (perSeconds * 1000)
     const [allowed, waitMs] = (await tokenBucket(
       redis,
       [keys.rateLimit(rule, subject)],
-      [capacity, rate, clock.now().getTime(), 1, take],
+      [capacity, rate, clock.now().getTime(), need, take],
     )) as [number, number]
     if (allowed !== 1) throw errors.rateLimited(Math.max(1, Math.ceil(waitMs / 1000)))
   }
   return {
     take: (rule, subject) => run(rule, subject, 1),
     check: (rule, subject) => run(rule, subject, 0),
+    refund: (rule, subject) => run(rule, subject, -1, 0),
   }
 }

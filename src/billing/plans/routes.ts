@@ -65,7 +65,10 @@ export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
       async ({ user, params, body }) => {
         await ownedPlan(params.planId, user.userId)
         await sql.begin(tx => updatePlan(tx, params.planId, body, clock.now()))
-        return ok(planView((await findPlan(sql, params.planId))!))
+        // Its agent may have been deactivated meanwhile: then there is no plan to show.
+        const updated = await findPlan(sql, params.planId)
+        if (!updated) throw errors.notFound('Plan')
+        return ok(planView(updated))
       },
       {
         user: true,
