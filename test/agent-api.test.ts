@@ -364,10 +364,15 @@ describe('Idempotency-Key after an answer that never came', () => {
     const quiet = await createTestContext({ env: { ACTORS_INLINE: 'off' } })
     try {
       const someone = await signUp(quiet)
-      const { agent, user } = await newPair(quiet, someone)
+      const { agent, user, planId, subscriptionId } = await newPair(quiet, someone)
       const headers = { 'idempotency-key': 'msg-timeout' }
       const message = () => quiet.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'hello once' }, headers })
       expectError(await message(), 503, 'unavailable')
+      // A retry refused by its own checks (no longer subscribed) sent nothing, and frees nothing:
+      // the first attempt's command is still on its way under the key.
+      expect((await quiet.call('DELETE', `/v1/billing/subscriptions/${subscriptionId}`, { token: user.token })).status).toBe(200)
+      expectError(await message(), 403, 'not_subscribed')
+      expect((await quiet.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId } })).status).toBe(201)
       const runtime = await startActors(quiet.deps, { leaseMs: 2000 })
       try {
         const retried = await message()

@@ -57,6 +57,8 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
   pubsub.onReconnect(() => {
     epoch++
     entries.clear()
+    // Loads begun before the outage may have read a key revoked during it.
+    pending.clear()
   })
 
   const load = async (hex: string) => {

@@ -71,8 +71,10 @@ async function renderContent(
   try {
     html = await deps.markdown.render(content)
   } catch (error) {
-    await deps.rateLimiter.refund(limit.rule, limit.subject).catch(() => {})
-    if (error instanceof RendererBusy) throw errors.unavailable('Too many posts are being rendered; try again shortly')
+    if (error instanceof RendererBusy) {
+      await deps.rateLimiter.refund(limit.rule, limit.subject).catch(() => {})
+      throw errors.unavailable('Too many posts are being rendered; try again shortly')
+    }
     throw error
   }
   if (html === null) {

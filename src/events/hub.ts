@@ -139,15 +139,20 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
     for (const connection of [...(byKey.get(hex) ?? [])]) end(connection)
   }
   const revocations = pubsub.listener(keys.channels.keyRevoked, endKey)
-  // Revocations published while the subscriber was away were missed: ask about every key again.
+  // Revocations published while the subscriber was away were missed: ask about every key again,
+  // one at a time (the key cache was just emptied, so each is a query).
   pubsub.onReconnect(() => {
     if (!isKeyLive) return
-    for (const hex of [...byKey.keys()]) {
-      isKeyLive(hex).then(
-        live => live || endKey(hex),
-        error => log.warn('stream key check failed', errorFields(error)),
-      )
-    }
+    void (async () => {
+      for (const hex of [...byKey.keys()]) {
+        try {
+          if (!(await isKeyLive(hex))) endKey(hex)
+        } catch (error) {
+          log.warn('stream key check failed; the remaining keys are checked at the next reconnect', errorFields(error))
+          return
+        }
+      }
+    })()
   })
 
   const ping = encoder.encode(': ping\n\n')
@@ -200,7 +205,14 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
         opened.add(connection)
         byKey.set(keyHash, opened)
         // A revocation handled before the stream was in `byKey` did not end it: ask now that it is.
-        if (isKeyLive && !(await isKeyLive(keyHash).catch(() => true))) {
+        const live = isKeyLive
+          ? await isKeyLive(keyHash).catch(error => {
+              // Open rather than refuse while Postgres is away; the stream still ends at the revocation's message.
+              log.warn('stream key check failed', errorFields(error))
+              return true
+            })
+          : true
+        if (!live) {
           end(connection)
           throw errors.invalidToken('The API key this stream was asked for with has been revoked')
         }

@@ -104,7 +104,7 @@ export async function idempotentCommand(
   const hash = requestHash(request)
   const taken = await reserve(sql, request.subject, key, hash, clock.now(), options)
   if ('replay' in taken) return { ...taken.replay, replayed: true }
-  const { reservation, at } = taken
+  const { reservation, at, own } = taken
   // One command id per reservation: a repeat in flight resends it (applied once), a key used again
   // after its window or after a refusal is a new command. Reservations from before have none.
   const commandId = createHash('sha256')
@@ -115,26 +115,32 @@ export async function idempotentCommand(
     outcome = await send({ commandId, requestHash: hash })
   } catch (error) {
     if (error instanceof AppError && options.keepFailure?.(error)) {
-      await complete(sql, request.subject, key, at, { status: error.status, body: errorBody(error) })
-    } else if (options.inFlight === 'resend' && !(error instanceof AppError && error.status < 500)) {
+      await complete(sql, request.subject, key, { at, reservation }, { status: error.status, body: errorBody(error) })
+    } else if (options.inFlight === 'resend' && (!own || !(error instanceof AppError && error.status < 500))) {
       // Not answered, but it may still be applied (an actor that did not reply in time): the
-      // reservation stays, so a retry sends the same command id again and it is applied once.
+      // reservation stays, so a retry sends the same command id again and it is applied once. A
+      // repeat refused before it sent anything (its checks failed) leaves it too: an earlier
+      // attempt may have sent the command under it.
     } else {
       // Refused, so nothing happened: the key is free again, also for a corrected request. Only
       // this reservation's: one taken over meanwhile is the taker's.
       await sql`
         delete from idempotency_keys
-        where subject = ${request.subject} and key = ${key} and response_status is null and created_at = ${at}
+        where subject = ${request.subject} and key = ${key} and response_status is null
+          and created_at = ${at} and reservation is not distinct from ${reservation}
       `.catch(() => {})
     }
     throw error
   }
-  await complete(sql, request.subject, key, at, outcome)
+  await complete(sql, request.subject, key, { at, reservation }, outcome)
   return { ...outcome, replayed: false }
 }
 
-/** A reservation to run under (its id, and the time that marks it as this caller's), or the outcome to replay. */
-type Taken = { reservation: string | null; at: Date } | { replay: Outcome }
+/**
+ * A reservation to run under (its id, the time that marks it as this caller's, and whether this
+ * caller made it rather than repeating a request in flight), or the outcome to replay.
+ */
+type Taken = { reservation: string | null; at: Date; own: boolean } | { replay: Outcome }
 
 /**
  * Reserves the key for this request, or finds what holds it: a stored outcome to replay, a request in
@@ -151,7 +157,7 @@ async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now
         where idempotency_keys.created_at < ${new Date(now.getTime() - idempotencyWindowMs)}
       returning reservation
     `
-    if (reserved) return { reservation: reserved.reservation, at: now }
+    if (reserved) return { reservation: reserved.reservation, at: now, own: true }
     const [stored] = await sql<{ requestHash: Buffer; status: number | null; body: string | null; createdAt: Date; reservation: string | null }[]>`
       select request_hash as "requestHash", response_status as status, response_body as body,
         created_at as "createdAt", reservation
@@ -164,7 +170,7 @@ async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now
     }
     if (!stored.requestHash.equals(hash)) throw errors.idempotencyKeyReused()
     if (stored.status != null) return { replay: { status: stored.status, body: JSON.parse(stored.body!) } }
-    if (options.inFlight === 'resend') return { reservation: stored.reservation, at: stored.createdAt }
+    if (options.inFlight === 'resend') return { reservation: stored.reservation, at: stored.createdAt, own: false }
     const abandoned = options.takeOverAfterMs !== undefined && now.getTime() - stored.createdAt.getTime() >= options.takeOverAfterMs
     // One repeat takes an abandoned reservation over (the others still see it in progress); the
     // reservation id stays, so what is derived from it (a usage event's id) stays too.
@@ -176,15 +182,15 @@ async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now
         `
       : []
     if (!takenOver) throw errors.idempotencyInProgress()
-    return { reservation: stored.reservation, at: now }
+    return { reservation: stored.reservation, at: now, own: true }
   }
 }
 
-/** Stores the outcome of the reservation made (or taken over) at `at`; one taken over since is left alone. */
-async function complete(sql: Sql, subject: string, key: string, at: Date, outcome: Outcome) {
+/** Stores the outcome of the reservation made (or taken over) at `at`; one taken over or made anew since is left alone. */
+async function complete(sql: Sql, subject: string, key: string, mine: { at: Date; reservation: string | null }, outcome: Outcome) {
   await sql`
     update idempotency_keys set response_status = ${outcome.status}, response_body = ${JSON.stringify(outcome.body)}
-    where subject = ${subject} and key = ${key} and created_at = ${at}
+    where subject = ${subject} and key = ${key} and created_at = ${mine.at} and reservation is not distinct from ${mine.reservation}
   `
 }
 
