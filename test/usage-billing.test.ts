@@ -6,6 +6,9 @@ import { startWorker } from './helpers/workers.ts'
 import { meteringProcessor } from '../workers/metering.ts'
 import { announceLeftBatches, runInvoices } from '../src/invoices/run.ts'
 import { issueDueInvoices } from '../src/invoices/store.ts'
+import { countUsage } from '../src/metering/count.ts'
+import { invoiceProcessor } from '../workers/invoices.ts'
+import type { Job } from 'bullmq'
 import { addMonths } from '../src/billing/periods.ts'
 
 let ctx: TestContext
@@ -328,6 +331,32 @@ describe('invoice amounts', () => {
   })
 })
 
+describe('when a period is invoiced', () => {
+  test('a minute after it ended: a call begun before its end and metered after is on its invoice; later ones are flagged', async () => {
+    const s = await setup({ monthlyPriceCents: 1000, includedProxyCalls: 0, overagePerCallCents: 100 })
+    const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
+    const end = new Date(sub.currentPeriodEnd).getTime()
+    const runDeps = { ...ctx.deps, metering: ctx.deps.queues.metering }
+    const invoices = async () => (await ctx.call('GET', '/v1/billing/invoices', { token: s.user.token })).body.data
+    const usage = (offsetMs: number, countedAfterMs: number) =>
+      countUsage(
+        ctx.deps.sql,
+        { eventId: crypto.randomUUID(), subscriptionId: s.subscriptionId, periodIndex: 0, occurredAt: new Date(end + offsetMs).toISOString() },
+        new Date(end + countedAfterMs),
+      )
+
+    await runInvoices(runDeps, new Date(end + 30_000))
+    expect(await invoices()).toEqual([])
+    // A call started a second before the end whose answer (and metering) came after it.
+    expect((await usage(-1000, 40_000)).late).toBeUndefined()
+    await runInvoices(runDeps, new Date(end + 61_000))
+    const [invoice] = await invoices()
+    expect(invoice.totalCents).toBe(1100)
+    // One metered later still is counted, and flagged: it is on no invoice.
+    expect(await usage(-2000, 120_000)).toMatchObject({ counted: true, late: true })
+  })
+})
+
 describe('invoice announcements', () => {
   const runDeps = () => ({ ...ctx.deps, metering: ctx.deps.queues.metering })
   const flat = { monthlyPriceCents: 900, includedProxyCalls: 0, overagePerCallCents: 0 }
@@ -357,7 +386,7 @@ describe('invoice announcements', () => {
   test('a batch whose worker died between its commit and its events is announced by the sweep, once', async () => {
     const s = await setup(flat)
     // What a worker that died right after the batch's commit leaves: the invoices, no events.
-    const batch = await issueDueInvoices(ctx.deps.sql, await dueAfter(s), 5000)
+    const batch = await issueDueInvoices(ctx.deps.sql, { endedBy: await dueAfter(s), issuedAt: await dueAfter(s) }, 5000)
     const mine = batch!.invoices.find(invoice => invoice.userId === s.user.id)!
     expect(await invoiceEvents(s.user.id)).toEqual([])
     expect(await unannounced()).toBe(1)
@@ -379,7 +408,7 @@ describe('invoice announcements', () => {
     const at = new Date(Math.max(...(await Promise.all(subs.map(dueAfter))).map(d => d.getTime())))
     // Three crashed batches of one invoice each (and any other period due by then).
     let batches = 0
-    while (await issueDueInvoices(ctx.deps.sql, at, 1)) batches++
+    while (await issueDueInvoices(ctx.deps.sql, { endedBy: at, issuedAt: at }, 1)) batches++
     expect(batches).toBeGreaterThanOrEqual(3)
     const announced = await Promise.all(Array.from({ length: 6 }, () => announceLeftBatches(ctx.deps, { graceMs: 0 })))
     expect(announced.reduce((sum, n) => sum + n, 0)).toBe(batches)
@@ -400,5 +429,14 @@ describe('invoice announcements', () => {
     expect(await announceLeftBatches(ctx.deps, { graceMs: 0 })).toBeGreaterThanOrEqual(1)
     expect(await invoiceEvents(s.user.id)).toHaveLength(1)
     expect(await unannounced()).toBe(0)
+  })
+})
+
+describe('the invoices worker', () => {
+  test('refuses a run dated in the future (it would bill periods still running), without retries', async () => {
+    const run = invoiceProcessor(ctx.deps)
+    const ahead = new Date(ctx.clock.now().getTime() + 32 * 86_400_000).toISOString()
+    await expect(run({ data: { at: ahead } } as Job)).rejects.toMatchObject({ name: 'UnrecoverableError' })
+    await expect(run({ data: { at: 'soon' } } as Job)).rejects.toMatchObject({ name: 'UnrecoverableError' })
   })
 })

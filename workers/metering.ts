@@ -9,6 +9,10 @@ export function meteringProcessor(deps: Deps) {
   return async (job: Job) => {
     if (!Value.Check(UsageEvent, job.data)) throw new UnrecoverableError('not a usage event')
     const result = await countUsage(deps.sql, job.data, deps.clock.now())
+    if (result.late) {
+      // Counted after its period was invoiced (the run's settle time was not enough): it is billed nowhere.
+      deps.log.error('usage counted into an invoiced period', { ...job.data })
+    }
     for (const { percent, userId, ownerId, participantId } of result.crossed) {
       const payload = { subscriptionId: job.data.subscriptionId, periodIndex: job.data.periodIndex, participantId, percent }
       await notify(deps, userId, 'usage.threshold', payload)

@@ -12,6 +12,11 @@ if (Number.isNaN(at.getTime())) {
   console.error('invoices:run: --at must be an ISO 8601 time, e.g. 2026-12-01T00:00:00Z')
   process.exit(2)
 }
+// Invoices are issued for periods that have ended; a run dated ahead would bill periods still running.
+if (at.getTime() > Date.now() + 60_000) {
+  console.error('invoices:run: --at must not be in the future')
+  process.exit(2)
+}
 const config = withDevSecrets(loadConfig(process.env))
 if (!config.databaseUrl) {
   console.error('invoices:run: set DATABASE_URL')

@@ -7,6 +7,13 @@ import { meteringCaughtUp } from '../metering/caught-up.ts'
 import { notifyMany, type NotifyDeps } from '../events/notify.ts'
 import { batchInvoices, claimUnannouncedBatches, countDuePeriods, issueDueInvoices, markBatchAnnounced, type IssuedInvoice } from './store.ts'
 
+/**
+ * How long after its end a period is invoiced. A proxy call is timed when it starts and metered
+ * when its answer comes (the upstream may take 10 s): one begun just before a period ended is queued
+ * for counting only after, and the run must not have invoiced that period by then.
+ */
+export const invoiceSettleMs = 60_000
+
 export interface InvoiceRunOptions {
   batchSize?: number
   /** How long to wait for queued usage of ended periods to be counted before giving up this run. */
@@ -31,11 +38,12 @@ export async function runInvoices(
   }
   // Periods nobody called in have no row yet; they are billed all the same.
   await ensurePeriods(sql, at)
-  const total = await countDuePeriods(sql, at)
+  const endedBy = new Date(at.getTime() - invoiceSettleMs)
+  const total = await countDuePeriods(sql, endedBy)
   let issued = 0
   options.onProgress?.(0, total)
   for (;;) {
-    const batch = await issueDueInvoices(sql, at, options.batchSize ?? 5000)
+    const batch = await issueDueInvoices(sql, { endedBy, issuedAt: at }, options.batchSize ?? 5000)
     if (!batch) break
     issued += batch.invoices.length
     await announce(deps, batch.batchId, batch.invoices)

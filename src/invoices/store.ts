@@ -26,10 +26,12 @@ export interface IssuedBatch {
  * Issues invoices for up to `limit` ended periods in one transaction: numbers taken from the counter
  * (locked until commit, so there are no gaps), the monthly line at the period's terms, an overage
  * line when calls went over the included ones, the period marked, and the batch recorded as not yet
- * announced. Periods another run is issuing right now are skipped, and (subscription, period) is
- * unique, so none is invoiced twice. Null when no period was due.
+ * announced. Periods ended by `endedBy` are due; the invoices are dated `issuedAt`. Periods another
+ * run is issuing right now are skipped, and (subscription, period) is unique, so none is invoiced
+ * twice. Null when no period was due.
  */
-export async function issueDueInvoices(sql: Sql, at: Date, limit: number): Promise<IssuedBatch | null> {
+export async function issueDueInvoices(sql: Sql, when: { endedBy: Date; issuedAt: Date }, limit: number): Promise<IssuedBatch | null> {
+  const at = when.issuedAt
   const rows = await sql.begin(async tx => {
     return tx<(IssuedInvoice & { batchId: string })[]>`
       with due as (
@@ -39,7 +41,7 @@ export async function issueDueInvoices(sql: Sql, at: Date, limit: number): Promi
         from subscription_periods sp
         join subscriptions s on s.id = sp.subscription_id
         join plans p on p.id = s.plan_id
-        where sp.invoice_id is null and sp.period_end <= ${at}
+        where sp.invoice_id is null and sp.period_end <= ${when.endedBy}
         order by sp.period_end, sp.subscription_id, sp.period_index
         limit ${limit}
         for update of sp skip locked

@@ -15,6 +15,8 @@ export const thresholds = [80, 100] as const
 
 export interface Counted {
   counted: boolean
+  /** Counted into a period already invoiced: this call is on no invoice (an operator must see to it). */
+  late?: boolean
   /** Thresholds this event crossed, with who to tell: the subscriber and the agent's owner. */
   crossed: { percent: number; userId: string; ownerId: string; participantId: string }[]
 }
@@ -30,10 +32,10 @@ export async function countUsage(sql: Sql, event: UsageEvent, at: Date): Promise
       returning 1
     `
     if (inserted.length === 0) return { counted: false, crossed: [] }
-    const [period] = await tx<{ calls: number; included: number }[]>`
+    const [period] = await tx<{ calls: number; included: number; invoiced: boolean }[]>`
       update subscription_periods set proxy_calls = proxy_calls + 1
       where subscription_id = ${event.subscriptionId} and period_index = ${event.periodIndex}
-      returning proxy_calls as calls, included_proxy_calls as included
+      returning proxy_calls as calls, included_proxy_calls as included, invoice_id is not null as invoiced
     `
     const percents = thresholds.filter(percent => {
       const limit = Math.ceil((period!.included * percent) / 100)
@@ -55,6 +57,6 @@ export async function countUsage(sql: Sql, event: UsageEvent, at: Date): Promise
       `
       crossed.push({ percent, ...who! })
     }
-    return { counted: true, crossed }
+    return { counted: true, crossed, ...(period!.invoiced ? { late: true } : {}) }
   })
 }
