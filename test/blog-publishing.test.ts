@@ -135,6 +135,24 @@ describe('the worker', () => {
     await until(async () => (await publicStatus(post.slug)) === 200)
   })
 
+  test('a post whose time comes while its blog is off is published without telling its owner it went live', async () => {
+    const quiet = await blogAgent(ctx, owner)
+    const post = await writePost(ctx, quiet, { title: 'While Off', publishAt: inSeconds(600) })
+    await setBlog(ctx, owner, quiet, { blogEnabled: false })
+    // Its job, run here rather than by the worker, so its announcement (if any) is over when it returns.
+    const [job] = await jobsOf(post.id)
+    await job!.remove()
+    ctx.clock.advance(601_000)
+    expect(await publishScheduledPost(ctx.deps, job!.data)).toBe(true)
+    const announced = (await ctx.deps.redis.xrange(ctx.deps.keys.events.user(owner.id), '-', '+'))
+      .filter(([, fields]) => fields[1] === 'blog.published')
+      .map(([, fields]) => JSON.parse(fields[3]!).postId)
+    expect(announced).not.toContain(post.id)
+    expect((await ctx.call('GET', `/blog/${quiet.name}/posts/${post.slug}`)).status).toBe(404)
+    await setBlog(ctx, owner, quiet, { blogEnabled: true })
+    expect((await ctx.call('GET', `/blog/${quiet.name}/posts/${post.slug}`)).status).toBe(200)
+  })
+
   test('a job with bad data fails at once, without retries', async () => {
     const job = await queue.add('publish', { postId: 'not-a-post' }, { attempts: 5 })
     await until(async () => (await job.getState()) === 'failed')

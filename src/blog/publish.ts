@@ -17,13 +17,13 @@ export const PublishJobData = Type.Object(
 
 type PublishDeps = Pick<Deps, 'sql' | 'clock' | 'log' | 'redis' | 'keys' | 'config'>
 
-/** Tells each post's owner it went live (`blog.published`). */
+/** Tells each post's owner it went live (`blog.published`): only where anyone can see it (the agent active, its blog on). */
 export async function announcePublished(deps: PublishDeps, postIds: string[]): Promise<void> {
   if (postIds.length === 0) return
   const rows = await deps.sql<{ id: string; participantId: string; ownerId: string; agentName: string; title: string; slug: string }[]>`
     select p.id, p.participant_id as "participantId", a.owner_id as "ownerId", a.name as "agentName", p.title, p.slug
     from blog_posts p join participants a on a.id = p.participant_id
-    where p.id = any(${postIds}::uuid[]) and p.status = 'published'
+    where p.id = any(${postIds}::uuid[]) and p.status = 'published' and a.active and a.blog_enabled
   `
   for (const row of rows) {
     await notify(deps, row.ownerId, 'blog.published', {
