@@ -14,8 +14,8 @@ afterAll(() => ctx.close())
 const upstreamLike: CommandOptions = { inFlight: 'refuse', takeOverAfterMs: 60_000 }
 const request = (key: string) => ({ subject: 'test:caller', key, method: 'POST', path: '/v1/agent/proxy-call', body: { n: 1 } })
 
-/** A call that holds its reservation until released. */
-function heldCall(key: string, answer: string) {
+/** A call that holds its reservation until released, then answers (or throws) as `finish` does. */
+function heldCall(key: string, finish: () => { status: number; body: unknown }) {
   let release!: () => void
   const gate = new Promise<void>(resolve => (release = resolve))
   const ids: string[] = []
@@ -25,7 +25,7 @@ function heldCall(key: string, answer: string) {
     async ({ commandId }) => {
       ids.push(commandId!)
       await gate
-      return { status: 200, body: answer }
+      return finish()
     },
     upstreamLike,
   )
@@ -36,7 +36,7 @@ describe('a reservation taken over', () => {
   test('keeps its command id, and the original finishing late changes nothing', async () => {
     ctx.clock.freeze(new Date())
     try {
-      const a = heldCall('late-finisher', 'by A')
+      const a = heldCall('late-finisher', () => ({ status: 200, body: 'by A' }))
       await Bun.sleep(50)
       // Within the minute the original still holds it.
       await expect(idempotentCommand(ctx.deps, request('late-finisher'), async () => ({ status: 200, body: 'x' }), upstreamLike)).rejects.toMatchObject({
@@ -67,39 +67,21 @@ describe('a reservation taken over', () => {
   test('the original failing late does not free the key under the taker', async () => {
     ctx.clock.freeze(new Date())
     try {
-      let release!: () => void
-      const gate = new Promise<void>(resolve => (release = resolve))
-      const a = idempotentCommand(
-        ctx.deps,
-        request('late-failure'),
-        async () => {
-          await gate
-          throw errors.upstreamUnreachable()
-        },
-        upstreamLike,
-      )
+      const a = heldCall('late-failure', () => {
+        throw errors.upstreamUnreachable()
+      })
       await Bun.sleep(50)
       ctx.clock.advance(61_000)
-      let releaseTaker!: () => void
-      const takerGate = new Promise<void>(resolve => (releaseTaker = resolve))
-      const b = idempotentCommand(
-        ctx.deps,
-        request('late-failure'),
-        async () => {
-          await takerGate
-          return { status: 200, body: 'by B' }
-        },
-        upstreamLike,
-      )
+      const b = heldCall('late-failure', () => ({ status: 200, body: 'by B' }))
       await Bun.sleep(50)
-      release()
-      await expect(a).rejects.toMatchObject({ code: 'upstream_unreachable' })
+      a.release()
+      await expect(a.done).rejects.toMatchObject({ code: 'upstream_unreachable' })
       // The taker's reservation is still there: a third caller is told it is in progress.
       await expect(idempotentCommand(ctx.deps, request('late-failure'), async () => ({ status: 200, body: 'by C' }), upstreamLike)).rejects.toMatchObject({
         code: 'idempotency_key_reused',
       })
-      releaseTaker()
-      expect((await b).body).toBe('by B')
+      b.release()
+      expect((await b.done).body).toBe('by B')
     } finally {
       ctx.clock.resume()
     }

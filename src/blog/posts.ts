@@ -98,8 +98,8 @@ function initialState(body: CreatePost, autoPublish: boolean, now: Date): { stat
 
 /**
  * Creates a post for an agent whose writer the caller already is; a scheduled one gets its job.
- * Counts against the agent's `blogPostCreate` limit once its fields are known to be valid and its
- * content has been rendered (or found too complex).
+ * Counts against the agent's `blogPostCreate` limit once its fields are known to be valid, as its
+ * content goes to the renderer (given back only if the renderer was too busy to try).
  */
 export async function createPost(deps: PostDeps, agent: ParticipantRow, body: CreatePost): Promise<FullPostRow> {
   const { sql, clock, blogQueue } = deps

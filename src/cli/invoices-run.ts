@@ -4,7 +4,7 @@ import { loadConfig } from '../config.ts'
 import { withDevSecrets } from '../dev-secrets.ts'
 import { createDeps } from '../deps.ts'
 import { createLog } from '../log.ts'
-import { runInvoices } from '../invoices/run.ts'
+import { isFutureRun, runInvoices } from '../invoices/run.ts'
 
 const { values } = parseArgs({ options: { at: { type: 'string' } } })
 const at = values.at ? new Date(values.at) : new Date()
@@ -12,8 +12,7 @@ if (Number.isNaN(at.getTime())) {
   console.error('invoices:run: --at must be an ISO 8601 time, e.g. 2026-12-01T00:00:00Z')
   process.exit(2)
 }
-// Invoices are issued for periods that have ended; a run dated ahead would bill periods still running.
-if (at.getTime() > Date.now() + 60_000) {
+if (isFutureRun(at, new Date())) {
   console.error('invoices:run: --at must not be in the future')
   process.exit(2)
 }

@@ -40,7 +40,8 @@ export function eventRoutes(deps: Deps) {
           // The one-use token opens this stream only; it is never a credential anywhere else.
           const spent = await spendSseToken(deps, query.token)
           if (!spent) throw errors.invalidToken('The stream token is unknown, used or expired')
-          ;({ userId, keyHash } = spent)
+          userId = spent.userId
+          keyHash = spent.keyHash
         } else {
           const principal = await authenticator.authenticate(request.headers)
           if (!principal) throw errors.unauthorized()

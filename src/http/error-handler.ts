@@ -89,7 +89,7 @@ export function httpErrors(log: Log) {
       // JSON: `Application/JSON` would arrive as no body at all. Spelled the one way here instead of
       // parsed here, so the OpenAPI document keeps Elysia's own JSON request schemas.
       const type = request.headers.get('content-type')
-      if (type !== null && /^application\/json\s*(;|$)/i.test(type) && !type.startsWith('application/json')) {
+      if (type !== null && !type.startsWith('application/json') && /^application\/json\s*(;|$)/i.test(type)) {
         request.headers.set('content-type', `application/json${type.slice('application/json'.length)}`)
       }
       const limit = bodyLimit(request)

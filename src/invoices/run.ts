@@ -14,6 +14,15 @@ import { batchInvoices, claimUnannouncedBatches, countDuePeriods, issueDueInvoic
  */
 export const invoiceSettleMs = 60_000
 
+/**
+ * Whether a run dated `at` lies in the future (beyond a minute of clock difference between the
+ * machine that asked and this one). Invoices are issued for periods that have ended: such a run
+ * would bill periods still running, so the worker and `invoices:run` refuse it.
+ */
+export function isFutureRun(at: Date, now: Date): boolean {
+  return at.getTime() > now.getTime() + 60_000
+}
+
 export interface InvoiceRunOptions {
   batchSize?: number
   /** How long to wait for queued usage of ended periods to be counted before giving up this run. */

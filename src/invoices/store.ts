@@ -31,7 +31,6 @@ export interface IssuedBatch {
  * twice. Null when no period was due.
  */
 export async function issueDueInvoices(sql: Sql, when: { endedBy: Date; issuedAt: Date }, limit: number): Promise<IssuedBatch | null> {
-  const at = when.issuedAt
   const rows = await sql.begin(async tx => {
     return tx<(IssuedInvoice & { batchId: string })[]>`
       with due as (
@@ -63,7 +62,7 @@ export async function issueDueInvoices(sql: Sql, when: { endedBy: Date; issuedAt
           total_cents, issued_at
         )
         select invoice_id, counter.first + n - 1, user_id, participant_id, subscription_id, period_index,
-          period_start, period_end, monthly_price_cents + overage_calls * overage_per_call_cents, ${at}
+          period_start, period_end, monthly_price_cents + overage_calls * overage_per_call_cents, ${when.issuedAt}
         from numbered, counter
         returning id, user_id as "userId", number, total_cents as "totalCents"
       ),

@@ -1,8 +1,8 @@
 /** POST /v1/agent/proxy-call: an agent acts on a subscriber's connected account; every call that reaches the upstream is metered. */
 import { createHash } from 'node:crypto'
-import { newRowId } from '../ids.ts'
 import { Elysia } from 'elysia'
 import type { Deps } from '../deps.ts'
+import { newRowId } from '../ids.ts'
 import { Ok, failures, ok } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'

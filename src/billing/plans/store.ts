@@ -50,9 +50,8 @@ async function recordTerms(sql: Db, planId: string, at: Date): Promise<void> {
   `
 }
 
-/** A plan of an active agent, with the agent's owner. */
 /**
- * A plan of an active agent. With `lockAgent` (subscribing), the agent's row is locked as its
+ * A plan of an active agent, with the agent's owner. With `lockAgent` (subscribing), the agent's row is locked as its
  * subscriber count is about to change: a deactivation under way is waited for, and then no plan of
  * it is found.
  */
