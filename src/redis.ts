@@ -1,5 +1,6 @@
 /** Redis connections: commands (fail fast), a subscriber, and BullMQ's (which must wait forever). */
 import { Redis } from 'ioredis'
+import calculateSlot from 'cluster-key-slot'
 import type { Log } from './log.ts'
 
 export type { Redis }
@@ -70,5 +71,69 @@ export function defineScript(lua: string): Script {
       if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error
       return redis.eval(lua, keys.length, ...keys, ...args)
     }
+  }
+}
+
+/** One call of a batched script: its keys and arguments, and where its result goes. */
+interface BatchedCall {
+  keys: string[]
+  args: (string | number)[]
+  resolve(result: unknown): void
+  reject(error: unknown): void
+}
+
+/**
+ * A script many callers share: the calls made against one connection in one tick leave as one
+ * EVALSHA instead of one each. `lua` works the calls in turn: KEYS holds each call's `keysPerCall`
+ * keys one call after another, ARGV each call's `argsPerCall` arguments likewise, and it returns a
+ * table with one result per call (`false` for none). A call's keys must share a hash tag; on a Redis
+ * Cluster only calls whose keys are in one slot go together. At most `maxCalls` go in one EVALSHA,
+ * so that no script holds Redis for long.
+ *
+ * A failure fails every call of its EVALSHA, as an outage would have failed each alone: callers
+ * already treat such an error as "may or may not have happened".
+ */
+export function defineBatchedScript(lua: string, keysPerCall: number, argsPerCall: number, maxCalls = 256): Script {
+  const script = defineScript(lua)
+  const queues = new WeakMap<Redis, BatchedCall[]>()
+
+  const run = (redis: Redis, calls: BatchedCall[]) => {
+    script(redis, calls.flatMap(c => c.keys), calls.flatMap(c => c.args)).then(
+      results => {
+        if (!Array.isArray(results) || results.length !== calls.length) {
+          const error = new Error(`batched script returned ${Array.isArray(results) ? results.length : typeof results} results for ${calls.length} calls`)
+          for (const c of calls) c.reject(error)
+          return
+        }
+        calls.forEach((c, i) => c.resolve(results[i]))
+      },
+      error => {
+        for (const c of calls) c.reject(error)
+      },
+    )
+  }
+
+  const flush = (redis: Redis) => {
+    const calls = queues.get(redis)!
+    queues.delete(redis)
+    const groups = (redis as { isCluster?: boolean }).isCluster ? Map.groupBy(calls, c => calculateSlot(c.keys[0]!)).values() : [calls]
+    for (const group of groups) {
+      for (let i = 0; i < group.length; i += maxCalls) run(redis, group.slice(i, i + maxCalls))
+    }
+  }
+
+  return (redis, keys, args) => {
+    if (keys.length !== keysPerCall || args.length !== argsPerCall) {
+      return Promise.reject(new Error(`batched script takes ${keysPerCall} keys and ${argsPerCall} arguments a call`))
+    }
+    return new Promise((resolve, reject) => {
+      let queue = queues.get(redis)
+      if (!queue) {
+        queue = []
+        queues.set(redis, queue)
+        process.nextTick(flush, redis)
+      }
+      queue.push({ keys, args, resolve, reject })
+    })
   }
 }

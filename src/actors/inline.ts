@@ -8,11 +8,11 @@
 import { randomUUID } from 'node:crypto'
 import postgres from 'postgres'
 import { isConnectionError } from '../db.ts'
-import { defineScript } from '../redis.ts'
+import { defineBatchedScript } from '../redis.ts'
 import { errorFields } from '../log.ts'
 import { errors } from '../errors.ts'
 import { raiseFence, renewLease } from './lease.ts'
-import { announceApplied, applyBatch, BatchFailed, finishAndRelease, type Applied, type BatchOutcome } from './batch.ts'
+import { announceApplied, applyBatch, BatchFailed, type Applied, type BatchOutcome } from './batch.ts'
 import { isRefusal } from './types.ts'
 import type { ActorRuntimeOptions } from './runtime.ts'
 
@@ -46,12 +46,36 @@ export type InlineOptions = Pick<
   'sql' | 'redis' | 'keys' | 'kinds' | 'clock' | 'log' | 'leaseMs' | 'batchActors' | 'batches'
 >
 
-// KEYS lease, fence, mailbox; ARGV holder, ms. Takes the lease and draws the fencing token, but only of
-// an actor with no mail: a command must not overtake one queued before it.
-const enter = defineScript(`
-if redis.call('XLEN', KEYS[3]) > 0 then return false end
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
-return redis.call('INCR', KEYS[2])`)
+// KEYS lease, fence, mailbox; ARGV holder, ms (of each actor: the calls of a tick leave together). Takes
+// the lease and draws the fencing token, but only of an actor with no mail: a command must not overtake
+// one queued before it. False for an actor held or with mail.
+const enter = defineBatchedScript(
+  `
+local tokens = {}
+for c = 0, #KEYS / 3 - 1 do
+  if redis.call('XLEN', KEYS[c * 3 + 3]) == 0 and redis.call('SET', KEYS[c * 3 + 1], ARGV[c * 2 + 1], 'NX', 'PX', ARGV[c * 2 + 2]) then
+    tokens[c + 1] = redis.call('INCR', KEYS[c * 3 + 2])
+  else
+    tokens[c + 1] = false
+  end
+end
+return tokens`,
+  3,
+  2,
+)
+
+// KEYS mailbox, lease; ARGV holder (of each actor). Lets go of the lease and says how much mail is left.
+const leave = defineBatchedScript(
+  `
+local left = {}
+for c = 0, #KEYS / 2 - 1 do
+  if redis.call('GET', KEYS[c * 2 + 2]) == ARGV[c + 1] then redis.call('DEL', KEYS[c * 2 + 2]) end
+  left[c + 1] = redis.call('XLEN', KEYS[c * 2 + 1])
+end
+return left`,
+  2,
+  1,
+)
 
 interface Pending {
   command: InlineCommand
@@ -73,8 +97,6 @@ interface Hold {
   /** Let go, or found lost by a renewal: the lease is no longer renewed. */
   done?: boolean
 }
-
-const mailboxGroup = 'actor'
 
 /**
  * Certainly not committed: a command failed inside the transaction (which was then rolled back), or
@@ -148,7 +170,7 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
 
   const release = (actor: string) => {
     const k = keys.actor(actor)
-    return finishAndRelease(redis, [k.mailbox, k.lease], [mailboxGroup, holder])
+    return leave(redis, [k.mailbox, k.lease], [holder])
       .then(async left => {
         // Mail sent while this process held the actor: a runtime that found it held is told to look again.
         if (Number(left) > 0) await redis.xadd(keys.actorsReady, '*', 'actor', actor)

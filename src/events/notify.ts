@@ -1,5 +1,5 @@
 /** Publishing events: appended to the recipient's capped Redis Stream and announced to every API process. */
-import { defineScript, type Redis } from '../redis.ts'
+import { defineBatchedScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
 import type { Log } from '../log.ts'
@@ -25,12 +25,22 @@ export type EventType =
 /** Kept per stream for replay: the last 1,000 events (and at most 24 h, enforced when replaying). */
 export const streamLength = 1000
 
-// KEYS[1] the stream; ARGV channel, type, JSON. Append and announce in one step, so an event is never
-// announced without being kept, nor kept without being announced.
-const append = defineScript(`
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ${streamLength}, '*', 'type', ARGV[2], 'data', ARGV[3])
-redis.call('PUBLISH', ARGV[1], cjson.encode({ stream = KEYS[1], id = id, type = ARGV[2], data = ARGV[3] }))
-return id`)
+// KEYS the stream; ARGV channel, type, JSON (of each event: the events of a tick leave together). Append
+// and announce in one step, so an event is never announced without being kept, nor kept without being
+// announced.
+const append = defineBatchedScript(
+  `
+local ids = {}
+for c = 0, #KEYS - 1 do
+  local stream, channel, type, data = KEYS[c + 1], ARGV[c * 3 + 1], ARGV[c * 3 + 2], ARGV[c * 3 + 3]
+  local id = redis.call('XADD', stream, 'MAXLEN', '~', ${streamLength}, '*', 'type', type, 'data', data)
+  redis.call('PUBLISH', channel, cjson.encode({ stream = stream, id = id, type = type, data = data }))
+  ids[c + 1] = id
+end
+return ids`,
+  1,
+  3,
+)
 
 export interface NotifyDeps {
   redis: Redis

@@ -1,0 +1,86 @@
+/** Batched scripts: the calls of one tick share an EVALSHA, each caller still gets its own result. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { createTestContext, type TestContext } from './helpers/context.ts'
+import { defineBatchedScript } from '../src/redis.ts'
+
+let ctx: TestContext
+
+beforeAll(async () => {
+  ctx = await createTestContext()
+})
+afterAll(() => ctx.close())
+
+// KEYS a counter; ARGV a step (of each call). Adds the step and answers with the new value and how many
+// calls shared the EVALSHA.
+const add = defineBatchedScript(
+  `
+local out = {}
+for c = 1, #KEYS do
+  out[c] = { redis.call('INCRBY', KEYS[c], ARGV[c]), #KEYS }
+end
+return out`,
+  1,
+  1,
+  4,
+)
+
+const key = (name: string) => `${ctx.deps.keys.prefix}batched:${name}`
+
+describe('a batched script', () => {
+  test('runs the calls of one tick together, at most maxCalls an EVALSHA, each caller getting its own result in call order', async () => {
+    const counter = key(crypto.randomUUID())
+    const results = await Promise.all(Array.from({ length: 10 }, (_, i) => add(ctx.deps.redis, [counter], [i + 1])))
+    // 1 + 2 + … in call order, in EVALSHAs of 4, 4 and 2 calls.
+    let total = 0
+    expect(results).toEqual(Array.from({ length: 10 }, (_, i) => [(total += i + 1), i < 8 ? 4 : 2]))
+    expect(await ctx.deps.redis.get(counter)).toBe('55')
+
+    // Calls of different ticks go alone.
+    const first = await add(ctx.deps.redis, [counter], [1])
+    const second = await add(ctx.deps.redis, [counter], [1])
+    expect([first, second]).toEqual([
+      [56, 1],
+      [57, 1],
+    ])
+  })
+
+  test('calls on different connections are not mixed', async () => {
+    const other = ctx.deps.redis.duplicate()
+    try {
+      const counter = key(crypto.randomUUID())
+      const results = await Promise.all([add(ctx.deps.redis, [counter], [1]), add(other, [counter], [1]), add(ctx.deps.redis, [counter], [1])])
+      expect(results.map(r => (r as number[])[1])).toEqual([2, 1, 2])
+      expect(await ctx.deps.redis.get(counter)).toBe('3')
+    } finally {
+      other.disconnect()
+    }
+  })
+
+  test('on a Redis Cluster only calls whose keys share a slot go together', async () => {
+    const cluster = ctx.deps.redis.duplicate()
+    // The client is a standalone one (this machine has no Cluster), told it is a Cluster's: only the grouping changes.
+    Object.defineProperty(cluster, 'isCluster', { value: true })
+    try {
+      const tag = crypto.randomUUID()
+      const [a1, b, a2] = await Promise.all([
+        add(cluster, [key(`{${tag}}:one`)], [1]),
+        add(cluster, [key(`{other-${tag}}:two`)], [1]),
+        add(cluster, [key(`{${tag}}:three`)], [1]),
+      ])
+      expect([(a1 as number[])[1], (b as number[])[1], (a2 as number[])[1]]).toEqual([2, 1, 2])
+    } finally {
+      cluster.disconnect()
+    }
+  })
+
+  test('a failing script fails every call of its EVALSHA; a call with the wrong shape is refused alone', async () => {
+    const counter = key(crypto.randomUUID())
+    const notANumber = key(crypto.randomUUID())
+    await ctx.deps.redis.set(notANumber, 'text')
+    const settled = await Promise.allSettled([add(ctx.deps.redis, [counter], [1]), add(ctx.deps.redis, [notANumber], [1])])
+    expect(settled.map(s => s.status)).toEqual(['rejected', 'rejected'])
+
+    await expect(add(ctx.deps.redis, [counter, counter], [1])).rejects.toThrow('takes 1 keys and 1 arguments a call')
+    await expect(add(ctx.deps.redis, [counter], [])).rejects.toThrow('takes 1 keys and 1 arguments a call')
+  })
+})
