@@ -1,5 +1,5 @@
 /** `bun bench/reply-timing.ts`: where a reply's CPU goes, in process (app.handle), free of the HTTP server and the load generator. */
-// 64 callers at once, as in the bench; rounds alternate between the three ways in, and each figure is
+// 64 callers at once, as in the bench (CALLERS=n for another count); rounds alternate between the three ways in, and each figure is
 // the median of its rounds. CPU is this process's (all its threads) plus Postgres's backends and Redis.
 import { randomUUID } from 'node:crypto'
 import { inProcess } from './lib/in-process.ts'
@@ -7,7 +7,8 @@ import { seedAgents } from './lib/seed-agents.ts'
 import { difference, resources } from './lib/resources.ts'
 import type { MessageApplied, UserMessage } from '../src/conversations/commands.ts'
 
-const callers = 64
+const callers = Number(process.env.CALLERS ?? 64)
+if (!Number.isInteger(callers) || callers < 1) throw new Error('CALLERS takes a whole number of callers')
 const rounds = 3
 const seconds = 4
 
