@@ -84,17 +84,37 @@ interface BatchedCall {
 
 /**
  * A script many callers share: the calls made against one connection in one tick leave as one
- * EVALSHA instead of one each. `lua` works the calls in turn: KEYS holds each call's `keysPerCall`
- * keys one call after another, ARGV each call's `argsPerCall` arguments likewise, and it returns a
- * table with one result per call (`false` for none). A call's keys must share a hash tag; on a Redis
- * Cluster only calls whose keys are in one slot go together. At most `maxCalls` go in one EVALSHA,
- * so that no script holds Redis for long.
+ * EVALSHA instead of one each. `body` is the Lua of one call, run with `K` (its `keysPerCall` keys)
+ * and `A` (its `argsPerCall` arguments) and returning its result (nil comes back as null). Each call
+ * runs under `pcall`: one that raises an error fails alone, with what it did before the error left
+ * in place, as a script of its own would have. A call's keys must share a hash tag; on a Redis
+ * Cluster client only calls whose keys are in one slot go together. A proxy that shards one endpoint
+ * by slot (not a Cluster client) is not supported. At most `maxCalls` calls go in one EVALSHA, so
+ * that no script holds Redis for long.
  *
- * A failure fails every call of its EVALSHA, as an outage would have failed each alone: callers
- * already treat such an error as "may or may not have happened".
+ * An EVALSHA that fails as a whole (Redis away, the connection lost) fails each of its calls, as it
+ * would have failed each alone: callers already treat such an error as "may or may not have happened".
  */
-export function defineBatchedScript(lua: string, keysPerCall: number, argsPerCall: number, maxCalls = 256): Script {
-  const script = defineScript(lua)
+export function defineBatchedScript(body: string, keysPerCall: number, argsPerCall: number, maxCalls = 64): Script {
+  const script = defineScript(`
+local function call(K, A)
+${body}
+end
+local out = {}
+local calls = ${keysPerCall > 0 ? `#KEYS / ${keysPerCall}` : `#ARGV / ${argsPerCall}`}
+for c = 0, calls - 1 do
+  local K, A = {}, {}
+  for i = 1, ${keysPerCall} do K[i] = KEYS[c * ${keysPerCall} + i] end
+  for i = 1, ${argsPerCall} do A[i] = ARGV[c * ${argsPerCall} + i] end
+  local ok, result = pcall(call, K, A)
+  if not ok then
+    if type(result) ~= 'table' or not result.err then result = { err = tostring(result) } end
+  elseif result == nil then
+    result = false
+  end
+  out[c + 1] = result
+end
+return out`)
   const queues = new WeakMap<Redis, BatchedCall[]>()
 
   const run = (redis: Redis, calls: BatchedCall[]) => {
@@ -105,7 +125,8 @@ export function defineBatchedScript(lua: string, keysPerCall: number, argsPerCal
           for (const c of calls) c.reject(error)
           return
         }
-        calls.forEach((c, i) => c.resolve(results[i]))
+        // A call's own error comes back in its place in the reply.
+        calls.forEach((c, i) => (results[i] instanceof Error ? c.reject(results[i]) : c.resolve(results[i])))
       },
       error => {
         for (const c of calls) c.reject(error)

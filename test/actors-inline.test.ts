@@ -200,6 +200,29 @@ describe('commands applied by their sender', () => {
     await r.stop()
   })
 
+  test('an actor whose lease call fails is let go and mailed; the other actors of its batch still apply here', async () => {
+    const [broken, fine] = [randomUUID(), randomUUID()]
+    const brokenKeys = ctx.deps.keys.actor(`log:${broken}`)
+    // Its fencing counter holds no number: drawing the token fails after the lease was taken.
+    await ctx.deps.redis.set(brokenKeys.fence, 'not a number')
+    const [brokenId] = await Promise.all([
+      dispatcher.tell(`log:${broken}`, 'append', { n: 1 }),
+      dispatcher.tell(`log:${fine}`, 'append', { n: 1 }),
+    ])
+    expect(await appended(fine)).toEqual([1])
+    expect(await mailed(fine)).toBe(false)
+    expect(await appended(broken)).toEqual([])
+    expect(await mailed(broken)).toBe(true)
+    // Not left held: once the counter is readable, a runtime takes the actor at once and applies the mail.
+    expect(await ctx.deps.redis.exists(brokenKeys.lease)).toBe(0)
+    await ctx.deps.redis.del(brokenKeys.fence)
+    const r = await runtime()
+    await until(async () => (await appended(broken)).length > 0)
+    expect(await appended(broken)).toEqual([1])
+    expect(brokenId).toBeString()
+    await r.stop()
+  })
+
   test('a fencing token Redis lost is lifted past what Postgres saw, and the command still applies once', async () => {
     const actor = randomUUID()
     await dispatcher.ask(`log:${actor}`, 'append', { n: 1 })

@@ -10,19 +10,11 @@ beforeAll(async () => {
 })
 afterAll(() => ctx.close())
 
-// KEYS a counter; ARGV a step (of each call). Adds the step and answers with the new value and how many
-// calls shared the EVALSHA.
-const add = defineBatchedScript(
-  `
-local out = {}
-for c = 1, #KEYS do
-  out[c] = { redis.call('INCRBY', KEYS[c], ARGV[c]), #KEYS }
-end
-return out`,
-  1,
-  1,
-  4,
-)
+// K a counter; A a step. Adds the step and answers with the new value and how many calls shared the EVALSHA.
+const add = defineBatchedScript(`return { redis.call('INCRBY', K[1], A[1]), #KEYS }`, 1, 1, 4)
+
+// A nil answer comes back as null, not as the end of the reply.
+const nothing = defineBatchedScript(`if A[1] == 'none' then return nil end return A[1]`, 0, 1)
 
 const key = (name: string) => `${ctx.deps.keys.prefix}batched:${name}`
 
@@ -73,12 +65,30 @@ describe('a batched script', () => {
     }
   })
 
-  test('a failing script fails every call of its EVALSHA; a call with the wrong shape is refused alone', async () => {
+  test('a call that raises an error fails alone, keeping what it did before; the other calls of its EVALSHA succeed', async () => {
     const counter = key(crypto.randomUUID())
     const notANumber = key(crypto.randomUUID())
     await ctx.deps.redis.set(notANumber, 'text')
-    const settled = await Promise.allSettled([add(ctx.deps.redis, [counter], [1]), add(ctx.deps.redis, [notANumber], [1])])
-    expect(settled.map(s => s.status)).toEqual(['rejected', 'rejected'])
+    const settled = await Promise.allSettled([
+      add(ctx.deps.redis, [counter], [1]),
+      add(ctx.deps.redis, [notANumber], [1]),
+      add(ctx.deps.redis, [counter], [1]),
+    ])
+    expect(settled.map(s => s.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
+    expect(((settled[1] as PromiseRejectedResult).reason as Error).message).toContain('not an integer')
+    expect(settled.map(s => (s.status === 'fulfilled' ? s.value : null))).toEqual([[1, 3], null, [2, 3]])
+
+    expect(await Promise.all(['a', 'none', 'b'].map(arg => nothing(ctx.deps.redis, [], [arg])))).toEqual(['a', null, 'b'])
+  })
+
+  test('an EVALSHA that cannot be sent fails each of its calls; a call with the wrong shape is refused alone', async () => {
+    const closing = ctx.deps.redis.duplicate()
+    await closing.ping()
+    const counter = key(crypto.randomUUID())
+    const calls = [add(closing, [counter], [1]), add(closing, [counter], [1])]
+    closing.disconnect()
+    expect((await Promise.allSettled(calls)).map(s => s.status)).toEqual(['rejected', 'rejected'])
+    expect(await ctx.deps.redis.get(counter)).toBeNull()
 
     await expect(add(ctx.deps.redis, [counter, counter], [1])).rejects.toThrow('takes 1 keys and 1 arguments a call')
     await expect(add(ctx.deps.redis, [counter], [])).rejects.toThrow('takes 1 keys and 1 arguments a call')

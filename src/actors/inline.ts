@@ -46,33 +46,29 @@ export type InlineOptions = Pick<
   'sql' | 'redis' | 'keys' | 'kinds' | 'clock' | 'log' | 'leaseMs' | 'batchActors' | 'batches'
 >
 
-// KEYS lease, fence, mailbox; ARGV holder, ms (of each actor: the calls of a tick leave together). Takes
-// the lease and draws the fencing token, but only of an actor with no mail: a command must not overtake
-// one queued before it. False for an actor held or with mail.
+// K lease, fence, mailbox; A holder, ms (of each actor: the calls of a tick leave together). Takes the
+// lease and draws the fencing token, but only of an actor with no mail: a command must not overtake one
+// queued before it. Null for an actor held or with mail; a lease taken whose token could not be drawn
+// is let go again.
 const enter = defineBatchedScript(
   `
-local tokens = {}
-for c = 0, #KEYS / 3 - 1 do
-  if redis.call('XLEN', KEYS[c * 3 + 3]) == 0 and redis.call('SET', KEYS[c * 3 + 1], ARGV[c * 2 + 1], 'NX', 'PX', ARGV[c * 2 + 2]) then
-    tokens[c + 1] = redis.call('INCR', KEYS[c * 3 + 2])
-  else
-    tokens[c + 1] = false
-  end
+if redis.call('XLEN', K[3]) > 0 then return nil end
+if not redis.call('SET', K[1], A[1], 'NX', 'PX', A[2]) then return nil end
+local ok, token = pcall(redis.call, 'INCR', K[2])
+if not ok then
+  redis.call('DEL', K[1])
+  error(token)
 end
-return tokens`,
+return token`,
   3,
   2,
 )
 
-// KEYS mailbox, lease; ARGV holder (of each actor). Lets go of the lease and says how much mail is left.
+// K mailbox, lease; A holder (of each actor). Lets go of the lease and says how much mail is left.
 const leave = defineBatchedScript(
   `
-local left = {}
-for c = 0, #KEYS / 2 - 1 do
-  if redis.call('GET', KEYS[c * 2 + 2]) == ARGV[c + 1] then redis.call('DEL', KEYS[c * 2 + 2]) end
-  left[c + 1] = redis.call('XLEN', KEYS[c * 2 + 1])
-end
-return left`,
+if redis.call('GET', K[2]) == A[1] then redis.call('DEL', K[2]) end
+return redis.call('XLEN', K[1])`,
   2,
   1,
 )
@@ -188,16 +184,19 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
       }),
     )
     const holds: Hold[] = []
-    const busy: Pending[][] = []
+    const busy: Promise<void>[] = []
     actors.forEach((actor, i) => {
       const settled = entered[i]!
       const pending = batch.get(actor)!
       // Held, with mail, or Redis failing: the mailbox path takes it (and reports an outage itself).
-      if (settled.status === 'rejected' || settled.value === null) busy.push(pending)
+      // A failed call may still have taken the lease (the reply was lost): let go of it first, or the
+      // mail would wait for it to run out.
+      if (settled.status === 'rejected') busy.push(release(actor).then(() => mail(pending)))
+      else if (settled.value === null) busy.push(mail(pending))
       else holds.push({ actor, kind: actor.slice(0, actor.indexOf(':')), token: Number(settled.value), pending })
     })
     // The actor stays in `working` until its commands are in the mailbox: none sent later overtakes them.
-    const mailed = Promise.all(busy.map(mail))
+    const mailed = Promise.all(busy)
     if (holds.length === 0) {
       free()
       return void (await mailed)

@@ -25,19 +25,14 @@ export type EventType =
 /** Kept per stream for replay: the last 1,000 events (and at most 24 h, enforced when replaying). */
 export const streamLength = 1000
 
-// KEYS the stream; ARGV channel, type, JSON (of each event: the events of a tick leave together). Append
-// and announce in one step, so an event is never announced without being kept, nor kept without being
+// K the stream; A channel, type, JSON (of each event: the events of a tick leave together). Append and
+// announce in one step, so an event is never announced without being kept, nor kept without being
 // announced.
 const append = defineBatchedScript(
   `
-local ids = {}
-for c = 0, #KEYS - 1 do
-  local stream, channel, type, data = KEYS[c + 1], ARGV[c * 3 + 1], ARGV[c * 3 + 2], ARGV[c * 3 + 3]
-  local id = redis.call('XADD', stream, 'MAXLEN', '~', ${streamLength}, '*', 'type', type, 'data', data)
-  redis.call('PUBLISH', channel, cjson.encode({ stream = stream, id = id, type = type, data = data }))
-  ids[c + 1] = id
-end
-return ids`,
+local id = redis.call('XADD', K[1], 'MAXLEN', '~', ${streamLength}, '*', 'type', A[2], 'data', A[3])
+redis.call('PUBLISH', A[1], cjson.encode({ stream = K[1], id = id, type = A[2], data = A[3] }))
+return id`,
   1,
   3,
 )
