@@ -1,6 +1,7 @@
 /** `bun bench/reply-timing.ts`: where a reply's CPU goes, in process (app.handle), free of the HTTP server and the load generator. */
-// 64 callers at once, as in the bench (CALLERS=n for another count); rounds alternate between the three ways in, and each figure is
-// the median of its rounds. CPU is this process's (all its threads) plus Postgres's backends and Redis.
+// 64 callers at once, as in the bench (CALLERS=n for another count); rounds alternate between the
+// three ways in, and each figure is the median of its rounds. CPU is this process's (all its threads)
+// plus Postgres's backends and Redis.
 import { randomUUID } from 'node:crypto'
 import { inProcess } from './lib/in-process.ts'
 import { seedAgents } from './lib/seed-agents.ts'
