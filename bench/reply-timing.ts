@@ -2,11 +2,11 @@
 // 64 callers at once, as in the bench (CALLERS=n for another count); rounds alternate between the
 // three ways in, and each figure is the median of its rounds. CPU is this process's (all its threads)
 // plus Postgres's backends and Redis.
-import { randomUUID } from 'node:crypto'
 import { inProcess } from './lib/in-process.ts'
 import { seedAgents } from './lib/seed-agents.ts'
 import { difference, resources } from './lib/resources.ts'
-import type { MessageApplied, UserMessage } from '../src/conversations/commands.ts'
+import { newRowId } from '../src/ids.ts'
+import type { AgentReply, Replied } from '../src/conversations/replies.ts'
 
 const callers = Number(process.env.CALLERS ?? 64)
 if (!Number.isInteger(callers) || callers < 1) throw new Error('CALLERS takes a whole number of callers')
@@ -15,15 +15,14 @@ const seconds = 4
 
 await inProcess(async ({ world, deps, app }) => {
   const agents = (await seedAgents(world.sql, { agents: 1000, pendingEvery: 100, repliers: 1000 })).filter(a => a.userId !== null)
-  // The route with its dispatch answered at once: what the HTTP layer (routing, key, body, envelope) costs.
-  const ask = deps.dispatcher.ask.bind(deps.dispatcher)
+  // The route with its write answered at once: what the HTTP layer (routing, key, body, envelope) costs.
+  const send = deps.replies.send.bind(deps.replies)
   let answerAtOnce = false
-  deps.dispatcher.ask = (<Result>(actor: string, type: string, payload: unknown, options?: object) => {
-    if (!answerAtOnce) return ask<Result>(actor, type, payload, options)
-    const { messageId, userId, text } = payload as UserMessage
-    const applied: MessageApplied = { messageId, userId, text, createdAt: new Date().toISOString(), pendingCount: 0 }
-    return Promise.resolve(applied as Result)
-  }) as typeof deps.dispatcher.ask
+  deps.replies.send = (reply: AgentReply) => {
+    if (!answerAtOnce) return send(reply)
+    const { messageId, userId, text } = reply
+    return Promise.resolve<Replied>({ messageId, userId, text, createdAt: new Date().toISOString() })
+  }
 
   let n = 0
   const pick = () => agents[Math.floor(Math.random() * agents.length)]!
@@ -38,14 +37,14 @@ await inProcess(async ({ world, deps, app }) => {
     )
     if (response.status !== 201) throw new Error(`reply answered ${response.status}: ${await response.text()}`)
   }
-  const viaDispatcher = async () => {
+  const viaWriter = async () => {
     const agent = pick()
-    await ask(`agent:${agent.id}`, 'agent.reply', { messageId: randomUUID(), userId: agent.userId, text: `Here is the summary, part ${++n}.` })
+    await send({ agentId: agent.id, userId: agent.userId!, text: `Here is the summary, part ${++n}.`, messageId: newRowId(), chosen: false })
   }
   const ways = {
-    'route, dispatch answered at once': () => ((answerAtOnce = true), viaRoute),
-    'dispatcher.ask: lease, batch, Postgres, projection, notification': () => ((answerAtOnce = false), viaDispatcher),
-    'route and dispatch': () => ((answerAtOnce = false), viaRoute),
+    'route, write answered at once': () => ((answerAtOnce = true), viaRoute),
+    'replies.send: statement, projection, notification': () => ((answerAtOnce = false), viaWriter),
+    'route and write': () => ((answerAtOnce = false), viaRoute),
   }
   type Way = keyof typeof ways
   const figures = new Map<Way, { rate: number; process: number; postgres: number; redis: number }[]>()
@@ -71,7 +70,7 @@ await inProcess(async ({ world, deps, app }) => {
     return { rate: count / elapsed, process: (used.user + used.system) / count, postgres: (cost.pgCpuSeconds * 1e6) / count, redis: (cost.redisCpuSeconds * 1e6) / count }
   }
 
-  await measure('route and dispatch') // warm-up: keys cached, code compiled
+  await measure('route and write') // warm-up: keys cached, code compiled
   for (let round = 0; round < rounds; round++) {
     for (const way of Object.keys(ways) as Way[]) {
       const list = figures.get(way) ?? []

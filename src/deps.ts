@@ -15,6 +15,7 @@ import { createInlineRunner } from './actors/inline.ts'
 import { createMarkdownRenderer, type MarkdownRenderer } from './blog/render.ts'
 import { actorKinds } from './actors/kinds.ts'
 import { createInboxReader, type InboxReader } from './conversations/inbox.ts'
+import { createReplyWriter, type ReplyWriter } from './conversations/replies.ts'
 import { createQueues, type Queues } from './queues.ts'
 import { createEventHub, type EventHub } from './events/hub.ts'
 import { createBlogQueue, type BlogQueue } from './blog/queue.ts'
@@ -32,6 +33,8 @@ export interface Deps {
   /** Sends commands to agent and organization actors. */
   dispatcher: Dispatcher
   inboxes: InboxReader
+  /** Stores agents' replies, the replies of the moment in one statement. */
+  replies: ReplyWriter
   /** Producers of the BullMQ queues. */
   queues: Queues
   /** This process's server-sent event connections. */
@@ -49,8 +52,9 @@ export interface DepsOptions {
   sqlMax?: number
 }
 
-/** Batch transactions an API process runs at once for the commands of idle actors. */
+/** Batch transactions an API process runs at once for the commands of idle actors, and reply statements. */
 const inlineBatches = 2
+const replyBatches = 2
 
 /** Opens every connection the API and workers need; `close` ends them in reverse order. */
 export async function createDeps(config: Config, options: DepsOptions = {}): Promise<Deps> {
@@ -69,24 +73,25 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const keyCache = await createKeyCache({ sql, redis, pubsub, channel: keys.channels.keyRevoked, clock, log })
   const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache)
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
-  // Commands of idle actors are applied here, in batches whose Redis calls share writes on a connection
-  // of their own with auto-pipelining, and whose transactions have Postgres connections of their own
-  // (one per batch in flight): a batch never waits behind requests' queries, nor they behind it.
-  // Busy actors' commands go to their mailboxes for the runtimes.
-  const inlineRedis = config.actorsInline ? redis.duplicate({ enableAutoPipelining: true }) : undefined
+  // Commands of idle actors and agents' replies are written here, in batches whose Redis calls share
+  // writes on a connection of their own with auto-pipelining, and whose statements have Postgres
+  // connections of their own (one per batch in flight): a batch never waits behind requests'
+  // queries, nor they behind it. Busy actors' commands go to their mailboxes for the runtimes.
+  const batchRedis = redis.duplicate({ enableAutoPipelining: true })
   const inlineSql = config.actorsInline ? createSql(config.databaseUrl, { max: inlineBatches }) : undefined
-  const inline =
-    inlineRedis && inlineSql
-      ? createInlineRunner({
-          sql: inlineSql,
-          redis: inlineRedis,
-          keys,
-          clock,
-          log,
-          batches: inlineBatches,
-          kinds: actorKinds({ sql, redis: inlineRedis, keys, clock, log }),
-        })
-      : undefined
+  const inline = inlineSql
+    ? createInlineRunner({
+        sql: inlineSql,
+        redis: batchRedis,
+        keys,
+        clock,
+        log,
+        batches: inlineBatches,
+        kinds: actorKinds({ sql, redis: batchRedis, keys, clock, log }),
+      })
+    : undefined
+  const replySql = createSql(config.databaseUrl, { max: replyBatches })
+  const replies = createReplyWriter({ sql: replySql, redis: batchRedis, keys, clock, log, batches: replyBatches })
   const dispatcher = await createDispatcher({ redis, pubsub, keys, inline })
   const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock })
   const queues = createQueues(config, keys, log)
@@ -106,6 +111,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
     rateLimiter,
     dispatcher,
     inboxes,
+    replies,
     queues,
     events,
     blogQueue,
@@ -117,8 +123,10 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
       await queues.close()
       await inboxes.close()
       await dispatcher.close()
-      await inlineRedis?.quit().catch(() => inlineRedis.disconnect())
+      await replies.close()
+      await batchRedis.quit().catch(() => batchRedis.disconnect())
       await inlineSql?.end({ timeout: 5 })
+      await replySql.end({ timeout: 5 })
       await keyCache.close()
       await pubsub.close()
       await redis.quit().catch(() => redis.disconnect())

@@ -34,6 +34,9 @@ export function createKeys(prefix: string) {
     },
     agent: (agentId: string) => ({
       inbox: `${prefix}{actor:agent:${agentId}}:inbox`,
+      // Tombstones of answered conversations: user id -> version, and user id -> when (ms).
+      answered: `${prefix}{actor:agent:${agentId}}:answered`,
+      answeredAt: `${prefix}{actor:agent:${agentId}}:answered-at`,
       requests: `${prefix}{actor:agent:${agentId}}:requests`,
       built: `${prefix}{actor:agent:${agentId}}:inbox-built`,
     }),

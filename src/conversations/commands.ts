@@ -1,10 +1,10 @@
-/** The agent actor's conversation commands: a user's message and the agent's reply. */
+/** The agent actor's conversation commands: a user's message, and an agent's reply mailed by an older process. */
 import type { ActorKind, Refusal } from '../actors/types.ts'
 import { notify, type NotifyDeps } from '../events/notify.ts'
 import { participantOwner } from '../participants/store.ts'
-import { putPendingConversation, removePendingConversation } from './inbox.ts'
-import type { TxSql } from '../db.ts'
-import { insertReplies, insertUserMessage } from './store.ts'
+import { projectConversation } from './inbox.ts'
+import { replyProjection } from './replies.ts'
+import { insertUserMessage, storeReplies, type ReplyStored } from './store.ts'
 
 export interface UserMessage {
   messageId: string
@@ -18,27 +18,34 @@ export interface MessageApplied {
   text: string
   createdAt: string
   pendingCount: number
-  /** Of a reply: the conversation was waiting for it (else the agent's inbox has nothing to drop). */
-  wasPending?: boolean
+  /** The conversation's version after it: what its inbox projection is ordered by. */
+  version?: number
   /** Who to tell: the agent's owner of a user's message. */
   ownerId?: string
+}
+
+interface ReplyApplied {
+  messageId: string
+  userId: string
+  text: string
+  createdAt: string
+  /** Absent from results stored before replies left the actor. */
+  stored?: ReplyStored
 }
 
 export function conversationCommands(deps: NotifyDeps): ActorKind {
   return {
     'user.message': {
       async apply(tx, message: UserMessage, { id, at }): Promise<MessageApplied> {
-        const pendingCount = await insertUserMessage(tx, { id: message.messageId, participantId: id, userId: message.userId, text: message.text, at })
+        const stored = await insertUserMessage(tx, { id: message.messageId, participantId: id, userId: message.userId, text: message.text, at })
         const ownerId = await participantOwner(tx, id)
-        return { messageId: message.messageId, userId: message.userId, text: message.text, createdAt: at.toISOString(), pendingCount, ownerId }
+        const createdAt = stored.createdAt.toISOString()
+        return { messageId: message.messageId, userId: message.userId, text: message.text, createdAt, pendingCount: stored.pendingCount, version: stored.version, ownerId }
       },
       async project(result: MessageApplied, _message, { id }) {
-        await putPendingConversation(deps, id, {
-          userId: result.userId,
-          latestMessage: result.text,
-          latestMessageAt: result.createdAt,
-          pendingCount: result.pendingCount,
-        })
+        const conversation = { userId: result.userId, latestMessage: result.text, latestMessageAt: result.createdAt, pendingCount: result.pendingCount }
+        // A result stored before versions existed: the entry goes in at the lowest version, so any later change outranks it.
+        await projectConversation(deps, id, result.userId, result.version ?? 0, conversation)
       },
       async announce(result: MessageApplied, _message, { id }) {
         if (!result.ownerId) return
@@ -50,35 +57,34 @@ export function conversationCommands(deps: NotifyDeps): ActorKind {
         })
       },
     },
+    // Replies are written by the API process that receives them (replies.ts); this drains mail that
+    // processes of an older version sent to the actor during an upgrade, the same way.
     'agent.reply': {
-      async apply(tx, reply: UserMessage, context): Promise<MessageApplied | Refusal> {
-        const [result] = await applyReplies(tx, [{ payload: reply, context }])
-        return result!
+      async apply(tx, reply: UserMessage, { id, at }): Promise<ReplyApplied | Refusal> {
+        const stored = (await storeReplies(tx, [{ id: reply.messageId, participantId: id, userId: reply.userId, text: reply.text, chosen: true }], at)).get(reply.messageId)
+        if (!stored) return { refused: 'not_found' }
+        return { messageId: reply.messageId, userId: reply.userId, text: reply.text, createdAt: stored.createdAt.toISOString(), stored }
       },
-      applyMany: applyReplies,
-      async project(result: MessageApplied, _reply, { id }) {
-        // A result stored before this field existed says nothing: drop the entry to be sure.
-        if (result.wasPending !== false) await removePendingConversation(deps, id, result.userId)
+      async project(result: ReplyApplied, _reply, { id }) {
+        if (!result.stored) {
+          // Applied by an older process, whose projection has no version to order it: rebuild the inbox from Postgres.
+          await deps.redis.del(deps.keys.agent(id).built)
+          return
+        }
+        const projection = replyProjection(revive(result.stored), result.userId)
+        if (projection) await projectConversation(deps, id, result.userId, projection.version, projection.pending)
       },
-      async announce(result: MessageApplied, _reply, { id }) {
+      async announce(result: ReplyApplied, _reply, { id }) {
+        if (result.stored && !result.stored.stored) return
         await notify(deps, result.userId, 'conversation.reply', { participantId: id, messageId: result.messageId, text: result.text })
       },
     },
   }
 }
 
-/** Replies of agents, each to one user (so no conversation twice), in one statement. */
-async function applyReplies(
-  tx: TxSql,
-  replies: { payload: UserMessage; context: { id: string; at: Date } }[],
-): Promise<(MessageApplied | Refusal)[]> {
-  const stored = await insertReplies(
-    tx,
-    replies.map(({ payload, context }) => ({ id: payload.messageId, participantId: context.id, userId: payload.userId, text: payload.text, at: context.at })),
-  )
-  return replies.map(({ payload, context }) => {
-    const wasPending = stored.get(payload.messageId)
-    if (wasPending === undefined) return { refused: 'not_found' }
-    return { messageId: payload.messageId, userId: payload.userId, text: payload.text, createdAt: context.at.toISOString(), pendingCount: 0, wasPending }
-  })
+/** A stored outcome read back from the actor's record, where its times are strings. */
+function revive(stored: ReplyStored): ReplyStored {
+  if (stored.stored) return { ...stored, createdAt: new Date(stored.createdAt) }
+  const at = stored.conversation.latestMessageAt
+  return { ...stored, createdAt: new Date(stored.createdAt), conversation: { ...stored.conversation, latestMessageAt: at === null ? null : new Date(at) } }
 }

@@ -1,8 +1,11 @@
 /**
- * An agent's inbox in Redis: its pending conversations and open service requests, written only by
- * its actor (projections) and read by the poll from an in-process cache that pub/sub keeps honest.
+ * An agent's inbox in Redis: its pending conversations and open service requests, read by the poll
+ * from an in-process cache that pub/sub keeps honest. Service requests are written by the agent's
+ * actor. Conversations are written by whoever changed them (the actor for a user's message, the API
+ * process for the agent's reply), so their projections are ordered by the conversation's version in
+ * Postgres: one older than what the inbox holds for that conversation is dropped.
  */
-import { defineScript, type Redis } from '../redis.ts'
+import { defineBatchedScript, defineScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { PubSub } from '../pubsub.ts'
 import { randomUUID } from 'node:crypto'
@@ -34,20 +37,96 @@ interface InboxDeps {
   keys: Keys
 }
 
-// KEYS the hash; ARGV channel, agent id, field, value (none: the field goes). Changed and announced in
-// one step, so readers' caches never miss a change.
+/**
+ * How long an answered conversation's version is kept after its entry went (a tombstone): a user's
+ * message committed before the reply but projected after it (by the actor, right after its commit)
+ * is dropped by it instead of bringing the conversation back.
+ */
+export const answeredKeepMs = 60_000
+
+// KEYS the requests hash; ARGV channel, agent id, field, value (none: the field goes). Changed and
+// announced in one step, so readers' caches never miss a change.
 const change = defineScript(`
 if ARGV[4] then redis.call('HSET', KEYS[1], ARGV[3], ARGV[4]) else redis.call('HDEL', KEYS[1], ARGV[3]) end
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return 1`)
 
-export async function putPendingConversation(deps: InboxDeps, agentId: string, conversation: PendingConversation) {
-  const inbox = deps.keys.agent(agentId).inbox
-  await change(deps.redis, [inbox], [deps.keys.channels.inboxChanged, agentId, conversation.userId, JSON.stringify(conversation)])
+// The version an entry was written at: the first field of its JSON.
+const entryVersion = `local function entryVersion(entry)
+  if not entry then return -1 end
+  return tonumber(string.match(entry, '^{"version":(%d+),') or '0')
+end`
+
+// K inbox, answered (user -> version), answered-at (user -> ms); A channel, agent id, user id,
+// version, entry ('' when the conversation is no longer pending). Applied only when newer than both
+// the entry and the tombstone held for that user; a change is announced in the same step. A
+// tombstone is kept for answeredKeepMs: each one written removes up to 16 past that age.
+const project = defineBatchedScript(
+  `
+${entryVersion}
+local v = tonumber(A[4])
+local gone = tonumber(redis.call('HGET', K[2], A[3]) or '-1')
+if gone >= v then return 0 end
+local held = redis.call('HGET', K[1], A[3])
+if entryVersion(held) >= v then return 0 end
+if A[5] ~= '' then
+  redis.call('HSET', K[1], A[3], A[5])
+  if gone >= 0 then
+    redis.call('HDEL', K[2], A[3])
+    redis.call('ZREM', K[3], A[3])
+  end
+else
+  local time = redis.call('TIME')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  redis.call('HSET', K[2], A[3], v)
+  redis.call('ZADD', K[3], now, A[3])
+  local old = redis.call('ZRANGEBYSCORE', K[3], '-inf', now - ${answeredKeepMs}, 'LIMIT', 0, 16)
+  if #old > 0 then
+    redis.call('HDEL', K[2], unpack(old))
+    redis.call('ZREM', K[3], unpack(old))
+  end
+  redis.call('PEXPIRE', K[2], ${answeredKeepMs})
+  redis.call('PEXPIRE', K[3], ${answeredKeepMs})
+  if not held then return 0 end
+  redis.call('HDEL', K[1], A[3])
+end
+redis.call('PUBLISH', A[1], A[2])
+return 1`,
+  3,
+  5,
+)
+
+// KEYS inbox, answered, requests, built; ARGV channel, agent id, then (user id, version, entry) per
+// pending conversation, '--', then (request id, entry) per open request. Replaces the inbox with what
+// Postgres holds, but for conversations a reply took out meanwhile (a tombstone as new as the entry).
+const replace = defineScript(`
+redis.call('DEL', KEYS[1], KEYS[3])
+local i = 3
+while ARGV[i] ~= '--' do
+  local gone = tonumber(redis.call('HGET', KEYS[2], ARGV[i]) or '-1')
+  if gone < tonumber(ARGV[i + 1]) then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 2]) end
+  i = i + 3
+end
+for j = i + 1, #ARGV, 2 do redis.call('HSET', KEYS[3], ARGV[j], ARGV[j + 1]) end
+redis.call('SET', KEYS[4], '1')
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return 1`)
+
+/** A conversation as it stands at `version`: pending (its entry) or not (null). Dropped if the inbox holds a newer one. */
+export async function projectConversation(
+  deps: InboxDeps,
+  agentId: string,
+  userId: string,
+  version: number,
+  pending: PendingConversation | null,
+): Promise<void> {
+  const k = deps.keys.agent(agentId)
+  await project(deps.redis, [k.inbox, k.answered, k.answeredAt], [deps.keys.channels.inboxChanged, agentId, userId, version, pending ? entry(version, pending) : ''])
 }
 
-export async function removePendingConversation(deps: InboxDeps, agentId: string, userId: string) {
-  await change(deps.redis, [deps.keys.agent(agentId).inbox], [deps.keys.channels.inboxChanged, agentId, userId])
+/** The stored form: the version first, where the scripts read it. */
+function entry(version: number, conversation: PendingConversation): string {
+  return JSON.stringify({ version, ...conversation })
 }
 
 export async function putOpenRequest(deps: InboxDeps, agentId: string, request: OpenServiceRequest) {
@@ -59,13 +138,14 @@ export async function removeOpenRequest(deps: InboxDeps, agentId: string, reques
   await change(deps.redis, [deps.keys.agent(agentId).requests], [deps.keys.channels.inboxChanged, agentId, requestId])
 }
 
-/** Replaces the whole inbox with what Postgres holds and marks it built. */
-export async function replaceInbox(deps: InboxDeps, agentId: string, inbox: AgentInbox) {
-  const keys = deps.keys.agent(agentId)
-  const tx = deps.redis.multi().del(keys.inbox, keys.requests)
-  for (const c of inbox.conversations) tx.hset(keys.inbox, c.userId, JSON.stringify(c))
-  for (const r of inbox.requests) tx.hset(keys.requests, r.requestId, JSON.stringify(r))
-  await tx.set(keys.built, '1').publish(deps.keys.channels.inboxChanged, agentId).exec()
+/** Replaces the whole inbox with what Postgres holds (conversations with their versions) and marks it built. */
+export async function replaceInbox(deps: InboxDeps, agentId: string, inbox: { conversations: (PendingConversation & { version: number })[]; requests: OpenServiceRequest[] }) {
+  const k = deps.keys.agent(agentId)
+  const args: (string | number)[] = [deps.keys.channels.inboxChanged, agentId]
+  for (const { version, ...c } of inbox.conversations) args.push(c.userId, version, entry(version, c))
+  args.push('--')
+  for (const r of inbox.requests) args.push(r.requestId, JSON.stringify(r))
+  await replace(deps.redis, [k.inbox, k.answered, k.requests, k.built], args)
 }
 
 export interface InboxReader {
@@ -78,7 +158,9 @@ export interface InboxReader {
 /**
  * Reads inboxes: from process memory when nothing changed since, else in one Redis round trip. An
  * inbox Redis lost (no "built" marker) is rebuilt from Postgres while holding the agent's actor, so
- * no command is applied meanwhile; if a runtime holds it, this poll is answered from Postgres.
+ * no actor command (a user's message, a service request) is applied meanwhile, and a reply's removal
+ * that lands first leaves a tombstone the rebuild respects; if a runtime holds the actor, this poll
+ * is answered from Postgres.
  */
 export async function createInboxReader(options: {
   sql: Sql
@@ -117,7 +199,10 @@ export async function createInboxReader(options: {
     if (built !== 1) return null
     return {
       conversations: Object.values(inbox)
-        .map(value => JSON.parse(value) as PendingConversation)
+        .map(value => {
+          const { version: _, ...conversation } = JSON.parse(value) as PendingConversation & { version?: number }
+          return conversation
+        })
         .sort((a, b) => a.latestMessageAt.localeCompare(b.latestMessageAt) || a.userId.localeCompare(b.userId)),
       requests: Object.values(requests)
         .map(value => JSON.parse(value) as OpenServiceRequest)
@@ -130,9 +215,9 @@ export async function createInboxReader(options: {
     const holder = randomUUID()
     const token = await acquireLease({ redis, keys }, actor, holder, 5000)
     try {
-      const inbox = { conversations: await pendingConversations(sql, agentId), requests: await openRequests(sql, agentId, clock.now()) }
-      if (token !== null) await replaceInbox({ redis, keys }, agentId, inbox)
-      return inbox
+      const stored = { conversations: await pendingConversations(sql, agentId), requests: await openRequests(sql, agentId, clock.now()) }
+      if (token !== null) await replaceInbox({ redis, keys }, agentId, stored)
+      return { conversations: stored.conversations.map(({ version: _, ...conversation }) => conversation), requests: stored.requests }
     } finally {
       if (token !== null) {
         await releaseLease({ redis, keys }, actor, holder)

@@ -1,5 +1,5 @@
 /** Conversations: subscribers write to agents and read the history; agents reply (/v1/agent/conversation-reply). */
-import { newRowId } from '../ids.ts'
+import { newRowId, rowIdFor } from '../ids.ts'
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
@@ -16,7 +16,7 @@ import { Message, PostMessage, PostReply, Reply } from './schema.ts'
 import { listMessages } from './store.ts'
 
 export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
-  const { sql, dispatcher } = deps
+  const { sql, dispatcher, replies } = deps
 
   const activeAgent = async (agentId: string) => {
     const agent = await findParticipant(sql, agentId)
@@ -89,13 +89,13 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
           path: '/v1/agent/conversation-reply',
           body,
         }
-        const outcome = await idempotentCommand(deps, request, async identity => {
-          const command: UserMessage = { messageId: newRowId(), userId: body.userId, text: body.text }
-          const result = accepted(
-            await dispatcher.ask<MessageApplied | Refusal>(`agent:${agent.participantId}`, 'agent.reply', command, identity),
-            () => errors.notFound('Conversation'),
-          )
-          return { status: 201, body: ok({ messageId: result.messageId, userId: result.userId, text: result.text, createdAt: result.createdAt }) }
+        const outcome = await idempotentCommand(deps, request, async ({ commandId, reservedAt }) => {
+          // Every repeat under one reservation stores (or finds) the same message.
+          const chosen = commandId !== undefined && reservedAt !== undefined
+          const messageId = chosen ? rowIdFor(reservedAt, commandId) : newRowId()
+          const replied = await replies.send({ agentId: agent.participantId, userId: body.userId, text: body.text, messageId, chosen })
+          if (!replied) throw errors.notFound('Conversation')
+          return { status: 201, body: ok(replied) }
         })
         set.status = outcome.status
         return outcome.body as { success: true; data: typeof Reply.static }

@@ -92,10 +92,18 @@ export interface CommandOptions {
   takeOverAfterMs?: number
 }
 
+/** What a command sent under a reservation is known by; every repeat of the request gets the same. */
+export interface CommandIdentity {
+  commandId?: string
+  requestHash?: Buffer
+  /** When the reservation was made. */
+  reservedAt?: Date
+}
+
 export async function idempotentCommand(
   { sql, clock }: { sql: Sql; clock: Clock },
   request: IdempotentRequest,
-  send: (identity: { commandId?: string; requestHash?: Buffer }) => Promise<Outcome>,
+  send: (identity: CommandIdentity) => Promise<Outcome>,
   options: CommandOptions = { inFlight: 'resend' },
 ): Promise<Outcome & { replayed: boolean }> {
   const key = request.key
@@ -112,7 +120,7 @@ export async function idempotentCommand(
     .digest('hex')
   let outcome: Outcome
   try {
-    outcome = await send({ commandId, requestHash: hash })
+    outcome = await send({ commandId, requestHash: hash, reservedAt: at })
   } catch (error) {
     if (error instanceof AppError && options.keepFailure?.(error)) {
       await complete(sql, request.subject, key, { at, reservation }, { status: error.status, body: errorBody(error) })

@@ -1,0 +1,298 @@
+/** Replies written by the API process, not the actor: ordering by the conversation's row and version, repeats, failures. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { Redis } from 'ioredis'
+import { newRowId } from '../src/ids.ts'
+import { answeredKeepMs, projectConversation, replaceInbox } from '../src/conversations/inbox.ts'
+import { createReplyWriter } from '../src/conversations/replies.ts'
+import { createSql } from '../src/db.ts'
+import {
+  createTestContext,
+  expectError,
+  redisUrl,
+  signUp,
+  subscribedPair as newPair,
+  type Subscribed,
+  type TestAgent,
+  type TestContext,
+  type TestUser,
+} from './helpers/context.ts'
+import { until } from './helpers/until.ts'
+
+let ctx: TestContext
+let owner: TestUser
+
+beforeAll(async () => {
+  ctx = await createTestContext({ actors: true })
+  owner = await signUp(ctx)
+})
+afterAll(() => ctx.close())
+
+const subscribedPair = () => newPair(ctx, owner)
+const send = (user: TestUser, agent: TestAgent, text: string) =>
+  ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text } })
+const reply = (agent: TestAgent, userId: string, text: string, headers?: Record<string, string>) =>
+  ctx.call('POST', '/v1/agent/conversation-reply', { apiKey: agent.apiKey, body: { userId, text }, headers })
+const history = async ({ agent, user }: Subscribed) =>
+  (await ctx.call('GET', `/v1/conversations/${agent.id}/messages?limit=100`, { token: user.token })).body.data as {
+    id: string
+    role: string
+    text: string
+    createdAt: string
+  }[]
+
+/** The agent's inbox entries as Redis holds them, by user. */
+const inboxInRedis = async (agentId: string) => {
+  const raw = await ctx.deps.redis.hgetall(ctx.deps.keys.agent(agentId).inbox)
+  return Object.fromEntries(Object.entries(raw).map(([userId, value]) => [userId, JSON.parse(value)]))
+}
+
+const conversationRow = async (agentId: string, userId: string) => {
+  const [row] = await ctx.deps.sql<{ pendingCount: number; latestMessage: string; version: number }[]>`
+    select pending_count as "pendingCount", latest_user_message as "latestMessage", version
+    from conversations where participant_id = ${agentId} and user_id = ${userId}
+  `
+  return row!
+}
+
+describe('a reply and the user racing on one conversation', () => {
+  test('leave the inbox as Postgres has it, whichever lands first', async () => {
+    const pairs = await Promise.all(Array.from({ length: 6 }, () => subscribedPair()))
+    for (const { agent, user } of pairs) expect((await send(user, agent, 'first')).status).toBe(201)
+    await Promise.all(
+      pairs.map(async ({ agent, user }, p) => {
+        for (let round = 0; round < 12; round++) {
+          // The reply and the next message go out together: either may take the row first.
+          const [answered, sent] = await Promise.all([reply(agent, user.id, `a${p}-${round}`), send(user, agent, `u${p}-${round}`)])
+          expect(answered.status).toBe(201)
+          expect(sent.status).toBe(201)
+        }
+      }),
+    )
+    for (const { agent, user } of pairs) {
+      const row = await conversationRow(agent.id, user.id)
+      const entries = await inboxInRedis(agent.id)
+      if (row.pendingCount === 0) expect(entries[user.id]).toBeUndefined()
+      else expect(entries[user.id]).toMatchObject({ version: row.version, latestMessage: row.latestMessage, pendingCount: row.pendingCount })
+      // The poll agrees once this process has heard of the last change.
+      await until(async () => {
+        const polled = (await ctx.call('GET', '/v1/agent/events', { apiKey: agent.apiKey })).body.data.pendingConversations
+        return polled.length === (row.pendingCount === 0 ? 0 : 1)
+      }, 5000)
+    }
+  }, 30_000)
+})
+
+describe('a reply’s time', () => {
+  test('is never before the message it answers, whatever the replying process’s clock says', async () => {
+    const pair = await subscribedPair()
+    const asked = await send(pair.user, pair.agent, 'What time is it?')
+    ctx.clock.advance(-60_000)
+    try {
+      const answered = await reply(pair.agent, pair.user.id, 'Earlier than you think')
+      expect(answered.status).toBe(201)
+      expect(answered.body.data.createdAt >= asked.body.data.createdAt).toBe(true)
+    } finally {
+      ctx.clock.advance(60_000)
+    }
+    expect((await history(pair)).map(m => m.text)).toEqual(['Earlier than you think', 'What time is it?'])
+  })
+})
+
+describe('a repeat under one Idempotency-Key whose first answer was lost', () => {
+  test('finds the stored reply, stores nothing, and leaves a newer message pending', async () => {
+    const pair = await subscribedPair()
+    await send(pair.user, pair.agent, 'question one')
+    const headers = { 'idempotency-key': `lost-${newRowId()}` }
+    const first = await reply(pair.agent, pair.user.id, 'answer one', headers)
+    expect(first.status).toBe(201)
+    // The process died before it could keep the outcome: the reservation is still in progress.
+    await ctx.deps.sql`
+      update idempotency_keys set response_status = null, response_body = null where key = ${headers['idempotency-key']}
+    `
+    const asked = await send(pair.user, pair.agent, 'question two')
+    const again = await reply(pair.agent, pair.user.id, 'answer one', headers)
+    expect(again.status).toBe(201)
+    expect(again.body.data).toEqual(first.body.data)
+    expect((await history(pair)).map(m => m.text)).toEqual(['question two', 'answer one', 'question one'])
+    const row = await conversationRow(pair.agent.id, pair.user.id)
+    expect(row.pendingCount).toBe(1)
+    expect((await inboxInRedis(pair.agent.id))[pair.user.id]).toMatchObject({ latestMessage: 'question two', latestMessageAt: asked.body.data.createdAt })
+  })
+})
+
+describe('the inbox projection of a conversation', () => {
+  const agentId = newRowId()
+  const userId = newRowId()
+  const entry = (latestMessage: string) => ({ userId, latestMessage, latestMessageAt: new Date().toISOString(), pendingCount: 1 })
+  const changes: string[] = []
+  let stop: () => Promise<void>
+  beforeAll(async () => {
+    stop = await ctx.deps.pubsub.subscribe(ctx.deps.keys.channels.inboxChanged, id => changes.push(id))
+  })
+  afterAll(() => stop())
+  const announced = async () => {
+    await Bun.sleep(50)
+    return changes.filter(id => id === agentId).length
+  }
+
+  test('drops a change older than the one it holds, and announces only what it applied', async () => {
+    await projectConversation(ctx.deps, agentId, userId, 2, entry('second'))
+    // The removal of an older reply, landing late.
+    await projectConversation(ctx.deps, agentId, userId, 1, null)
+    expect((await inboxInRedis(agentId))[userId]).toMatchObject({ version: 2, latestMessage: 'second' })
+    expect(await announced()).toBe(1)
+
+    await projectConversation(ctx.deps, agentId, userId, 3, null)
+    expect((await inboxInRedis(agentId))[userId]).toBeUndefined()
+    // The message the reply answered, projected after it: the tombstone keeps it out.
+    await projectConversation(ctx.deps, agentId, userId, 2, entry('second, late'))
+    expect((await inboxInRedis(agentId))[userId]).toBeUndefined()
+    expect(await announced()).toBe(2)
+
+    await projectConversation(ctx.deps, agentId, userId, 4, entry('fourth'))
+    expect((await inboxInRedis(agentId))[userId]).toMatchObject({ version: 4, latestMessage: 'fourth' })
+    // A put past the tombstone takes its place.
+    expect(await ctx.deps.redis.hexists(ctx.deps.keys.agent(agentId).answered, userId)).toBe(0)
+    expect(await announced()).toBe(3)
+  })
+
+  test('takes an entry written before versions as the oldest there is', async () => {
+    const other = newRowId()
+    const k = ctx.deps.keys.agent(agentId)
+    await ctx.deps.redis.hset(k.inbox, other, JSON.stringify({ userId: other, latestMessage: 'old', latestMessageAt: new Date().toISOString(), pendingCount: 1 }))
+    await projectConversation(ctx.deps, agentId, other, 1, null)
+    expect((await inboxInRedis(agentId))[other]).toBeUndefined()
+  })
+
+  test('forgets tombstones a minute old as new ones are written, and the whole key after a minute', async () => {
+    const k = ctx.deps.keys.agent(newRowId())
+    const agent = k.inbox.split('{actor:agent:')[1]!.split('}')[0]!
+    const [old, fresh] = [newRowId(), newRowId()]
+    await projectConversation(ctx.deps, agent, old, 1, null)
+    await ctx.deps.redis.zadd(k.answeredAt, Date.now() - answeredKeepMs - 1000, old)
+    await projectConversation(ctx.deps, agent, fresh, 1, null)
+    expect(await ctx.deps.redis.hkeys(k.answered)).toEqual([fresh])
+    expect(await ctx.deps.redis.zrange(k.answeredAt, 0, -1)).toEqual([fresh])
+    const ttl = await ctx.deps.redis.pttl(k.answered)
+    expect(ttl).toBeGreaterThan(0)
+    expect(ttl).toBeLessThanOrEqual(answeredKeepMs)
+  })
+
+  test('a rebuild keeps out a conversation a newer reply took out meanwhile', async () => {
+    const rebuilt = newRowId()
+    const [answered, waiting] = [newRowId(), newRowId()]
+    // The rebuild read both as pending at version 5; a reply to one landed (version 6) before it wrote.
+    await projectConversation(ctx.deps, rebuilt, answered, 6, null)
+    const at = new Date().toISOString()
+    await replaceInbox(ctx.deps, rebuilt, {
+      conversations: [
+        { userId: answered, latestMessage: 'a', latestMessageAt: at, pendingCount: 1, version: 5 },
+        { userId: waiting, latestMessage: 'w', latestMessageAt: at, pendingCount: 2, version: 5 },
+      ],
+      requests: [],
+    })
+    expect(Object.keys(await inboxInRedis(rebuilt))).toEqual([waiting])
+  })
+})
+
+describe('the reply writer', () => {
+  test('runs a statement again that Postgres chose as a deadlock’s victim', async () => {
+    const [a, b] = [await subscribedPair(), await subscribedPair()]
+    const locker = createSql(ctx.database.url, { max: 1 })
+    try {
+      let deadlocked = false
+      let rounds = 0
+      // Which of the two the statement locks first is the planner's: lock the other one here first.
+      for (const [first, second] of [
+        [b, a],
+        [a, b],
+      ] as const) {
+        if (deadlocked) break
+        rounds++
+        for (const pair of [a, b]) expect((await send(pair.user, pair.agent, 'pending again')).status).toBe(201)
+        let replies!: Promise<unknown[]>
+        await locker.begin(async tx => {
+          const [me] = await tx<{ pid: number }[]>`select pg_backend_pid() as pid`
+          await tx`select 1 from conversations where participant_id = ${first.agent.id} and user_id = ${first.user.id} for update`
+          // Sent together, so they share one statement.
+          replies = Promise.all(
+            [a, b].map(({ agent, user }) =>
+              ctx.deps.replies.send({ agentId: agent.id, userId: user.id, text: agent === a.agent ? 'to a' : 'to b', messageId: newRowId(), chosen: false }),
+            ),
+          )
+          // The writer's statement waits on the row this transaction holds.
+          await until(async () => {
+            const [waiting] = await ctx.deps.sql`select 1 from pg_stat_activity where ${me!.pid} = any(pg_blocking_pids(pid))`
+            return waiting !== undefined
+          }, 5000)
+          const [held] = await tx`
+            select 1 from conversations where participant_id = ${second.agent.id} and user_id = ${second.user.id}
+            for update skip locked
+          `.catch(() => [undefined])
+          if (held === undefined) {
+            // The statement holds the other row: taking it closes the cycle. The statement, waiting
+            // longer, is the one Postgres rolls back, and the writer runs it again after this commits.
+            await tx`select 1 from conversations where participant_id = ${second.agent.id} and user_id = ${second.user.id} for update`
+            deadlocked = true
+          }
+        })
+        expect(await replies).toMatchObject([{ text: 'to a' }, { text: 'to b' }])
+      }
+      expect(deadlocked).toBe(true)
+      for (const [pair, text] of [
+        [a, 'to a'],
+        [b, 'to b'],
+      ] as const) {
+        // Each reply stored once, however many times its statement ran.
+        expect((await history(pair)).filter(m => m.role === 'agent').map(m => m.text)).toEqual(Array(rounds).fill(text))
+        expect((await conversationRow(pair.agent.id, pair.user.id)).pendingCount).toBe(0)
+      }
+    } finally {
+      await locker.end()
+    }
+  }, 30_000)
+
+  test('fails only the reply Postgres refuses; the others of its statement are stored', async () => {
+    const pairs = await Promise.all(Array.from({ length: 3 }, () => subscribedPair()))
+    for (const { agent, user } of pairs) await send(user, agent, 'hello')
+    const sent = await Promise.allSettled(
+      pairs.map(({ agent, user }, i) =>
+        ctx.deps.replies.send({ agentId: agent.id, userId: user.id, text: i === 1 ? 'bad \u0000 text' : `fine ${i}`, messageId: newRowId(), chosen: false }),
+      ),
+    )
+    expect(sent.map(s => s.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
+    expect(((sent[1] as PromiseRejectedResult).reason as { code?: string }).code).toBe('22P05')
+    expect((await history(pairs[0]!)).map(m => m.text)).toEqual(['fine 0', 'hello'])
+    expect((await history(pairs[1]!)).map(m => m.text)).toEqual(['hello'])
+    expect((await history(pairs[2]!)).map(m => m.text)).toEqual(['fine 2', 'hello'])
+    // Through the API the refusal is the client's to fix.
+    expectError(
+      await ctx.call('POST', '/v1/agent/conversation-reply', { apiKey: pairs[1]!.agent.apiKey, rawBody: '{"userId":"' + pairs[1]!.user.id + '","text":"a\\u0000b"}' }),
+      400,
+      'validation_failed',
+    )
+  })
+
+  test('answers a stored reply whose projection failed, and projects it once Redis is back', async () => {
+    const pair = await subscribedPair()
+    await send(pair.user, pair.agent, 'are you there?')
+    expect((await inboxInRedis(pair.agent.id))[pair.user.id]).toBeDefined()
+    const redis = new Redis(redisUrl, { maxRetriesPerRequest: 0 })
+    await redis.ping()
+    const sql = createSql(ctx.database.url, { max: 1 })
+    const writer = createReplyWriter({ ...ctx.deps, redis, sql })
+    try {
+      // Redis goes away between the statement and the projection.
+      redis.disconnect()
+      const replied = await writer.send({ agentId: pair.agent.id, userId: pair.user.id, text: 'yes', messageId: newRowId(), chosen: false })
+      expect(replied).toMatchObject({ userId: pair.user.id, text: 'yes' })
+      expect((await inboxInRedis(pair.agent.id))[pair.user.id]).toBeDefined()
+      await redis.connect()
+      await until(async () => (await inboxInRedis(pair.agent.id))[pair.user.id] === undefined, 10_000)
+    } finally {
+      await writer.close()
+      redis.disconnect()
+      await sql.end()
+    }
+  }, 20_000)
+})
