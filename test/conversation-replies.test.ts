@@ -252,6 +252,29 @@ describe('the reply writer', () => {
     }
   }, 30_000)
 
+  test('starts another statement when the one under way waits on a lock, so other replies go on', async () => {
+    const [held, free] = [await subscribedPair(), await subscribedPair()]
+    for (const { agent, user } of [held, free]) await send(user, agent, 'hello')
+    const locker = createSql(ctx.database.url, { max: 1 })
+    try {
+      let blocked!: Promise<unknown>
+      let freeAnswered = false
+      await locker.begin(async tx => {
+        await tx`select 1 from conversations where participant_id = ${held.agent.id} and user_id = ${held.user.id} for update`
+        blocked = reply(held.agent, held.user.id, 'waits for the lock')
+        await Bun.sleep(50)
+        // The free conversation's reply is answered while the other statement still waits.
+        expect((await reply(free.agent, free.user.id, 'goes on')).status).toBe(201)
+        freeAnswered = true
+      })
+      expect(freeAnswered).toBe(true)
+      expect(await blocked).toMatchObject({ status: 201 })
+      expect((await history(held)).map(m => m.text)).toEqual(['waits for the lock', 'hello'])
+    } finally {
+      await locker.end()
+    }
+  })
+
   test('fails only the reply Postgres refuses; the others of its statement are stored', async () => {
     const pairs = await Promise.all(Array.from({ length: 3 }, () => subscribedPair()))
     for (const { agent, user } of pairs) await send(user, agent, 'hello')

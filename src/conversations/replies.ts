@@ -41,8 +41,10 @@ export interface ReplyWriter {
 export interface ReplyWriterOptions extends NotifyDeps {
   /** Connections of its own, one per statement in flight. */
   sql: Sql
-  /** Statements in flight at once. */
+  /** Statements in flight at most: one, and another while the one under way is stalled. */
   batches?: number
+  /** How long a statement runs before the writer counts it stalled (waiting on a lock, say) and starts another. */
+  stalledMs?: number
   /** Conversations in one statement. */
   batchSize?: number
 }
@@ -68,17 +70,20 @@ export function replyProjection(stored: ReplyStored, userId: string) {
 export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
   const { sql, log } = options
   const batches = options.batches ?? 2
+  const stalledMs = options.stalledMs ?? 20
   const batchSize = options.batchSize ?? 256
   /** Replies waiting for a statement, by conversation, in the order they came. */
   const queued = new Map<string, Pending[]>()
   /** Conversations in a statement under way: their next replies wait for it. */
   const working = new Set<string>()
-  const running = new Set<Promise<void>>()
+  /** Statements under way, with when each began. */
+  const running = new Map<Promise<void>, number>()
   /** Projections that failed, tried again in the background; and how to cut their waits short. */
   const retrying = new Set<Promise<void>>()
   const wakers = new Set<() => void>()
   let inFlight = 0
   let scheduled = false
+  let recheck: ReturnType<typeof setTimeout> | undefined
   let closed = false
 
   const schedule = () => {
@@ -87,9 +92,26 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
     setImmediate(flush)
   }
 
+  /**
+   * One statement at a time carries the most replies for the least work (Postgres spent a fifth less
+   * a reply than with two side by side, which contend for the same index pages); a second starts only
+   * when the one under way has stalled, so a lock wait holds up the process's replies for no longer.
+   */
+  const mayStart = () => {
+    if (inFlight === 0) return true
+    if (inFlight >= batches) return false
+    const since = performance.now() - Math.min(...running.values())
+    if (since >= stalledMs) return true
+    recheck ??= setTimeout(() => {
+      recheck = undefined
+      schedule()
+    }, stalledMs - since)
+    return false
+  }
+
   const flush = () => {
     scheduled = false
-    while (inFlight < batches) {
+    while (mayStart()) {
       const batch: { conversation: string; pending: Pending }[] = []
       for (const [conversation, list] of queued) {
         if (working.has(conversation)) continue
@@ -107,7 +129,7 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
         inFlight--
         if (queued.size > 0) schedule()
       })
-      running.add(run)
+      running.set(run, performance.now())
     }
   }
 
@@ -210,7 +232,7 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
       closed = true
       while (running.size > 0 || queued.size > 0) {
         if (running.size === 0) schedule()
-        await Promise.allSettled([...running])
+        await Promise.allSettled([...running.keys()])
         await Bun.sleep(0)
       }
       for (const wake of [...wakers]) wake()
