@@ -90,7 +90,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
         kinds: actorKinds({ sql, redis: batchRedis, keys, clock, log }),
       })
     : undefined
-  const replySql = createSql(config.databaseUrl, { max: replyBatches })
+  const replySql = createSql(config.databaseUrl, { max: 2 * replyBatches })
   const replies = createReplyWriter({ sql: replySql, redis: batchRedis, keys, clock, log, batches: replyBatches })
   const dispatcher = await createDispatcher({ redis, pubsub, keys, inline })
   const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock })

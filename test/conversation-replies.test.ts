@@ -4,7 +4,9 @@ import { Redis } from 'ioredis'
 import { newRowId } from '../src/ids.ts'
 import { answeredKeepMs, projectConversation, replaceInbox } from '../src/conversations/inbox.ts'
 import { createReplyWriter } from '../src/conversations/replies.ts'
-import { createSql } from '../src/db.ts'
+import { insertUserMessage, storeReplies } from '../src/conversations/store.ts'
+import { acquireLease, releaseLease } from '../src/actors/lease.ts'
+import { createSql, type Sql } from '../src/db.ts'
 import {
   createTestContext,
   expectError,
@@ -110,6 +112,9 @@ describe('a repeat under one Idempotency-Key whose first answer was lost', () =>
       update idempotency_keys set response_status = null, response_body = null where key = ${headers['idempotency-key']}
     `
     const asked = await send(pair.user, pair.agent, 'question two')
+    // Nor was the user told before it died.
+    const events = ctx.deps.keys.events.user(pair.user.id)
+    await ctx.deps.redis.del(events)
     const again = await reply(pair.agent, pair.user.id, 'answer one', headers)
     expect(again.status).toBe(201)
     expect(again.body.data).toEqual(first.body.data)
@@ -117,6 +122,107 @@ describe('a repeat under one Idempotency-Key whose first answer was lost', () =>
     const row = await conversationRow(pair.agent.id, pair.user.id)
     expect(row.pendingCount).toBe(1)
     expect((await inboxInRedis(pair.agent.id))[pair.user.id]).toMatchObject({ latestMessage: 'question two', latestMessageAt: asked.body.data.createdAt })
+    // The repeat tells the user (again, if the first attempt had): at least once.
+    await until(async () => {
+      const told = await ctx.deps.redis.xrange(events, '-', '+')
+      return told.some(([, fields]) => fields[1] === 'conversation.reply' && fields[3]!.includes(first.body.data.messageId))
+    }, 5000)
+  })
+})
+
+/** Waits until `pid`'s backend is blocked by another (on a row lock, say). */
+const blocked = (pid: number) =>
+  until(async () => {
+    const [row] = await ctx.deps.sql<{ waiting: boolean }[]>`select cardinality(pg_blocking_pids(${pid})) > 0 as waiting`
+    return row!.waiting
+  }, 5000)
+
+/** Waits until `pid`'s backend has run its statements and holds its transaction open. */
+const holding = (pid: number) =>
+  until(async () => (await ctx.deps.sql`select 1 from pg_stat_activity where pid = ${pid} and state = 'idle in transaction'`).length === 1, 5000)
+
+/** A connection of its own, its backend's pid, and a way to end it. */
+const connection = async () => {
+  const sql: Sql = createSql(ctx.database.url, { max: 1 })
+  const [row] = await sql<{ pid: number }[]>`select pg_backend_pid() as pid`
+  return { sql, pid: row!.pid }
+}
+
+describe('the reply statement and a user’s message on one conversation', () => {
+  test('a repeat resent while its first attempt commits never answers the message that follows it', async () => {
+    // One agent, two users: the repeat's statement also holds a reply to the conversation that sorts
+    // first, and waits there (on a lock held here) while the first attempt and the next message commit.
+    const pair = await subscribedPair()
+    const other = await signUp(ctx)
+    const plan = (await ctx.call('GET', `/v1/billing/plans/${pair.agent.id}`, { token: other.token })).body.data[0]
+    await ctx.call('POST', '/v1/billing/subscriptions', { token: other.token, body: { planId: plan.id } })
+    for (const user of [pair.user, other]) await send(user, pair.agent, 'question one')
+    const [earlier, later] = [pair.user, other].sort((a, b) => (a.id < b.id ? -1 : 1)) as [TestUser, TestUser]
+    const [first, holder, repeat] = [await connection(), await connection(), await connection()]
+    try {
+      const id = newRowId()
+      const resent = { id, participantId: pair.agent.id, userId: later.id, text: 'answer one', chosen: true }
+      let releaseFirst!: () => void
+      let releaseHolder!: () => void
+      const firstDone = new Promise<void>(resolve => (releaseFirst = resolve))
+      const holderDone = new Promise<void>(resolve => (releaseHolder = resolve))
+      const firstAttempt = first.sql.begin(async tx => {
+        const stored = await storeReplies(tx, [resent], new Date())
+        await firstDone
+        return stored
+      })
+      await holding(first.pid)
+      const held = holder.sql.begin(async tx => {
+        await tx`select 1 from conversations where participant_id = ${pair.agent.id} and user_id = ${earlier.id} for update`
+        await holderDone
+      })
+      await holding(holder.pid)
+      // Its snapshot is taken now, before the first attempt commits.
+      const repeated = storeReplies(repeat.sql, [{ id: newRowId(), participantId: pair.agent.id, userId: earlier.id, text: 'to the other', chosen: true }, resent], new Date())
+      await blocked(repeat.pid)
+      releaseFirst()
+      expect((await firstAttempt).get(id)).toMatchObject({ stored: true, wasPending: true })
+      await insertUserMessage(ctx.deps.sql, { id: newRowId(), participantId: pair.agent.id, userId: later.id, text: 'question two', at: new Date() })
+      releaseHolder()
+      await held
+      const outcome = (await repeated).get(id)
+      expect(outcome).toMatchObject({ stored: false, conversation: { pendingCount: 1, latestMessage: 'question two' } })
+      expect(await conversationRow(pair.agent.id, later.id)).toMatchObject({ pendingCount: 1, latestMessage: 'question two' })
+      const texts = (await ctx.call('GET', `/v1/conversations/${pair.agent.id}/messages`, { token: later.token })).body.data.map((m: { text: string }) => m.text)
+      expect(texts).toEqual(['question two', 'answer one', 'question one'])
+    } finally {
+      for (const c of [first, holder, repeat]) await c.sql.end()
+    }
+  })
+
+  test('a reply to an answered conversation waits for a message being written, answers it, and comes after it', async () => {
+    const pair = await subscribedPair()
+    await send(pair.user, pair.agent, 'question one')
+    expect((await reply(pair.agent, pair.user.id, 'answer one')).status).toBe(201)
+    const [user, replying] = [await connection(), await connection()]
+    try {
+      let release!: () => void
+      const released = new Promise<void>(resolve => (release = resolve))
+      const asked = user.sql.begin(async tx => {
+        const stored = await insertUserMessage(tx, { id: newRowId(), participantId: pair.agent.id, userId: pair.user.id, text: 'question two', at: new Date() })
+        await released
+        return stored
+      })
+      await holding(user.pid)
+      // Written by a process whose clock is a minute behind.
+      const id = newRowId()
+      const answering = storeReplies(replying.sql, [{ id, participantId: pair.agent.id, userId: pair.user.id, text: 'answer two', chosen: false }], new Date(Date.now() - 60_000))
+      await blocked(replying.pid)
+      release()
+      const question = await asked
+      const answer = (await answering).get(id)!
+      expect(answer).toMatchObject({ stored: true, wasPending: true })
+      expect(answer.createdAt.getTime()).toBeGreaterThanOrEqual(question.createdAt.getTime())
+      expect((await conversationRow(pair.agent.id, pair.user.id)).pendingCount).toBe(0)
+      expect((await history(pair)).map(m => m.text)).toEqual(['answer two', 'question two', 'answer one', 'question one'])
+    } finally {
+      for (const c of [user, replying]) await c.sql.end()
+    }
   })
 })
 
@@ -156,12 +262,20 @@ describe('the inbox projection of a conversation', () => {
     expect(await announced()).toBe(3)
   })
 
-  test('takes an entry written before versions as the oldest there is', async () => {
-    const other = newRowId()
-    const k = ctx.deps.keys.agent(agentId)
-    await ctx.deps.redis.hset(k.inbox, other, JSON.stringify({ userId: other, latestMessage: 'old', latestMessageAt: new Date().toISOString(), pendingCount: 1 }))
-    await projectConversation(ctx.deps, agentId, other, 1, null)
-    expect((await inboxInRedis(agentId))[other]).toBeUndefined()
+  test('meeting an entry written before versions (an older release), marks the inbox for a rebuild instead', async () => {
+    const pair = await subscribedPair()
+    await send(pair.user, pair.agent, 'hello')
+    const k = ctx.deps.keys.agent(pair.agent.id)
+    const stale = { userId: pair.user.id, latestMessage: 'from an older process', latestMessageAt: new Date().toISOString(), pendingCount: 1 }
+    await ctx.deps.redis.hset(k.inbox, pair.user.id, JSON.stringify(stale))
+    await projectConversation(ctx.deps, pair.agent.id, pair.user.id, 99, null)
+    expect(await ctx.deps.redis.exists(k.built)).toBe(0)
+    // The next read rebuilds it from Postgres, where the conversation is pending with 'hello'.
+    await until(async () => {
+      const polled = (await ctx.call('GET', '/v1/agent/events', { apiKey: pair.agent.apiKey })).body.data.pendingConversations
+      return polled.length === 1 && polled[0].latestMessage === 'hello'
+    }, 5000)
+    expect((await inboxInRedis(pair.agent.id))[pair.user.id]).toMatchObject({ latestMessage: 'hello' })
   })
 
   test('forgets tombstones a minute old as new ones are written, and the whole key after a minute', async () => {
@@ -181,17 +295,37 @@ describe('the inbox projection of a conversation', () => {
   test('a rebuild keeps out a conversation a newer reply took out meanwhile', async () => {
     const rebuilt = newRowId()
     const [answered, waiting] = [newRowId(), newRowId()]
+    const holder = newRowId()
+    expect(await acquireLease(ctx.deps, `agent:${rebuilt}`, holder, 5000)).not.toBeNull()
     // The rebuild read both as pending at version 5; a reply to one landed (version 6) before it wrote.
     await projectConversation(ctx.deps, rebuilt, answered, 6, null)
     const at = new Date().toISOString()
-    await replaceInbox(ctx.deps, rebuilt, {
+    const written = await replaceInbox(ctx.deps, rebuilt, holder, {
       conversations: [
         { userId: answered, latestMessage: 'a', latestMessageAt: at, pendingCount: 1, version: 5 },
         { userId: waiting, latestMessage: 'w', latestMessageAt: at, pendingCount: 2, version: 5 },
       ],
       requests: [],
     })
+    expect(written).toBe(true)
     expect(Object.keys(await inboxInRedis(rebuilt))).toEqual([waiting])
+    await releaseLease(ctx.deps, `agent:${rebuilt}`, holder)
+  })
+
+  test('a rebuild whose lease ran out meanwhile writes nothing', async () => {
+    const rebuilt = newRowId()
+    const waiting = newRowId()
+    await projectConversation(ctx.deps, rebuilt, waiting, 7, { userId: waiting, latestMessage: 'newer', latestMessageAt: new Date().toISOString(), pendingCount: 3 })
+    // Another holder took the actor after this rebuild's lease ran out.
+    expect(await acquireLease(ctx.deps, `agent:${rebuilt}`, 'another holder', 5000)).not.toBeNull()
+    const written = await replaceInbox(ctx.deps, rebuilt, 'the slow rebuild', {
+      conversations: [{ userId: waiting, latestMessage: 'older', latestMessageAt: new Date().toISOString(), pendingCount: 1, version: 5 }],
+      requests: [],
+    })
+    expect(written).toBe(false)
+    expect((await inboxInRedis(rebuilt))[waiting]).toMatchObject({ version: 7, latestMessage: 'newer' })
+    expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(rebuilt).built)).toBe(0)
+    await releaseLease(ctx.deps, `agent:${rebuilt}`, 'another holder')
   })
 })
 

@@ -2,7 +2,7 @@
 import type { ActorKind, Refusal } from '../actors/types.ts'
 import { notify, type NotifyDeps } from '../events/notify.ts'
 import { participantOwner } from '../participants/store.ts'
-import { projectConversation } from './inbox.ts'
+import { invalidateInbox, projectConversation } from './inbox.ts'
 import { replyProjection } from './replies.ts'
 import { insertUserMessage, storeReplies, type ReplyStored } from './store.ts'
 
@@ -43,9 +43,10 @@ export function conversationCommands(deps: NotifyDeps): ActorKind {
         return { messageId: message.messageId, userId: message.userId, text: message.text, createdAt, pendingCount: stored.pendingCount, version: stored.version, ownerId }
       },
       async project(result: MessageApplied, _message, { id }) {
+        // A result an older process stored (redelivered now) has no version to order it: rebuild the inbox from Postgres.
+        if (result.version === undefined) return invalidateInbox(deps, id)
         const conversation = { userId: result.userId, latestMessage: result.text, latestMessageAt: result.createdAt, pendingCount: result.pendingCount }
-        // A result stored before versions existed: the entry goes in at the lowest version, so any later change outranks it.
-        await projectConversation(deps, id, result.userId, result.version ?? 0, conversation)
+        await projectConversation(deps, id, result.userId, result.version, conversation)
       },
       async announce(result: MessageApplied, _message, { id }) {
         if (!result.ownerId) return
@@ -68,14 +69,13 @@ export function conversationCommands(deps: NotifyDeps): ActorKind {
       async project(result: ReplyApplied, _reply, { id }) {
         if (!result.stored) {
           // Applied by an older process, whose projection has no version to order it: rebuild the inbox from Postgres.
-          await deps.redis.del(deps.keys.agent(id).built)
+          await invalidateInbox(deps, id)
           return
         }
         const projection = replyProjection(revive(result.stored), result.userId)
         if (projection) await projectConversation(deps, id, result.userId, projection.version, projection.pending)
       },
       async announce(result: ReplyApplied, _reply, { id }) {
-        if (result.stored && !result.stored.stored) return
         await notify(deps, result.userId, 'conversation.reply', { participantId: id, messageId: result.messageId, text: result.text })
       },
     },

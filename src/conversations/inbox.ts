@@ -51,24 +51,27 @@ if ARGV[4] then redis.call('HSET', KEYS[1], ARGV[3], ARGV[4]) else redis.call('H
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return 1`)
 
-// The version an entry was written at: the first field of its JSON.
-const entryVersion = `local function entryVersion(entry)
-  if not entry then return -1 end
-  return tonumber(string.match(entry, '^{"version":(%d+),') or '0')
-end`
-
-// K inbox, answered (user -> version), answered-at (user -> ms); A channel, agent id, user id,
+// K inbox, answered (user -> version), answered-at (user -> ms), built; A channel, agent id, user id,
 // version, entry ('' when the conversation is no longer pending). Applied only when newer than both
 // the entry and the tombstone held for that user; a change is announced in the same step. A
-// tombstone is kept for answeredKeepMs: each one written removes up to 16 past that age.
+// tombstone is kept for answeredKeepMs: each one written removes up to 16 past that age. An entry
+// written before versions (by a process of an older release) cannot be ordered against: the inbox
+// is marked for a rebuild from Postgres instead.
 const project = defineBatchedScript(
   `
-${entryVersion}
 local v = tonumber(A[4])
 local gone = tonumber(redis.call('HGET', K[2], A[3]) or '-1')
 if gone >= v then return 0 end
 local held = redis.call('HGET', K[1], A[3])
-if entryVersion(held) >= v then return 0 end
+if held then
+  local version = string.match(held, '^{"version":(%d+),')
+  if not version then
+    redis.call('DEL', K[4])
+    redis.call('PUBLISH', A[1], A[2])
+    return 0
+  end
+  if tonumber(version) >= v then return 0 end
+end
 if A[5] ~= '' then
   redis.call('HSET', K[1], A[3], A[5])
   if gone >= 0 then
@@ -92,16 +95,19 @@ else
 end
 redis.call('PUBLISH', A[1], A[2])
 return 1`,
-  3,
+  4,
   5,
 )
 
-// KEYS inbox, answered, requests, built; ARGV channel, agent id, then (user id, version, entry) per
-// pending conversation, '--', then (request id, entry) per open request. Replaces the inbox with what
-// Postgres holds, but for conversations a reply took out meanwhile (a tombstone as new as the entry).
+// KEYS inbox, answered, requests, built, lease; ARGV channel, agent id, holder, then (user id,
+// version, entry) per pending conversation, '--', then (request id, entry) per open request. Replaces
+// the inbox with what Postgres holds, but for conversations a reply took out meanwhile (a tombstone
+// as new as the entry), and only while the lease it was read under is still held: a rebuild that
+// lost it (a long pause) would overwrite what a newer holder wrote.
 const replace = defineScript(`
+if redis.call('GET', KEYS[5]) ~= ARGV[3] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[3])
-local i = 3
+local i = 4
 while ARGV[i] ~= '--' do
   local gone = tonumber(redis.call('HGET', KEYS[2], ARGV[i]) or '-1')
   if gone < tonumber(ARGV[i + 1]) then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 2]) end
@@ -121,7 +127,12 @@ export async function projectConversation(
   pending: PendingConversation | null,
 ): Promise<void> {
   const k = deps.keys.agent(agentId)
-  await project(deps.redis, [k.inbox, k.answered, k.answeredAt], [deps.keys.channels.inboxChanged, agentId, userId, version, pending ? entry(version, pending) : ''])
+  await project(deps.redis, [k.inbox, k.answered, k.answeredAt, k.built], [deps.keys.channels.inboxChanged, agentId, userId, version, pending ? entry(version, pending) : ''])
+}
+
+/** Marks the inbox for a rebuild from Postgres at its next read, here and in every process. */
+export async function invalidateInbox(deps: InboxDeps, agentId: string): Promise<void> {
+  await deps.redis.multi().del(deps.keys.agent(agentId).built).publish(deps.keys.channels.inboxChanged, agentId).exec()
 }
 
 /** The stored form: the version first, where the scripts read it. */
@@ -138,14 +149,22 @@ export async function removeOpenRequest(deps: InboxDeps, agentId: string, reques
   await change(deps.redis, [deps.keys.agent(agentId).requests], [deps.keys.channels.inboxChanged, agentId, requestId])
 }
 
-/** Replaces the whole inbox with what Postgres holds (conversations with their versions) and marks it built. */
-export async function replaceInbox(deps: InboxDeps, agentId: string, inbox: { conversations: (PendingConversation & { version: number })[]; requests: OpenServiceRequest[] }) {
+/**
+ * Replaces the whole inbox with what Postgres holds (conversations with their versions) and marks it
+ * built, if `holder` still holds the agent's actor; says whether it did.
+ */
+export async function replaceInbox(
+  deps: InboxDeps,
+  agentId: string,
+  holder: string,
+  inbox: { conversations: (PendingConversation & { version: number })[]; requests: OpenServiceRequest[] },
+): Promise<boolean> {
   const k = deps.keys.agent(agentId)
-  const args: (string | number)[] = [deps.keys.channels.inboxChanged, agentId]
+  const args: (string | number)[] = [deps.keys.channels.inboxChanged, agentId, holder]
   for (const { version, ...c } of inbox.conversations) args.push(c.userId, version, entry(version, c))
   args.push('--')
   for (const r of inbox.requests) args.push(r.requestId, JSON.stringify(r))
-  await replace(deps.redis, [k.inbox, k.answered, k.requests, k.built], args)
+  return (await replace(deps.redis, [k.inbox, k.answered, k.requests, k.built, deps.keys.actor(`agent:${agentId}`).lease], args)) === 1
 }
 
 export interface InboxReader {
@@ -216,7 +235,9 @@ export async function createInboxReader(options: {
     const token = await acquireLease({ redis, keys }, actor, holder, 5000)
     try {
       const stored = { conversations: await pendingConversations(sql, agentId), requests: await openRequests(sql, agentId, clock.now()) }
-      if (token !== null) await replaceInbox({ redis, keys }, agentId, stored)
+      // Written only while still held: a rebuild whose lease ran out (a long pause) answers this poll
+      // from what it read but leaves Redis to the newer holder.
+      if (token !== null) await replaceInbox({ redis, keys }, agentId, holder, stored)
       return { conversations: stored.conversations.map(({ version: _, ...conversation }) => conversation), requests: stored.requests }
     } finally {
       if (token !== null) {

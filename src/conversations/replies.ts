@@ -2,8 +2,8 @@
  * Agents' replies, written by the API process that receives them rather than by the agent's actor:
  * a reply touches one conversation, whose row lock in Postgres orders it against the user's messages
  * and other replies, and whose version orders the inbox projections. The replies of the moment go
- * to Postgres as one statement (`storeReplies`); then each conversation that stopped being pending
- * leaves its agent's inbox, the agent is answered, and the user is told.
+ * to Postgres together (`storeReplies`); then each conversation that stopped being pending leaves its
+ * agent's inbox, the agent is answered, and the user is told.
  */
 import postgres from 'postgres'
 import type { Sql } from '../db.ts'
@@ -12,7 +12,7 @@ import { errors } from '../errors.ts'
 import { errorFields } from '../log.ts'
 import { notify, type NotifyDeps } from '../events/notify.ts'
 import { projectConversation } from './inbox.ts'
-import { storeReplies, type NewReply, type ReplyStored } from './store.ts'
+import { storeReplies, type NewReply, type PendingConversation, type ReplyStored } from './store.ts'
 
 export interface AgentReply {
   agentId: string
@@ -34,12 +34,12 @@ export interface Replied {
 export interface ReplyWriter {
   /** Stores the reply and answers with it; null when the user never wrote to the agent. */
   send(reply: AgentReply): Promise<Replied | null>
-  /** Takes no more replies and waits for those under way. */
+  /** Takes no more replies, waits for those under way, and tries once more what Redis did not take. */
   close(): Promise<void>
 }
 
 export interface ReplyWriterOptions extends NotifyDeps {
-  /** Connections of its own, one per statement in flight. */
+  /** Connections of its own: two per statement in flight (fresh ids and chosen ones go apart). */
   sql: Sql
   /** Statements in flight at most: one, and another while the one under way is stalled. */
   batches?: number
@@ -55,13 +55,24 @@ interface Pending {
   reject(error: unknown): void
 }
 
-// Deadlock detected, serialization failure: the statement was rolled back and may simply run again.
+/** A conversation as it stands at a version: pending (its entry) or not (null). */
+export interface Projection {
+  version: number
+  pending: PendingConversation | null
+}
+
+const code = (error: unknown) => (error instanceof postgres.PostgresError ? error.code : '')
+// Rolled back, and safe to run again: a deadlock's victim, a serialization failure.
 const retryable = new Set(['40P01', '40001'])
 const maxAttempts = 3
+// Rolled back for want of time or a lock: the caller may try again.
+const busy = new Set([...retryable, '55P03', '57014'])
+/** Postgres refused a value of one reply (bad text, say): nothing was stored, and only that reply is at fault. */
+const refusedValue = (error: unknown) => code(error).startsWith('22')
 
 /** The removal of a conversation from its agent's inbox, or a repeat's restatement of where it stands. */
-export function replyProjection(stored: ReplyStored, userId: string) {
-  if (stored.stored) return stored.version === null ? undefined : { version: stored.version, pending: null }
+export function replyProjection(stored: ReplyStored, userId: string): Projection | undefined {
+  if (stored.stored) return stored.wasPending ? { version: stored.version, pending: null } : undefined
   const { version, pendingCount, latestMessage, latestMessageAt } = stored.conversation
   if (pendingCount === 0 || latestMessage === null || latestMessageAt === null) return { version, pending: null }
   return { version, pending: { userId, latestMessage, latestMessageAt: latestMessageAt.toISOString(), pendingCount } }
@@ -78,28 +89,24 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
   const working = new Set<string>()
   /** Statements under way, with when each began. */
   const running = new Map<Promise<void>, number>()
-  /** Projections that failed, tried again in the background; and how to cut their waits short. */
-  const retrying = new Set<Promise<void>>()
-  const wakers = new Set<() => void>()
-  let inFlight = 0
   let scheduled = false
   let recheck: ReturnType<typeof setTimeout> | undefined
   let closed = false
 
   const schedule = () => {
-    if (scheduled || inFlight >= batches) return
+    if (scheduled || running.size >= batches) return
     scheduled = true
     setImmediate(flush)
   }
 
   /**
    * One statement at a time carries the most replies for the least work (Postgres spent a fifth less
-   * a reply than with two side by side, which contend for the same index pages); a second starts only
+   * a reply than with two side by side, which contend for the same index pages); another starts only
    * when the one under way has stalled, so a lock wait holds up the process's replies for no longer.
    */
   const mayStart = () => {
-    if (inFlight === 0) return true
-    if (inFlight >= batches) return false
+    if (running.size === 0) return true
+    if (running.size >= batches) return false
     const since = performance.now() - Math.min(...running.values())
     if (since >= stalledMs) return true
     recheck ??= setTimeout(() => {
@@ -111,7 +118,7 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
 
   const flush = () => {
     scheduled = false
-    while (mayStart()) {
+    while (queued.size > 0 && mayStart()) {
       const batch: { conversation: string; pending: Pending }[] = []
       for (const [conversation, list] of queued) {
         if (working.has(conversation)) continue
@@ -122,30 +129,29 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
         if (batch.length === batchSize) break
       }
       if (batch.length === 0) return
-      inFlight++
       const run = write(batch.map(b => b.pending)).finally(() => {
         running.delete(run)
         for (const { conversation } of batch) working.delete(conversation)
-        inFlight--
         if (queued.size > 0) schedule()
       })
       running.set(run, performance.now())
     }
   }
 
-  /** One statement for the batch; then each reply is projected, answered and announced. */
-  const write = async (batch: Pending[]) => {
+  /** The batch's statements; then each reply is projected, answered and announced. */
+  const write = async (batch: Pending[]): Promise<void> => {
     let outcomes: Map<string, ReplyStored>
     try {
       outcomes = await store(batch)
     } catch (error) {
-      if (!(error instanceof postgres.PostgresError) || batch.length === 1) {
-        // Lost on the way (the statement may have committed), or this reply's own failure.
-        for (const p of batch) p.reject(isConnectionError(error) ? errors.unavailable('The reply could not be stored; it may have been') : error)
-        return
-      }
-      // Postgres refused the statement, so nothing was stored: each reply alone, so only the one at fault fails.
-      await Promise.all(batch.map(p => write([p])))
+      // Postgres refused one reply's value and stored nothing: each alone, so only that one fails.
+      if (refusedValue(error) && batch.length > 1) return void (await Promise.all(batch.map(p => write([p]))))
+      const failure = isConnectionError(error)
+        ? errors.unavailable('The reply could not be stored; it may have been')
+        : busy.has(code(error))
+          ? errors.unavailable('The database is busy; try again')
+          : error
+      for (const p of batch) p.reject(failure)
       return
     }
     await Promise.all(
@@ -155,65 +161,68 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
         await project(p.reply, stored)
         const { messageId, userId, text } = p.reply
         p.resolve({ messageId, userId, text, createdAt: stored.createdAt.toISOString() })
-        // The user hears of it after the agent has its answer; a repeat was announced the first time.
-        if (stored.stored) void notify(options, userId, 'conversation.reply', { participantId: p.reply.agentId, messageId, text })
+        // The user hears of it after the agent has its answer. A repeat is announced again: its first
+        // attempt may have been stored and never announced (events are delivered at least once).
+        void notify(options, userId, 'conversation.reply', { participantId: p.reply.agentId, messageId, text })
       }),
     )
   }
 
   const store = async (batch: Pending[]): Promise<Map<string, ReplyStored>> => {
-    const rows: NewReply[] = batch.map(({ reply }) => ({ id: reply.messageId, participantId: reply.agentId, userId: reply.userId, text: reply.text, chosen: reply.chosen }))
+    // In key order: statements that lock the same rows take them in one order where the plan allows.
+    const rows: NewReply[] = batch
+      .map(({ reply }) => ({ id: reply.messageId, participantId: reply.agentId, userId: reply.userId, text: reply.text, chosen: reply.chosen }))
+      .sort((a, b) => (a.participantId < b.participantId ? -1 : a.participantId > b.participantId ? 1 : a.userId < b.userId ? -1 : 1))
     for (let attempt = 1; ; attempt++) {
       try {
         return await storeReplies(sql, rows, options.clock.now())
       } catch (error) {
-        if (attempt === maxAttempts || !retryable.has((error as { code?: string }).code ?? '')) throw error
+        if (attempt === maxAttempts || !retryable.has(code(error))) throw error
         log.debug('reply statement rolled back; running it again', { replies: rows.length, attempt, ...errorFields(error) })
       }
     }
   }
 
+  /** Projections Redis did not take, the newest of each conversation, tried again until they land. */
+  const unprojected = new Map<string, { agentId: string; userId: string; projection: Projection }>()
+  let retryTimer: ReturnType<typeof setTimeout> | undefined
+  let retryDelay = 200
+
+  const apply = (agentId: string, userId: string, { version, pending }: Projection) =>
+    projectConversation(options, agentId, userId, version, pending)
+
   /**
    * Before the answer, so the agent's next poll sees the conversation answered. A projection that
-   * fails (Redis away) does not undo the stored reply: it is tried again in the background for a
-   * while, which its version makes safe however late it lands.
+   * fails (Redis away) does not undo the stored reply: it is tried again in the background until it
+   * lands, which its version makes safe however late that is.
    */
   const project = async (reply: AgentReply, stored: ReplyStored) => {
     const projection = replyProjection(stored, reply.userId)
     if (!projection) return
-    const attempt = () => projectConversation(options, reply.agentId, reply.userId, projection.version, projection.pending)
     try {
-      await attempt()
+      await apply(reply.agentId, reply.userId, projection)
     } catch (error) {
       log.warn('reply projection failed; retrying in the background', { agentId: reply.agentId, ...errorFields(error) })
-      const retry = retryProjection(attempt, reply.agentId).finally(() => retrying.delete(retry))
-      retrying.add(retry)
+      const key = `${reply.agentId}:${reply.userId}`
+      const held = unprojected.get(key)
+      if (!held || held.projection.version < projection.version) unprojected.set(key, { agentId: reply.agentId, userId: reply.userId, projection })
+      retryTimer ??= setTimeout(retryProjections, retryDelay)
     }
   }
 
-  /** Waits `ms`, or less when the writer closes. */
-  const pause = (ms: number) =>
-    new Promise<void>(resolve => {
-      const wake = () => {
-        clearTimeout(timer)
-        wakers.delete(wake)
-        resolve()
-      }
-      const timer = setTimeout(wake, ms)
-      wakers.add(wake)
-    })
-
-  const retryProjection = async (attempt: () => Promise<void>, agentId: string) => {
-    for (let delay = 200; delay <= 25_600; delay *= 2) {
-      await pause(delay)
-      if (closed) break
+  const retryProjections = async () => {
+    retryTimer = undefined
+    for (const [key, { agentId, userId, projection }] of [...unprojected]) {
       try {
-        return await attempt()
+        await apply(agentId, userId, projection)
+        if (unprojected.get(key)?.projection === projection) unprojected.delete(key)
       } catch {
-        // Redis still away: wait longer.
+        // Redis still away: the rest wait for the next round.
+        break
       }
     }
-    log.error('reply projection given up; the agent inbox is stale until its next change or rebuild', { agentId })
+    retryDelay = unprojected.size === 0 ? 200 : Math.min(retryDelay * 2, 5000)
+    if (unprojected.size > 0 && !closed) retryTimer = setTimeout(retryProjections, retryDelay)
   }
 
   return {
@@ -235,8 +244,14 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
         await Promise.allSettled([...running.keys()])
         await Bun.sleep(0)
       }
-      for (const wake of [...wakers]) wake()
-      await Promise.allSettled([...retrying])
+      clearTimeout(recheck)
+      clearTimeout(retryTimer)
+      if (unprojected.size > 0) await retryProjections()
+      if (unprojected.size > 0) {
+        log.error('reply projections given up at shutdown; those agents’ inboxes are stale until their next change or rebuild', {
+          conversations: unprojected.size,
+        })
+      }
     },
   }
 }

@@ -65,67 +65,118 @@ export interface ConversationState {
 }
 
 /**
- * What became of a reply: stored now (with the conversation's new version when it was waiting for a
- * reply, and so changed), or stored before under the same id (a repeat: nothing changed, and the
+ * What became of a reply: stored now (with the conversation's new version, and whether it was
+ * waiting for a reply), or stored before under the same id (a repeat: nothing changed, and the
  * conversation stands as `conversation` says).
  */
 export type ReplyStored =
-  | { stored: true; createdAt: Date; version: number | null }
+  | { stored: true; createdAt: Date; version: number; wasPending: boolean }
   | { stored: false; createdAt: Date; conversation: ConversationState }
 
 /**
- * Records agents' replies (no two to one conversation) at `at` in one statement. A pending
- * conversation stops being pending and its version rises; its row lock orders the reply against the
- * user's messages and other replies, and the reply's time is never before its last message (whose
- * time may come from another process's clock). A conversation that was not pending is not written.
- * A reply whose chosen id is already stored changes nothing. A reply to a user who never wrote to
- * the agent is not in the map.
+ * Records agents' replies (no two to one conversation) at `at`. Each reply takes its conversation's
+ * row first, so it is ordered against the user's messages and other replies by the row lock, ends
+ * the pending state and raises the version; its time is never before the conversation's last message
+ * (whose time may come from another process's clock). A reply to a user who never wrote to the agent
+ * is not in the map. Fresh ids and sender-chosen ones (an Idempotency-Key) go in separate statements.
  */
 export async function storeReplies(sql: Db, replies: NewReply[], at: Date): Promise<Map<string, ReplyStored>> {
-  const rows = await sql<{ id: string; createdAt: Date | null; version: number | null }[]>`
+  const fresh = replies.filter(reply => !reply.chosen)
+  const chosen = replies.filter(reply => reply.chosen)
+  const [first, second] = await Promise.all([storeFresh(sql, fresh, at), storeChosen(sql, chosen, at)])
+  for (const [id, outcome] of second) first.set(id, outcome)
+  return first
+}
+
+/** Replies under new ids, which no earlier attempt can have stored: the row is updated, then the message added. */
+async function storeFresh(sql: Db, replies: NewReply[], at: Date): Promise<Map<string, ReplyStored>> {
+  if (replies.length === 0) return new Map()
+  const rows = await sql<{ id: string; createdAt: Date; version: number; wasPending: boolean }[]>`
     with input as (
       select * from json_to_recordset(${JSON.stringify(replies)}::text::json)
-        as i(id uuid, "participantId" uuid, "userId" uuid, text text, chosen boolean)
-    ), found as (
-      select i.id, i."participantId", i."userId", i.text, c.latest_user_message_at, c.latest_reply_at
-      from input i join conversations c on c.participant_id = i."participantId" and c.user_id = i."userId"
+        as i(id uuid, "participantId" uuid, "userId" uuid, text text)
     ), replied as (
       update conversations c
-      set pending_count = 0, version = c.version + 1,
+      set pending_count = 0, answered_count = c.pending_count, version = c.version + 1,
         latest_reply_at = greatest(${at}::timestamptz, c.latest_user_message_at, c.latest_reply_at)
       from input i
-      where c.participant_id = i."participantId" and c.user_id = i."userId" and c.pending_count > 0
-        and not (i.chosen and exists (select from messages m where m.id = i.id))
-      returning c.participant_id, c.user_id, c.version, c.latest_reply_at
+      where c.participant_id = i."participantId" and c.user_id = i."userId"
+      returning c.participant_id, c.user_id, c.version, c.latest_reply_at, c.answered_count
     ), stored as (
       insert into messages (id, participant_id, user_id, role, text, created_at)
-      select f.id, f."participantId", f."userId", 'agent', f.text,
-        coalesce(r.latest_reply_at, greatest(${at}::timestamptz, f.latest_user_message_at, f.latest_reply_at))
-      from found f left join replied r on r.participant_id = f."participantId" and r.user_id = f."userId"
-      on conflict (id) do nothing
+      select i.id, i."participantId", i."userId", 'agent', i.text, r.latest_reply_at
+      from input i join replied r on r.participant_id = i."participantId" and r.user_id = i."userId"
       returning id, created_at
     )
-    select f.id, s.created_at as "createdAt", r.version
-    from found f
-    left join stored s on s.id = f.id
-    left join replied r on r.participant_id = f."participantId" and r.user_id = f."userId"
+    select s.id, s.created_at as "createdAt", r.version, r.answered_count > 0 as "wasPending"
+    from input i
+    join replied r on r.participant_id = i."participantId" and r.user_id = i."userId"
+    join stored s on s.id = i.id
+  `
+  return new Map(rows.map(({ id, createdAt, version, wasPending }) => [id, { stored: true, createdAt, version, wasPending }]))
+}
+
+/**
+ * Replies under ids their senders chose, which an earlier attempt may have stored (its answer lost):
+ * the rows are locked first, all in one order, and a message already there (seen by the insert, which
+ * waits for whoever is writing it) changes nothing, so a repeat never ends a newer message's pending
+ * state.
+ */
+async function storeChosen(sql: Db, replies: NewReply[], at: Date): Promise<Map<string, ReplyStored>> {
+  if (replies.length === 0) return new Map()
+  type Row = { id: string; createdAt: Date | null; version: number | null; wasPending: boolean } & ConversationState
+  const rows = await sql<Row[]>`
+    with input as (
+      select * from json_to_recordset(${JSON.stringify(replies)}::text::json)
+        as i(id uuid, "participantId" uuid, "userId" uuid, text text)
+    ), locked as (
+      select c.participant_id, c.user_id, c.pending_count, c.version, c.latest_user_message,
+        c.latest_user_message_at, c.latest_reply_at
+      from input i join conversations c on c.participant_id = i."participantId" and c.user_id = i."userId"
+      order by c.participant_id, c.user_id
+      for no key update of c
+    ), stored as (
+      insert into messages (id, participant_id, user_id, role, text, created_at)
+      select i.id, i."participantId", i."userId", 'agent', i.text, greatest(${at}::timestamptz, l.latest_user_message_at, l.latest_reply_at)
+      from input i join locked l on l.participant_id = i."participantId" and l.user_id = i."userId"
+      on conflict (id) do nothing
+      returning id, participant_id, user_id, created_at
+    ), replied as (
+      update conversations c
+      set pending_count = 0, answered_count = c.pending_count, version = c.version + 1, latest_reply_at = s.created_at
+      from stored s
+      where c.participant_id = s.participant_id and c.user_id = s.user_id
+      returning c.participant_id, c.user_id, c.version
+    )
+    select i.id, s.created_at as "createdAt", coalesce(r.version, l.version) as version, l.pending_count > 0 as "wasPending",
+      l.pending_count as "pendingCount", l.latest_user_message as "latestMessage", l.latest_user_message_at as "latestMessageAt"
+    from input i
+    join locked l on l.participant_id = i."participantId" and l.user_id = i."userId"
+    left join stored s on s.id = i.id
+    left join replied r on r.participant_id = s.participant_id and r.user_id = s.user_id
   `
   const outcomes = new Map<string, ReplyStored>()
-  const repeats: string[] = []
+  const repeats = new Map<string, Row>()
   for (const row of rows) {
-    if (row.createdAt) outcomes.set(row.id, { stored: true, createdAt: row.createdAt, version: row.version })
-    else repeats.push(row.id)
+    if (row.createdAt) outcomes.set(row.id, { stored: true, createdAt: row.createdAt, version: row.version!, wasPending: row.wasPending })
+    else repeats.set(row.id, row)
   }
-  if (repeats.length > 0) {
-    // Stored by an earlier attempt, perhaps after this statement began: read it, and where its conversation stands, afresh.
-    const earlier = await sql<({ id: string; createdAt: Date } & ConversationState)[]>`
-      select m.id, m.created_at as "createdAt", c.version, c.pending_count as "pendingCount",
-        c.latest_user_message as "latestMessage", c.latest_user_message_at as "latestMessageAt"
-      from messages m join conversations c on c.participant_id = m.participant_id and c.user_id = m.user_id
-      where m.id = any(${repeats}::uuid[])
+  if (repeats.size > 0) {
+    // Stored by an earlier attempt, perhaps after this statement began: read its time afresh. Where the
+    // conversation stands is what this statement found under its lock.
+    const earlier = await sql<{ id: string; createdAt: Date; participantId: string; userId: string }[]>`
+      select id, created_at as "createdAt", participant_id as "participantId", user_id as "userId"
+      from messages where id = any(${[...repeats.keys()]}::uuid[])
     `
-    for (const { id, createdAt, ...conversation } of earlier) outcomes.set(id, { stored: false, createdAt, conversation })
-    for (const id of repeats) if (!outcomes.has(id)) throw new Error(`reply ${id} conflicted with a message that is not there`)
+    const byId = new Map(replies.map(reply => [reply.id, reply]))
+    for (const message of earlier) {
+      const reply = byId.get(message.id)!
+      if (message.participantId !== reply.participantId || message.userId !== reply.userId) {
+        throw new Error(`reply ${message.id} repeats a message of another conversation`)
+      }
+      const { version, pendingCount, latestMessage, latestMessageAt } = repeats.get(message.id)!
+      outcomes.set(message.id, { stored: false, createdAt: message.createdAt, conversation: { version: version!, pendingCount, latestMessage, latestMessageAt } })
+    }
   }
   return outcomes
 }
