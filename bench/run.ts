@@ -7,9 +7,9 @@ import { parseArgs } from 'node:util'
 import { describeMachine } from './lib/machine.ts'
 import { outDir, pinSelf, root, spawnBun, waitHealthy, type Server } from './lib/proc.ts'
 import { renderResults, targets, type Results } from './lib/report.ts'
-import { seedAgents, type SeededAgent } from './lib/seed-agents.ts'
+import { seedAgents, seedWaitingConversations, type SeededAgent } from './lib/seed-agents.ts'
 import { createWorld, type World } from './lib/world.ts'
-import type { LoadRun } from './lib/types.ts'
+import type { LoadRun, ReplyRun } from './lib/types.ts'
 import { baselineScenario, startBaseline } from './scenarios/baseline.ts'
 import { agentPollScenario, warmAgents } from './scenarios/agent-poll.ts'
 import { replyScenario } from './scenarios/reply.ts'
@@ -44,6 +44,10 @@ const ports = { baseline: 3100, api: 3101 }
 const begun = performance.now()
 const cpuProfile = (name: string) => ['--cpu-prof-md', `--cpu-prof-dir=${outDir}`, `--cpu-prof-name=${name}.md`]
 
+const perReply = ({ perReply: c }: ReplyRun) =>
+  progress(
+    `  per reply: CPU µs API ${c.apiUs.toFixed(0)}, workers ${c.workersUs.toFixed(0)}, Postgres ${c.postgresUs.toFixed(0)}, Redis ${c.redisUs.toFixed(0)}; ${c.redisCommands.toFixed(1)} Redis commands, ${c.pgTransactions.toFixed(2)} Postgres transactions`,
+  )
 const progress = (line: string) => console.log(`[${((performance.now() - begun) / 1000).toFixed(0).padStart(4)} s] ${line}`)
 const describe = (run: LoadRun, role: string) =>
   `${Math.round(run.load.rps)} req/s, p50 ${run.load.p50.toFixed(2)} ms, p99 ${run.load.p99.toFixed(2)} ms, ` +
@@ -116,6 +120,7 @@ try {
     Array.from({ length: Math.min(settings.rounds + 1, results.baselines.length - start) }, (_, i) => start + i)
   let pollAgainst: (() => number[]) | undefined
   let replyAgainst: (() => number[]) | undefined
+  let waitingAgainst: (() => number[]) | undefined
   if (only.has('poll')) {
     progress(`agent poll: warming ${agents.length} agents, then ${settings.rounds} × ${settings.seconds / settings.rounds} s`)
     pollAgainst = phase(results.baselines.length)
@@ -129,12 +134,26 @@ try {
     const { reply } = await replyScenario(settings, { api, workers }, world, agents, measureBaseline)
     results.reply = reply
     progress(`  reply: ${describe(reply, 'api')}, recorded ${reply.recorded}`)
-    const c = reply.perReply
-    progress(`  per reply: CPU µs API ${c.apiUs.toFixed(0)}, workers ${c.workersUs.toFixed(0)}, Postgres ${c.postgresUs.toFixed(0)}, Redis ${c.redisUs.toFixed(0)}; ${c.redisCommands.toFixed(1)} Redis commands, ${c.pgTransactions.toFixed(2)} Postgres transactions`)
+    perReply(reply)
+
+    // 3b: every reply answers a conversation that waits for it. Enough of them for 20,000 replies a
+    // second through the warm-up and the rounds; each agent's inbox is built (a poll) before the run.
+    const repliers = agents.filter(agent => agent.userId !== null).slice(0, 1000)
+    const users = Math.ceil((20_000 * (settings.warmSeconds + settings.seconds)) / repliers.length)
+    const seeding = performance.now()
+    const waiting = await seedWaitingConversations(world.sql, repliers, users)
+    await warmAgents(api, repliers, 64, false)
+    progress(`reply to waiting conversations: ${waiting.length} seeded and ${repliers.length} inboxes built in ${((performance.now() - seeding) / 1000).toFixed(1)} s; ${settings.rounds} × ${settings.seconds / settings.rounds} s`)
+    waitingAgainst = phase(results.baselines.length)
+    const answering = await replyScenario(settings, { api, workers }, world, agents, measureBaseline, waiting)
+    results.replyWaiting = answering.reply
+    progress(`  reply to a waiting conversation: ${describe(answering.reply, 'api')}, recorded ${answering.reply.recorded}`)
+    perReply(answering.reply)
   }
   if (measureBaseline && (results.poll || results.reply || results.baselines.length === 0)) await measureBaseline()
   if (results.poll && pollAgainst) results.poll.against = pollAgainst()
   if (results.reply && replyAgainst) results.reply.against = replyAgainst()
+  if (results.replyWaiting && waitingAgainst) results.replyWaiting.against = waitingAgainst()
   if (baseline) await stop(baseline)
 
   if (only.has('streams')) {

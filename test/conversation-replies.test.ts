@@ -242,6 +242,9 @@ describe('the inbox projection of a conversation', () => {
   }
 
   test('drops a change older than the one it holds, and announces only what it applied', async () => {
+    // The actor holds the agent while it puts, as it does when applying a user's message.
+    const actor = `agent:${agentId}`
+    expect(await acquireLease(ctx.deps, actor, 'the actor', 5000)).not.toBeNull()
     await projectConversation(ctx.deps, agentId, userId, 2, entry('second'))
     // The removal of an older reply, landing late.
     await projectConversation(ctx.deps, agentId, userId, 1, null)
@@ -260,6 +263,13 @@ describe('the inbox projection of a conversation', () => {
     // A put past the tombstone takes its place.
     expect(await ctx.deps.redis.hexists(ctx.deps.keys.agent(agentId).answered, userId)).toBe(0)
     expect(await announced()).toBe(3)
+    await releaseLease(ctx.deps, actor, 'the actor')
+
+    // With the actor not held, no put is on its way: a removal leaves no tombstone behind.
+    await projectConversation(ctx.deps, agentId, userId, 5, null)
+    expect((await inboxInRedis(agentId))[userId]).toBeUndefined()
+    expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(agentId).answered)).toBe(0)
+    expect(await announced()).toBe(4)
   })
 
   test('meeting an entry written before versions (an older release), marks the inbox for a rebuild instead', async () => {
@@ -282,6 +292,7 @@ describe('the inbox projection of a conversation', () => {
     const k = ctx.deps.keys.agent(newRowId())
     const agent = k.inbox.split('{actor:agent:')[1]!.split('}')[0]!
     const [old, fresh] = [newRowId(), newRowId()]
+    expect(await acquireLease(ctx.deps, `agent:${agent}`, 'the actor', 5000)).not.toBeNull()
     await projectConversation(ctx.deps, agent, old, 1, null)
     await ctx.deps.redis.zadd(k.answeredAt, Date.now() - answeredKeepMs - 1000, old)
     await projectConversation(ctx.deps, agent, fresh, 1, null)

@@ -13,6 +13,8 @@ export interface Results {
   baselines: LoadRun[]
   poll?: PollRun
   reply?: ReplyRun
+  /** Replies that each answer a waiting conversation (3b). */
+  replyWaiting?: ReplyRun
   streams?: StreamsRun
   invoices?: InvoiceRun
   /** Hand-written notes (the profile, before/after) appended as they are. */
@@ -53,7 +55,7 @@ const cpuUs = (run: LoadRun, role: string) => (run.processes[role]!.cpu * 1e6) /
 
 export function targets(results: Results): Target[] {
   const out: Target[] = []
-  const { poll, reply, streams, invoices } = results
+  const { poll, reply, replyWaiting, streams, invoices } = results
   if (poll) {
     const base = baselineOf(results, poll.against)
     out.push({ scenario: 'Agent poll', target: '≥ 70 % of baseline req/s', measured: pct(poll.load.rps / base.rps), pass: poll.load.rps >= 0.7 * base.rps })
@@ -64,6 +66,15 @@ export function targets(results: Results): Target[] {
   if (reply) {
     const base = baselineOf(results, reply.against)
     out.push({ scenario: 'Reply', target: '≥ 25 % of baseline req/s', measured: pct(reply.load.rps / base.rps), pass: reply.load.rps >= 0.25 * base.rps })
+  }
+  if (replyWaiting) {
+    const base = baselineOf(results, replyWaiting.against)
+    out.push({
+      scenario: 'Reply to a waiting conversation',
+      target: '≥ 25 % of baseline req/s',
+      measured: pct(replyWaiting.load.rps / base.rps),
+      pass: replyWaiting.load.rps >= 0.25 * base.rps,
+    })
   }
   if (streams) {
     out.push({ scenario: 'Streams', target: `${int(streams.streams)} streams in < 300 MB`, measured: `${int(streams.opened)} open, peak ${mb(streams.peakMb)}`, pass: streams.opened === streams.streams && streams.peakMb < 300 })
@@ -106,7 +117,11 @@ export function renderResults(results: Results): string {
 
   push('## Summary', '', '| scenario | throughput | p50 | p99 | peak memory (API) | ratios to baseline (req/s, p50, p99, memory) |', '|---|---:|---:|---:|---:|---|')
   push(`| 1. Baseline | ${int(base.rps)} req/s | ${ms(base.p50)} | ${ms(base.p99)} | ${mb(base.peakMb)} | 1.00×, 1.00×, 1.00×, 1.00× |`)
-  for (const [label, run] of [['2. Agent poll', results.poll], ['3. Reply', results.reply]] as const) {
+  for (const [label, run] of [
+    ['2. Agent poll', results.poll],
+    ['3. Reply', results.reply],
+    ['3b. Reply to a waiting conversation', results.replyWaiting],
+  ] as const) {
     if (!run) continue
     const api = run.processes.api!
     const b = baselineOf(results, run.against)
@@ -153,13 +168,12 @@ export function renderResults(results: Results): string {
       '',
     )
   }
-  if (results.reply) {
-    const r = results.reply
+  const replySection = (heading: string, r: ReplyRun, what: string) => {
     const workers = r.processes.workers
     push(
-      '## 3. Reply',
+      heading,
       '',
-      `POST /v1/agent/conversation-reply from a random one of ${int(r.agents)} agents to its conversation; each goes through the agent's actor: an idle agent's reply is applied by the API process that received it (the actor's lease, a Postgres transaction shared with the other idle agents' replies of the moment, the inbox projection, the user's notification, the release), a busy agent's goes to its mailbox stream for the actor runtime in the workers process. ${int(r.recorded)} agent messages were recorded in Postgres while ${int(r.load.statuses['201'] ?? 0)} replies were answered 201 (requests cut off when a round ended still land).`,
+      `${what} ${int(r.recorded)} agent messages were recorded in Postgres while ${int(r.load.statuses['201'] ?? 0)} replies were answered 201 (requests cut off when a round ended still land).`,
       '',
       loadHeader,
       loadRule,
@@ -175,6 +189,21 @@ export function renderResults(results: Results): string {
       '|---:|---:|---:|---:|---:|---:|---:|',
       `| ${r.perReply.apiUs.toFixed(0)} µs | ${r.perReply.workersUs.toFixed(0)} µs | ${r.perReply.postgresUs.toFixed(0)} µs | ${r.perReply.redisUs.toFixed(0)} µs | ${(r.perReply.apiUs + r.perReply.workersUs + r.perReply.postgresUs + r.perReply.redisUs).toFixed(0)} µs | ${r.perReply.redisCommands.toFixed(1)} | ${r.perReply.pgTransactions.toFixed(2)} |`,
       '',
+    )
+  }
+  if (results.reply) {
+    replySection(
+      '## 3. Reply',
+      results.reply,
+      `POST /v1/agent/conversation-reply from a random one of ${int(results.reply.agents)} agents to its conversation; each is written by the API process that received it, with the other replies of the moment, in one autocommit statement that takes each conversation's row, stores the message and ends the pending state (src/conversations/replies.ts); a conversation that was pending then leaves the agent's inbox in Redis (a projection ordered by the conversation's version), the agent is answered, and the user is told (a per-user event stream and pub/sub). The seeded conversations were answered before the run, so these replies find nothing pending and leave the inbox alone, as an agent's follow-ups do; 3b measures the replies that answer.`,
+    )
+  }
+  if (results.replyWaiting) {
+    const r = results.replyWaiting
+    replySection(
+      '## 3b. Reply to a waiting conversation',
+      r,
+      `The same requests, each to a different conversation that waits for its reply: ${int(r.agents)} agents with a user's message from each of many users, every agent's inbox built in Redis (a poll each) before the run, and the conversations taken in a random order, each once (${int(r.answered ?? 0)} of them, warm-up included). So every reply also takes its conversation out of the agent's inbox and announces that to every API process, as an agent answering what it polled does.`,
     )
   }
   if (results.streams) {

@@ -70,3 +70,38 @@ export async function seedAgents(sql: Sql, options: SeedOptions): Promise<Seeded
   })
   return agents
 }
+
+export interface WaitingConversation {
+  key: string
+  agentId: string
+  userId: string
+}
+
+/**
+ * For each agent given, `users` users who wrote to it and wait for a reply: a pending conversation
+ * each, with its one message and the agent's inbox entry left for the service to build. Returned in
+ * a random order, so replies taking them in turn spread over the agents.
+ */
+export async function seedWaitingConversations(sql: Sql, agents: SeededAgent[], users: number): Promise<WaitingConversation[]> {
+  const userIds = Array.from({ length: users }, () => randomUUID())
+  const askedAt = new Date(Date.now() - 60_000)
+  await sql.begin(async tx => {
+    await tx`insert into users (id, provider_id) select id, 'bench-waiting-' || id from unnest(${userIds}::uuid[]) as t (id)`
+    await tx`
+      insert into conversations (participant_id, user_id, latest_user_message, latest_user_message_at, pending_count, version)
+      select a, u, 'Are you there?', ${askedAt}, 1, 1
+      from unnest(${agents.map(a => a.id)}::uuid[]) as a, unnest(${userIds}::uuid[]) as u
+    `
+    await tx`
+      insert into messages (id, participant_id, user_id, role, text, created_at)
+      select gen_random_uuid(), a, u, 'user', 'Are you there?', ${askedAt}
+      from unnest(${agents.map(a => a.id)}::uuid[]) as a, unnest(${userIds}::uuid[]) as u
+    `
+  })
+  const waiting = agents.flatMap(agent => userIds.map(userId => ({ key: agent.key, agentId: agent.id, userId })))
+  for (let i = waiting.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1))
+    ;[waiting[i], waiting[j]] = [waiting[j]!, waiting[i]!]
+  }
+  return waiting
+}

@@ -37,6 +37,8 @@ export interface ReplyRun extends LoadRun {
   recorded: number
   /** What one reply costs: CPU (µs) of each process, Redis commands (every client's), Postgres transactions. */
   perReply: { apiUs: number; workersUs: number; postgresUs: number; redisUs: number; redisCommands: number; pgTransactions: number }
+  /** Of replies to waiting conversations (3b): how many of them were taken, warm-up included. */
+  answered?: number
 }
 
 export interface StreamsRun {

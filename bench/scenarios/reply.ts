@@ -1,10 +1,15 @@
-/** Scenario 3, replies: POST /v1/agent/conversation-reply from a random one of 1,000 agents, through its actor. */
+/**
+ * Scenario 3, replies: POST /v1/agent/conversation-reply from a random one of 1,000 agents, each to
+ * its one conversation (answered from the first reply on, as an agent's follow-ups are); and 3b, each
+ * reply to a conversation that waits for it (a user's message the agent has seen in its inbox), every
+ * one answered once.
+ */
 import { runLoad } from '../lib/load.ts'
 import { difference, resources } from '../lib/resources.ts'
 import type { World } from '../lib/world.ts'
 import { alternate, measure } from '../lib/measure.ts'
 import type { Server } from '../lib/proc.ts'
-import type { SeededAgent } from '../lib/seed-agents.ts'
+import type { SeededAgent, WaitingConversation } from '../lib/seed-agents.ts'
 import type { LoadRun, ReplyRun, Settings } from '../lib/types.ts'
 
 export async function replyScenario(
@@ -13,20 +18,30 @@ export async function replyScenario(
   world: World,
   agents: SeededAgent[],
   baseline: (() => Promise<LoadRun>) | undefined,
+  /** Replies take these in turn, each once (3b); without them, a random replier's one conversation (3). */
+  waiting?: WaitingConversation[],
 ): Promise<{ reply: ReplyRun; baselines: LoadRun[] }> {
   const { api, workers } = servers
   const { sql } = world
   const repliers = agents.filter(agent => agent.userId !== null).slice(0, 1000)
   let n = 0
-  const next = () => {
-    const agent = repliers[Math.floor(Math.random() * repliers.length)]!
-    return {
-      method: 'POST' as const,
-      path: '/v1/agent/conversation-reply',
-      headers: { 'x-api-key': agent.key, 'content-type': 'application/json' },
-      body: JSON.stringify({ userId: agent.userId, text: `Here is the summary, part ${++n}.` }),
-    }
-  }
+  let taken = 0
+  const to = (key: string, userId: string) => ({
+    method: 'POST' as const,
+    path: '/v1/agent/conversation-reply',
+    headers: { 'x-api-key': key, 'content-type': 'application/json' },
+    body: JSON.stringify({ userId, text: `Here is the summary, part ${++n}.` }),
+  })
+  const next = waiting
+    ? () => {
+        if (taken === waiting.length) throw new Error(`all ${waiting.length} waiting conversations were answered; seed more`)
+        const c = waiting[taken++]!
+        return to(c.key, c.userId)
+      }
+    : () => {
+        const agent = repliers[Math.floor(Math.random() * repliers.length)]!
+        return to(agent.key, agent.userId!)
+      }
   const recorded = async () => {
     const [row] = await sql<{ n: number }[]>`select count(*)::int as n from messages where role = 'agent'`
     return row!.n
@@ -58,5 +73,5 @@ export async function replyScenario(
     redisCommands: cost.redisCommands / replies,
     pgTransactions: cost.pgTransactions / replies,
   }
-  return { reply: { ...run, agents: repliers.length, recorded: replies, perReply }, baselines }
+  return { reply: { ...run, agents: repliers.length, recorded: replies, perReply, answered: waiting ? taken : undefined }, baselines }
 }

@@ -2,8 +2,8 @@
 import type { ActorKind, Refusal } from '../actors/types.ts'
 import { notify, type NotifyDeps } from '../events/notify.ts'
 import { participantOwner } from '../participants/store.ts'
-import { invalidateInbox, projectConversation } from './inbox.ts'
-import { replyProjection } from './replies.ts'
+import { invalidateInbox, projectConversation, removeConversation } from './inbox.ts'
+import { removalDue } from './replies.ts'
 import { insertUserMessage, storeReplies, type ReplyStored } from './store.ts'
 
 export interface UserMessage {
@@ -72,19 +72,12 @@ export function conversationCommands(deps: NotifyDeps): ActorKind {
           await invalidateInbox(deps, id)
           return
         }
-        const projection = replyProjection(revive(result.stored), result.userId)
-        if (projection) await projectConversation(deps, id, result.userId, projection.version, projection.pending)
+        const version = removalDue(result.stored)
+        if (version !== undefined) await removeConversation(deps, id, result.userId, version)
       },
       async announce(result: ReplyApplied, _reply, { id }) {
         await notify(deps, result.userId, 'conversation.reply', { participantId: id, messageId: result.messageId, text: result.text })
       },
     },
   }
-}
-
-/** A stored outcome read back from the actor's record, where its times are strings. */
-function revive(stored: ReplyStored): ReplyStored {
-  if (stored.stored) return { ...stored, createdAt: new Date(stored.createdAt) }
-  const at = stored.conversation.latestMessageAt
-  return { ...stored, createdAt: new Date(stored.createdAt), conversation: { ...stored.conversation, latestMessageAt: at === null ? null : new Date(at) } }
 }

@@ -38,9 +38,11 @@ interface InboxDeps {
 }
 
 /**
- * How long an answered conversation's version is kept after its entry went (a tombstone): a user's
- * message committed before the reply but projected after it (by the actor, right after its commit)
- * is dropped by it instead of bringing the conversation back.
+ * How long an answered conversation's version is kept after its entry went (a tombstone). Entries
+ * are put only by the agent's actor, under its lease, right after their commit; a reply's removal
+ * that lands while the lease is held leaves a tombstone, so a user's message committed before the
+ * reply but projected after it is dropped instead of bringing the conversation back. With the lease
+ * free, no put is on its way and no tombstone is written.
  */
 export const answeredKeepMs = 60_000
 
@@ -51,34 +53,52 @@ if ARGV[4] then redis.call('HSET', KEYS[1], ARGV[3], ARGV[4]) else redis.call('H
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return 1`)
 
+// Of both scripts below: the version an entry was written at (-1 for none), or nil for an entry
+// written before versions (by a process of an older release), which nothing can be ordered against:
+// the inbox is then marked for a rebuild from Postgres (K[4] its built marker).
+const entryVersion = `
+local function entryVersion(entry, K, A)
+  if not entry then return -1 end
+  local version = string.match(entry, '^{"version":(%d+),')
+  if version then return tonumber(version) end
+  redis.call('DEL', K[4])
+  redis.call('PUBLISH', A[1], A[2])
+  return nil
+end`
+
 // K inbox, answered (user -> version), answered-at (user -> ms), built; A channel, agent id, user id,
-// version, entry ('' when the conversation is no longer pending). Applied only when newer than both
-// the entry and the tombstone held for that user; a change is announced in the same step. A
-// tombstone is kept for answeredKeepMs: each one written removes up to 16 past that age. An entry
-// written before versions (by a process of an older release) cannot be ordered against: the inbox
-// is marked for a rebuild from Postgres instead.
-const project = defineBatchedScript(
-  `
+// version, entry. The actor's put of a pending conversation: applied only when newer than both the
+// entry and the tombstone held for that user, and announced in the same step.
+const put = defineBatchedScript(
+  `${entryVersion}
 local v = tonumber(A[4])
 local gone = tonumber(redis.call('HGET', K[2], A[3]) or '-1')
 if gone >= v then return 0 end
-local held = redis.call('HGET', K[1], A[3])
-if held then
-  local version = string.match(held, '^{"version":(%d+),')
-  if not version then
-    redis.call('DEL', K[4])
-    redis.call('PUBLISH', A[1], A[2])
-    return 0
-  end
-  if tonumber(version) >= v then return 0 end
+local held = entryVersion(redis.call('HGET', K[1], A[3]), K, A)
+if not held or held >= v then return 0 end
+redis.call('HSET', K[1], A[3], A[5])
+if gone >= 0 then
+  redis.call('HDEL', K[2], A[3])
+  redis.call('ZREM', K[3], A[3])
 end
-if A[5] ~= '' then
-  redis.call('HSET', K[1], A[3], A[5])
-  if gone >= 0 then
-    redis.call('HDEL', K[2], A[3])
-    redis.call('ZREM', K[3], A[3])
-  end
-else
+redis.call('PUBLISH', A[1], A[2])
+return 1`,
+  4,
+  5,
+)
+
+// K inbox, answered, answered-at, built, the actor's lease; A channel, agent id, user id, version. A
+// conversation no longer pending: its entry goes if older, and announced; while the actor is held a
+// tombstone is left (see answeredKeepMs), each one written removing up to 16 past that age. An entry
+// held means no tombstone is newer than it, so that is read only when there is none.
+const remove = defineBatchedScript(
+  `${entryVersion}
+local v = tonumber(A[4])
+local held = entryVersion(redis.call('HGET', K[1], A[3]), K, A)
+if not held or held >= v then return 0 end
+local leased = redis.call('EXISTS', K[5]) == 1
+if held < 0 and (not leased or tonumber(redis.call('HGET', K[2], A[3]) or '-1') >= v) then return 0 end
+if leased then
   local time = redis.call('TIME')
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   redis.call('HSET', K[2], A[3], v)
@@ -90,13 +110,13 @@ else
   end
   redis.call('PEXPIRE', K[2], ${answeredKeepMs})
   redis.call('PEXPIRE', K[3], ${answeredKeepMs})
-  if not held then return 0 end
-  redis.call('HDEL', K[1], A[3])
 end
+if held < 0 then return 0 end
+redis.call('HDEL', K[1], A[3])
 redis.call('PUBLISH', A[1], A[2])
 return 1`,
-  4,
   5,
+  4,
 )
 
 // KEYS inbox, answered, requests, built, lease; ARGV channel, agent id, holder, then (user id,
@@ -118,7 +138,10 @@ redis.call('SET', KEYS[4], '1')
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return 1`)
 
-/** A conversation as it stands at `version`: pending (its entry) or not (null). Dropped if the inbox holds a newer one. */
+/**
+ * The actor's projection of a conversation as it stands at `version`: pending (its entry, put only
+ * under the actor's lease) or not (null). Dropped if the inbox holds a newer one.
+ */
 export async function projectConversation(
   deps: InboxDeps,
   agentId: string,
@@ -126,8 +149,16 @@ export async function projectConversation(
   version: number,
   pending: PendingConversation | null,
 ): Promise<void> {
+  if (!pending) return removeConversation(deps, agentId, userId, version)
   const k = deps.keys.agent(agentId)
-  await project(deps.redis, [k.inbox, k.answered, k.answeredAt, k.built], [deps.keys.channels.inboxChanged, agentId, userId, version, pending ? entry(version, pending) : ''])
+  await put(deps.redis, [k.inbox, k.answered, k.answeredAt, k.built], [deps.keys.channels.inboxChanged, agentId, userId, version, entry(version, pending)])
+}
+
+/** Takes a conversation no longer pending at `version` out of the agent's inbox (anyone may, lease or not). */
+export async function removeConversation(deps: InboxDeps, agentId: string, userId: string, version: number): Promise<void> {
+  const k = deps.keys.agent(agentId)
+  const lease = deps.keys.actor(`agent:${agentId}`).lease
+  await remove(deps.redis, [k.inbox, k.answered, k.answeredAt, k.built, lease], [deps.keys.channels.inboxChanged, agentId, userId, version])
 }
 
 /** Marks the inbox for a rebuild from Postgres at its next read, here and in every process. */

@@ -11,8 +11,8 @@ import { isConnectionError } from '../db.ts'
 import { errors } from '../errors.ts'
 import { errorFields } from '../log.ts'
 import { notify, type NotifyDeps } from '../events/notify.ts'
-import { projectConversation } from './inbox.ts'
-import { storeReplies, type NewReply, type PendingConversation, type ReplyStored } from './store.ts'
+import { removeConversation } from './inbox.ts'
+import { storeReplies, type NewReply, type ReplyStored } from './store.ts'
 
 export interface AgentReply {
   agentId: string
@@ -55,12 +55,6 @@ interface Pending {
   reject(error: unknown): void
 }
 
-/** A conversation as it stands at a version: pending (its entry) or not (null). */
-export interface Projection {
-  version: number
-  pending: PendingConversation | null
-}
-
 const code = (error: unknown) => (error instanceof postgres.PostgresError ? error.code : '')
 // Rolled back, and safe to run again: a deadlock's victim, a serialization failure.
 const retryable = new Set(['40P01', '40001'])
@@ -70,12 +64,14 @@ const busy = new Set([...retryable, '55P03', '57014'])
 /** Postgres refused a value of one reply (bad text, say): nothing was stored, and only that reply is at fault. */
 const refusedValue = (error: unknown) => code(error).startsWith('22')
 
-/** The removal of a conversation from its agent's inbox, or a repeat's restatement of where it stands. */
-export function replyProjection(stored: ReplyStored, userId: string): Projection | undefined {
-  if (stored.stored) return stored.wasPending ? { version: stored.version, pending: null } : undefined
-  const { version, pendingCount, latestMessage, latestMessageAt } = stored.conversation
-  if (pendingCount === 0 || latestMessage === null || latestMessageAt === null) return { version, pending: null }
-  return { version, pending: { userId, latestMessage, latestMessageAt: latestMessageAt.toISOString(), pendingCount } }
+/**
+ * The version at which the conversation left its agent's inbox, if a removal is due: a reply that
+ * ended its pending state, or a repeat finding it answered (its first attempt's removal may never
+ * have landed). A conversation pending again is the actor's to put, under its lease.
+ */
+export function removalDue(stored: ReplyStored): number | undefined {
+  if (stored.stored) return stored.wasPending ? stored.version : undefined
+  return stored.conversation.pendingCount === 0 ? stored.conversation.version : undefined
 }
 
 export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
@@ -183,13 +179,12 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
     }
   }
 
-  /** Projections Redis did not take, the newest of each conversation, tried again until they land. */
-  const unprojected = new Map<string, { agentId: string; userId: string; projection: Projection }>()
+  /** Removals Redis did not take, the newest of each conversation, tried again until they land. */
+  const unprojected = new Map<string, { agentId: string; userId: string; version: number }>()
   let retryTimer: ReturnType<typeof setTimeout> | undefined
   let retryDelay = 200
 
-  const apply = (agentId: string, userId: string, { version, pending }: Projection) =>
-    projectConversation(options, agentId, userId, version, pending)
+  const apply = (agentId: string, userId: string, version: number) => removeConversation(options, agentId, userId, version)
 
   /**
    * Before the answer, so the agent's next poll sees the conversation answered. A projection that
@@ -197,25 +192,25 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
    * lands, which its version makes safe however late that is.
    */
   const project = async (reply: AgentReply, stored: ReplyStored) => {
-    const projection = replyProjection(stored, reply.userId)
-    if (!projection) return
+    const version = removalDue(stored)
+    if (version === undefined) return
     try {
-      await apply(reply.agentId, reply.userId, projection)
+      await apply(reply.agentId, reply.userId, version)
     } catch (error) {
       log.warn('reply projection failed; retrying in the background', { agentId: reply.agentId, ...errorFields(error) })
       const key = `${reply.agentId}:${reply.userId}`
       const held = unprojected.get(key)
-      if (!held || held.projection.version < projection.version) unprojected.set(key, { agentId: reply.agentId, userId: reply.userId, projection })
+      if (!held || held.version < version) unprojected.set(key, { agentId: reply.agentId, userId: reply.userId, version })
       retryTimer ??= setTimeout(retryProjections, retryDelay)
     }
   }
 
   const retryProjections = async () => {
     retryTimer = undefined
-    for (const [key, { agentId, userId, projection }] of [...unprojected]) {
+    for (const [key, { agentId, userId, version }] of [...unprojected]) {
       try {
-        await apply(agentId, userId, projection)
-        if (unprojected.get(key)?.projection === projection) unprojected.delete(key)
+        await apply(agentId, userId, version)
+        if (unprojected.get(key)?.version === version) unprojected.delete(key)
       } catch {
         // Redis still away: the rest wait for the next round.
         break
