@@ -113,8 +113,7 @@ export async function applyBatch(sql: Sql, clock: Clock, kinds: ActorKinds, acto
     const fencedIn = held.filter(h => lastAt.has(h.actor))
     for (const h of fencedIn) applied.set(h.actor, [])
     const waves = Math.max(0, ...fencedIn.map(h => h.commands.length))
-    // Wave i holds the i-th command of every actor that has one: each actor's commands apply in order,
-    // and commands of one type in a wave can go to their handler together (`applyMany`).
+    // Wave i holds the i-th command of every actor that has one: each actor's commands apply in order.
     for (let i = 0; i < waves; i++) {
       const steps: Step[] = []
       for (const h of fencedIn) {
@@ -175,44 +174,20 @@ interface Step {
 
 /**
  * Applies one wave's commands, all at once on the transaction's connection (their statements are
- * pipelined); commands of one type go to `applyMany` together where the handler has it. Throws
- * `BatchFailed` naming the actor whose command failed first.
+ * pipelined). Throws `BatchFailed` naming the actor whose command failed first.
  */
 async function applySteps(tx: TxSql, steps: Step[]) {
-  const groups = new Map<CommandHandler, Step[]>()
-  for (const step of steps) {
-    const group = groups.get(step.handler)
-    if (group) group.push(step)
-    else groups.set(step.handler, [step])
-  }
   let failed: string | undefined
-  const calls: Promise<void>[] = []
-  for (const [handler, group] of groups) {
-    if (group.length > 1 && handler.applyMany) {
-      calls.push(
-        handler.applyMany(tx, group.map(({ payload, context }) => ({ payload, context }))).then(
-          results => group.forEach((step, i) => (step.result = results[i])),
-          error => {
-            failed ??= group[0]!.actor
-            throw error
-          },
-        ),
-      )
-    } else {
-      for (const step of group) {
-        calls.push(
-          handler.apply(tx, step.payload, step.context).then(
-            result => void (step.result = result),
-            error => {
-              // The first to fail is the culprit; the others fail after it (the transaction is aborted).
-              failed ??= step.actor
-              throw error
-            },
-          ),
-        )
-      }
-    }
-  }
+  const calls = steps.map(step =>
+    step.handler.apply(tx, step.payload, step.context).then(
+      result => void (step.result = result),
+      error => {
+        // The first to fail is the culprit; the others fail after it (the transaction is aborted).
+        failed ??= step.actor
+        throw error
+      },
+    ),
+  )
   const rejected = (await Promise.allSettled(calls)).find(s => s.status === 'rejected')
   if (rejected) throw new BatchFailed(failed!, (rejected as PromiseRejectedResult).reason)
 }

@@ -19,12 +19,6 @@ export interface CommandHandler<Payload = any, Result = any> {
    * open no savepoints, whose rollback would undo the other actors' statements too.
    */
   apply(tx: TxSql, payload: Payload, context: CommandContext): Promise<Result>
-  /**
-   * Optional: the same effect for several commands at once, each of a different actor, in fewer
-   * statements; the results in the order given. A batch uses it when more than one actor has such a
-   * command at the same place in its turn.
-   */
-  applyMany?(tx: TxSql, commands: { payload: Payload; context: CommandContext }[]): Promise<Result[]>
   /** Runs after the commit and again on every redelivery, so it must be idempotent (Redis state the actor owns). */
   project?(result: Result, payload: Payload, context: CommandContext): Promise<void>
   /**
