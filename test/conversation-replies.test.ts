@@ -4,7 +4,7 @@ import { Redis } from 'ioredis'
 import { newRowId } from '../src/ids.ts'
 import { answeredKeepMs, projectConversation, replaceInbox } from '../src/conversations/inbox.ts'
 import { createReplyWriter } from '../src/conversations/replies.ts'
-import { insertUserMessage, storeReplies } from '../src/conversations/store.ts'
+import { insertUserMessage, storeChosenReplies, storeFreshReplies } from '../src/conversations/store.ts'
 import { acquireLease, releaseLease } from '../src/actors/lease.ts'
 import { createSql, type Sql } from '../src/db.ts'
 import {
@@ -92,7 +92,7 @@ describe('a reply’s time', () => {
     try {
       const answered = await reply(pair.agent, pair.user.id, 'Earlier than you think')
       expect(answered.status).toBe(201)
-      expect(answered.body.data.createdAt >= asked.body.data.createdAt).toBe(true)
+      expect(answered.body.data.createdAt > asked.body.data.createdAt).toBe(true)
     } finally {
       ctx.clock.advance(60_000)
     }
@@ -161,13 +161,13 @@ describe('the reply statement and a user’s message on one conversation', () =>
     const [first, holder, repeat] = [await connection(), await connection(), await connection()]
     try {
       const id = newRowId()
-      const resent = { id, participantId: pair.agent.id, userId: later.id, text: 'answer one', chosen: true }
+      const resent = { id, participantId: pair.agent.id, userId: later.id, text: 'answer one' }
       let releaseFirst!: () => void
       let releaseHolder!: () => void
       const firstDone = new Promise<void>(resolve => (releaseFirst = resolve))
       const holderDone = new Promise<void>(resolve => (releaseHolder = resolve))
       const firstAttempt = first.sql.begin(async tx => {
-        const stored = await storeReplies(tx, [resent], new Date())
+        const stored = await storeChosenReplies(tx, [resent], new Date())
         await firstDone
         return stored
       })
@@ -178,7 +178,7 @@ describe('the reply statement and a user’s message on one conversation', () =>
       })
       await holding(holder.pid)
       // Its snapshot is taken now, before the first attempt commits.
-      const repeated = storeReplies(repeat.sql, [{ id: newRowId(), participantId: pair.agent.id, userId: earlier.id, text: 'to the other', chosen: true }, resent], new Date())
+      const repeated = storeChosenReplies(repeat.sql, [{ id: newRowId(), participantId: pair.agent.id, userId: earlier.id, text: 'to the other' }, resent], new Date())
       await blocked(repeat.pid)
       releaseFirst()
       expect((await firstAttempt).get(id)).toMatchObject({ stored: true, wasPending: true })
@@ -211,13 +211,13 @@ describe('the reply statement and a user’s message on one conversation', () =>
       await holding(user.pid)
       // Written by a process whose clock is a minute behind.
       const id = newRowId()
-      const answering = storeReplies(replying.sql, [{ id, participantId: pair.agent.id, userId: pair.user.id, text: 'answer two', chosen: false }], new Date(Date.now() - 60_000))
+      const answering = storeFreshReplies(replying.sql, [{ id, participantId: pair.agent.id, userId: pair.user.id, text: 'answer two' }], new Date(Date.now() - 60_000))
       await blocked(replying.pid)
       release()
       const question = await asked
       const answer = (await answering).get(id)!
       expect(answer).toMatchObject({ stored: true, wasPending: true })
-      expect(answer.createdAt.getTime()).toBeGreaterThanOrEqual(question.createdAt.getTime())
+      expect(answer.createdAt.getTime()).toBeGreaterThan(question.createdAt.getTime())
       expect((await conversationRow(pair.agent.id, pair.user.id)).pendingCount).toBe(0)
       expect((await history(pair)).map(m => m.text)).toEqual(['answer two', 'question two', 'answer one', 'question one'])
     } finally {
@@ -270,6 +270,27 @@ describe('the inbox projection of a conversation', () => {
     expect((await inboxInRedis(agentId))[userId]).toBeUndefined()
     expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(agentId).answered)).toBe(0)
     expect(await announced()).toBe(4)
+  })
+
+  test('a removal that finds the answered message’s entry in place and the actor free leaves no tombstone; otherwise one keeps a late put out', async () => {
+    const agent = newRowId()
+    const [inPlace, missing] = [newRowId(), newRowId()]
+    const k = ctx.deps.keys.agent(agent)
+    const at = new Date().toISOString()
+    // The actor put version 5 of one conversation and released; the reply (6) removes it.
+    await acquireLease(ctx.deps, `agent:${agent}`, 'the actor', 5000)
+    await projectConversation(ctx.deps, agent, inPlace, 5, { userId: inPlace, latestMessage: 'm', latestMessageAt: at, pendingCount: 1 })
+    await releaseLease(ctx.deps, `agent:${agent}`, 'the actor')
+    await projectConversation(ctx.deps, agent, inPlace, 6, null)
+    expect((await inboxInRedis(agent))[inPlace]).toBeUndefined()
+    expect(await ctx.deps.redis.hexists(k.answered, inPlace)).toBe(0)
+    // The other's put (5) failed and waits for its redelivery; the reply (6) lands first, actor free.
+    await projectConversation(ctx.deps, agent, missing, 6, null)
+    expect(await ctx.deps.redis.hget(k.answered, missing)).toBe('6')
+    await acquireLease(ctx.deps, `agent:${agent}`, 'the actor again', 5000)
+    await projectConversation(ctx.deps, agent, missing, 5, { userId: missing, latestMessage: 'm', latestMessageAt: at, pendingCount: 1 })
+    await releaseLease(ctx.deps, `agent:${agent}`, 'the actor again')
+    expect((await inboxInRedis(agent))[missing]).toBeUndefined()
   })
 
   test('meeting an entry written before versions (an older release), marks the inbox for a rebuild instead', async () => {
@@ -429,7 +450,7 @@ describe('the reply writer', () => {
       ),
     )
     expect(sent.map(s => s.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
-    expect(((sent[1] as PromiseRejectedResult).reason as { code?: string }).code).toBe('22P05')
+    expect((sent[1] as PromiseRejectedResult).reason).toMatchObject({ status: 400, code: 'validation_failed' })
     expect((await history(pairs[0]!)).map(m => m.text)).toEqual(['fine 0', 'hello'])
     expect((await history(pairs[1]!)).map(m => m.text)).toEqual(['hello'])
     expect((await history(pairs[2]!)).map(m => m.text)).toEqual(['fine 2', 'hello'])
@@ -439,6 +460,20 @@ describe('the reply writer', () => {
       400,
       'validation_failed',
     )
+  })
+
+  test('keeps a reply with a new id stored once when the Idempotency-Key replies beside it fail', async () => {
+    const [fresh, keyed] = [await subscribedPair(), await subscribedPair()]
+    for (const { agent, user } of [fresh, keyed]) await send(user, agent, 'hello')
+    // One tick, so one batch: the keyed reply's statement is refused, the other has committed.
+    const sent = await Promise.allSettled([
+      ctx.deps.replies.send({ agentId: fresh.agent.id, userId: fresh.user.id, text: 'stored once', messageId: newRowId(), chosen: false }),
+      ctx.deps.replies.send({ agentId: keyed.agent.id, userId: keyed.user.id, text: 'bad \u0000 text', messageId: newRowId(), chosen: true }),
+    ])
+    expect(sent.map(s => s.status)).toEqual(['fulfilled', 'rejected'])
+    expect((sent[1] as PromiseRejectedResult).reason).toMatchObject({ status: 400 })
+    expect((await history(fresh)).map(m => m.text)).toEqual(['stored once', 'hello'])
+    expect((await conversationRow(keyed.agent.id, keyed.user.id)).pendingCount).toBe(1)
   })
 
   test('answers a stored reply whose projection failed, and projects it once Redis is back', async () => {

@@ -4,7 +4,7 @@ import { notify, type NotifyDeps } from '../events/notify.ts'
 import { participantOwner } from '../participants/store.ts'
 import { invalidateInbox, projectConversation, removeConversation } from './inbox.ts'
 import { removalDue } from './replies.ts'
-import { insertUserMessage, storeReplies, type ReplyStored } from './store.ts'
+import { insertUserMessage, storeChosenReplies, type ReplyStored } from './store.ts'
 
 export interface UserMessage {
   messageId: string
@@ -62,7 +62,8 @@ export function conversationCommands(deps: NotifyDeps): ActorKind {
     // processes of an older version sent to the actor during an upgrade, the same way.
     'agent.reply': {
       async apply(tx, reply: UserMessage, { id, at }): Promise<ReplyApplied | Refusal> {
-        const stored = (await storeReplies(tx, [{ id: reply.messageId, participantId: id, userId: reply.userId, text: reply.text, chosen: true }], at)).get(reply.messageId)
+        const stored = (await storeChosenReplies(tx, [{ id: reply.messageId, participantId: id, userId: reply.userId, text: reply.text }], at)).get(reply.messageId)
+        if (stored instanceof Error) throw stored
         if (!stored) return { refused: 'not_found' }
         return { messageId: reply.messageId, userId: reply.userId, text: reply.text, createdAt: stored.createdAt.toISOString(), stored }
       },

@@ -1,19 +1,13 @@
 /**
  * An agent's inbox in Redis: its pending conversations and open service requests, read by the poll
- * from an in-process cache that pub/sub keeps honest. Service requests are written by the agent's
+ * (inbox-reader.ts) from an in-process cache that pub/sub keeps honest. Service requests are written by the agent's
  * actor. Conversations are written by whoever changed them (the actor for a user's message, the API
  * process for the agent's reply), so their projections are ordered by the conversation's version in
  * Postgres: one older than what the inbox holds for that conversation is dropped.
  */
 import { defineBatchedScript, defineScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
-import type { PubSub } from '../pubsub.ts'
-import { randomUUID } from 'node:crypto'
-import type { Sql } from '../db.ts'
-import type { Clock } from '../clock.ts'
-import { acquireLease, releaseLease } from '../actors/lease.ts'
-import { openRequests } from '../service-requests/store.ts'
-import { pendingConversations, type PendingConversation } from './store.ts'
+import type { PendingConversation } from './store.ts'
 
 export interface OpenServiceRequest {
   requestId: string
@@ -32,19 +26,21 @@ export interface AgentInbox {
   requests: OpenServiceRequest[]
 }
 
-interface InboxDeps {
+export interface InboxDeps {
   redis: Redis
   keys: Keys
 }
 
 /**
  * How long an answered conversation's version is kept after its entry went (a tombstone). Entries
- * are put only by the agent's actor, under its lease, right after their commit; a reply's removal
- * that lands while the lease is held leaves a tombstone, so a user's message committed before the
- * reply but projected after it is dropped instead of bringing the conversation back. With the lease
- * free, no put is on its way and no tombstone is written.
+ * are put only by the agent's actor, under its lease, after their commit, each conversation's in
+ * version order; a put may still be on its way when a reply removes the conversation (its projection
+ * failed and waits for a retry or a redelivery, up to 30 s apart), or while the actor is held. The
+ * removal then leaves a tombstone, and the put, older, is dropped instead of bringing the
+ * conversation back. Tombstones are few (a removal that finds the previous change's entry in place,
+ * with the actor free, leaves none), so they are kept well past the longest retry delay.
  */
-export const answeredKeepMs = 60_000
+export const answeredKeepMs = 5 * 60_000
 
 // KEYS the requests hash; ARGV channel, agent id, field, value (none: the field goes). Changed and
 // announced in one step, so readers' caches never miss a change.
@@ -88,17 +84,18 @@ return 1`,
 )
 
 // K inbox, answered, answered-at, built, the actor's lease; A channel, agent id, user id, version. A
-// conversation no longer pending: its entry goes if older, and announced; while the actor is held a
-// tombstone is left (see answeredKeepMs), each one written removing up to 16 past that age. An entry
-// held means no tombstone is newer than it, so that is read only when there is none.
+// conversation no longer pending: its entry goes if older, and that is announced. The change before
+// a removal is the user's message it answers (version - 1); unless that message's entry is the one
+// in place and the actor is free, a put may still be on its way, and a tombstone is left (see
+// answeredKeepMs), each one written removing up to 16 past that age. An entry held means no
+// tombstone is newer than it, so that is read only when there is none.
 const remove = defineBatchedScript(
   `${entryVersion}
 local v = tonumber(A[4])
 local held = entryVersion(redis.call('HGET', K[1], A[3]), K, A)
 if not held or held >= v then return 0 end
-local leased = redis.call('EXISTS', K[5]) == 1
-if held < 0 and (not leased or tonumber(redis.call('HGET', K[2], A[3]) or '-1') >= v) then return 0 end
-if leased then
+if held ~= v - 1 or redis.call('EXISTS', K[5]) == 1 then
+  if held < 0 and tonumber(redis.call('HGET', K[2], A[3]) or '-1') >= v then return 0 end
   local time = redis.call('TIME')
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   redis.call('HSET', K[2], A[3], v)
@@ -196,116 +193,4 @@ export async function replaceInbox(
   args.push('--')
   for (const r of inbox.requests) args.push(r.requestId, JSON.stringify(r))
   return (await replace(deps.redis, [k.inbox, k.answered, k.requests, k.built, deps.keys.actor(`agent:${agentId}`).lease], args)) === 1
-}
-
-export interface InboxReader {
-  read(agentId: string): Promise<AgentInbox>
-  /** The inbox if process memory holds it fresh, with no promise: the poll's usual answer. */
-  peek(agentId: string): AgentInbox | undefined
-  close(): Promise<void>
-}
-
-/**
- * Reads inboxes: from process memory when nothing changed since, else in one Redis round trip. An
- * inbox Redis lost (no "built" marker) is rebuilt from Postgres while holding the agent's actor, so
- * no actor command (a user's message, a service request) is applied meanwhile, and a reply's removal
- * that lands first leaves a tombstone the rebuild respects; if a runtime holds the actor, this poll
- * is answered from Postgres.
- */
-export async function createInboxReader(options: {
-  sql: Sql
-  redis: Redis
-  keys: Keys
-  pubsub: PubSub
-  clock: Clock
-  ttlMs?: number
-  maxEntries?: number
-}): Promise<InboxReader> {
-  const { sql, redis, keys, pubsub, clock } = options
-  const ttlMs = options.ttlMs ?? 30_000
-  const maxEntries = options.maxEntries ?? 100_000
-  const cache = new Map<string, { inbox: AgentInbox; expires: number }>()
-  const rebuilding = new Map<string, Promise<AgentInbox>>()
-  // Bumped by every change announcement: a read that overlaps one must not be cached.
-  let epoch = 0
-
-  // Listening starts with the first read: a process that never reads an inbox (a worker) gets no changes.
-  const changes = pubsub.listener(keys.channels.inboxChanged, agentId => {
-    epoch++
-    cache.delete(agentId)
-  })
-  pubsub.onReconnect(() => {
-    epoch++
-    cache.clear()
-  })
-
-  const fetch = async (agentId: string) => {
-    const k = keys.agent(agentId)
-    const results = await redis.multi().exists(k.built).hgetall(k.inbox).hgetall(k.requests).exec()
-    const [built, inbox, requests] = (results ?? []).map(([error, value]) => {
-      if (error) throw error
-      return value
-    }) as [number, Record<string, string>, Record<string, string>]
-    if (built !== 1) return null
-    return {
-      conversations: Object.values(inbox)
-        .map(value => {
-          const { version: _, ...conversation } = JSON.parse(value) as PendingConversation & { version?: number }
-          return conversation
-        })
-        .sort((a, b) => a.latestMessageAt.localeCompare(b.latestMessageAt) || a.userId.localeCompare(b.userId)),
-      requests: Object.values(requests)
-        .map(value => JSON.parse(value) as OpenServiceRequest)
-        .sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.requestId.localeCompare(b.requestId)),
-    }
-  }
-
-  const rebuild = async (agentId: string): Promise<AgentInbox> => {
-    const actor = `agent:${agentId}`
-    const holder = randomUUID()
-    const token = await acquireLease({ redis, keys }, actor, holder, 5000)
-    try {
-      const stored = { conversations: await pendingConversations(sql, agentId), requests: await openRequests(sql, agentId, clock.now()) }
-      // Written only while still held: a rebuild whose lease ran out (a long pause) answers this poll
-      // from what it read but leaves Redis to the newer holder.
-      if (token !== null) await replaceInbox({ redis, keys }, agentId, holder, stored)
-      return { conversations: stored.conversations.map(({ version: _, ...conversation }) => conversation), requests: stored.requests }
-    } finally {
-      if (token !== null) {
-        await releaseLease({ redis, keys }, actor, holder)
-        // Mail that came while the actor was held here: make sure a runtime looks at it.
-        if ((await redis.xlen(keys.actor(actor).mailbox)) > 0) await redis.xadd(keys.actorsReady, '*', 'actor', actor)
-      }
-    }
-  }
-
-  const peek = (agentId: string) => {
-    const hit = cache.get(agentId)
-    return hit && hit.expires > Date.now() ? hit.inbox : undefined
-  }
-
-  return {
-    peek,
-    async read(agentId) {
-      const hit = peek(agentId)
-      if (hit) return hit
-      await changes.listen()
-      const started = epoch
-      const inbox = await fetch(agentId)
-      if (!inbox) {
-        let pending = rebuilding.get(agentId)
-        if (!pending) {
-          pending = rebuild(agentId).finally(() => rebuilding.delete(agentId))
-          rebuilding.set(agentId, pending)
-        }
-        return pending
-      }
-      if (epoch === started) {
-        if (cache.size >= maxEntries) cache.delete(cache.keys().next().value!)
-        cache.set(agentId, { inbox, expires: Date.now() + ttlMs })
-      }
-      return inbox
-    },
-    close: changes.stop,
-  }
 }

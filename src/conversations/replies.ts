@@ -11,8 +11,8 @@ import { isConnectionError } from '../db.ts'
 import { errors } from '../errors.ts'
 import { errorFields } from '../log.ts'
 import { notify, type NotifyDeps } from '../events/notify.ts'
-import { removeConversation } from './inbox.ts'
-import { storeReplies, type NewReply, type ReplyStored } from './store.ts'
+import { invalidateInbox, removeConversation } from './inbox.ts'
+import { storeChosenReplies, storeFreshReplies, type NewReply, type ReplyStored } from './store.ts'
 
 export interface AgentReply {
   agentId: string
@@ -39,7 +39,7 @@ export interface ReplyWriter {
 }
 
 export interface ReplyWriterOptions extends NotifyDeps {
-  /** Connections of its own: two per statement in flight (fresh ids and chosen ones go apart). */
+  /** Connections of its own: two per batch in flight (fresh ids and chosen ones are statements apart). */
   sql: Sql
   /** Statements in flight at most: one, and another while the one under way is stalled. */
   batches?: number
@@ -61,7 +61,7 @@ const retryable = new Set(['40P01', '40001'])
 const maxAttempts = 3
 // Rolled back for want of time or a lock: the caller may try again.
 const busy = new Set([...retryable, '55P03', '57014'])
-/** Postgres refused a value of one reply (bad text, say): nothing was stored, and only that reply is at fault. */
+/** Postgres refused a value of one reply (bad text, say): nothing was stored, and that reply is at fault. */
 const refusedValue = (error: unknown) => code(error).startsWith('22')
 
 /**
@@ -125,34 +125,57 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
         if (batch.length === batchSize) break
       }
       if (batch.length === 0) return
-      const run = write(batch.map(b => b.pending)).finally(() => {
-        running.delete(run)
-        for (const { conversation } of batch) working.delete(conversation)
-        if (queued.size > 0) schedule()
-      })
+      const pending = batch.map(b => b.pending)
+      const run = write(pending)
+        .catch(error => {
+          // Not expected (each step handles its own failures); no caller may be left waiting.
+          log.error('reply batch failed', { replies: pending.length, ...errorFields(error) })
+          for (const p of pending) p.reject(errors.unavailable('The reply could not be stored; it may have been'))
+        })
+        .finally(() => {
+          running.delete(run)
+          for (const { conversation } of batch) working.delete(conversation)
+          if (queued.size > 0) schedule()
+        })
       running.set(run, performance.now())
     }
   }
 
-  /** The batch's statements; then each reply is projected, answered and announced. */
+  /**
+   * The batch's statements, one for fresh ids and one for chosen ones (each is rolled back alone, so
+   * neither runs again after the other committed); then each reply is projected, answered and
+   * announced.
+   */
   const write = async (batch: Pending[]): Promise<void> => {
-    let outcomes: Map<string, ReplyStored>
+    const fresh = batch.filter(p => !p.reply.chosen)
+    const chosen = batch.filter(p => p.reply.chosen)
+    await Promise.all([fresh.length > 0 && writeKind(fresh, false), chosen.length > 0 && writeKind(chosen, true)])
+  }
+
+  const writeKind = async (batch: Pending[], chosen: boolean): Promise<void> => {
+    let outcomes: Map<string, ReplyStored | Error>
     try {
-      outcomes = await store(batch)
+      outcomes = await store(batch, chosen)
     } catch (error) {
-      // Postgres refused one reply's value and stored nothing: each alone, so only that one fails.
-      if (refusedValue(error) && batch.length > 1) return void (await Promise.all(batch.map(p => write([p]))))
-      const failure = isConnectionError(error)
-        ? errors.unavailable('The reply could not be stored; it may have been')
-        : busy.has(code(error))
-          ? errors.unavailable('The database is busy; try again')
-          : error
+      if (refusedValue(error)) {
+        // Nothing was stored: each alone, so only the reply at fault fails, with the client's error.
+        if (batch.length > 1) return void (await Promise.all(batch.map(p => writeKind([p], chosen))))
+        return batch[0]!.reject(errors.validation('The reply holds a value that cannot be stored'))
+      }
+      if (isConnectionError(error)) {
+        // The statement may have committed, its removals unsent: the agents' inboxes are rebuilt.
+        for (const p of batch) p.reject(errors.unavailable('The reply could not be stored; it may have been'))
+        for (const agentId of new Set(batch.map(p => p.reply.agentId))) later(agentId, { invalidate: true })
+        return
+      }
+      const failure = busy.has(code(error)) ? errors.unavailable('The database is busy; try again') : error
       for (const p of batch) p.reject(failure)
       return
     }
     await Promise.all(
       batch.map(async p => {
         const stored = outcomes.get(p.reply.messageId)
+        if (stored instanceof Error) return p.reject(stored)
         if (!stored) return p.resolve(null)
         await project(p.reply, stored)
         const { messageId, userId, text } = p.reply
@@ -164,14 +187,15 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
     )
   }
 
-  const store = async (batch: Pending[]): Promise<Map<string, ReplyStored>> => {
+  const store = async (batch: Pending[], chosen: boolean): Promise<Map<string, ReplyStored | Error>> => {
     // In key order: statements that lock the same rows take them in one order where the plan allows.
     const rows: NewReply[] = batch
-      .map(({ reply }) => ({ id: reply.messageId, participantId: reply.agentId, userId: reply.userId, text: reply.text, chosen: reply.chosen }))
+      .map(({ reply }) => ({ id: reply.messageId, participantId: reply.agentId, userId: reply.userId, text: reply.text }))
       .sort((a, b) => (a.participantId < b.participantId ? -1 : a.participantId > b.participantId ? 1 : a.userId < b.userId ? -1 : 1))
     for (let attempt = 1; ; attempt++) {
       try {
-        return await storeReplies(sql, rows, options.clock.now())
+        const at = options.clock.now()
+        return await (chosen ? storeChosenReplies(sql, rows, at) : storeFreshReplies(sql, rows, at))
       } catch (error) {
         if (attempt === maxAttempts || !retryable.has(code(error))) throw error
         log.debug('reply statement rolled back; running it again', { replies: rows.length, attempt, ...errorFields(error) })
@@ -179,45 +203,55 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
     }
   }
 
-  /** Removals Redis did not take, the newest of each conversation, tried again until they land. */
-  const unprojected = new Map<string, { agentId: string; userId: string; version: number }>()
+  /**
+   * Inbox changes Redis did not take, tried again in the background until they land: the newest
+   * removal of each conversation, and inboxes to rebuild (a statement whose outcome is unknown).
+   */
+  const unprojected = new Map<string, { agentId: string; userId?: string; version?: number; invalidate?: true }>()
   let retryTimer: ReturnType<typeof setTimeout> | undefined
+  let retrying = false
   let retryDelay = 200
 
-  const apply = (agentId: string, userId: string, version: number) => removeConversation(options, agentId, userId, version)
+  const apply = ({ agentId, userId, version, invalidate }: { agentId: string; userId?: string; version?: number; invalidate?: true }) =>
+    invalidate ? invalidateInbox(options, agentId) : removeConversation(options, agentId, userId!, version!)
+
+  const later = (agentId: string, change: { userId: string; version: number } | { invalidate: true }) => {
+    const key = 'invalidate' in change ? agentId : `${agentId}:${change.userId}`
+    const held = unprojected.get(key)
+    if ('invalidate' in change || !held || held.version! < change.version) unprojected.set(key, { agentId, ...change })
+    if (!retrying && !closed) retryTimer ??= setTimeout(retryProjections, retryDelay)
+  }
 
   /**
-   * Before the answer, so the agent's next poll sees the conversation answered. A projection that
-   * fails (Redis away) does not undo the stored reply: it is tried again in the background until it
-   * lands, which its version makes safe however late that is.
+   * Before the answer, so the agent's next poll sees the conversation answered. A removal that fails
+   * (Redis away) does not undo the stored reply: it is tried again in the background until it lands,
+   * which its version makes safe however late that is.
    */
   const project = async (reply: AgentReply, stored: ReplyStored) => {
     const version = removalDue(stored)
     if (version === undefined) return
     try {
-      await apply(reply.agentId, reply.userId, version)
+      await removeConversation(options, reply.agentId, reply.userId, version)
     } catch (error) {
       log.warn('reply projection failed; retrying in the background', { agentId: reply.agentId, ...errorFields(error) })
-      const key = `${reply.agentId}:${reply.userId}`
-      const held = unprojected.get(key)
-      if (!held || held.version < version) unprojected.set(key, { agentId: reply.agentId, userId: reply.userId, version })
-      retryTimer ??= setTimeout(retryProjections, retryDelay)
+      later(reply.agentId, { userId: reply.userId, version })
     }
   }
 
   const retryProjections = async () => {
     retryTimer = undefined
-    for (const [key, { agentId, userId, version }] of [...unprojected]) {
+    retrying = true
+    for (const [key, change] of [...unprojected]) {
       try {
-        await apply(agentId, userId, version)
-        if (unprojected.get(key)?.version === version) unprojected.delete(key)
+        await apply(change)
+        if (unprojected.get(key) === change) unprojected.delete(key)
       } catch {
-        // Redis still away: the rest wait for the next round.
-        break
+        // Redis still away (or refusing this one): the next round tries it again.
       }
     }
+    retrying = false
     retryDelay = unprojected.size === 0 ? 200 : Math.min(retryDelay * 2, 5000)
-    if (unprojected.size > 0 && !closed) retryTimer = setTimeout(retryProjections, retryDelay)
+    if (unprojected.size > 0 && !closed) retryTimer ??= setTimeout(retryProjections, retryDelay)
   }
 
   return {
@@ -241,6 +275,7 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
       }
       clearTimeout(recheck)
       clearTimeout(retryTimer)
+      while (retrying) await Bun.sleep(10)
       if (unprojected.size > 0) await retryProjections()
       if (unprojected.size > 0) {
         log.error('reply projections given up at shutdown; those agents’ inboxes are stale until their next change or rebuild', {

@@ -23,8 +23,9 @@ export interface UserMessageStored {
 }
 
 /**
- * Records a user's message, raising the conversation's version. Its time is never before the
- * conversation's last message, whose time may come from another process's clock (a reply's).
+ * Records a user's message, raising the conversation's version. Its time is after the conversation's
+ * last message (by a millisecond at least), whose time may come from another process's clock (a
+ * reply's): a conversation's messages never share a time, which paging by time relies on.
  */
 export async function insertUserMessage(
   sql: Db,
@@ -35,7 +36,8 @@ export async function insertUserMessage(
     values (${message.participantId}, ${message.userId}, ${message.text}, ${message.at}, 1, 1)
     on conflict (participant_id, user_id) do update
       set latest_user_message = excluded.latest_user_message,
-          latest_user_message_at = greatest(excluded.latest_user_message_at, conversations.latest_user_message_at, conversations.latest_reply_at),
+          latest_user_message_at = greatest(excluded.latest_user_message_at,
+            conversations.latest_user_message_at + interval '1 millisecond', conversations.latest_reply_at + interval '1 millisecond'),
           pending_count = conversations.pending_count + 1,
           version = conversations.version + 1
     returning pending_count as "pendingCount", version, latest_user_message_at as "createdAt"
@@ -52,8 +54,6 @@ export interface NewReply {
   participantId: string
   userId: string
   text: string
-  /** The sender chose the id (an Idempotency-Key): it may have been stored by an earlier attempt. */
-  chosen: boolean
 }
 
 /** A conversation's state as a writer found it, with its version. */
@@ -74,23 +74,13 @@ export type ReplyStored =
   | { stored: false; createdAt: Date; conversation: ConversationState }
 
 /**
- * Records agents' replies (no two to one conversation) at `at`. Each reply takes its conversation's
- * row first, so it is ordered against the user's messages and other replies by the row lock, ends
- * the pending state and raises the version; its time is never before the conversation's last message
- * (whose time may come from another process's clock). A reply to a user who never wrote to the agent
- * is not in the map. Fresh ids and sender-chosen ones (an Idempotency-Key) go in separate statements.
+ * Records agents' replies under new ids (no two to one conversation, and no earlier attempt can have
+ * stored them) at `at`, in one statement. Each reply takes its conversation's row first, so the row
+ * lock orders it against the user's messages and other replies; it ends the pending state and raises
+ * the version, and its time is after the conversation's last message. A reply to a user who never
+ * wrote to the agent is not in the map.
  */
-export async function storeReplies(sql: Db, replies: NewReply[], at: Date): Promise<Map<string, ReplyStored>> {
-  const fresh = replies.filter(reply => !reply.chosen)
-  const chosen = replies.filter(reply => reply.chosen)
-  const [first, second] = await Promise.all([storeFresh(sql, fresh, at), storeChosen(sql, chosen, at)])
-  for (const [id, outcome] of second) first.set(id, outcome)
-  return first
-}
-
-/** Replies under new ids, which no earlier attempt can have stored: the row is updated, then the message added. */
-async function storeFresh(sql: Db, replies: NewReply[], at: Date): Promise<Map<string, ReplyStored>> {
-  if (replies.length === 0) return new Map()
+export async function storeFreshReplies(sql: Db, replies: NewReply[], at: Date): Promise<Map<string, ReplyStored>> {
   const rows = await sql<{ id: string; createdAt: Date; version: number; wasPending: boolean }[]>`
     with input as (
       select * from json_to_recordset(${JSON.stringify(replies)}::text::json)
@@ -98,7 +88,8 @@ async function storeFresh(sql: Db, replies: NewReply[], at: Date): Promise<Map<s
     ), replied as (
       update conversations c
       set pending_count = 0, answered_count = c.pending_count, version = c.version + 1,
-        latest_reply_at = greatest(${at}::timestamptz, c.latest_user_message_at, c.latest_reply_at)
+        latest_reply_at = greatest(${at}::timestamptz,
+          c.latest_user_message_at + interval '1 millisecond', c.latest_reply_at + interval '1 millisecond')
       from input i
       where c.participant_id = i."participantId" and c.user_id = i."userId"
       returning c.participant_id, c.user_id, c.version, c.latest_reply_at, c.answered_count
@@ -117,13 +108,13 @@ async function storeFresh(sql: Db, replies: NewReply[], at: Date): Promise<Map<s
 }
 
 /**
- * Replies under ids their senders chose, which an earlier attempt may have stored (its answer lost):
- * the rows are locked first, all in one order, and a message already there (seen by the insert, which
- * waits for whoever is writing it) changes nothing, so a repeat never ends a newer message's pending
- * state.
+ * Records replies under ids their senders chose (an Idempotency-Key), which an earlier attempt may
+ * have stored (its answer lost), as `storeFreshReplies` does the others: the rows are locked first,
+ * all in one order, and a message already there (seen by the insert, which waits for whoever is
+ * writing it) changes nothing, so a repeat never ends a newer message's pending state. An id already
+ * stored for another conversation maps to an error (ids come from the reservation, so it cannot be).
  */
-async function storeChosen(sql: Db, replies: NewReply[], at: Date): Promise<Map<string, ReplyStored>> {
-  if (replies.length === 0) return new Map()
+export async function storeChosenReplies(sql: Db, replies: NewReply[], at: Date): Promise<Map<string, ReplyStored | Error>> {
   type Row = { id: string; createdAt: Date | null; version: number | null; wasPending: boolean } & ConversationState
   const rows = await sql<Row[]>`
     with input as (
@@ -137,7 +128,8 @@ async function storeChosen(sql: Db, replies: NewReply[], at: Date): Promise<Map<
       for no key update of c
     ), stored as (
       insert into messages (id, participant_id, user_id, role, text, created_at)
-      select i.id, i."participantId", i."userId", 'agent', i.text, greatest(${at}::timestamptz, l.latest_user_message_at, l.latest_reply_at)
+      select i.id, i."participantId", i."userId", 'agent', i.text,
+        greatest(${at}::timestamptz, l.latest_user_message_at + interval '1 millisecond', l.latest_reply_at + interval '1 millisecond')
       from input i join locked l on l.participant_id = i."participantId" and l.user_id = i."userId"
       on conflict (id) do nothing
       returning id, participant_id, user_id, created_at
@@ -155,7 +147,7 @@ async function storeChosen(sql: Db, replies: NewReply[], at: Date): Promise<Map<
     left join stored s on s.id = i.id
     left join replied r on r.participant_id = s.participant_id and r.user_id = s.user_id
   `
-  const outcomes = new Map<string, ReplyStored>()
+  const outcomes = new Map<string, ReplyStored | Error>()
   const repeats = new Map<string, Row>()
   for (const row of rows) {
     if (row.createdAt) outcomes.set(row.id, { stored: true, createdAt: row.createdAt, version: row.version!, wasPending: row.wasPending })
@@ -172,7 +164,8 @@ async function storeChosen(sql: Db, replies: NewReply[], at: Date): Promise<Map<
     for (const message of earlier) {
       const reply = byId.get(message.id)!
       if (message.participantId !== reply.participantId || message.userId !== reply.userId) {
-        throw new Error(`reply ${message.id} repeats a message of another conversation`)
+        outcomes.set(message.id, new Error(`reply ${message.id} repeats a message of another conversation`))
+        continue
       }
       const { version, pendingCount, latestMessage, latestMessageAt } = repeats.get(message.id)!
       outcomes.set(message.id, { stored: false, createdAt: message.createdAt, conversation: { version: version!, pendingCount, latestMessage, latestMessageAt } })

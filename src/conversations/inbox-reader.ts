@@ -1,0 +1,123 @@
+/** Reading an agent's inbox for the poll: from process memory that pub/sub keeps honest, else Redis, else Postgres. */
+import { randomUUID } from 'node:crypto'
+import type { Redis } from '../redis.ts'
+import type { Keys } from '../keys.ts'
+import type { PubSub } from '../pubsub.ts'
+import type { Sql } from '../db.ts'
+import type { Clock } from '../clock.ts'
+import { acquireLease, releaseLease } from '../actors/lease.ts'
+import { openRequests } from '../service-requests/store.ts'
+import { pendingConversations, type PendingConversation } from './store.ts'
+import { replaceInbox, type AgentInbox, type OpenServiceRequest } from './inbox.ts'
+
+export interface InboxReader {
+  read(agentId: string): Promise<AgentInbox>
+  /** The inbox if process memory holds it fresh, with no promise: the poll's usual answer. */
+  peek(agentId: string): AgentInbox | undefined
+  close(): Promise<void>
+}
+
+/**
+ * Reads inboxes: from process memory when nothing changed since, else in one Redis round trip. An
+ * inbox Redis lost (no "built" marker) is rebuilt from Postgres while holding the agent's actor, so
+ * no actor command (a user's message, a service request) is applied meanwhile, and a reply's removal
+ * that lands first leaves a tombstone the rebuild respects; if a runtime holds the actor, this poll
+ * is answered from Postgres.
+ */
+export async function createInboxReader(options: {
+  sql: Sql
+  redis: Redis
+  keys: Keys
+  pubsub: PubSub
+  clock: Clock
+  ttlMs?: number
+  maxEntries?: number
+}): Promise<InboxReader> {
+  const { sql, redis, keys, pubsub, clock } = options
+  const ttlMs = options.ttlMs ?? 30_000
+  const maxEntries = options.maxEntries ?? 100_000
+  const cache = new Map<string, { inbox: AgentInbox; expires: number }>()
+  const rebuilding = new Map<string, Promise<AgentInbox>>()
+  // Bumped by every change announcement: a read that overlaps one must not be cached.
+  let epoch = 0
+
+  // Listening starts with the first read: a process that never reads an inbox (a worker) gets no changes.
+  const changes = pubsub.listener(keys.channels.inboxChanged, agentId => {
+    epoch++
+    cache.delete(agentId)
+  })
+  pubsub.onReconnect(() => {
+    epoch++
+    cache.clear()
+  })
+
+  const fetch = async (agentId: string) => {
+    const k = keys.agent(agentId)
+    const results = await redis.multi().exists(k.built).hgetall(k.inbox).hgetall(k.requests).exec()
+    const [built, inbox, requests] = (results ?? []).map(([error, value]) => {
+      if (error) throw error
+      return value
+    }) as [number, Record<string, string>, Record<string, string>]
+    if (built !== 1) return null
+    return {
+      conversations: Object.values(inbox)
+        .map(value => {
+          const { version: _, ...conversation } = JSON.parse(value) as PendingConversation & { version?: number }
+          return conversation
+        })
+        .sort((a, b) => a.latestMessageAt.localeCompare(b.latestMessageAt) || a.userId.localeCompare(b.userId)),
+      requests: Object.values(requests)
+        .map(value => JSON.parse(value) as OpenServiceRequest)
+        .sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.requestId.localeCompare(b.requestId)),
+    }
+  }
+
+  const rebuild = async (agentId: string): Promise<AgentInbox> => {
+    const actor = `agent:${agentId}`
+    const holder = randomUUID()
+    const token = await acquireLease({ redis, keys }, actor, holder, 5000)
+    try {
+      const stored = { conversations: await pendingConversations(sql, agentId), requests: await openRequests(sql, agentId, clock.now()) }
+      // Written only while still held: a rebuild whose lease ran out (a long pause) answers this poll
+      // from what it read but leaves Redis to the newer holder.
+      if (token !== null) await replaceInbox({ redis, keys }, agentId, holder, stored)
+      return { conversations: stored.conversations.map(({ version: _, ...conversation }) => conversation), requests: stored.requests }
+    } finally {
+      if (token !== null) {
+        await releaseLease({ redis, keys }, actor, holder)
+        // Mail that came while the actor was held here: make sure a runtime looks at it.
+        if ((await redis.xlen(keys.actor(actor).mailbox)) > 0) await redis.xadd(keys.actorsReady, '*', 'actor', actor)
+      }
+    }
+  }
+
+  const peek = (agentId: string) => {
+    const hit = cache.get(agentId)
+    return hit && hit.expires > Date.now() ? hit.inbox : undefined
+  }
+
+  return {
+    peek,
+    async read(agentId) {
+      const hit = peek(agentId)
+      if (hit) return hit
+      await changes.listen()
+      const started = epoch
+      const inbox = await fetch(agentId)
+      if (!inbox) {
+        let pending = rebuilding.get(agentId)
+        if (!pending) {
+          pending = rebuild(agentId).finally(() => rebuilding.delete(agentId))
+          rebuilding.set(agentId, pending)
+        }
+        return pending
+      }
+      if (epoch === started) {
+        if (cache.size >= maxEntries) cache.delete(cache.keys().next().value!)
+        cache.set(agentId, { inbox, expires: Date.now() + ttlMs })
+      }
+      return inbox
+    },
+    close: changes.stop,
+  }
+}
