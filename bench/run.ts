@@ -8,6 +8,8 @@ import { describeMachine } from './lib/machine.ts'
 import { outDir, pinSelf, root, spawnBun, waitHealthy, type Server } from './lib/proc.ts'
 import { renderResults, targets, type Results } from './lib/report.ts'
 import { seedAgents, seedWaitingConversations, type SeededAgent } from './lib/seed-agents.ts'
+import { createKeys } from '../src/keys.ts'
+import { invalidateInbox } from '../src/conversations/inbox.ts'
 import { createWorld, type World } from './lib/world.ts'
 import type { LoadRun, ReplyRun } from './lib/types.ts'
 import { baselineScenario, startBaseline } from './scenarios/baseline.ts'
@@ -142,7 +144,13 @@ try {
     const users = Math.ceil((20_000 * (settings.warmSeconds + settings.seconds)) / repliers.length)
     const seeding = performance.now()
     const waiting = await seedWaitingConversations(world.sql, repliers, users)
+    // Seeded past the service: their inboxes (built by the poll's warm-up, if it ran) are rebuilt from Postgres.
+    const keys = createKeys(world.redisPrefix)
+    for (const agent of repliers) await invalidateInbox({ redis: world.redis, keys }, agent.id)
+    await Bun.sleep(200) // the API's inbox caches hear of it
     await warmAgents(api, repliers, 64, false)
+    const built = await Promise.all(repliers.map(agent => world.redis.exists(keys.agent(agent.id).built)))
+    if (built.some(n => n !== 1)) throw new Error(`${built.filter(n => n !== 1).length} of the repliers' inboxes were not rebuilt`)
     progress(`reply to waiting conversations: ${waiting.length} seeded and ${repliers.length} inboxes built in ${((performance.now() - seeding) / 1000).toFixed(1)} s; ${settings.rounds} × ${settings.seconds / settings.rounds} s`)
     waitingAgainst = phase(results.baselines.length)
     const answering = await replyScenario(settings, { api, workers }, world, agents, measureBaseline, waiting)
