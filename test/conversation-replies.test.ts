@@ -361,6 +361,25 @@ describe('the inbox projection of a conversation', () => {
   })
 })
 
+describe('a reply mailed to the actor by a process of the older release', () => {
+  test('is applied the same way: stored once, the conversation answered and out of the inbox, the user told', async () => {
+    const pair = await subscribedPair()
+    await send(pair.user, pair.agent, 'still there?')
+    expect((await inboxInRedis(pair.agent.id))[pair.user.id]).toBeDefined()
+    const messageId = newRowId()
+    const command = { messageId, userId: pair.user.id, text: 'from the old path' }
+    const applied = await ctx.deps.dispatcher.ask<{ messageId: string }>(`agent:${pair.agent.id}`, 'agent.reply', command, { commandId: `old-${messageId}` })
+    expect(applied).toMatchObject({ messageId, text: 'from the old path' })
+    // Its repeat (a redelivery, or a retry under the same key) changes nothing.
+    await ctx.deps.dispatcher.ask(`agent:${pair.agent.id}`, 'agent.reply', command, { commandId: `old-${messageId}` })
+    expect((await history(pair)).map(m => m.text)).toEqual(['from the old path', 'still there?'])
+    expect((await conversationRow(pair.agent.id, pair.user.id)).pendingCount).toBe(0)
+    expect((await inboxInRedis(pair.agent.id))[pair.user.id]).toBeUndefined()
+    const events = ctx.deps.keys.events.user(pair.user.id)
+    await until(async () => (await ctx.deps.redis.xrange(events, '-', '+')).some(([, f]) => f[1] === 'conversation.reply' && f[3]!.includes(messageId)), 5000)
+  })
+})
+
 describe('the reply writer', () => {
   test('runs a statement again that Postgres chose as a deadlock’s victim', async () => {
     const [a, b] = [await subscribedPair(), await subscribedPair()]
