@@ -17,6 +17,7 @@ import {
   type TestAgent,
   type TestContext,
   type TestUser,
+  uuidV7,
 } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
 
@@ -107,6 +108,8 @@ describe('a repeat under one Idempotency-Key whose first answer was lost', () =>
     const headers = { 'idempotency-key': `lost-${newRowId()}` }
     const first = await reply(pair.agent, pair.user.id, 'answer one', headers)
     expect(first.status).toBe(201)
+    // Its id comes from the reservation, the same for every repeat, and is still time-ordered.
+    expect(first.body.data.messageId).toMatch(uuidV7)
     // The process died before it could keep the outcome: the reservation is still in progress.
     await ctx.deps.sql`
       update idempotency_keys set response_status = null, response_body = null where key = ${headers['idempotency-key']}
