@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { Redis } from 'ioredis'
 import { newRowId } from '../src/ids.ts'
-import { answeredKeepMs, projectConversation, replaceInbox } from '../src/conversations/inbox.ts'
+import { answeredKeepMs, putConversation, removeConversation, replaceInbox } from '../src/conversations/inbox.ts'
 import { createReplyWriter } from '../src/conversations/replies.ts'
 import { insertUserMessage, storeChosenReplies, storeFreshReplies } from '../src/conversations/store.ts'
 import { acquireLease, releaseLease } from '../src/actors/lease.ts'
@@ -248,20 +248,20 @@ describe('the inbox projection of a conversation', () => {
     // The actor holds the agent while it puts, as it does when applying a user's message.
     const actor = `agent:${agentId}`
     expect(await acquireLease(ctx.deps, actor, 'the actor', 5000)).not.toBeNull()
-    await projectConversation(ctx.deps, agentId, userId, 2, entry('second'))
+    await putConversation(ctx.deps, agentId, 2, entry('second'))
     // The removal of an older reply, landing late.
-    await projectConversation(ctx.deps, agentId, userId, 1, null)
+    await removeConversation(ctx.deps, agentId, userId, 1)
     expect((await inboxInRedis(agentId))[userId]).toMatchObject({ version: 2, latestMessage: 'second' })
     expect(await announced()).toBe(1)
 
-    await projectConversation(ctx.deps, agentId, userId, 3, null)
+    await removeConversation(ctx.deps, agentId, userId, 3)
     expect((await inboxInRedis(agentId))[userId]).toBeUndefined()
     // The message the reply answered, projected after it: the tombstone keeps it out.
-    await projectConversation(ctx.deps, agentId, userId, 2, entry('second, late'))
+    await putConversation(ctx.deps, agentId, 2, entry('second, late'))
     expect((await inboxInRedis(agentId))[userId]).toBeUndefined()
     expect(await announced()).toBe(2)
 
-    await projectConversation(ctx.deps, agentId, userId, 4, entry('fourth'))
+    await putConversation(ctx.deps, agentId, 4, entry('fourth'))
     expect((await inboxInRedis(agentId))[userId]).toMatchObject({ version: 4, latestMessage: 'fourth' })
     // A put past the tombstone takes its place.
     expect(await ctx.deps.redis.hexists(ctx.deps.keys.agent(agentId).answered, userId)).toBe(0)
@@ -269,7 +269,7 @@ describe('the inbox projection of a conversation', () => {
     await releaseLease(ctx.deps, actor, 'the actor')
 
     // With the actor not held, no put is on its way: a removal leaves no tombstone behind.
-    await projectConversation(ctx.deps, agentId, userId, 5, null)
+    await removeConversation(ctx.deps, agentId, userId, 5)
     expect((await inboxInRedis(agentId))[userId]).toBeUndefined()
     expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(agentId).answered)).toBe(0)
     expect(await announced()).toBe(4)
@@ -282,16 +282,16 @@ describe('the inbox projection of a conversation', () => {
     const at = new Date().toISOString()
     // The actor put version 5 of one conversation and released; the reply (6) removes it.
     await acquireLease(ctx.deps, `agent:${agent}`, 'the actor', 5000)
-    await projectConversation(ctx.deps, agent, inPlace, 5, { userId: inPlace, latestMessage: 'm', latestMessageAt: at, pendingCount: 1 })
+    await putConversation(ctx.deps, agent, 5, { userId: inPlace, latestMessage: 'm', latestMessageAt: at, pendingCount: 1 })
     await releaseLease(ctx.deps, `agent:${agent}`, 'the actor')
-    await projectConversation(ctx.deps, agent, inPlace, 6, null)
+    await removeConversation(ctx.deps, agent, inPlace, 6)
     expect((await inboxInRedis(agent))[inPlace]).toBeUndefined()
     expect(await ctx.deps.redis.hexists(k.answered, inPlace)).toBe(0)
     // The other's put (5) failed and waits for its redelivery; the reply (6) lands first, actor free.
-    await projectConversation(ctx.deps, agent, missing, 6, null)
+    await removeConversation(ctx.deps, agent, missing, 6)
     expect(await ctx.deps.redis.hget(k.answered, missing)).toBe('6')
     await acquireLease(ctx.deps, `agent:${agent}`, 'the actor again', 5000)
-    await projectConversation(ctx.deps, agent, missing, 5, { userId: missing, latestMessage: 'm', latestMessageAt: at, pendingCount: 1 })
+    await putConversation(ctx.deps, agent, 5, { userId: missing, latestMessage: 'm', latestMessageAt: at, pendingCount: 1 })
     await releaseLease(ctx.deps, `agent:${agent}`, 'the actor again')
     expect((await inboxInRedis(agent))[missing]).toBeUndefined()
   })
@@ -302,7 +302,7 @@ describe('the inbox projection of a conversation', () => {
     const k = ctx.deps.keys.agent(pair.agent.id)
     const stale = { userId: pair.user.id, latestMessage: 'from an older process', latestMessageAt: new Date().toISOString(), pendingCount: 1 }
     await ctx.deps.redis.hset(k.inbox, pair.user.id, JSON.stringify(stale))
-    await projectConversation(ctx.deps, pair.agent.id, pair.user.id, 99, null)
+    await removeConversation(ctx.deps, pair.agent.id, pair.user.id, 99)
     expect(await ctx.deps.redis.exists(k.built)).toBe(0)
     // The next read rebuilds it from Postgres, where the conversation is pending with 'hello'.
     await until(async () => {
@@ -317,9 +317,9 @@ describe('the inbox projection of a conversation', () => {
     const agent = k.inbox.split('{actor:agent:')[1]!.split('}')[0]!
     const [old, fresh] = [newRowId(), newRowId()]
     expect(await acquireLease(ctx.deps, `agent:${agent}`, 'the actor', 5000)).not.toBeNull()
-    await projectConversation(ctx.deps, agent, old, 1, null)
+    await removeConversation(ctx.deps, agent, old, 1)
     await ctx.deps.redis.zadd(k.answeredAt, Date.now() - answeredKeepMs - 1000, old)
-    await projectConversation(ctx.deps, agent, fresh, 1, null)
+    await removeConversation(ctx.deps, agent, fresh, 1)
     expect(await ctx.deps.redis.hkeys(k.answered)).toEqual([fresh])
     expect(await ctx.deps.redis.zrange(k.answeredAt, 0, -1)).toEqual([fresh])
     const ttl = await ctx.deps.redis.pttl(k.answered)
@@ -333,7 +333,7 @@ describe('the inbox projection of a conversation', () => {
     const holder = newRowId()
     expect(await acquireLease(ctx.deps, `agent:${rebuilt}`, holder, 5000)).not.toBeNull()
     // The rebuild read both as pending at version 5; a reply to one landed (version 6) before it wrote.
-    await projectConversation(ctx.deps, rebuilt, answered, 6, null)
+    await removeConversation(ctx.deps, rebuilt, answered, 6)
     const at = new Date().toISOString()
     const written = await replaceInbox(ctx.deps, rebuilt, holder, {
       conversations: [
@@ -350,7 +350,7 @@ describe('the inbox projection of a conversation', () => {
   test('a rebuild whose lease ran out meanwhile writes nothing', async () => {
     const rebuilt = newRowId()
     const waiting = newRowId()
-    await projectConversation(ctx.deps, rebuilt, waiting, 7, { userId: waiting, latestMessage: 'newer', latestMessageAt: new Date().toISOString(), pendingCount: 3 })
+    await putConversation(ctx.deps, rebuilt, 7, { userId: waiting, latestMessage: 'newer', latestMessageAt: new Date().toISOString(), pendingCount: 3 })
     // Another holder took the actor after this rebuild's lease ran out.
     expect(await acquireLease(ctx.deps, `agent:${rebuilt}`, 'another holder', 5000)).not.toBeNull()
     const written = await replaceInbox(ctx.deps, rebuilt, 'the slow rebuild', {

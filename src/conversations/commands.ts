@@ -2,7 +2,7 @@
 import type { ActorKind, Refusal } from '../actors/types.ts'
 import { notify, type NotifyDeps } from '../events/notify.ts'
 import { participantOwner } from '../participants/store.ts'
-import { invalidateInbox, projectConversation, removeConversation } from './inbox.ts'
+import { invalidateInbox, putConversation, removeConversation } from './inbox.ts'
 import { removalDue } from './replies.ts'
 import { insertUserMessage, storeChosenReplies, type ReplyStored } from './store.ts'
 
@@ -46,7 +46,7 @@ export function conversationCommands(deps: NotifyDeps): ActorKind {
         // A result an older process stored (redelivered now) has no version to order it: rebuild the inbox from Postgres.
         if (result.version === undefined) return invalidateInbox(deps, id)
         const conversation = { userId: result.userId, latestMessage: result.text, latestMessageAt: result.createdAt, pendingCount: result.pendingCount }
-        await projectConversation(deps, id, result.userId, result.version, conversation)
+        await putConversation(deps, id, result.version, conversation)
       },
       async announce(result: MessageApplied, _message, { id }) {
         if (!result.ownerId) return

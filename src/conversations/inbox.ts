@@ -1,9 +1,9 @@
 /**
  * An agent's inbox in Redis: its pending conversations and open service requests, read by the poll
- * (inbox-reader.ts) from an in-process cache that pub/sub keeps honest. Service requests are written by the agent's
- * actor. Conversations are written by whoever changed them (the actor for a user's message, the API
- * process for the agent's reply), so their projections are ordered by the conversation's version in
- * Postgres: one older than what the inbox holds for that conversation is dropped.
+ * (inbox-reader.ts) from an in-process cache that pub/sub keeps honest. Service requests are written
+ * by the agent's actor. Conversations are written by whoever changed them (the actor puts a user's
+ * message, the API process removes what an agent's reply answered), so their projections are ordered
+ * by the conversation's version in Postgres: one older than what the inbox holds is dropped.
  */
 import { defineBatchedScript, defineScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
@@ -26,7 +26,7 @@ export interface AgentInbox {
   requests: OpenServiceRequest[]
 }
 
-export interface InboxDeps {
+interface InboxDeps {
   redis: Redis
   keys: Keys
 }
@@ -135,20 +135,10 @@ redis.call('SET', KEYS[4], '1')
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return 1`)
 
-/**
- * The actor's projection of a conversation as it stands at `version`: pending (its entry, put only
- * under the actor's lease) or not (null). Dropped if the inbox holds a newer one.
- */
-export async function projectConversation(
-  deps: InboxDeps,
-  agentId: string,
-  userId: string,
-  version: number,
-  pending: PendingConversation | null,
-): Promise<void> {
-  if (!pending) return removeConversation(deps, agentId, userId, version)
+/** The actor's put of a conversation pending at `version` (only under its lease); dropped if the inbox holds a newer one. */
+export async function putConversation(deps: InboxDeps, agentId: string, version: number, pending: PendingConversation): Promise<void> {
   const k = deps.keys.agent(agentId)
-  await put(deps.redis, [k.inbox, k.answered, k.answeredAt, k.built], [deps.keys.channels.inboxChanged, agentId, userId, version, entry(version, pending)])
+  await put(deps.redis, [k.inbox, k.answered, k.answeredAt, k.built], [deps.keys.channels.inboxChanged, agentId, pending.userId, version, entry(version, pending)])
 }
 
 /** Takes a conversation no longer pending at `version` out of the agent's inbox (anyone may, lease or not). */
