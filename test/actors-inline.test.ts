@@ -3,6 +3,8 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomUUID } from 'node:crypto'
 import { startActorRuntime, type ActorRuntime } from '../src/actors/runtime.ts'
 import { createInlineRunner, type InlineRunner } from '../src/actors/inline.ts'
+import { createRepairs } from '../src/actors/repairs.ts'
+import { createLog } from '../src/log.ts'
 import { createDispatcher, type Dispatcher } from '../src/actors/dispatcher.ts'
 import { acquireLease, releaseLease } from '../src/actors/lease.ts'
 import type { ActorKinds } from '../src/actors/types.ts'
@@ -19,6 +21,9 @@ const projected: string[] = []
 const failOnce = new Set<string>()
 /** Actors whose next projection fails this many times. */
 const projectionFailures = new Map<string, number>()
+/** Repairs made, by actor (see repairs.ts), and actors whose next repairs fail this many times. */
+const repaired: string[] = []
+const repairFailures = new Map<string, number>()
 /** Payload n whose effect waits for the test. */
 const gates = new Map<number, Promise<void>>()
 /** Announcements made, in order: `actor:n`. */
@@ -48,6 +53,14 @@ const kinds: ActorKinds = {
         }
         projected.push(`${id}:${payload.n}`)
         effects.push(`project ${id}:${payload.n}`)
+      },
+      async repair({ id }) {
+        const left = repairFailures.get(id) ?? 0
+        if (left > 0) {
+          repairFailures.set(id, left - 1)
+          throw new Error('Connection is closed.')
+        }
+        repaired.push(id)
       },
       async announce(_result, payload: { n: number }, { id }) {
         await announceGates.get(payload.n)
@@ -247,6 +260,39 @@ describe('commands applied by their sender', () => {
     expect(projected.filter(p => p.startsWith(`${actor}:`))).toEqual([`${actor}:1`, `${actor}:2`])
   })
 
+  test('a projection given up when the lease is lost is repaired instead, again until the repair lands', async () => {
+    const { redis, keys } = ctx.deps
+    const { runner: own, dispatcher: losing } = await ownRunner(600)
+    const actor = randomUUID()
+    projectionFailures.set(actor, 1_000)
+    repairFailures.set(actor, 2)
+    const answer = losing.ask(`log:${actor}`, 'append', { n: 4001 })
+    // Another holder takes the actor while the projection keeps failing: the renewal finds it gone.
+    await until(() => redis.exists(keys.actor(`log:${actor}`).lease).then(n => n === 1))
+    await redis.set(keys.actor(`log:${actor}`).lease, 'someone else', 'PX', 5000)
+    expect(await answer).toEqual({ count: 1 })
+    expect(projected.filter(p => p.startsWith(`${actor}:`))).toEqual([])
+    await until(async () => repaired.includes(actor), 10_000)
+    expect(repairFailures.get(actor)).toBe(0)
+    expect(repaired.filter(a => a === actor)).toEqual([actor])
+    projectionFailures.delete(actor)
+    await own.close()
+    await losing.close()
+  })
+
+  test('a projection given up at shutdown is repaired before the runner closes', async () => {
+    const { runner: own, dispatcher: closing } = await ownRunner(2000)
+    const actor = randomUUID()
+    projectionFailures.set(actor, 1_000)
+    const answer = closing.ask(`log:${actor}`, 'append', { n: 5001 })
+    await until(async () => (await appended(actor)).length === 1)
+    await own.close()
+    expect(await answer).toEqual({ count: 1 })
+    expect(repaired.filter(a => a === actor)).toEqual([actor])
+    projectionFailures.delete(actor)
+    await closing.close()
+  })
+
   test('closing sends what waits to the mailboxes and applies nothing more here', async () => {
     const { runner: own, dispatcher: closing } = await ownRunner(2000)
     const actor = randomUUID()
@@ -301,6 +347,35 @@ describe('commands applied by their sender', () => {
     expect(await redis.exists(keys.actor(`log:${actor}`).lease)).toBe(0)
     await broken.close()
     await away.end({ timeout: 1 })
+  })
+})
+
+describe('repairs of projections given up', () => {
+  const context = (actor: string) => ({ actor: `log:${actor}`, id: actor, commandId: randomUUID(), at: new Date() })
+
+  test('one repair an actor however many commands ask for it; one that keeps failing is retried, then logged stale at close', async () => {
+    const lines: string[] = []
+    const repairs = createRepairs(createLog('warn', line => lines.push(line)), { firstDelayMs: 10, maxDelayMs: 40 })
+    const calls: string[] = []
+    const handler = {
+      apply: async () => null,
+      repair: async ({ id }: { id: string }) => {
+        calls.push(id)
+        if (id === 'stuck') throw new Error('Connection is closed.')
+      },
+    }
+    repairs.add(handler, context('fine'))
+    repairs.add(handler, context('fine'))
+    repairs.add(handler, context('stuck'))
+    // A handler with nothing to repair adds nothing.
+    repairs.add({ apply: async () => null }, context('none'))
+    await until(async () => calls.filter(id => id === 'stuck').length >= 3)
+    expect(calls.filter(id => id === 'fine')).toEqual(['fine'])
+    expect(calls).not.toContain('none')
+    await repairs.close()
+    const given = lines.map(line => JSON.parse(line) as { level: string; msg: string; actors?: string[] }).filter(l => l.level === 'error')
+    expect(given).toHaveLength(1)
+    expect(given[0]!.actors).toEqual(['log:stuck'])
   })
 })
 

@@ -14,6 +14,7 @@ let failOnce = new Set<string>()
 const outages = new Map<string, number>()
 const projected: string[] = []
 const announced: string[] = []
+const repaired: string[] = []
 const stalls: { entered(): void; released: Promise<void> }[] = []
 
 // A toy kind: each 'append' inserts a row; the result is the running count for that actor.
@@ -41,6 +42,19 @@ const kinds: ActorKinds = {
     poison: {
       async apply() {
         throw new Error('a bug in the handler')
+      },
+    },
+    // Applied, but its projection always fails (not an outage): it ends dead-lettered, then repaired.
+    unprojectable: {
+      async apply(tx, _payload, { id }) {
+        await tx`insert into actor_log (actor, n) values (${id}, 7)`
+        return { applied: true }
+      },
+      async project() {
+        throw new Error('WRONGTYPE Operation against a key holding the wrong kind of value')
+      },
+      async repair({ id }) {
+        repaired.push(id)
       },
     },
     // Fails once, after waiting for the test to let it (to fail a batch at a chosen moment).
@@ -125,6 +139,17 @@ describe('actor runtime', () => {
     await r.stop()
   }, 30_000)
 
+  test('a command whose projection keeps failing is dead-lettered once applied, and the actor’s Redis state repaired', async () => {
+    const r = await runtime()
+    const actor = randomUUID()
+    expect(await ctx.deps.dispatcher.ask(`log:${actor}`, 'unprojectable', {}, { timeoutMs: 20_000 })).toEqual({ applied: true })
+    expect(await appended(actor)).toEqual([7])
+    expect(await ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${actor}`).dead)).toBe(1)
+    await until(async () => repaired.includes(actor))
+    expect(repaired.filter(a => a === actor)).toEqual([actor])
+    await r.stop()
+  }, 30_000)
+
   test('stopping under a backlog hands the unfinished actors on: a new runtime applies everything', async () => {
     const r1 = await runtime({ concurrency: 2 })
     const actors = Array.from({ length: 10 }, () => randomUUID())
@@ -194,11 +219,12 @@ describe('actor runtime', () => {
     await until(async () => applied >= 4)
     const survivor = await runtime()
     await until(async () => (await appended(actor)).length === 20)
-    await Bun.sleep(300)
+    // Every entry acknowledged (the survivor's last batch acknowledges after its commit, however
+    // loaded the machine), and then nothing applied twice.
+    await until(async () => (await ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${actor}`).mailbox)) === 0)
     expect(await appended(actor)).toEqual(Array.from({ length: 20 }, (_, n) => n))
     const [left] = await ctx.deps.sql`select count(*)::int as n from actor_applied where actor = ${`log:${actor}`}`
     expect(left!.n).toBe(20)
-    expect(await ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${actor}`).mailbox)).toBe(0)
     await survivor.stop()
   })
 

@@ -521,3 +521,29 @@ describe('the reply writer', () => {
     }
   }, 20_000)
 })
+
+describe('an agent’s projection given up (lease lost, or closing, with Redis refusing it)', () => {
+  test('is repaired by rebuilding the inbox from Postgres, for conversations and service requests alike', async () => {
+    const { actorKinds } = await import('../src/actors/kinds.ts')
+    const pair = await subscribedPair()
+    const poll = async () => (await ctx.call('GET', '/v1/agent/events', { apiKey: pair.agent.apiKey })).body.data.pendingConversations as { userId: string }[]
+    // The inbox is built (nothing pending), then a message is applied whose projection never lands.
+    expect(await poll()).toEqual([])
+    expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(pair.agent.id).built)).toBe(1)
+    await insertUserMessage(ctx.deps.sql, { id: newRowId(), participantId: pair.agent.id, userId: pair.user.id, text: 'seen by no one', at: new Date() })
+    expect(await inboxInRedis(pair.agent.id)).toEqual({})
+
+    const agent = actorKinds(ctx.deps).agent!
+    const context = { actor: `agent:${pair.agent.id}`, id: pair.agent.id, commandId: 'lost', at: new Date() }
+    for (const type of ['user.message', 'agent.reply', 'service.request', 'service.respond']) expect(agent[type]!.repair).toBeFunction()
+    await agent['user.message']!.repair!(context)
+    expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(pair.agent.id).built)).toBe(0)
+    await until(async () => (await poll()).map(c => c.userId).includes(pair.user.id), 5000)
+    expect(Object.keys(await inboxInRedis(pair.agent.id))).toEqual([pair.user.id])
+
+    // The service-request commands repair the same inbox.
+    await agent['service.request']!.repair!(context)
+    expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(pair.agent.id).built)).toBe(0)
+    await until(async () => (await poll()).length === 1 && (await ctx.deps.redis.exists(ctx.deps.keys.agent(pair.agent.id).built)) === 1, 5000)
+  })
+})

@@ -13,6 +13,7 @@ import { errorFields } from '../log.ts'
 import { errors } from '../errors.ts'
 import { raiseFence, renewLease } from './lease.ts'
 import { announceApplied, applyBatch, BatchFailed, type Applied, type BatchOutcome } from './batch.ts'
+import { createRepairs } from './repairs.ts'
 import { isRefusal } from './types.ts'
 import type { ActorRuntimeOptions } from './runtime.ts'
 
@@ -117,6 +118,7 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
   const running = new Set<Promise<void>>()
   let scheduled = false
   let closed = false
+  const repairs = createRepairs(log)
 
   /** Batches in their transaction (or taking their leases): the projections and releases that follow hold no slot. */
   let slots = 0
@@ -297,7 +299,8 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
   /**
    * The projections, in order, while the lease is held. One that fails (Redis away) is tried again,
    * the batch's renewals keeping the lease, so no later command's projection can overtake it; should
-   * the lease be lost meanwhile, a newer holder owns the projected state and this one gives up.
+   * the lease be lost meanwhile, a newer holder owns the projected state and this one gives up: the
+   * actor's Redis state is then repaired (rebuilt from Postgres), as it is when the process closes.
    */
   const project = async (h: Hold, applied: Applied[]) => {
     let i = 0
@@ -316,7 +319,10 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
         await Bun.sleep(delay)
         delay = Math.min(delay * 2, leaseMs / 4)
         if (h.done || closed) {
-          log.error('inline actor projection given up', { actor: h.actor, reason: closed ? 'shutting down' : 'lease lost' })
+          log.error('inline actor projection given up; repairing', { actor: h.actor, reason: closed ? 'shutting down' : 'lease lost' })
+          for (const command of applied.slice(i)) {
+            if (command.project && !isRefusal(command.result)) repairs.add(command.handler, command.context)
+          }
           return
         }
       }
@@ -344,6 +350,7 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
         queued.clear()
         await Promise.all(waiting.map(mail))
       }
+      await repairs.close()
     },
   }
 }

@@ -20,6 +20,7 @@ import { appliedCommand, claimCommand, enterFence, recordResult } from './store.
 import { raiseFence, renewLease } from './lease.ts'
 import { isRefusal, type ActorKinds, type CommandContext } from './types.ts'
 import { announceApplied, applyBatch, BatchFailed, finishAndRelease, repeatOf, type Applied, type BatchOutcome } from './batch.ts'
+import { createRepairs } from './repairs.ts'
 
 export interface ActorRuntimeOptions {
   sql: Sql
@@ -138,6 +139,7 @@ function transient(error: unknown): boolean {
 
 export async function startActorRuntime(options: ActorRuntimeOptions): Promise<ActorRuntime> {
   const { sql, redis, keys, kinds, clock, log } = options
+  const repairs = createRepairs(log)
   const leaseMs = options.leaseMs ?? 10_000
   const claimIdleMs = options.claimIdleMs ?? leaseMs + 5000
   const concurrency = options.concurrency ?? 256
@@ -538,6 +540,8 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
         if (count < maxAttempts) throw error
         attempts.delete(attemptKey)
         log.error('actor command moved to the dead-letter stream', { actor, type: fields.type, entryId, ...errorFields(error) })
+        // Applied, but its projection kept failing: the actor's Redis state is rebuilt instead.
+        if (outcome) repairs.add(handler, outcome.context)
         await redis.xadd(keys.actor(actor).dead, '*', ...list, 'entry', entryId, 'error', String((error as Error).message))
       }
     }
@@ -626,6 +630,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       const taken = new Map([...ready].map(actor => [actor, [...(hints.get(actor) ?? [])]]))
       ready.clear()
       if (waiting.size > 0) await settle(waiting, taken)
+      await repairs.close()
     },
     abandon() {
       running = false

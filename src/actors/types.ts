@@ -27,6 +27,11 @@ export interface CommandHandler<Payload = any, Result = any> {
    * notification that fails is logged, not retried); may run again on a redelivery, like `project`.
    */
   announce?(result: Result, payload: Payload, context: CommandContext): Promise<void>
+  /**
+   * Optional, with `project`: marks the actor's Redis state for a rebuild from Postgres, for when a
+   * projection of a command applied was given up (see repairs.ts). Idempotent; tried again until it lands.
+   */
+  repair?(context: CommandContext): Promise<void>
 }
 
 /** Command handlers of one kind of actor, by command type. */

@@ -1,5 +1,5 @@
 /** The agent actor's conversation commands: a user's message, and an agent's reply mailed by an older process. */
-import type { ActorKind, Refusal } from '../actors/types.ts'
+import type { ActorKind, CommandContext, Refusal } from '../actors/types.ts'
 import { notify, type NotifyDeps } from '../events/notify.ts'
 import { participantOwner } from '../participants/store.ts'
 import { invalidateInbox, putConversation, removeConversation } from './inbox.ts'
@@ -34,6 +34,8 @@ interface ReplyApplied {
 }
 
 export function conversationCommands(deps: NotifyDeps): ActorKind {
+  // A projection given up leaves the inbox stale: it is rebuilt from Postgres instead.
+  const repair = ({ id }: CommandContext) => invalidateInbox(deps, id)
   return {
     'user.message': {
       async apply(tx, message: UserMessage, { id, at }): Promise<MessageApplied> {
@@ -48,6 +50,7 @@ export function conversationCommands(deps: NotifyDeps): ActorKind {
         const conversation = { userId: result.userId, latestMessage: result.text, latestMessageAt: result.createdAt, pendingCount: result.pendingCount }
         await putConversation(deps, id, result.version, conversation)
       },
+      repair,
       async announce(result: MessageApplied, _message, { id }) {
         if (!result.ownerId) return
         await notify(deps, result.ownerId, 'conversation.message', {
@@ -76,6 +79,7 @@ export function conversationCommands(deps: NotifyDeps): ActorKind {
         const version = removalDue(result.stored)
         if (version !== undefined) await removeConversation(deps, id, result.userId, version)
       },
+      repair,
       async announce(result: ReplyApplied, _reply, { id }) {
         await notify(deps, result.userId, 'conversation.reply', { participantId: id, messageId: result.messageId, text: result.text })
       },
