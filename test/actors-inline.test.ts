@@ -379,6 +379,30 @@ describe('repairs of projections given up', () => {
   })
 })
 
+describe('a repair asked for again while it runs', () => {
+  test('runs again: the later command it was asked for may have been missed by the first run', async () => {
+    const repairs = createRepairs(createLog('error', () => {}), { firstDelayMs: 10, maxDelayMs: 40 })
+    let open!: () => void
+    const gate = new Promise<void>(resolve => (open = resolve))
+    const calls: string[] = []
+    const handler = {
+      apply: async () => null,
+      repair: async ({ commandId }: { commandId: string }) => {
+        calls.push(commandId)
+        if (calls.length === 1) await gate
+      },
+    }
+    const context = (commandId: string) => ({ actor: 'log:again', id: 'again', commandId, at: new Date() })
+    repairs.add(handler, context('first'))
+    await until(async () => calls.length === 1)
+    repairs.add(handler, context('second'))
+    open()
+    await until(async () => calls.length === 2)
+    expect(calls).toEqual(['first', 'second'])
+    await repairs.close()
+  })
+})
+
 describe('announcements', () => {
   test('the answer does not wait for the announcement; the actor’s next command does', async () => {
     const actor = randomUUID()

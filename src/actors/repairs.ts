@@ -33,7 +33,8 @@ export function createRepairs(log: Log, options: { firstDelayMs?: number; maxDel
       for (const [repair, context] of [...repairs]) {
         try {
           await repair(context)
-          repairs.delete(repair)
+          // Asked for again meanwhile (another command given up): that request stays, to be tried again.
+          if (repairs.get(repair) === context) repairs.delete(repair)
         } catch (error) {
           log.warn('actor repair failed; retrying', { actor, ...errorFields(error) })
         }
@@ -59,6 +60,10 @@ export function createRepairs(log: Log, options: { firstDelayMs?: number; maxDel
   return {
     add(handler, context) {
       if (!handler?.repair) return
+      if (closed) {
+        log.error('actor repair asked for after shutdown; that actor’s Redis state is stale until rebuilt', { actor: context.actor })
+        return
+      }
       let repairs = due.get(context.actor)
       if (!repairs) due.set(context.actor, (repairs = new Map()))
       repairs.set(handler.repair, context)
