@@ -20,6 +20,7 @@ import {
   uuidV7,
 } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
+import { startHeldProxy } from './helpers/held-proxy.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -518,6 +519,48 @@ describe('the reply writer', () => {
       await writer.close()
       redis.disconnect()
       await sql.end()
+    }
+  }, 20_000)
+
+  test('goes on to the next statement while a stored batch waits on Redis, and closes only when that batch is answered', async () => {
+    const [waiting, answered] = [await subscribedPair(), await subscribedPair()]
+    await send(waiting.user, waiting.agent, 'are you there?')
+    await send(answered.user, answered.agent, 'hello')
+    expect((await reply(answered.agent, answered.user.id, 'hi')).status).toBe(201)
+    const proxy = await startHeldProxy(redisUrl)
+    const redis = new Redis(proxy.url)
+    await redis.ping()
+    const sql = createSql(ctx.database.url, { max: 2 })
+    // One statement at a time, never a second for a stalled one: only the Redis phase can overlap.
+    const writer = createReplyWriter({ ...ctx.deps, redis, sql, batches: 1 })
+    let closed = false
+    try {
+      proxy.hold()
+      let firstAnswered = false
+      const first = writer
+        .send({ agentId: waiting.agent.id, userId: waiting.user.id, text: 'yes', messageId: newRowId(), chosen: false })
+        .finally(() => (firstAnswered = true))
+      // Stored, and now taking the conversation out of the inbox through Redis, which holds it.
+      await until(async () => (await conversationRow(waiting.agent.id, waiting.user.id)).pendingCount === 0, 10_000)
+      const second = await Promise.race([
+        writer.send({ agentId: answered.agent.id, userId: answered.user.id, text: 'more', messageId: newRowId(), chosen: false }),
+        Bun.sleep(5000).then(() => 'still waiting for the first batch'),
+      ])
+      expect(second).toMatchObject({ text: 'more' })
+      expect(firstAnswered).toBe(false)
+      const closing = writer.close().then(() => (closed = true))
+      await Bun.sleep(100)
+      expect([firstAnswered, closed]).toEqual([false, false])
+      proxy.release()
+      expect(await first).toMatchObject({ text: 'yes' })
+      await closing
+      expect((await inboxInRedis(waiting.agent.id))[waiting.user.id]).toBeUndefined()
+    } finally {
+      proxy.release()
+      if (!closed) await writer.close()
+      redis.disconnect()
+      await sql.end()
+      await proxy.close()
     }
   }, 20_000)
 })

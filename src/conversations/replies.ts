@@ -83,8 +83,10 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
   const queued = new Map<string, Pending[]>()
   /** Conversations in a statement under way: their next replies wait for it. */
   const working = new Set<string>()
-  /** Batches under way, with when each began. */
+  /** Batches whose statements are under way, with when each began. */
   const running = new Map<Promise<void>, number>()
+  /** Batches stored, their replies being projected and answered. */
+  const finishing = new Set<Promise<void>>()
   let scheduled = false
   let recheck: ReturnType<typeof setTimeout> | undefined
   let closed = false
@@ -126,53 +128,75 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
       }
       if (batch.length === 0) return
       const pending = batch.map(b => b.pending)
-      const run = write(pending)
-        .catch(error => {
-          // Not expected (each step handles its own failures); no caller may be left waiting.
-          log.error('reply batch failed', { replies: pending.length, ...errorFields(error) })
-          for (const p of pending) p.reject(errors.unavailable('The reply could not be stored; it may have been'))
-        })
-        .finally(() => {
+      const release = () => {
+        for (const { conversation } of batch) working.delete(conversation)
+        if (queued.size > 0) schedule()
+      }
+      const failed = (error: unknown) => {
+        // Not expected (each step handles its own failures); no caller may be left waiting.
+        log.error('reply batch failed', { replies: pending.length, ...errorFields(error) })
+        for (const p of pending) p.reject(errors.unavailable('The reply could not be stored; it may have been'))
+      }
+      // The statement holds the batch's slot; its projections and answers run beside the next one.
+      const run = write(pending).then(
+        ({ finished }) => {
           running.delete(run)
-          for (const { conversation } of batch) working.delete(conversation)
+          const done: Promise<void> = finished.then(() => undefined, failed).finally(() => {
+            finishing.delete(done)
+            release()
+          })
+          finishing.add(done)
           if (queued.size > 0) schedule()
-        })
+        },
+        error => {
+          running.delete(run)
+          failed(error)
+          release()
+        },
+      )
       running.set(run, performance.now())
     }
   }
 
   /**
    * The batch's statements, one for fresh ids and one for chosen ones (each is rolled back alone, so
-   * neither runs again after the other committed); then each reply is projected, answered and
-   * announced.
+   * neither runs again after the other committed). Resolves once they are done, with what is still
+   * under way: each reply projected, answered and announced (boxed, or awaiting it would wait for it).
    */
-  const write = async (batch: Pending[]): Promise<void> => {
+  const write = async (batch: Pending[]): Promise<{ finished: Promise<unknown> }> => {
     const fresh = batch.filter(p => !p.reply.chosen)
     const chosen = batch.filter(p => p.reply.chosen)
-    await Promise.all([fresh.length > 0 && writeKind(fresh, false), chosen.length > 0 && writeKind(chosen, true)])
+    const kinds = await Promise.all([fresh.length > 0 && writeKind(fresh, false), chosen.length > 0 && writeKind(chosen, true)])
+    return { finished: Promise.all(kinds.map(kind => kind && kind.finished)) }
   }
 
-  const writeKind = async (batch: Pending[], chosen: boolean): Promise<void> => {
+  const settled = { finished: Promise.resolve() }
+
+  const writeKind = async (batch: Pending[], chosen: boolean): Promise<{ finished: Promise<unknown> }> => {
     let outcomes: Map<string, ReplyStored | Error>
     try {
       outcomes = await store(batch, chosen)
     } catch (error) {
       if (refusedValue(error)) {
         // Nothing was stored: each alone, so only the reply at fault fails, with the client's error.
-        if (batch.length > 1) return void (await Promise.all(batch.map(p => writeKind([p], chosen))))
-        return batch[0]!.reject(errors.validation('The reply holds a value that cannot be stored'))
+        if (batch.length > 1) {
+          const alone = await Promise.all(batch.map(p => writeKind([p], chosen)))
+          return { finished: Promise.all(alone.map(kind => kind.finished)) }
+        }
+        batch[0]!.reject(errors.validation('The reply holds a value that cannot be stored'))
+        return settled
       }
       if (isConnectionError(error)) {
         // The statement may have committed, its removals unsent: the agents' inboxes are rebuilt.
         for (const p of batch) p.reject(errors.unavailable('The reply could not be stored; it may have been'))
         for (const agentId of new Set(batch.map(p => p.reply.agentId))) later(agentId, { invalidate: true })
-        return
+        return settled
       }
       const failure = busy.has(code(error)) ? errors.unavailable('The database is busy; try again') : error
       for (const p of batch) p.reject(failure)
-      return
+      return settled
     }
-    await Promise.all(
+    const finished = Promise.all(
       batch.map(async p => {
         const stored = outcomes.get(p.reply.messageId)
         if (stored instanceof Error) return p.reject(stored)
@@ -185,6 +209,7 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
         void notify(options, userId, 'conversation.reply', { participantId: p.reply.agentId, messageId, text })
       }),
     )
+    return { finished }
   }
 
   const store = async (batch: Pending[], chosen: boolean): Promise<Map<string, ReplyStored | Error>> => {
@@ -268,9 +293,9 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
     },
     async close() {
       closed = true
-      while (running.size > 0 || queued.size > 0) {
+      while (running.size > 0 || queued.size > 0 || finishing.size > 0) {
         if (running.size === 0) schedule()
-        await Promise.allSettled([...running.keys()])
+        await Promise.allSettled([...running.keys(), ...finishing])
         await Bun.sleep(0)
       }
       clearTimeout(recheck)

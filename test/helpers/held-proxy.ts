@@ -1,0 +1,49 @@
+/**
+ * A TCP proxy on 127.0.0.1 in front of a real server (Redis, say) that can hold what clients send:
+ * while held, their bytes wait in the proxy and nothing reaches the server, so a test can keep one
+ * client's commands in flight at a chosen point without touching the server every test file shares.
+ */
+import { connect, createServer, type Socket } from 'node:net'
+
+export interface HeldProxy {
+  url: string
+  /** Clients' bytes wait here from now on. */
+  hold(): void
+  /** Sends on what waited, and everything after it. */
+  release(): void
+  close(): Promise<void>
+}
+
+export async function startHeldProxy(target: string): Promise<HeldProxy> {
+  const { hostname, port, protocol } = new URL(target)
+  let held = false
+  const waiting: { upstream: Socket; chunk: Buffer | string }[] = []
+  const sockets = new Set<Socket>()
+  const server = createServer(client => {
+    const upstream = connect(Number(port), hostname)
+    for (const socket of [client, upstream]) {
+      sockets.add(socket)
+      socket.on('close', () => sockets.delete(socket))
+      socket.on('error', () => socket.destroy())
+    }
+    client.on('data', chunk => (held ? waiting.push({ upstream, chunk }) : upstream.write(chunk)))
+    upstream.on('data', chunk => client.write(chunk))
+    client.on('close', () => upstream.destroy())
+    upstream.on('close', () => client.destroy())
+  })
+  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
+  const address = server.address()
+  if (!address || typeof address === 'string') throw new Error('the proxy has no port')
+  return {
+    url: `${protocol}//127.0.0.1:${address.port}`,
+    hold: () => void (held = true),
+    release() {
+      held = false
+      for (const { upstream, chunk } of waiting.splice(0)) upstream.write(chunk)
+    },
+    async close() {
+      for (const socket of sockets) socket.destroy()
+      await new Promise<void>(resolve => server.close(() => resolve()))
+    },
+  }
+}
