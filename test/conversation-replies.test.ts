@@ -6,7 +6,7 @@ import { answeredKeepMs, putConversation, removeConversation, replaceInbox } fro
 import { createReplyWriter } from '../src/conversations/replies.ts'
 import { insertUserMessage, storeChosenReplies, storeFreshReplies } from '../src/conversations/store.ts'
 import { acquireLease, releaseLease } from '../src/actors/lease.ts'
-import { createSql, type Sql } from '../src/db.ts'
+import { createSql, type Db, type Sql } from '../src/db.ts'
 import {
   createTestContext,
   expectError,
@@ -141,9 +141,26 @@ const blocked = (pid: number) =>
     return row!.waiting
   }, 5000)
 
-/** Waits until `pid`'s backend has run its statements and holds its transaction open. */
-const holding = (pid: number) =>
-  until(async () => (await ctx.deps.sql`select 1 from pg_stat_activity where pid = ${pid} and state = 'idle in transaction'`).length === 1, 5000)
+/**
+ * A transaction on `sql` that runs `work` and then stays open, holding its locks, until released.
+ * `holding` resolves once `work` is done (not when the backend first looks idle in its transaction,
+ * which it also does between BEGIN and the first statement).
+ */
+const heldOpen = <T>(sql: Sql, work: (tx: Db) => Promise<T>) => {
+  let release!: () => void
+  let held!: () => void
+  const released = new Promise<void>(resolve => (release = resolve))
+  const holds = new Promise<void>(resolve => (held = resolve))
+  const result = sql.begin(async tx => {
+    const out = await work(tx)
+    held()
+    await released
+    return out
+  }) as Promise<T>
+  // A transaction that fails before it holds anything fails the wait too.
+  const holding = Promise.race([holds, result.then(() => Promise.reject(new Error('the transaction ended before it held its locks')))])
+  return { holding, release, result }
+}
 
 /** A connection of its own, its backend's pid, and a way to end it. */
 const connection = async () => {
@@ -166,29 +183,18 @@ describe('the reply statement and a user’s message on one conversation', () =>
     try {
       const id = newRowId()
       const resent = { id, participantId: pair.agent.id, userId: later.id, text: 'answer one' }
-      let releaseFirst!: () => void
-      let releaseHolder!: () => void
-      const firstDone = new Promise<void>(resolve => (releaseFirst = resolve))
-      const holderDone = new Promise<void>(resolve => (releaseHolder = resolve))
-      const firstAttempt = first.sql.begin(async tx => {
-        const stored = await storeChosenReplies(tx, [resent], new Date())
-        await firstDone
-        return stored
-      })
-      await holding(first.pid)
-      const held = holder.sql.begin(async tx => {
-        await tx`select 1 from conversations where participant_id = ${pair.agent.id} and user_id = ${earlier.id} for update`
-        await holderDone
-      })
-      await holding(holder.pid)
+      const firstAttempt = heldOpen(first.sql, tx => storeChosenReplies(tx, [resent], new Date()))
+      await firstAttempt.holding
+      const held = heldOpen(holder.sql, tx => tx`select 1 from conversations where participant_id = ${pair.agent.id} and user_id = ${earlier.id} for update`)
+      await held.holding
       // Its snapshot is taken now, before the first attempt commits.
       const repeated = storeChosenReplies(repeat.sql, [{ id: newRowId(), participantId: pair.agent.id, userId: earlier.id, text: 'to the other' }, resent], new Date())
       await blocked(repeat.pid)
-      releaseFirst()
-      expect((await firstAttempt).get(id)).toMatchObject({ stored: true, wasPending: true })
+      firstAttempt.release()
+      expect((await firstAttempt.result).get(id)).toMatchObject({ stored: true, wasPending: true })
       await insertUserMessage(ctx.deps.sql, { id: newRowId(), participantId: pair.agent.id, userId: later.id, text: 'question two', at: new Date() })
-      releaseHolder()
-      await held
+      held.release()
+      await held.result
       const outcome = (await repeated).get(id)
       expect(outcome).toMatchObject({ stored: false, conversation: { pendingCount: 1, latestMessage: 'question two' } })
       expect(await conversationRow(pair.agent.id, later.id)).toMatchObject({ pendingCount: 1, latestMessage: 'question two' })
@@ -205,20 +211,16 @@ describe('the reply statement and a user’s message on one conversation', () =>
     expect((await reply(pair.agent, pair.user.id, 'answer one')).status).toBe(201)
     const [user, replying] = [await connection(), await connection()]
     try {
-      let release!: () => void
-      const released = new Promise<void>(resolve => (release = resolve))
-      const asked = user.sql.begin(async tx => {
-        const stored = await insertUserMessage(tx, { id: newRowId(), participantId: pair.agent.id, userId: pair.user.id, text: 'question two', at: new Date() })
-        await released
-        return stored
-      })
-      await holding(user.pid)
+      const asked = heldOpen(user.sql, tx =>
+        insertUserMessage(tx, { id: newRowId(), participantId: pair.agent.id, userId: pair.user.id, text: 'question two', at: new Date() }),
+      )
+      await asked.holding
       // Written by a process whose clock is a minute behind.
       const id = newRowId()
       const answering = storeFreshReplies(replying.sql, [{ id, participantId: pair.agent.id, userId: pair.user.id, text: 'answer two' }], new Date(Date.now() - 60_000))
       await blocked(replying.pid)
-      release()
-      const question = await asked
+      asked.release()
+      const question = await asked.result
       const answer = (await answering).get(id)!
       expect(answer).toMatchObject({ stored: true, wasPending: true })
       expect(answer.createdAt.getTime()).toBeGreaterThan(question.createdAt.getTime())
