@@ -1,9 +1,10 @@
 /** `bun bench/reply-timing.ts`: where a reply's CPU goes, in process (app.handle), free of the HTTP server and the load generator. */
 // 64 callers at once, as in the bench (CALLERS=n for another count); rounds alternate between the
 // three ways in, and each figure is the median of its rounds. CPU is this process's (all its threads)
-// plus Postgres's backends and Redis.
+// plus Postgres's backends and Redis. WAITING=1: as the bench's 3b, every reply answers a conversation
+// that waits for it (in its agent's inbox, built before the rounds), each once.
 import { inProcess } from './lib/in-process.ts'
-import { seedAgents } from './lib/seed-agents.ts'
+import { seedAgents, seedWaitingConversations } from './lib/seed-agents.ts'
 import { difference, resources } from './lib/resources.ts'
 import { newRowId } from '../src/ids.ts'
 import type { AgentReply, Replied } from '../src/conversations/replies.ts'
@@ -12,6 +13,7 @@ const callers = Number(process.env.CALLERS ?? 64)
 if (!Number.isInteger(callers) || callers < 1) throw new Error('CALLERS takes a whole number of callers')
 const rounds = 3
 const seconds = 4
+const waitingMode = process.env.WAITING === '1'
 
 await inProcess(async ({ world, deps, app }) => {
   const agents = (await seedAgents(world.sql, { agents: 1000, pendingEvery: 100, repliers: 1000 })).filter(a => a.userId !== null)
@@ -25,7 +27,26 @@ await inProcess(async ({ world, deps, app }) => {
   }
 
   let n = 0
-  const pick = () => agents[Math.floor(Math.random() * agents.length)]!
+  // Enough waiting conversations for 15,000 replies a second through every round that writes.
+  const waiting = waitingMode ? await seedWaitingConversations(world.sql, agents, Math.ceil((15_000 * seconds * 2 * (rounds + 1)) / agents.length)) : []
+  if (waitingMode) {
+    // Each agent's inbox built (a poll), so the replies take their conversations out of it.
+    for (let i = 0; i < agents.length; i += 64) {
+      await Promise.all(
+        agents.slice(i, i + 64).map(async agent => {
+          const response = await app.handle(new Request('http://bench.local/v1/agent/events', { headers: { 'x-api-key': agent.key } }))
+          if (response.status !== 200) throw new Error(`poll answered ${response.status}`)
+        }),
+      )
+    }
+  }
+  let taken = 0
+  const pick = (): { id: string; key: string; userId: string | null } => {
+    if (!waitingMode || answerAtOnce) return agents[Math.floor(Math.random() * agents.length)]!
+    if (taken === waiting.length) throw new Error(`all ${waiting.length} waiting conversations were answered; seed more`)
+    const c = waiting[taken++]!
+    return { id: c.agentId, key: c.key, userId: c.userId }
+  }
   const viaRoute = async () => {
     const agent = pick()
     const response = await app.handle(
