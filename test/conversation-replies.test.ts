@@ -141,6 +141,13 @@ const blocked = (pid: number) =>
     return row!.waiting
   }, 5000)
 
+/** Releases of transactions `heldOpen` began: a test that fails midway lets them go before ending its connections. */
+const stillHeld = new Set<() => void>()
+const releaseHeld = () => {
+  for (const release of stillHeld) release()
+  stillHeld.clear()
+}
+
 /**
  * A transaction on `sql` that runs `work` and then stays open, holding its locks, until released.
  * `holding` resolves once `work` is done (not when the backend first looks idle in its transaction,
@@ -159,6 +166,7 @@ const heldOpen = <T>(sql: Sql, work: (tx: Db) => Promise<T>) => {
   }) as Promise<T>
   // A transaction that fails before it holds anything fails the wait too.
   const holding = Promise.race([holds, result.then(() => Promise.reject(new Error('the transaction ended before it held its locks')))])
+  stillHeld.add(release)
   return { holding, release, result }
 }
 
@@ -201,6 +209,7 @@ describe('the reply statement and a user’s message on one conversation', () =>
       const texts = (await ctx.call('GET', `/v1/conversations/${pair.agent.id}/messages`, { token: later.token })).body.data.map((m: { text: string }) => m.text)
       expect(texts).toEqual(['question two', 'answer one', 'question one'])
     } finally {
+      releaseHeld()
       for (const c of [first, holder, repeat]) await c.sql.end()
     }
   })
@@ -227,6 +236,7 @@ describe('the reply statement and a user’s message on one conversation', () =>
       expect((await conversationRow(pair.agent.id, pair.user.id)).pendingCount).toBe(0)
       expect((await history(pair)).map(m => m.text)).toEqual(['answer two', 'question two', 'answer one', 'question one'])
     } finally {
+      releaseHeld()
       for (const c of [user, replying]) await c.sql.end()
     }
   })
@@ -524,45 +534,57 @@ describe('the reply writer', () => {
     }
   }, 20_000)
 
-  test('goes on to the next statement while a stored batch waits on Redis, and closes only when that batch is answered', async () => {
+  test('goes on to the next statement while a stored batch waits on Redis; a conversation waits only for its own reply; close waits for it all', async () => {
     const [waiting, answered] = [await subscribedPair(), await subscribedPair()]
     await send(waiting.user, waiting.agent, 'are you there?')
     await send(answered.user, answered.agent, 'hello')
     expect((await reply(answered.agent, answered.user.id, 'hi')).status).toBe(201)
-    const proxy = await startHeldProxy(redisUrl)
-    const redis = new Redis(proxy.url)
-    await redis.ping()
-    const sql = createSql(ctx.database.url, { max: 2 })
-    // One statement at a time, never a second for a stalled one: only the Redis phase can overlap.
-    const writer = createReplyWriter({ ...ctx.deps, redis, sql, batches: 1 })
+    expect((await inboxInRedis(waiting.agent.id))[waiting.user.id]).toBeDefined()
+    const agentTexts = async (pair: Subscribed) => (await history(pair)).filter(m => m.role === 'agent').map(m => m.text)
+    const within = <T,>(promise: Promise<T>) => Promise.race([promise, Bun.sleep(5000).then(() => 'still waiting' as const)])
+    let proxy: Awaited<ReturnType<typeof startHeldProxy>> | undefined
+    let redis: Redis | undefined
+    let sql: Sql | undefined
+    let writer: ReturnType<typeof createReplyWriter> | undefined
     let closed = false
     try {
+      proxy = await startHeldProxy(redisUrl)
+      redis = new Redis(proxy.url)
+      await redis.ping()
+      sql = createSql(ctx.database.url, { max: 2 })
+      // One statement at a time, never a second for a stalled one: only the Redis phase can overlap.
+      writer = createReplyWriter({ ...ctx.deps, redis, sql, batches: 1 })
+      const to = (pair: Subscribed, text: string) => writer!.send({ agentId: pair.agent.id, userId: pair.user.id, text, messageId: newRowId(), chosen: false })
       proxy.hold()
-      let firstAnswered = false
-      const first = writer
-        .send({ agentId: waiting.agent.id, userId: waiting.user.id, text: 'yes', messageId: newRowId(), chosen: false })
-        .finally(() => (firstAnswered = true))
-      // Stored, and now taking the conversation out of the inbox through Redis, which holds it.
+      const settledOrder: string[] = []
+      // One tick, so one statement: the first reply ends a pending conversation (its inbox entry goes
+      // through Redis, which holds it), the second does not.
+      const first = to(waiting, 'yes').finally(() => settledOrder.push('yes'))
+      const second = to(answered, 'more')
       await until(async () => (await conversationRow(waiting.agent.id, waiting.user.id)).pendingCount === 0, 10_000)
-      const second = await Promise.race([
-        writer.send({ agentId: answered.agent.id, userId: answered.user.id, text: 'more', messageId: newRowId(), chosen: false }),
-        Bun.sleep(5000).then(() => 'still waiting for the first batch'),
-      ])
-      expect(second).toMatchObject({ text: 'more' })
-      expect(firstAnswered).toBe(false)
+      expect(await within(second)).toMatchObject({ text: 'more' })
+      // The next statement runs, and the answered conversation takes another reply at once.
+      expect(await within(to(answered, 'and more'))).toMatchObject({ text: 'and more' })
+      // The waiting conversation's next reply waits for the first one's answer.
+      const again = to(waiting, 'still me').finally(() => settledOrder.push('still me'))
+      await Bun.sleep(100)
+      expect(await agentTexts(waiting)).toEqual(['yes'])
       const closing = writer.close().then(() => (closed = true))
       await Bun.sleep(100)
-      expect([firstAnswered, closed]).toEqual([false, false])
+      expect([settledOrder, closed]).toEqual([[], false])
       proxy.release()
       expect(await first).toMatchObject({ text: 'yes' })
+      expect(await again).toMatchObject({ text: 'still me' })
       await closing
+      expect(settledOrder).toEqual(['yes', 'still me'])
+      expect(await agentTexts(waiting)).toEqual(['still me', 'yes'])
       expect((await inboxInRedis(waiting.agent.id))[waiting.user.id]).toBeUndefined()
     } finally {
-      proxy.release()
-      if (!closed) await writer.close()
-      redis.disconnect()
-      await sql.end()
-      await proxy.close()
+      proxy?.release()
+      if (writer && !closed) await writer.close()
+      redis?.disconnect()
+      await sql?.end()
+      await proxy?.close()
     }
   }, 20_000)
 })

@@ -41,7 +41,7 @@ export interface ReplyWriter {
 export interface ReplyWriterOptions extends NotifyDeps {
   /** Connections of its own: two per batch in flight (fresh ids and chosen ones are statements apart). */
   sql: Sql
-  /** Batches in flight at most: one, and another while the one under way is stalled. */
+  /** Statements in flight at most: one, and another while the one under way is stalled. */
   batches?: number
   /** How long a batch runs before the writer counts it stalled (waiting on a lock, say) and starts another. */
   stalledMs?: number
@@ -81,7 +81,7 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
   const batchSize = options.batchSize ?? 256
   /** Replies waiting for a statement, by conversation, in the order they came. */
   const queued = new Map<string, Pending[]>()
-  /** Conversations in a statement under way: their next replies wait for it. */
+  /** Conversations with a reply under way (stored or not, until it is answered): their next replies wait for it. */
   const working = new Set<string>()
   /** Batches whose statements are under way, with when each began. */
   const running = new Map<Promise<void>, number>()
@@ -127,31 +127,51 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
         if (batch.length === batchSize) break
       }
       if (batch.length === 0) return
-      const pending = batch.map(b => b.pending)
-      const release = () => {
-        for (const { conversation } of batch) working.delete(conversation)
-        if (queued.size > 0) schedule()
-      }
+      // Each reply frees its conversation for the next one once it is answered (or failed), and only
+      // then: a second answer or failure of the same reply changes nothing.
+      const pending = batch.map(({ conversation, pending: p }): Pending => {
+        let settled = false
+        const settle = () => {
+          if (settled) return false
+          settled = true
+          working.delete(conversation)
+          if (queued.size > 0) schedule()
+          return true
+        }
+        return {
+          reply: p.reply,
+          resolve: replied => void (settle() && p.resolve(replied)),
+          reject: error => void (settle() && p.reject(error)),
+        }
+      })
       const failed = (error: unknown) => {
         // Not expected (each step handles its own failures); no caller may be left waiting.
-        log.error('reply batch failed', { replies: pending.length, ...errorFields(error) })
         for (const p of pending) p.reject(errors.unavailable('The reply could not be stored; it may have been'))
+        log.error('reply batch failed', { replies: pending.length, ...errorFields(error) })
       }
       // The statement holds the batch's slot; its projections and answers run beside the next one.
       const run = write(pending).then(
         ({ finished }) => {
           running.delete(run)
-          const done: Promise<void> = finished.then(() => undefined, failed).finally(() => {
-            finishing.delete(done)
-            release()
-          })
+          const done: Promise<void> = finished
+            .then(() => undefined, failed)
+            .catch(() => undefined)
+            .finally(() => {
+              finishing.delete(done)
+              // Every reply has been answered by now; should one not have been, it fails rather than
+              // holding its conversation for good.
+              for (const p of pending) p.reject(errors.unavailable('The reply could not be stored; it may have been'))
+            })
           finishing.add(done)
           if (queued.size > 0) schedule()
         },
         error => {
           running.delete(run)
-          failed(error)
-          release()
+          try {
+            failed(error)
+          } catch {
+            // Every reply was failed before the log was written.
+          }
         },
       )
       running.set(run, performance.now())
@@ -196,20 +216,24 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
       for (const p of batch) p.reject(failure)
       return settled
     }
-    const finished = Promise.all(
-      batch.map(async p => {
-        const stored = outcomes.get(p.reply.messageId)
-        if (stored instanceof Error) return p.reject(stored)
-        if (!stored) return p.resolve(null)
-        await project(p.reply, stored)
-        const { messageId, userId, text } = p.reply
-        p.resolve({ messageId, userId, text, createdAt: stored.createdAt.toISOString() })
-        // The user hears of it after the agent has its answer. A repeat is announced again: its first
-        // attempt may have been stored and never announced (events are delivered at least once).
-        void notify(options, userId, 'conversation.reply', { participantId: p.reply.agentId, messageId, text })
-      }),
-    )
-    return { finished }
+    return { finished: Promise.all(batch.map(p => answer(p, outcomes.get(p.reply.messageId)))) }
+  }
+
+  /** Projects a reply, answers it and tells the user; never rejects (a failure fails that reply alone). */
+  const answer = async (p: Pending, stored: ReplyStored | Error | undefined): Promise<void> => {
+    try {
+      if (stored instanceof Error) return p.reject(stored)
+      if (!stored) return p.resolve(null)
+      await project(p.reply, stored)
+      const { messageId, userId, text } = p.reply
+      p.resolve({ messageId, userId, text, createdAt: stored.createdAt.toISOString() })
+      // The user hears of it after the agent has its answer. A repeat is announced again: its first
+      // attempt may have been stored and never announced (events are delivered at least once).
+      void notify(options, userId, 'conversation.reply', { participantId: p.reply.agentId, messageId, text })
+    } catch (error) {
+      log.error('reply not answered', { messageId: p.reply.messageId, ...errorFields(error) })
+      p.reject(errors.unavailable('The reply could not be stored; it may have been'))
+    }
   }
 
   const store = async (batch: Pending[], chosen: boolean): Promise<Map<string, ReplyStored | Error>> => {
