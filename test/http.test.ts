@@ -142,6 +142,46 @@ describe('framework-level errors', () => {
   })
 })
 
+describe('bodies over the wire', () => {
+  // Requests from a real HTTP server carry a content-length or a transfer coding, which the body
+  // limit reads instead of asking for the body; in-process requests (the tests above) carry neither.
+  let server: ReturnType<typeof Bun.serve>
+  beforeAll(() => {
+    server = Bun.serve({ hostname: '127.0.0.1', port: 0, maxRequestBodySize: 8 * oneMiB, fetch: request => ctx.app.handle(request) })
+  })
+  afterAll(() => server.stop(true))
+  const post = async (path: string, body: string | ReadableStream, headers: Record<string, string>) => {
+    const response = await fetch(`http://127.0.0.1:${server.port}${path}`, { method: 'POST', body, headers: { authorization: `Bearer ${alice.token}`, ...headers } })
+    return { status: response.status, headers: response.headers, body: await response.json() } as CallResult
+  }
+  const chunked = (text: string) => {
+    const bytes = new TextEncoder().encode(text)
+    return new ReadableStream({
+      start(controller) {
+        for (let i = 0; i < bytes.length; i += 64 * 1024) controller.enqueue(bytes.slice(i, i + 64 * 1024))
+        controller.close()
+      },
+    })
+  }
+
+  test('JSON under any case of its media type is read, with a length or chunked', async () => {
+    for (const body of [(text: string) => text, chunked]) {
+      const name = `wire-${Math.random().toString(36).slice(2, 10)}`
+      const created = await post('/v1/participants', body(JSON.stringify({ name })), { 'content-type': 'Application/JSON' })
+      expect(created.status).toBe(201)
+      expect(created.body.data.name).toBe(name)
+    }
+  })
+
+  test('over 1 MiB is 413 whether its length is declared or it comes chunked; 1.5 MiB is fine on config listings', async () => {
+    const big = JSON.stringify({ name: 'x'.repeat(oneMiB) })
+    expectError(await post('/v1/participants', big, { 'content-type': 'application/json' }), 413, 'payload_too_large')
+    expectError(await post('/v1/participants', chunked(big), { 'content-type': 'application/json' }), 413, 'payload_too_large')
+    const listing = await post('/v1/billing/configs', JSON.stringify({ content: 'x'.repeat(1.5 * oneMiB) }), { 'content-type': 'application/json' })
+    expect(listing.status).not.toBe(413)
+  })
+})
+
 describe('health', () => {
   test('GET /health is 200 with Postgres and Redis ok', async () => {
     const res = await ctx.call('GET', '/health')

@@ -36,11 +36,18 @@ describe('characters Postgres cannot store', () => {
       400,
       'validation_failed',
     )
-    expectError(
-      await ctx.call('PUT', '/v1/context/custom/k', { token: user.token, body: { data: { 'a\u0000': 1 } } }),
+    const badKey = expectError(
+      await ctx.call('PUT', '/v1/context/custom/k', { token: user.token, body: { data: { fine: 'yes', 'a\u0000': 1 } } }),
       400,
       'validation_failed',
     )
+    expect(badKey.details[0].path).toBe('/data/a?')
+    const inList = expectError(
+      await ctx.call('PUT', '/v1/context/custom/k', { token: user.token, body: { data: { list: ['fine', { deeper: ['x', 'b\ud800'] }] } } }),
+      400,
+      'validation_failed',
+    )
+    expect(inList.details[0].path).toBe('/data/list/1/deeper/1')
     expect(Date.now() - started).toBeLessThan(2000)
     expect((await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'fine 😀' } })).status).toBe(201)
   })
@@ -59,6 +66,8 @@ describe('bodies nested deep', () => {
         'validation_failed',
       )
       expect(refused.details[0].message).toContain('64')
+      // The pointer names where the limit was passed: the body, then 63 arrays in.
+      expect(refused.details[0].path).toBe('/text' + '/0'.repeat(63))
     }
     expectError(
       await ctx.call('PUT', '/v1/context/custom/deep', { token: user.token, rawBody: `{"data":{"a":${nested(64, '1')}}}` }),

@@ -84,7 +84,11 @@ function validationDetails(error: ValidationError): ErrorDetail[] {
 export function httpErrors(log: Log) {
   return new Elysia({ name: 'http-errors' })
     .onRequest(async ({ request }) => {
-      if (request.body === null) return undefined
+      const length = request.headers.get('content-length')
+      // A request from the wire has a body only with a length or a transfer coding (RFC 9112, 6.1).
+      // Asking for `request.body` makes a stream of the body, which costs more than this whole
+      // check, so only a request that says neither (one made in process, say) is asked.
+      if (length === null && !request.headers.has('transfer-encoding') && request.body === null) return undefined
       // Media types are case-insensitive (RFC 9110), but Elysia reads only the lower-case spelling as
       // JSON: `Application/JSON` would arrive as no body at all. Spelled the one way here instead of
       // parsed here, so the OpenAPI document keeps Elysia's own JSON request schemas.
@@ -93,7 +97,6 @@ export function httpErrors(log: Log) {
         request.headers.set('content-type', `application/json${type.slice('application/json'.length)}`)
       }
       const limit = bodyLimit(request)
-      const length = request.headers.get('content-length')
       // Without a length (chunked), measure a copy; Bun's server-wide cap bounds what that can cost.
       const size = length !== null ? Number(length) : (await request.clone().arrayBuffer()).byteLength
       return size > limit ? renderError(errors.payloadTooLarge(limit)) : undefined
@@ -113,33 +116,39 @@ const badText = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[
 export const maxJsonDepth = 64
 
 const badTextMessage = 'must not contain NUL characters or unpaired surrogates'
+const tooDeepMessage = `must not nest objects and arrays more than ${maxJsonDepth} deep`
 
 /**
  * The first thing in a body that Postgres could not store (a NUL or a lone surrogate in a string or
  * a key) or that nests deeper than `maxJsonDepth`, with its JSON pointer; null when there is none.
- * Walks with a stack of its own, so no body can exhaust the call stack.
+ * An object's keys are looked at before its values. The walk goes no deeper than `maxJsonDepth`, so
+ * no body can exhaust the call stack, and it builds the pointer only for what it finds.
  */
 function unstorable(body: unknown): { path: string; message: string } | null {
-  const stack: [value: unknown, path: string, depth: number][] = [[body, '', 0]]
-  while (stack.length > 0) {
-    const [value, path, depth] = stack.pop()!
-    if (typeof value === 'string') {
-      if (badText.test(value)) return { path, message: badTextMessage }
-      continue
+  // The pointer's segments, innermost first: each level adds its own on the way back out.
+  const trail: string[] = []
+  const message = problemIn(body, 0, trail)
+  return message === null ? null : { path: trail.reverse().map(segment => `/${segment}`).join(''), message }
+}
+
+function problemIn(value: unknown, depth: number, trail: string[]): string | null {
+  if (typeof value === 'string') return badText.test(value) ? badTextMessage : null
+  if (value === null || typeof value !== 'object') return null
+  if (depth === maxJsonDepth) return tooDeepMessage
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = problemIn(value[i], depth + 1, trail)
+      if (found !== null) return trail.push(String(i)), found
     }
-    if (value === null || typeof value !== 'object') continue
-    if (depth === maxJsonDepth) return { path, message: `must not nest objects and arrays more than ${maxJsonDepth} deep` }
-    // Children pushed last to first, so they are looked at in document order.
-    if (Array.isArray(value)) {
-      for (let i = value.length - 1; i >= 0; i--) stack.push([value[i], `${path}/${i}`, depth + 1])
-      continue
-    }
-    const entries = Object.entries(value)
-    for (let i = entries.length - 1; i >= 0; i--) {
-      const [key, child] = entries[i]!
-      if (badText.test(key)) return { path: `${path}/${key.replace(/[^\x20-\x7e]/g, '?')}`, message: badTextMessage }
-      stack.push([child, `${path}/${key}`, depth + 1])
-    }
+    return null
+  }
+  const keys = Object.keys(value)
+  for (const key of keys) {
+    if (badText.test(key)) return trail.push(key.replace(/[^\x20-\x7e]/g, '?')), badTextMessage
+  }
+  for (const key of keys) {
+    const found = problemIn((value as Record<string, unknown>)[key], depth + 1, trail)
+    if (found !== null) return trail.push(key), found
   }
   return null
 }
@@ -147,5 +156,7 @@ function unstorable(body: unknown): { path: string; message: string } | null {
 export const maxBodyBytes = 2 * 1024 * 1024
 
 function bodyLimit(request: Request): number {
-  return new URL(request.url).pathname.startsWith('/v1/billing/configs') ? maxBodyBytes : 1024 * 1024
+  // The path starts at the first slash after the scheme's; cheaper than parsing the whole URL.
+  const url = request.url
+  return url.startsWith('/v1/billing/configs', url.indexOf('/', url.indexOf('//') + 2)) ? maxBodyBytes : 1024 * 1024
 }
