@@ -129,24 +129,31 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
       if (batch.length === 0) return
       // Each reply frees its conversation for the next one once it is answered (or failed), and only
       // then: a second answer or failure of the same reply changes nothing.
+      const unsettled = new Set<Pending>()
       const pending = batch.map(({ conversation, pending: p }): Pending => {
-        let settled = false
         const settle = () => {
-          if (settled) return false
-          settled = true
+          if (!unsettled.delete(wrapped)) return false
           working.delete(conversation)
           if (queued.size > 0) schedule()
           return true
         }
-        return {
+        const wrapped: Pending = {
           reply: p.reply,
           resolve: replied => void (settle() && p.resolve(replied)),
           reject: error => void (settle() && p.reject(error)),
         }
+        unsettled.add(wrapped)
+        return wrapped
       })
+      /** Fails every reply of the batch not yet answered. */
+      const failRest = () => {
+        if (unsettled.size === 0) return
+        const error = errors.unavailable('The reply could not be stored; it may have been')
+        for (const p of [...unsettled]) p.reject(error)
+      }
       const failed = (error: unknown) => {
         // Not expected (each step handles its own failures); no caller may be left waiting.
-        for (const p of pending) p.reject(errors.unavailable('The reply could not be stored; it may have been'))
+        failRest()
         log.error('reply batch failed', { replies: pending.length, ...errorFields(error) })
       }
       // The statement holds the batch's slot; its projections and answers run beside the next one.
@@ -160,7 +167,7 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
               finishing.delete(done)
               // Every reply has been answered by now; should one not have been, it fails rather than
               // holding its conversation for good.
-              for (const p of pending) p.reject(errors.unavailable('The reply could not be stored; it may have been'))
+              failRest()
             })
           finishing.add(done)
           if (queued.size > 0) schedule()
