@@ -7,6 +7,7 @@
  * asked for it.
  */
 import { errorFields, type Log } from '../log.ts'
+import { createRetries } from '../retries.ts'
 import type { CommandContext, CommandHandler } from './types.ts'
 
 type Repair = NonNullable<CommandHandler['repair']>
@@ -19,63 +20,33 @@ export interface Repairs {
 }
 
 export function createRepairs(log: Log, options: { firstDelayMs?: number; maxDelayMs?: number } = {}): Repairs {
-  const firstDelayMs = options.firstDelayMs ?? 200
-  const maxDelayMs = options.maxDelayMs ?? 5000
-  /** By actor: each repair due, with the context of a command that asked for it. */
-  const due = new Map<string, Map<Repair, CommandContext>>()
-  let timer: ReturnType<typeof setTimeout> | undefined
-  let running: Promise<void> | undefined
-  let delay = 0
-  let closed = false
-
-  const attempt = async () => {
-    for (const [actor, repairs] of [...due]) {
-      for (const [repair, context] of [...repairs]) {
-        try {
-          await repair(context)
-          // Asked for again meanwhile (another command given up): that request stays, to be tried again.
-          if (repairs.get(repair) === context) repairs.delete(repair)
-        } catch (error) {
-          log.warn('actor repair failed; retrying', { actor, ...errorFields(error) })
-        }
-      }
-      if (repairs.size === 0) due.delete(actor)
-    }
+  // One retry an actor and repair: the context of the latest command that asked for it.
+  const repairIds = new WeakMap<Repair, number>()
+  let lastId = 0
+  const idOf = (repair: Repair) => {
+    let id = repairIds.get(repair)
+    if (id === undefined) repairIds.set(repair, (id = ++lastId))
+    return id
   }
-
-  const schedule = () => {
-    if (closed || timer || running || due.size === 0) return
-    timer = setTimeout(() => {
-      timer = undefined
-      running = attempt().finally(() => {
-        running = undefined
-        delay = due.size === 0 ? 0 : delay === 0 ? firstDelayMs : Math.min(delay * 2, maxDelayMs)
-        schedule()
-      })
-    }, delay)
-    // Retrying in the background keeps no process alive; close() makes the last attempt.
-    timer.unref?.()
-  }
+  const retries = createRetries<{ repair: Repair; context: CommandContext }>({
+    attempt: ({ repair, context }) => repair(context),
+    failed: (_key, { context }, error) => log.warn('actor repair failed; retrying', { actor: context.actor, ...errorFields(error) }),
+    ...options,
+  })
 
   return {
     add(handler, context) {
       if (!handler?.repair) return
-      if (closed) {
+      if (!retries.add(`${context.actor}\u0000${idOf(handler.repair)}`, { repair: handler.repair, context })) {
         log.error('actor repair asked for after shutdown; that actor’s Redis state is stale until rebuilt', { actor: context.actor })
-        return
       }
-      let repairs = due.get(context.actor)
-      if (!repairs) due.set(context.actor, (repairs = new Map()))
-      repairs.set(handler.repair, context)
-      schedule()
     },
     async close() {
-      closed = true
-      clearTimeout(timer)
-      timer = undefined
-      await running
-      if (due.size > 0) await attempt()
-      if (due.size > 0) log.error('actor repairs given up at shutdown; those actors’ Redis state is stale until rebuilt', { actors: [...due.keys()] })
+      const left = await retries.close()
+      if (left.size > 0) {
+        const actors = [...new Set([...left.values()].map(({ context }) => context.actor))]
+        log.error('actor repairs given up at shutdown; those actors’ Redis state is stale until rebuilt', { actors })
+      }
     },
   }
 }

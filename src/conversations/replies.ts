@@ -11,6 +11,7 @@ import { isConnectionError } from '../db.ts'
 import { errors } from '../errors.ts'
 import { errorFields } from '../log.ts'
 import { notify, type NotifyDeps } from '../events/notify.ts'
+import { createRetries } from '../retries.ts'
 import { invalidateInbox, removeConversation } from './inbox.ts'
 import { storeChosenReplies, storeFreshReplies, type NewReply, type ReplyStored } from './store.ts'
 
@@ -216,7 +217,7 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
       if (isConnectionError(error)) {
         // The statement may have committed, its removals unsent: the agents' inboxes are rebuilt.
         for (const p of batch) p.reject(errors.unavailable('The reply could not be stored; it may have been'))
-        for (const agentId of new Set(batch.map(p => p.reply.agentId))) later(agentId, { invalidate: true })
+        for (const agentId of new Set(batch.map(p => p.reply.agentId))) later({ agentId, invalidate: true })
         return settled
       }
       const failure = busy.has(code(error)) ? errors.unavailable('The database is busy; try again') : error
@@ -263,19 +264,20 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
    * Inbox changes Redis did not take, tried again in the background until they land: the newest
    * removal of each conversation, and inboxes to rebuild (a statement whose outcome is unknown).
    */
-  const unprojected = new Map<string, { agentId: string; userId?: string; version?: number; invalidate?: true }>()
-  let retryTimer: ReturnType<typeof setTimeout> | undefined
-  let retrying = false
-  let retryDelay = 200
+  type Unprojected = { agentId: string; userId: string; version: number } | { agentId: string; invalidate: true }
+  const unprojected = createRetries<Unprojected>({
+    attempt: change =>
+      'invalidate' in change ? invalidateInbox(options, change.agentId) : removeConversation(options, change.agentId, change.userId, change.version),
+    // Of two removals of one conversation, the newer one is what the inbox must come to.
+    merge: (held, added) => ('version' in held && 'version' in added && held.version >= added.version ? held : added),
+    initialDelayMs: 200,
+  })
 
-  const apply = ({ agentId, userId, version, invalidate }: { agentId: string; userId?: string; version?: number; invalidate?: true }) =>
-    invalidate ? invalidateInbox(options, agentId) : removeConversation(options, agentId, userId!, version!)
-
-  const later = (agentId: string, change: { userId: string; version: number } | { invalidate: true }) => {
-    const key = 'invalidate' in change ? agentId : `${agentId}:${change.userId}`
-    const held = unprojected.get(key)
-    if ('invalidate' in change || !held || held.version! < change.version) unprojected.set(key, { agentId, ...change })
-    if (!retrying && !closed) retryTimer ??= setTimeout(retryProjections, retryDelay)
+  const later = (change: Unprojected) => {
+    const key = 'invalidate' in change ? change.agentId : `${change.agentId}:${change.userId}`
+    if (!unprojected.add(key, change)) {
+      log.error('reply projection given up after shutdown; that agent’s inbox is stale until its next change or rebuild', { agentId: change.agentId })
+    }
   }
 
   /**
@@ -290,24 +292,8 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
       await removeConversation(options, reply.agentId, reply.userId, version)
     } catch (error) {
       log.warn('reply projection failed; retrying in the background', { agentId: reply.agentId, ...errorFields(error) })
-      later(reply.agentId, { userId: reply.userId, version })
+      later({ agentId: reply.agentId, userId: reply.userId, version })
     }
-  }
-
-  const retryProjections = async () => {
-    retryTimer = undefined
-    retrying = true
-    for (const [key, change] of [...unprojected]) {
-      try {
-        await apply(change)
-        if (unprojected.get(key) === change) unprojected.delete(key)
-      } catch {
-        // Redis still away (or refusing this one): the next round tries it again.
-      }
-    }
-    retrying = false
-    retryDelay = unprojected.size === 0 ? 200 : Math.min(retryDelay * 2, 5000)
-    if (unprojected.size > 0 && !closed) retryTimer ??= setTimeout(retryProjections, retryDelay)
   }
 
   return {
@@ -330,12 +316,10 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
         await Bun.sleep(0)
       }
       clearTimeout(recheck)
-      clearTimeout(retryTimer)
-      while (retrying) await Bun.sleep(10)
-      if (unprojected.size > 0) await retryProjections()
-      if (unprojected.size > 0) {
+      const left = await unprojected.close()
+      if (left.size > 0) {
         log.error('reply projections given up at shutdown; those agents’ inboxes are stale until their next change or rebuild', {
-          conversations: unprojected.size,
+          conversations: left.size,
         })
       }
     },
