@@ -20,7 +20,10 @@ export interface RetriesOptions<V> {
   failed?(key: string, value: V, error: unknown): void
   /** Before the first attempt (default 0: at once). */
   initialDelayMs?: number
-  /** Before the first attempt after a failed one; doubled each time, up to `maxDelayMs`. */
+  /**
+   * Between a failed attempt and the next: twice the delay before the failed one, at least this,
+   * at most `maxDelayMs`. Back to `initialDelayMs` once nothing is left.
+   */
   firstDelayMs?: number
   maxDelayMs?: number
 }
@@ -34,15 +37,23 @@ export function createRetries<V>(options: RetriesOptions<V>): Retries<V> {
   let running: Promise<void> | undefined
   let delay = initialDelayMs
   let closed = false
+  let closing: Promise<Map<string, V>> | undefined
 
   const attempt = async () => {
-    for (const [key, value] of [...due]) {
+    // Each key's value read when its turn comes: what was added meanwhile is tried in this round.
+    for (const key of [...due.keys()]) {
+      const value = due.get(key)
+      if (value === undefined) continue
       try {
         await options.attempt(value, key)
-        // Added to meanwhile: what was added stays, to be tried in turn.
+        // Added to while it was tried: what was added stays, to be tried in turn.
         if (due.get(key) === value) due.delete(key)
       } catch (error) {
-        options.failed?.(key, value, error)
+        try {
+          options.failed?.(key, value, error)
+        } catch {
+          // Telling of a failure must not end the retries (nor, as an unhandled rejection, the process).
+        }
       }
     }
   }
@@ -69,13 +80,17 @@ export function createRetries<V>(options: RetriesOptions<V>): Retries<V> {
       schedule()
       return true
     },
-    async close() {
-      closed = true
-      clearTimeout(timer)
-      timer = undefined
-      await running
-      if (due.size > 0) await attempt()
-      return new Map(due)
+    close() {
+      // Once: a second call waits for the first's last attempt instead of making its own beside it.
+      closing ??= (async () => {
+        closed = true
+        clearTimeout(timer)
+        timer = undefined
+        await running
+        if (due.size > 0) await attempt()
+        return new Map(due)
+      })()
+      return closing
     },
   }
 }

@@ -379,6 +379,22 @@ describe('repairs of projections given up', () => {
   })
 })
 
+describe('repairs of one actor by different handlers', () => {
+  test('each runs: one repair an actor and repair, not one an actor', async () => {
+    const repairs = createRepairs(createLog('error', () => {}), { firstDelayMs: 10, maxDelayMs: 40 })
+    const calls: string[] = []
+    const inbox = { apply: async () => null, repair: async () => void calls.push('inbox') }
+    const requests = { apply: async () => null, repair: async () => void calls.push('requests') }
+    const context = { actor: 'log:both', id: 'both', commandId: randomUUID(), at: new Date() }
+    repairs.add(inbox, context)
+    repairs.add(requests, context)
+    repairs.add(inbox, context)
+    await until(async () => calls.length >= 2)
+    await repairs.close()
+    expect(calls.sort()).toEqual(['inbox', 'requests'])
+  })
+})
+
 describe('a repair asked for again while it runs', () => {
   test('runs again: the later command it was asked for may have been missed by the first run', async () => {
     const repairs = createRepairs(createLog('error', () => {}), { firstDelayMs: 10, maxDelayMs: 40 })

@@ -31,7 +31,8 @@ export function createRepairs(log: Log, options: { firstDelayMs?: number; maxDel
   const retries = createRetries<{ repair: Repair; context: CommandContext }>({
     attempt: ({ repair, context }) => repair(context),
     failed: (_key, { context }, error) => log.warn('actor repair failed; retrying', { actor: context.actor, ...errorFields(error) }),
-    ...options,
+    firstDelayMs: options.firstDelayMs,
+    maxDelayMs: options.maxDelayMs,
   })
 
   return {

@@ -75,6 +75,14 @@ export function removalDue(stored: ReplyStored): number | undefined {
   return stored.conversation.pendingCount === 0 ? stored.conversation.version : undefined
 }
 
+/** An inbox change a reply could not make in Redis: a conversation's removal, or the whole inbox's rebuild. */
+export type Unprojected = { agentId: string; userId: string; version: number } | { agentId: string; invalidate: true }
+
+/** Of two changes waiting under one key, the one the inbox must come to: the newer removal of a conversation. */
+export function newerChange(held: Unprojected, added: Unprojected): Unprojected {
+  return 'version' in held && 'version' in added && held.version >= added.version ? held : added
+}
+
 export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
   const { sql, log } = options
   const batches = options.batches ?? 2
@@ -264,12 +272,10 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
    * Inbox changes Redis did not take, tried again in the background until they land: the newest
    * removal of each conversation, and inboxes to rebuild (a statement whose outcome is unknown).
    */
-  type Unprojected = { agentId: string; userId: string; version: number } | { agentId: string; invalidate: true }
   const unprojected = createRetries<Unprojected>({
     attempt: change =>
       'invalidate' in change ? invalidateInbox(options, change.agentId) : removeConversation(options, change.agentId, change.userId, change.version),
-    // Of two removals of one conversation, the newer one is what the inbox must come to.
-    merge: (held, added) => ('version' in held && 'version' in added && held.version >= added.version ? held : added),
+    merge: newerChange,
     initialDelayMs: 200,
   })
 
