@@ -191,6 +191,20 @@ describe('proxy calls', () => {
     expect(took).toBeLessThan(15_000)
   }, 30_000)
 
+  test('JSON nested past 512 levels comes back as text, not a 500; nested less, parsed', async () => {
+    const s = await setup()
+    const shallow = await proxy(s, { path: '/deep/512' })
+    expect(shallow.status).toBe(200)
+    let level: unknown = shallow.body.data.body
+    for (let i = 0; i < 511; i++) level = (level as unknown[])[0]
+    expect(level).toEqual([])
+    for (const depth of [513, 100_000]) {
+      const deep = await proxy(s, { path: `/deep/${depth}` })
+      expect(deep.status).toBe(200)
+      expect(deep.body.data.body).toBe('['.repeat(depth) + ']'.repeat(depth))
+    }
+  })
+
   test('a connection whose address is no longer allowed is refused at call time', async () => {
     const s = await setup()
     const strict = await createTestContext({ database: ctx.database, env: { REDIS_PREFIX: ctx.config.redisPrefix, CONNECTIONS_KEY: connectionsKey } })

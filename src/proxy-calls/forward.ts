@@ -38,12 +38,28 @@ export async function forward(request: UpstreamRequest, timeoutMs = upstreamTime
   let body: unknown = text
   if (contentType && /\bjson\b/i.test(contentType) && text.length > 0) {
     try {
-      body = JSON.parse(text)
+      const parsed: unknown = JSON.parse(text)
+      // Nested past what can be written back out without exhausting the stack (a hostile or broken
+      // upstream): handed over as text, as JSON that does not parse is.
+      if (!nestsDeeper(parsed, maxParsedDepth)) body = parsed
     } catch {
       // not the JSON it claimed to be: hand it over as text
     }
   }
   return { status: response.status, contentType, body }
+}
+
+/** How deep an upstream's JSON may nest and still be handed over parsed (far past any real API's). */
+export const maxParsedDepth = 512
+
+/** Whether `value` nests objects and arrays more than `limit` deep; looks no deeper than that. */
+function nestsDeeper(value: unknown, limit: number): boolean {
+  if (value === null || typeof value !== 'object') return false
+  if (limit === 0) return true
+  for (const child of Array.isArray(value) ? value : Object.values(value)) {
+    if (nestsDeeper(child, limit - 1)) return true
+  }
+  return false
 }
 
 async function readCapped(response: Response, signal: AbortSignal): Promise<Uint8Array> {

@@ -11,7 +11,7 @@ export interface Upstream {
 
 /**
  * Routes: /echo (JSON of what arrived), /status/<n>, /hang (never answers), /big (5 MiB),
- * /redirect (302 to /echo); anything else 404.
+ * /redirect (302 to /echo), /deep/<n> (JSON arrays nested n deep); anything else 404.
  */
 export function startUpstream(): Upstream {
   const received: Upstream['received'] = []
@@ -38,6 +38,11 @@ export function startUpstream(): Upstream {
       if (path === '/hang') return new Promise<Response>(() => {})
       if (path === '/big') return new Response('x'.repeat(5 * 1024 * 1024), { headers: { 'content-type': 'text/plain' } })
       if (path === '/redirect') return new Response(null, { status: 302, headers: { location: '/echo' } })
+      const deep = /^\/deep\/(\d+)$/.exec(path)
+      if (deep) {
+        const depth = Number(deep[1])
+        return new Response('['.repeat(depth) + ']'.repeat(depth), { headers: { 'content-type': 'application/json' } })
+      }
       return new Response('no such thing', { status: 404 })
     },
   })
