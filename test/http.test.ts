@@ -106,6 +106,24 @@ describe('framework-level errors', () => {
     expectError({ status: response.status, headers: response.headers, body: await response.json() }, 413, 'payload_too_large')
   })
 
+  test('a chunked body whose sender goes away midway is a 400 of the client’s, not a 500', async () => {
+    let sent = 0
+    const stream = new ReadableStream({
+      pull(controller) {
+        if (sent++ === 0) controller.enqueue(new TextEncoder().encode('{"name": "half'))
+        else controller.error(new Error('The connection was closed.'))
+      },
+    })
+    const request = new Request('http://test.local/v1/participants', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${alice.token}` },
+      body: stream,
+    })
+    const response = await ctx.app.handle(request)
+    const error = expectError({ status: response.status, headers: response.headers, body: await response.json() }, 400, 'validation_failed')
+    expect(error.message).toContain('could not be read')
+  })
+
   test('a body just under 1 MiB is not refused for its size', async () => {
     const body = JSON.stringify({ name: 'x'.repeat(oneMiB - 64) })
     const res = await send('/v1/participants', body, { authorization: `Bearer ${alice.token}` })

@@ -98,7 +98,8 @@ export function httpErrors(log: Log) {
       }
       const limit = bodyLimit(request)
       // Without a length (chunked), measure a copy; Bun's server-wide cap bounds what that can cost.
-      const size = length !== null ? Number(length) : (await request.clone().arrayBuffer()).byteLength
+      const size = length !== null ? Number(length) : await chunkedSize(request)
+      if (size === null) return renderError(errors.validation('The request body could not be read (the connection closed while it was sent)'))
       return size > limit ? renderError(errors.payloadTooLarge(limit)) : undefined
     })
     // Postgres stores no NUL character and no lone surrogate, and nothing should recurse through a
@@ -154,6 +155,15 @@ function problemIn(value: unknown, depth: number, trail: string[]): string | nul
 }
 
 export const maxBodyBytes = 2 * 1024 * 1024
+
+/** The size of a chunked body, read from a copy; null when it cannot be read (the client went away while sending it). */
+async function chunkedSize(request: Request): Promise<number | null> {
+  try {
+    return (await request.clone().arrayBuffer()).byteLength
+  } catch {
+    return null
+  }
+}
 
 function bodyLimit(request: Request): number {
   // The path starts at the first slash after the scheme's; cheaper than parsing the whole URL.
