@@ -53,6 +53,21 @@ describe('characters Postgres cannot store', () => {
   })
 })
 
+describe('multipart bodies', () => {
+  test('a file where a value belongs is 400 naming the field, and nothing is written', async () => {
+    const { user } = await subscribed()
+    const form = new FormData()
+    form.append('data', new Blob(['{"a": 1}'], { type: 'application/json' }), 'data.json')
+    const response = await ctx.app.handle(
+      new Request('http://test.local/v1/context/custom/from-a-file', { method: 'PUT', headers: { authorization: `Bearer ${user.token}` }, body: form }),
+    )
+    const refused = expectError({ status: response.status, headers: response.headers, body: await response.json() }, 400, 'validation_failed')
+    expect(refused.details[0].path).toBe('/data')
+    const read = await ctx.call('GET', '/v1/context?type=custom&key=from-a-file', { token: user.token })
+    expect(read.body.data.entries).toEqual([])
+  })
+})
+
 describe('bodies nested deep', () => {
   const nested = (depth: number, leaf: string) => '['.repeat(depth) + leaf + ']'.repeat(depth)
 

@@ -118,10 +118,12 @@ export const maxJsonDepth = 64
 
 const badTextMessage = 'must not contain NUL characters or unpaired surrogates'
 const tooDeepMessage = `must not nest objects and arrays more than ${maxJsonDepth} deep`
+const fileMessage = 'must be a value, not a file (send JSON)'
 
 /**
  * The first thing in a body that Postgres could not store (a NUL or a lone surrogate in a string or
- * a key) or that nests deeper than `maxJsonDepth`, with its JSON pointer; null when there is none.
+ * a key), that nests deeper than `maxJsonDepth`, or that is a file (a multipart body's file part),
+ * with its JSON pointer; null when there is none.
  * An object's keys are looked at before its values. The walk goes no deeper than `maxJsonDepth`, so
  * no body can exhaust the call stack, and it builds the pointer only for what it finds.
  */
@@ -135,6 +137,8 @@ function unstorable(body: unknown): { path: string; message: string } | null {
 function problemIn(value: unknown, depth: number, trail: string[]): string | null {
   if (typeof value === 'string') return badText.test(value) ? badTextMessage : null
   if (value === null || typeof value !== 'object') return null
+  // A file part of a multipart body: no route takes files, and one would pass for an empty object.
+  if (value instanceof Blob) return fileMessage
   if (depth === maxJsonDepth) return tooDeepMessage
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) {
