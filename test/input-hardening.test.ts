@@ -68,6 +68,40 @@ describe('multipart bodies', () => {
   })
 })
 
+describe('bodies that are not JSON', () => {
+  const put = (token: string, body: string | FormData, headers: Record<string, string> = {}) =>
+    ctx.app.handle(new Request('http://test.local/v1/context/custom/not-json', { method: 'PUT', headers: { authorization: `Bearer ${token}`, ...headers }, body }))
+  const refusal = async (response: Response) => expectError({ status: response.status, headers: response.headers, body: await response.json() }, 400, 'validation_failed')
+
+  test('bytes (an octet stream) or a body with no Content-Type are 400, not read as an empty object', async () => {
+    const { user } = await subscribed()
+    const deny = JSON.stringify({ action: 'deny' })
+    await refusal(await put(user.token, deny, { 'content-type': 'application/octet-stream' }))
+    const missing = await refusal(await put(user.token, JSON.stringify({ data: { a: 1 } })))
+    expect(missing.message).toContain('Content-Type')
+    // A device decision so sent is refused before it could be read as none (which approves).
+    for (const headers of [{ 'content-type': 'application/octet-stream' }, {}] as Record<string, string>[]) {
+      const response = await ctx.app.handle(
+        new Request('http://test.local/v1/auth/device-codes/ABCD-EFGH', { method: 'PATCH', headers: { authorization: `Bearer ${user.token}`, ...headers }, body: deny }),
+      )
+      await refusal(response)
+    }
+    expect((await ctx.call('GET', '/v1/context?type=custom&key=not-json', { token: user.token })).body.data.entries).toEqual([])
+  })
+
+  test('form fields naming far-off array items are 400 at once, not a walk through billions of empty slots', async () => {
+    const { user } = await subscribed()
+    const one = new FormData()
+    one.append('data[4294967294]', 'x')
+    const many = new FormData()
+    for (let i = 0; i < 200; i++) many.append(`f${i}[1000000]`, 'x')
+    for (const form of [one, many]) {
+      const refused = await refusal(await put(user.token, form))
+      expect(refused.details[0].message).toContain('array items')
+    }
+  })
+})
+
 describe('bodies nested deep', () => {
   const nested = (depth: number, leaf: string) => '['.repeat(depth) + leaf + ']'.repeat(depth)
 

@@ -96,6 +96,9 @@ export function httpErrors(log: Log) {
       if (type !== null && !type.startsWith('application/json') && /^application\/json\s*(;|$)/i.test(type)) {
         request.headers.set('content-type', `application/json${type.slice('application/json'.length)}`)
       }
+      // Without a media type a body is not read at all, and would pass for none (a device decision
+      // of "deny" sent so would approve): a body must say what it is.
+      if (type === null && length !== '0') return renderError(errors.validation('A request body needs a Content-Type (application/json)'))
       const limit = bodyLimit(request)
       // Without a length (chunked), measure a copy; Bun's server-wide cap bounds what that can cost.
       const size = length !== null ? Number(length) : await chunkedSize(request)
@@ -119,6 +122,8 @@ export const maxJsonDepth = 64
 const badTextMessage = 'must not contain NUL characters or unpaired surrogates'
 const tooDeepMessage = `must not nest objects and arrays more than ${maxJsonDepth} deep`
 const fileMessage = 'must be a value, not a file (send JSON)'
+const notJsonMessage = 'must be JSON (send Content-Type: application/json)'
+const tooManyItemsMessage = 'must not hold more array items than a body can have bytes'
 
 /**
  * The first thing in a body that Postgres could not store (a NUL or a lone surrogate in a string or
@@ -130,19 +135,26 @@ const fileMessage = 'must be a value, not a file (send JSON)'
 function unstorable(body: unknown): { path: string; message: string } | null {
   // The pointer's segments, innermost first: each level adds its own on the way back out.
   const trail: string[] = []
-  const message = problemIn(body, 0, trail)
+  const message = problemIn(body, 0, trail, { items: maxBodyBytes })
   return message === null ? null : { path: trail.reverse().map(segment => `/${segment}`).join(''), message }
 }
 
-function problemIn(value: unknown, depth: number, trail: string[]): string | null {
+function problemIn(value: unknown, depth: number, trail: string[], budget: { items: number }): string | null {
   if (typeof value === 'string') return badText.test(value) ? badTextMessage : null
   if (value === null || typeof value !== 'object') return null
   // A file part of a multipart body: no route takes files, and one would pass for an empty object.
   if (value instanceof Blob) return fileMessage
+  // Anything else a body parser makes that JSON does not (an octet stream's bytes): it too would pass
+  // for an empty object.
+  const prototype = Object.getPrototypeOf(value)
+  if (prototype !== Object.prototype && prototype !== null && !Array.isArray(value)) return notJsonMessage
   if (depth === maxJsonDepth) return tooDeepMessage
   if (Array.isArray(value)) {
+    // A form field named `a[4294967294]` makes an array that long with one item: JSON cannot hold
+    // more items than its bytes, so no body may count more, however its arrays are spread.
+    if ((budget.items -= value.length) < 0) return tooManyItemsMessage
     for (let i = 0; i < value.length; i++) {
-      const found = problemIn(value[i], depth + 1, trail)
+      const found = problemIn(value[i], depth + 1, trail, budget)
       if (found !== null) return trail.push(String(i)), found
     }
     return null
@@ -152,7 +164,7 @@ function problemIn(value: unknown, depth: number, trail: string[]): string | nul
     if (badText.test(key)) return trail.push(key.replace(/[^\x20-\x7e]/g, '?')), badTextMessage
   }
   for (const key of keys) {
-    const found = problemIn((value as Record<string, unknown>)[key], depth + 1, trail)
+    const found = problemIn((value as Record<string, unknown>)[key], depth + 1, trail, budget)
     if (found !== null) return trail.push(key), found
   }
   return null
