@@ -22,7 +22,7 @@ ${code ? `<p>The device shows this code:</p><p class="code"><code>${code}</code>
 <p>Approve it while signed in, with your account's token:</p>
 <pre>curl -X PATCH ${config.siteUrl}/v1/auth/device-codes/${shown} \\
   -H "Authorization: Bearer $TOKEN"</pre>
-<p>To refuse it, send <code>{"action": "deny"}</code> as the body. Codes last 15 minutes.</p>
+<p>To refuse it, send <code>{"action": "deny"}</code> as a JSON body (add <code>-H "Content-Type: application/json" -d '{"action": "deny"}'</code>). Codes last 15 minutes.</p>
 </body></html>`
       return new Response(html, { headers: { 'content-type': 'text/html; charset=utf-8' } })
     },
