@@ -1,8 +1,8 @@
 /** The agent actor's conversation commands: a user's message, and an agent's reply mailed by an older process. */
-import type { ActorKind, CommandContext, Refusal } from '../actors/types.ts'
+import type { ActorKind, Refusal } from '../actors/types.ts'
 import { notify, type NotifyDeps } from '../events/notify.ts'
 import { participantOwner } from '../participants/store.ts'
-import { invalidateInbox, putConversation, removeConversation } from './inbox.ts'
+import { inboxRepair, invalidateInbox, putConversation, removeConversation } from './inbox.ts'
 import { removalDue } from './replies.ts'
 import { insertUserMessage, storeChosenReplies, type ReplyStored } from './store.ts'
 
@@ -34,8 +34,7 @@ interface ReplyApplied {
 }
 
 export function conversationCommands(deps: NotifyDeps): ActorKind {
-  // A projection given up leaves the inbox stale: it is rebuilt from Postgres instead.
-  const repair = ({ id }: CommandContext) => invalidateInbox(deps, id)
+  const repair = inboxRepair(deps)
   return {
     'user.message': {
       async apply(tx, message: UserMessage, { id, at }): Promise<MessageApplied> {

@@ -153,6 +153,19 @@ export async function invalidateInbox(deps: InboxDeps, agentId: string): Promise
   await deps.redis.multi().del(deps.keys.agent(agentId).built).publish(deps.keys.channels.inboxChanged, agentId).exec()
 }
 
+const repairs = new WeakMap<InboxDeps, (context: { id: string }) => Promise<void>>()
+
+/**
+ * The agent actor's `repair` for every handler that projects into its inbox: a projection given up
+ * leaves the inbox stale, so it is rebuilt from Postgres. One function for given deps, so the repairs
+ * its handlers ask for of one agent are one (repairs.ts keeps one per actor and function).
+ */
+export function inboxRepair(deps: InboxDeps): (context: { id: string }) => Promise<void> {
+  let repair = repairs.get(deps)
+  if (!repair) repairs.set(deps, (repair = ({ id }) => invalidateInbox(deps, id)))
+  return repair
+}
+
 /** The stored form: the version first, where the scripts read it. */
 function entry(version: number, conversation: PendingConversation): string {
   return JSON.stringify({ version, ...conversation })

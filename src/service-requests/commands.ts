@@ -1,8 +1,8 @@
 /** The agent actor's service-request commands: a request arriving at its target, and the target's answer. */
-import type { ActorKind, CommandContext, Refusal } from '../actors/types.ts'
+import type { ActorKind, Refusal } from '../actors/types.ts'
 import { notify, type NotifyDeps } from '../events/notify.ts'
 import { participantOwner } from '../participants/store.ts'
-import { invalidateInbox, putOpenRequest, removeOpenRequest, type OpenServiceRequest } from '../conversations/inbox.ts'
+import { inboxRepair, putOpenRequest, removeOpenRequest, type OpenServiceRequest } from '../conversations/inbox.ts'
 import { findServiceRequest, insertServiceRequest, respondToRequest } from './store.ts'
 
 export const requestLifetimeMs = 24 * 3_600_000
@@ -26,8 +26,7 @@ export interface Answered {
 type Requested = OpenServiceRequest & { notifyUserId?: string }
 
 export function serviceRequestCommands(deps: NotifyDeps): ActorKind {
-  // A projection given up leaves the inbox stale: it is rebuilt from Postgres instead.
-  const repair = ({ id }: CommandContext) => invalidateInbox(deps, id)
+  const repair = inboxRepair(deps)
   return {
     'service.request': {
       async apply(tx, request: NewRequest, { id, at }): Promise<Requested> {
