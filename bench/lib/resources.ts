@@ -7,6 +7,8 @@ export interface Resources {
   redisCpuSeconds: number
   pgTransactions: number
   pgCpuSeconds: number
+  /** Each backend's CPU seconds so far, by pid: a difference counts only what each did in between. */
+  pgBackends: Map<string, number>
 }
 
 export async function resources(world: World): Promise<Resources> {
@@ -20,33 +22,43 @@ export async function resources(world: World): Promise<Resources> {
   const [row] = await world.sql<{ n: number }[]>`
     select (xact_commit + xact_rollback)::int as n from pg_stat_database where datname = current_database()
   `
+  const pgBackends = backendsCpu(world.database)
   return {
     redisCommands,
     redisCpuSeconds: field('used_cpu_sys') + field('used_cpu_user'),
     pgTransactions: row!.n,
-    pgCpuSeconds: backendsCpu(world.database),
+    pgCpuSeconds: [...pgBackends.values()].reduce((sum, seconds) => sum + seconds, 0),
+    pgBackends,
   }
 }
 
+/**
+ * What was used between two readings. Postgres's CPU is summed backend by backend: one that ended in
+ * between (a pool's idle connection closed) would otherwise take its whole past off the total, and
+ * one that began counts from its start. What a backend did before it ended is lost (it is small).
+ */
 export function difference(after: Resources, before: Resources): Resources {
+  let pgCpuSeconds = 0
+  for (const [pid, seconds] of after.pgBackends) pgCpuSeconds += seconds - (before.pgBackends.get(pid) ?? 0)
   return {
     redisCommands: after.redisCommands - before.redisCommands,
     redisCpuSeconds: after.redisCpuSeconds - before.redisCpuSeconds,
     pgTransactions: after.pgTransactions - before.pgTransactions,
-    pgCpuSeconds: after.pgCpuSeconds - before.pgCpuSeconds,
+    pgCpuSeconds,
+    pgBackends: after.pgBackends,
   }
 }
 
-/** CPU seconds of the PostgreSQL backends connected to `database` (their title names it). */
-function backendsCpu(database: string): number {
-  let seconds = 0
+/** CPU seconds of each PostgreSQL backend connected to `database` (its title names it), by pid. */
+function backendsCpu(database: string): Map<string, number> {
+  const seconds = new Map<string, number>()
   for (const pid of readdirSync('/proc')) {
     if (!/^\d+$/.test(pid)) continue
     try {
       const title = readFileSync(`/proc/${pid}/cmdline`, 'utf8')
       if (!title.startsWith('postgres:') || !title.includes(` ${database} `)) continue
       const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
-      seconds += (Number(fields[11]) + Number(fields[12])) / 100
+      seconds.set(pid, (Number(fields[11]) + Number(fields[12])) / 100)
     } catch {
       // gone meanwhile
     }
