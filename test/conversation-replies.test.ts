@@ -4,7 +4,7 @@ import { Redis } from 'ioredis'
 import { newRowId } from '../src/ids.ts'
 import { answeredKeepMs, putConversation, removeConversation, replaceInbox } from '../src/conversations/inbox.ts'
 import { createReplyWriter } from '../src/conversations/replies.ts'
-import { insertUserMessage, storeChosenReplies, storeFreshReplies } from '../src/conversations/store.ts'
+import { insertUserMessage, pendingConversations, storeChosenReplies, storeFreshReplies } from '../src/conversations/store.ts'
 import { acquireLease, releaseLease } from '../src/actors/lease.ts'
 import { createSql, type Db, type Sql } from '../src/db.ts'
 import {
@@ -176,6 +176,46 @@ const connection = async () => {
   const [row] = await sql<{ pid: number }[]>`select pg_backend_pid() as pid`
   return { sql, pid: row!.pid }
 }
+
+describe('a conversation’s row', () => {
+  test('is updated in place (HOT) by a user’s message and by the reply that answers it, and the inbox is still rebuilt from the pending ones', async () => {
+    const pair = await subscribedPair()
+    const other = await signUp(ctx)
+    const plan = (await ctx.call('GET', `/v1/billing/plans/${pair.agent.id}`, { token: other.token })).body.data[0]
+    await ctx.call('POST', '/v1/billing/subscriptions', { token: other.token, body: { planId: plan.id } })
+    const ids = { participantId: pair.agent.id, userId: pair.user.id }
+    const c = await connection()
+    // This backend's own counts, flushed now rather than when it next goes idle for a second.
+    const updates = async () => {
+      await c.sql`select pg_stat_force_next_flush()`
+      await c.sql`select pg_stat_clear_snapshot()`
+      const [row] = await c.sql<{ all: number; hot: number }[]>`
+        select n_tup_upd::int as all, n_tup_hot_upd::int as hot from pg_stat_user_tables where relname = 'conversations'
+      `
+      return row!
+    }
+    try {
+      await insertUserMessage(c.sql, { id: newRowId(), ...ids, text: 'first, making the row', at: new Date() })
+      await storeFreshReplies(c.sql, [{ id: newRowId(), ...ids, text: 'answered' }], new Date())
+      await insertUserMessage(c.sql, { id: newRowId(), ...ids, text: 'waiting', at: new Date() })
+      await insertUserMessage(c.sql, { id: newRowId(), participantId: pair.agent.id, userId: other.id, text: 'also waiting', at: new Date() })
+      const before = await updates()
+      // Pending to answered, answered to pending: each a change of the pending count.
+      const answered = await storeFreshReplies(c.sql, [{ id: newRowId(), ...ids, text: 'answer' }], new Date())
+      expect([...answered.values()][0]).toMatchObject({ stored: true, wasPending: true })
+      await insertUserMessage(c.sql, { id: newRowId(), ...ids, text: 'again', at: new Date() })
+      await storeFreshReplies(c.sql, [{ id: newRowId(), ...ids, text: 'answer again' }], new Date())
+      const after = await updates()
+      expect(after.all - before.all).toBe(3)
+      expect(after.hot - before.hot).toBe(3)
+      expect((await pendingConversations(c.sql, pair.agent.id)).map(p => [p.userId, p.latestMessage, p.pendingCount])).toEqual([
+        [other.id, 'also waiting', 1],
+      ])
+    } finally {
+      await c.sql.end()
+    }
+  })
+})
 
 describe('the reply statement and a user’s message on one conversation', () => {
   test('a repeat resent while its first attempt commits never answers the message that follows it', async () => {

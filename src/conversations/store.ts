@@ -174,7 +174,11 @@ export async function storeChosenReplies(sql: Db, replies: NewReply[], at: Date)
   return outcomes
 }
 
-/** The agent's conversations waiting for a reply, oldest first, with their versions: what its inbox is rebuilt from. */
+/**
+ * The agent's conversations waiting for a reply, oldest first, with their versions: what its inbox is
+ * rebuilt from (rarely). It reads all of the agent's conversations through the primary key: an index
+ * of the pending ones would make every change of the pending state a non-HOT update (sql/00013).
+ */
 export async function pendingConversations(sql: Db, participantId: string): Promise<(PendingConversation & { version: number })[]> {
   const rows = await sql<{ userId: string; latestMessage: string; latestMessageAt: Date; pendingCount: number; version: number }[]>`
     select user_id as "userId", latest_user_message as "latestMessage",
