@@ -10,8 +10,11 @@ drop index conversations_pending;
 alter table conversations set (fillfactor = 80);
 
 -- `seq` orders a conversation's messages inside `messages_by_conversation`, and nothing looks a
--- message up by it: its own unique index was one more insert for every message. `id` (unique, not
--- null) is the key messages are found and deduplicated by, and identifies their rows for logical
--- replication.
-alter table messages drop constraint messages_pkey;
-alter table messages replica identity using index messages_id_key;
+-- message up by it: its own unique index (the primary key) was one more insert for every message.
+-- `id` is the key messages are found and deduplicated by, so it becomes the primary key in place of
+-- its unique constraint (one index build, under this migration's lock), which also identifies the
+-- rows for logical replication.
+alter table messages
+  drop constraint messages_pkey,
+  drop constraint messages_id_key,
+  add constraint messages_pkey primary key (id);

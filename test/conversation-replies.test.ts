@@ -215,6 +215,21 @@ describe('a conversation’s row', () => {
       await c.sql.end()
     }
   })
+
+  test('a message costs two index entries: its primary key, its id, and its place in the conversation', async () => {
+    const indexes = await ctx.deps.sql<{ name: string; definition: string; primary: boolean }[]>`
+      select c.relname as name, pg_get_indexdef(i.indexrelid) as definition, i.indisprimary as primary
+      from pg_index i join pg_class c on c.oid = i.indexrelid
+      where i.indrelid = 'messages'::regclass
+      order by c.relname
+    `
+    expect(indexes.map(index => [index.name, index.primary, index.definition.replace(/^.* USING /, '')])).toEqual([
+      ['messages_by_conversation', false, 'btree (participant_id, user_id, created_at DESC, seq DESC)'],
+      ['messages_pkey', true, 'btree (id)'],
+    ])
+    const [identity] = await ctx.deps.sql<{ identity: string }[]>`select relreplident as identity from pg_class where oid = 'messages'::regclass`
+    expect(identity!.identity).toBe('d') // the primary key
+  })
 })
 
 describe('the reply statement and a user’s message on one conversation', () => {
