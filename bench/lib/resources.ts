@@ -7,7 +7,7 @@ export interface Resources {
   redisCpuSeconds: number
   pgTransactions: number
   pgCpuSeconds: number
-  /** Each backend's CPU seconds so far, by pid: a difference counts only what each did in between. */
+  /** Each backend's CPU seconds so far, by pid and start time (a pid may be reused): a difference counts only what each did in between. */
   pgBackends: Map<string, number>
 }
 
@@ -39,7 +39,7 @@ export async function resources(world: World): Promise<Resources> {
  */
 export function difference(after: Resources, before: Resources): Resources {
   let pgCpuSeconds = 0
-  for (const [pid, seconds] of after.pgBackends) pgCpuSeconds += seconds - (before.pgBackends.get(pid) ?? 0)
+  for (const [backend, seconds] of after.pgBackends) pgCpuSeconds += seconds - (before.pgBackends.get(backend) ?? 0)
   return {
     redisCommands: after.redisCommands - before.redisCommands,
     redisCpuSeconds: after.redisCpuSeconds - before.redisCpuSeconds,
@@ -49,7 +49,7 @@ export function difference(after: Resources, before: Resources): Resources {
   }
 }
 
-/** CPU seconds of each PostgreSQL backend connected to `database` (its title names it), by pid. */
+/** CPU seconds of each PostgreSQL backend connected to `database` (its title names it), by pid and start time. */
 function backendsCpu(database: string): Map<string, number> {
   const seconds = new Map<string, number>()
   for (const pid of readdirSync('/proc')) {
@@ -58,7 +58,8 @@ function backendsCpu(database: string): Map<string, number> {
       const title = readFileSync(`/proc/${pid}/cmdline`, 'utf8')
       if (!title.startsWith('postgres:') || !title.includes(` ${database} `)) continue
       const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
-      seconds.set(pid, (Number(fields[11]) + Number(fields[12])) / 100)
+      // utime and stime (fields 14 and 15 of the line), starttime (22): a new backend under an old pid is another.
+      seconds.set(`${pid}@${fields[19]}`, (Number(fields[11]) + Number(fields[12])) / 100)
     } catch {
       // gone meanwhile
     }
