@@ -32,6 +32,13 @@ beforeAll(async () => {
 afterAll(() => ctx.close())
 
 const subscribedPair = () => newPair(ctx, owner)
+/** Another user, subscribed to the pair's agent. */
+const anotherSubscriber = async (pair: Subscribed) => {
+  const other = await signUp(ctx)
+  const plan = (await ctx.call('GET', `/v1/billing/plans/${pair.agent.id}`, { token: other.token })).body.data[0]
+  await ctx.call('POST', '/v1/billing/subscriptions', { token: other.token, body: { planId: plan.id } })
+  return other
+}
 const send = (user: TestUser, agent: TestAgent, text: string) =>
   ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text } })
 const reply = (agent: TestAgent, userId: string, text: string, headers?: Record<string, string>) =>
@@ -180,9 +187,7 @@ const connection = async () => {
 describe('a conversation’s row', () => {
   test('is updated in place (HOT) by a user’s message and by the reply that answers it, and the inbox is still rebuilt from the pending ones', async () => {
     const pair = await subscribedPair()
-    const other = await signUp(ctx)
-    const plan = (await ctx.call('GET', `/v1/billing/plans/${pair.agent.id}`, { token: other.token })).body.data[0]
-    await ctx.call('POST', '/v1/billing/subscriptions', { token: other.token, body: { planId: plan.id } })
+    const other = await anotherSubscriber(pair)
     const ids = { participantId: pair.agent.id, userId: pair.user.id }
     const c = await connection()
     try {
@@ -236,9 +241,7 @@ describe('the reply statement and a user’s message on one conversation', () =>
     // One agent, two users: the repeat's statement also holds a reply to the conversation that sorts
     // first, and waits there (on a lock held here) while the first attempt and the next message commit.
     const pair = await subscribedPair()
-    const other = await signUp(ctx)
-    const plan = (await ctx.call('GET', `/v1/billing/plans/${pair.agent.id}`, { token: other.token })).body.data[0]
-    await ctx.call('POST', '/v1/billing/subscriptions', { token: other.token, body: { planId: plan.id } })
+    const other = await anotherSubscriber(pair)
     for (const user of [pair.user, other]) await send(user, pair.agent, 'question one')
     const [earlier, later] = [pair.user, other].sort((a, b) => (a.id < b.id ? -1 : 1)) as [TestUser, TestUser]
     const [first, holder, repeat] = [await connection(), await connection(), await connection()]
