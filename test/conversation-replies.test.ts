@@ -32,11 +32,10 @@ beforeAll(async () => {
 afterAll(() => ctx.close())
 
 const subscribedPair = () => newPair(ctx, owner)
-/** Another user, subscribed to the pair's agent. */
+/** Another user, subscribed to the pair's plan. */
 const anotherSubscriber = async (pair: Subscribed) => {
   const other = await signUp(ctx)
-  const plan = (await ctx.call('GET', `/v1/billing/plans/${pair.agent.id}`, { token: other.token })).body.data[0]
-  await ctx.call('POST', '/v1/billing/subscriptions', { token: other.token, body: { planId: plan.id } })
+  await ctx.call('POST', '/v1/billing/subscriptions', { token: other.token, body: { planId: pair.planId } })
   return other
 }
 const send = (user: TestUser, agent: TestAgent, text: string) =>
