@@ -87,7 +87,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
         clock,
         log,
         batches: inlineBatches,
-        kinds: actorKinds({ sql, redis: batchRedis, keys, clock, log }),
+        kinds: actorKinds({ redis: batchRedis, keys }),
       })
     : undefined
   // The writer's statements touch a few conversations by key. While the table is small (a few thousand

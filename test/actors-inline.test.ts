@@ -26,14 +26,6 @@ const repaired: string[] = []
 const repairFailures = new Map<string, number>()
 /** Payload n whose effect waits for the test. */
 const gates = new Map<number, Promise<void>>()
-/** Announcements made, in order: `actor:n`. */
-const announced: string[] = []
-/** Projections and announcements in the order they happened: `project actor:n`, `announce actor:n`. */
-const effects: string[] = []
-/** Payload n whose announcement waits for the test. */
-const announceGates = new Map<number, Promise<void>>()
-/** Payload n whose announcement fails. */
-const announceFailures = new Set<number>()
 
 const kinds: ActorKinds = {
   log: {
@@ -52,7 +44,6 @@ const kinds: ActorKinds = {
           throw new Error('Connection is closed.')
         }
         projected.push(`${id}:${payload.n}`)
-        effects.push(`project ${id}:${payload.n}`)
       },
       async repair({ id }) {
         const left = repairFailures.get(id) ?? 0
@@ -61,12 +52,6 @@ const kinds: ActorKinds = {
           throw new Error('Connection is closed.')
         }
         repaired.push(id)
-      },
-      async announce(_result, payload: { n: number }, { id }) {
-        await announceGates.get(payload.n)
-        if (announceFailures.has(payload.n)) throw new Error('Connection is closed.')
-        announced.push(`${id}:${payload.n}`)
-        effects.push(`announce ${id}:${payload.n}`)
       },
     },
   },
@@ -416,56 +401,5 @@ describe('a repair asked for again while it runs', () => {
     await until(async () => calls.length === 2)
     expect(calls).toEqual(['first', 'second'])
     await repairs.close()
-  })
-})
-
-describe('announcements', () => {
-  test('the answer does not wait for the announcement; the actor’s next command does', async () => {
-    const actor = randomUUID()
-    let open!: () => void
-    announceGates.set(501, new Promise<void>(resolve => (open = resolve)))
-    expect(await dispatcher.ask(`log:${actor}`, 'append', { n: 501 })).toEqual({ count: 1 })
-    expect(projected).toContain(`${actor}:501`)
-    expect(announced).not.toContain(`${actor}:501`)
-    // Still held while it announces: the next command waits for it, and is announced after it.
-    expect(await ctx.deps.redis.exists(ctx.deps.keys.actor(`log:${actor}`).lease)).toBe(1)
-    const next = dispatcher.ask(`log:${actor}`, 'append', { n: 502 })
-    await Bun.sleep(50)
-    expect(await appended(actor)).toEqual([501])
-    open()
-    expect(await next).toEqual({ count: 2 })
-    await until(async () => announced.includes(`${actor}:502`))
-    expect(announced.filter(a => a.startsWith(`${actor}:`))).toEqual([`${actor}:501`, `${actor}:502`])
-  })
-
-  test('a failing announcement undoes nothing: the command stands and the actor is let go', async () => {
-    const actor = randomUUID()
-    announceFailures.add(601)
-    expect(await dispatcher.ask(`log:${actor}`, 'append', { n: 601 })).toEqual({ count: 1 })
-    expect(await dispatcher.ask(`log:${actor}`, 'append', { n: 602 })).toEqual({ count: 2 })
-    await until(async () => announced.includes(`${actor}:602`))
-    expect(announced).not.toContain(`${actor}:601`)
-    expect(await appended(actor)).toEqual([601, 602])
-    expect(projected.filter(p => p.startsWith(`${actor}:`))).toEqual([`${actor}:601`, `${actor}:602`])
-    await until(async () => (await ctx.deps.redis.exists(ctx.deps.keys.actor(`log:${actor}`).lease)) === 0)
-    expect(await mailed(actor)).toBe(false)
-  })
-
-  test('the runtime announces what it applies from the mailbox, each after its projection, and a failure there is no retry', async () => {
-    const actor = randomUUID()
-    const holder = randomUUID()
-    await acquireLease(ctx.deps, `log:${actor}`, holder, 5000)
-    announceFailures.add(702)
-    const answers = Promise.all([701, 702, 703].map(n => dispatcher.ask(`log:${actor}`, 'append', { n })))
-    await until(() => ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${actor}`).mailbox).then(n => n === 3))
-    await releaseLease(ctx.deps, `log:${actor}`, holder)
-    const r = await runtime()
-    expect(await answers).toEqual([{ count: 1 }, { count: 2 }, { count: 3 }])
-    const mine = effects.filter(e => e.includes(` ${actor}:`))
-    expect(mine.filter(e => e.startsWith('project'))).toEqual([`project ${actor}:701`, `project ${actor}:702`, `project ${actor}:703`])
-    expect(mine.filter(e => e.startsWith('announce'))).toEqual([`announce ${actor}:701`, `announce ${actor}:703`])
-    for (const n of [701, 703]) expect(mine.indexOf(`announce ${actor}:${n}`)).toBeGreaterThan(mine.indexOf(`project ${actor}:${n}`))
-    expect(await appended(actor)).toEqual([701, 702, 703])
-    await r.stop()
   })
 })

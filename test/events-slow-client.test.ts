@@ -3,7 +3,7 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { connect, type Socket } from 'node:net'
 import { createTestContext, type TestContext } from './helpers/context.ts'
 import { serve } from './helpers/sse.ts'
-import { publish } from '../src/events/notify.ts'
+import { enqueueEvents } from '../src/events/outbox.ts'
 
 let ctx: TestContext
 let server: { url: string; stop(): Promise<void> }
@@ -37,7 +37,8 @@ test('a stream whose client stopped reading is ended once it falls far behind; a
   expect(ctx.deps.events.size).toBe(2)
   const text = 'x'.repeat(32 * 1024)
   for (let i = 0; i < 3000 && ctx.deps.events.size === 2; i++) {
-    await publish(ctx.deps, ctx.deps.keys.events.chat, 'chat.message', { i, text })
+    await enqueueEvents(ctx.deps.sql, new Date(), [{ userId: null, type: 'chat.message', payload: { i, text } }])
+    if (i % 50 === 49) await ctx.relay!.drain()
   }
   const deadline = Date.now() + 10_000
   while (ctx.deps.events.size > 1 && Date.now() < deadline) await Bun.sleep(50)

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, type TestContext, type TestUser } from './helpers/context.ts'
 import { listen, serve } from './helpers/sse.ts'
 import { maxStreamsPerUser } from '../src/events/hub.ts'
-import { notify } from '../src/events/notify.ts'
+import { enqueueEvents } from '../src/events/outbox.ts'
 
 let ctx: TestContext
 let server: { url: string; stop(): Promise<void> }
@@ -250,7 +250,7 @@ describe('the wire format and limits', () => {
     expect(late.status).toBe(401)
     expect(((await late.json()) as { error: string }).error).toBe('invalid_token')
     // The JWT's stream still delivers.
-    await notify(ctx.deps, user.id, 'usage.threshold', { percent: 80 })
+    await enqueueEvents(ctx.deps.sql, new Date(), [{ userId: user.id, type: 'usage.threshold', payload: { percent: 80 } }])
     let text = ''
     const decoder = new TextDecoder()
     while (!text.includes('event: usage.threshold')) {

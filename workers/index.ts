@@ -1,4 +1,4 @@
-/** Starts every BullMQ worker and its repeatable schedules; `close` lets running jobs finish. */
+/** Starts every BullMQ worker, their repeatable schedules, the outbox relay and the actor runtime; `close` lets running jobs finish. */
 import { Queue, Worker } from 'bullmq'
 import type { Deps } from '../src/deps.ts'
 import { createRedis } from '../src/redis.ts'
@@ -10,6 +10,8 @@ import { invoiceProcessor } from './invoices.ts'
 import { queueNames } from '../src/queues.ts'
 import { blogSweepEveryMs, blogWorker } from './blog.ts'
 import { blogQueueName } from '../src/blog/queue.ts'
+import { startRelay } from '../src/events/relay.ts'
+import { keepSchedules } from './schedules.ts'
 
 export interface Workers {
   close(): Promise<void>
@@ -21,12 +23,17 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
   const options = { connection, prefix: keys.bullPrefix }
 
   const { queues } = deps
-  await queues.maintenance.upsertJobScheduler('maintenance', { every: maintenanceEveryMs }, { name: 'maintenance' })
-  await queues.invoices.upsertJobScheduler('invoice-run', { every: config.invoiceEveryMs }, { name: 'invoice-run' })
-
   // Publish jobs come from the API (deps.blogQueue); the sweep is the safety net for lost ones.
   const blog = new Queue(blogQueueName, options)
-  await blog.upsertJobScheduler('blog-sweep', { every: blogSweepEveryMs }, { name: 'sweep' })
+  const schedules = await keepSchedules(
+    [
+      { queue: queues.maintenance, id: 'maintenance', job: 'maintenance', everyMs: maintenanceEveryMs },
+      { queue: queues.invoices, id: 'invoice-run', job: 'invoice-run', everyMs: config.invoiceEveryMs },
+      { queue: blog, id: 'blog-sweep', job: 'sweep', everyMs: blogSweepEveryMs },
+    ],
+    deps.redis,
+    log,
+  )
 
   const held = { lockDuration: config.queueLockMs, stalledInterval: config.queueLockMs }
   const workers = [
@@ -39,13 +46,16 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
     worker.on('failed', (job, error) => log.warn('job failed', { queue: worker.name, job: job?.id, ...errorFields(error) }))
     worker.on('error', error => log.warn('worker error', { queue: worker.name, ...errorFields(error) }))
   }
+  const relay = startRelay(deps)
   const actors = await startActors(deps)
   log.info('workers started', { queues: workers.map(worker => worker.name), actorRuntime: actors.id })
 
   return {
     async close() {
+      schedules.stop()
       await actors.stop()
       await Promise.all(workers.map(worker => worker.close()))
+      await relay.stop()
       await blog.close()
       await connection.quit().catch(() => connection.disconnect())
     },

@@ -1,7 +1,6 @@
 /**
  * The maintenance queue: expires service requests after 24 h, forgets device authorizations a day
- * after they expired, drops idempotency records past any replay window, and announces invoice batches
- * whose run stopped before their events went out.
+ * after they expired, and drops idempotency records past any replay window.
  */
 import type { Deps } from '../src/deps.ts'
 import { purgeDeviceCodes } from '../src/auth/device-store.ts'
@@ -9,11 +8,8 @@ import { purgeIdempotencyKeys } from '../src/idempotency/idempotent.ts'
 import { purgeAppliedCommands } from '../src/actors/store.ts'
 import { expireRequests } from '../src/service-requests/store.ts'
 import { removeOpenRequest } from '../src/conversations/inbox.ts'
-import { announceLeftBatches } from '../src/invoices/run.ts'
 
 export const maintenanceEveryMs = 60_000
-/** How long an invoice batch may stay unannounced before the sweep takes it from its run. */
-export const invoiceAnnounceGraceMs = 5 * 60_000
 
 export async function runMaintenance(deps: Deps) {
   const { sql, clock, log } = deps
@@ -25,8 +21,7 @@ export async function runMaintenance(deps: Deps) {
   const idempotencyKeys = await purgeIdempotencyKeys(sql, now)
   // Twice the Idempotency-Key window: a retried command must still find its first result.
   const appliedCommands = await purgeAppliedCommands(sql, new Date(now.getTime() - 2 * 86_400_000))
-  const invoiceBatches = await announceLeftBatches(deps, { graceMs: invoiceAnnounceGraceMs })
-  const counts = { serviceRequests: expired.length, deviceCodes, idempotencyKeys, appliedCommands, invoiceBatches }
+  const counts = { serviceRequests: expired.length, deviceCodes, idempotencyKeys, appliedCommands }
   if (Object.values(counts).some(count => count > 0)) log.info('maintenance', counts)
   return counts
 }

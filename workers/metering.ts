@@ -3,7 +3,6 @@ import { UnrecoverableError, type Job } from 'bullmq'
 import { Value } from '@sinclair/typebox/value'
 import type { Deps } from '../src/deps.ts'
 import { countUsage, UsageEvent } from '../src/metering/count.ts'
-import { notify } from '../src/events/notify.ts'
 
 export function meteringProcessor(deps: Deps) {
   return async (job: Job) => {
@@ -12,11 +11,6 @@ export function meteringProcessor(deps: Deps) {
     if (result.late) {
       // Counted after its period was invoiced (the run's settle time was not enough): it is billed nowhere.
       deps.log.error('usage counted into an invoiced period', { ...job.data })
-    }
-    for (const { percent, userId, ownerId, participantId } of result.crossed) {
-      const payload = { subscriptionId: job.data.subscriptionId, periodIndex: job.data.periodIndex, participantId, percent }
-      await notify(deps, userId, 'usage.threshold', payload)
-      await notify(deps, ownerId, 'usage.threshold', payload)
     }
     return result
   }

@@ -5,8 +5,7 @@
 import type { Sql, TxSql } from '../db.ts'
 import { defineScript } from '../redis.ts'
 import type { Clock } from '../clock.ts'
-import { errorFields, type Log } from '../log.ts'
-import { isRefusal, type ActorKinds, type CommandContext, type CommandHandler } from './types.ts'
+import { type ActorKinds, type CommandContext, type CommandHandler } from './types.ts'
 
 export interface BatchCommand {
   commandId: string
@@ -219,18 +218,4 @@ async function recordApplied(tx: TxSql, rows: AppliedRecord[]) {
 export function repeatOf(previous: { entryId: string; result: unknown } | undefined, entryId: string, reused: boolean) {
   if (reused) return { result: { refused: 'idempotency_key_reused' } as unknown, project: false }
   return { result: previous?.result ?? null, project: previous?.entryId === entryId }
-}
-
-/**
- * A command's announcement (`announce`), after its projection: only for a command applied (or
- * redelivered) here and not refused. It must not undo what was applied, so a failure is logged.
- */
-export async function announceApplied(command: Pick<Applied, 'handler' | 'result' | 'project' | 'context' | 'payload'>, log: Log): Promise<void> {
-  const { handler, result, payload, context } = command
-  if (!command.project || isRefusal(result) || !handler?.announce) return
-  try {
-    await handler.announce(result, payload, context)
-  } catch (error) {
-    log.warn('actor announcement failed', { actor: context.actor, ...errorFields(error) })
-  }
 }

@@ -12,7 +12,7 @@ import { defineBatchedScript } from '../redis.ts'
 import { errorFields } from '../log.ts'
 import { errors } from '../errors.ts'
 import { raiseFence, renewLease } from './lease.ts'
-import { announceApplied, applyBatch, BatchFailed, type Applied, type BatchOutcome } from './batch.ts'
+import { applyBatch, BatchFailed, type Applied, type BatchOutcome } from './batch.ts'
 import { createRepairs } from './repairs.ts'
 import { isRefusal } from './types.ts'
 import type { ActorRuntimeOptions } from './runtime.ts'
@@ -289,8 +289,6 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
         }
         await project(h, applied)
         h.pending.forEach((p, i) => p.resolve({ result: applied[i]!.result }))
-        // Notifications to others: after the answer, before the actor's next command.
-        for (const command of applied) await announceApplied(command, log)
         await letGo(h)
       }),
     )

@@ -1,14 +1,13 @@
 /** Every kind of actor this service has: agents (conversations, service requests) and organizations (context). */
-import type { Sql } from '../db.ts'
-import type { NotifyDeps } from '../events/notify.ts'
+import type { InboxDeps } from '../conversations/inbox.ts'
 import { conversationCommands } from '../conversations/commands.ts'
 import { serviceRequestCommands } from '../service-requests/commands.ts'
 import { contextCommands } from '../context/commands.ts'
 import type { ActorKinds } from './types.ts'
 
-export function actorKinds(deps: NotifyDeps & { sql: Sql }): ActorKinds {
+export function actorKinds(deps: InboxDeps): ActorKinds {
   return {
     agent: { ...conversationCommands(deps), ...serviceRequestCommands(deps) },
-    org: contextCommands(deps),
+    org: contextCommands(),
   }
 }

@@ -19,7 +19,7 @@ import { errorFields, type Log } from '../log.ts'
 import { appliedCommand, claimCommand, enterFence, recordResult } from './store.ts'
 import { raiseFence, renewLease } from './lease.ts'
 import { isRefusal, type ActorKinds, type CommandContext } from './types.ts'
-import { announceApplied, applyBatch, BatchFailed, finishAndRelease, repeatOf, type Applied, type BatchOutcome } from './batch.ts'
+import { applyBatch, BatchFailed, finishAndRelease, repeatOf, type Applied, type BatchOutcome } from './batch.ts'
 import { createRepairs } from './repairs.ts'
 
 export interface ActorRuntimeOptions {
@@ -432,14 +432,12 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
    */
   const finishBatch = async (h: Held, applied: Applied[], releasing: () => void): Promise<[Drain | 'applied', number]> => {
     const done: { mail: Mail; result: unknown }[] = h.mail.filter(m => m.list === null).map(mail => ({ mail, result: undefined }))
-    const projected: Applied[] = []
     let outcome: Drain | 'applied' = 'applied'
     try {
       for (const [i, mail] of h.commands.entries()) {
         const command = applied[i]!
         if (command.project && !isRefusal(command.result)) {
           await command.handler?.project?.(command.result, command.payload, command.context)
-          projected.push(command)
         }
         await options.beforeAck?.(h.actor, command.context.commandId)
         if (abandoned) return new Promise<never>(() => {})
@@ -465,8 +463,6 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       careful.add(h.actor)
       outcome = running ? 'failed' : 'interrupted'
     })
-    // Telling others waits for no one's answer, but comes before the actor's next command.
-    for (const command of projected) await announceApplied(command, log)
     releasing()
     const left = await finishAndRelease(redis, [h.mailbox, h.lease], [mailboxGroup, id, ...finished.map(d => d.mail.entryId)]).then(
       Number,
@@ -548,7 +544,6 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     await options.beforeAck?.(actor, commandId)
     if (abandoned) return new Promise<never>(() => {})
     if (fields.reply) await reply(fields.reply, outcome ? { ask: fields.ask, result: outcome.result } : { ask: fields.ask, failed: true })
-    if (outcome) await announceApplied({ handler, ...outcome }, log)
     await finish(redis, [mailbox], [mailboxGroup, entryId])
   }
 

@@ -22,12 +22,6 @@ export interface CommandHandler<Payload = any, Result = any> {
   /** Runs after the commit and again on every redelivery, so it must be idempotent (Redis state the actor owns). */
   project?(result: Result, payload: Payload, context: CommandContext): Promise<void>
   /**
-   * Optional: telling others (notifications), after `project` and after the sender has its answer
-   * (which depends on nothing here), but before the actor's next command. Should not throw (a
-   * notification that fails is logged, not retried); may run again on a redelivery, like `project`.
-   */
-  announce?(result: Result, payload: Payload, context: CommandContext): Promise<void>
-  /**
    * Optional, with `project`: marks the actor's Redis state for a rebuild from Postgres, for when a
    * projection of a command applied was given up (see repairs.ts). Idempotent; tried again until it lands.
    */

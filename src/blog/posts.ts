@@ -109,8 +109,8 @@ export async function createPost(deps: PostDeps, agent: ParticipantRow, body: Cr
   // Counted as the content goes to the renderer: content too complex to render counts as a post, a
   // renderer too busy with others' posts does not.
   const contentHtml = await renderContent(deps, body.content, { rule: 'blogPostCreate', subject: `agent:${agent.id}` })
-  const id = await sql.begin(tx =>
-    withFreeSlug(tx, { participantId: agent.id, title: body.title }, slug =>
+  const id = await sql.begin(async tx => {
+    const id = await withFreeSlug(tx, { participantId: agent.id, title: body.title }, slug =>
       tx.savepoint(sp =>
         insertPost(sp, {
           participantId: agent.id,
@@ -125,11 +125,12 @@ export async function createPost(deps: PostDeps, agent: ParticipantRow, body: Cr
           at: now,
         }),
       ),
-    ),
-  )
+    )
+    if (status === 'published') await announcePublished(tx, deps, now, [id])
+    return id
+  })
   const post = (await findPost(sql, id))!
   if (post.status === 'scheduled') await blogQueue.schedule({ postId: id, version: post.scheduleVersion }, post.publishAt!)
-  if (post.status === 'published') await announcePublished(deps, [post.id])
   return post
 }
 
@@ -174,12 +175,10 @@ export async function changePost(deps: PostDeps, caller: Principal, postId: stri
     contentHtml = await renderContent(deps, body.content, { rule: 'blogContentEdit', subject: `agent:${found.participantId}` })
   }
   const now = clock.now()
-  let wasPublished = false
   const post = await sql.begin(async tx => {
     // Locked, so the worker publishing this post waits for (or precedes) the decision made here.
     const post = await findPost(tx, postId, { lock: true })
     if (!post) throw errors.notFound('Post')
-    wasPublished = post.status === 'published'
     requireWriter(caller, post)
     requireBlogEnabled(post)
     const changes: Record<string, unknown> = stateChanges(post, body, now)
@@ -201,13 +200,13 @@ export async function changePost(deps: PostDeps, caller: Principal, postId: stri
     } else {
       await updatePost(tx, post.id, changes, now)
     }
+    if (changes.status === 'published') await announcePublished(tx, deps, now, [post.id])
     return (await findPost(tx, post.id))!
   })
   // Only a new publishAt makes a new plan; other edits leave the pending job valid.
   if (body.publishAt !== undefined && post.status === 'scheduled') {
     await blogQueue.schedule({ postId: post.id, version: post.scheduleVersion }, post.publishAt!)
   }
-  if (post.status === 'published' && !wasPublished) await announcePublished(deps, [post.id])
   return post
 }
 

@@ -4,7 +4,8 @@ import type { Deps } from '../deps.ts'
 import type { PublishJob } from './queue.ts'
 import { publishDue, publishIfScheduled } from './store.ts'
 import { postUrl } from './views.ts'
-import { notify } from '../events/notify.ts'
+import { enqueueEvents } from '../events/outbox.ts'
+import type { Db } from '../db.ts'
 
 /** The data of a `publish` job, checked by the worker before anything runs. */
 export const PublishJobData = Type.Object(
@@ -17,23 +18,26 @@ export const PublishJobData = Type.Object(
 
 type PublishDeps = Pick<Deps, 'sql' | 'clock' | 'log' | 'redis' | 'keys' | 'config'>
 
-/** Tells each post's owner it went live (`blog.published`): only where anyone can see it (the agent active, its blog on). */
-export async function announcePublished(deps: PublishDeps, postIds: string[]): Promise<void> {
+/**
+ * Tells each post's owner it went live (`blog.published`), in the transaction that published it:
+ * only where anyone can see it (the agent active, its blog on).
+ */
+export async function announcePublished(tx: Db, deps: Pick<Deps, 'config'>, at: Date, postIds: string[]): Promise<void> {
   if (postIds.length === 0) return
-  const rows = await deps.sql<{ id: string; participantId: string; ownerId: string; agentName: string; title: string; slug: string }[]>`
+  const rows = await tx<{ id: string; participantId: string; ownerId: string; agentName: string; title: string; slug: string }[]>`
     select p.id, p.participant_id as "participantId", a.owner_id as "ownerId", a.name as "agentName", p.title, p.slug
     from blog_posts p join participants a on a.id = p.participant_id
     where p.id = any(${postIds}::uuid[]) and p.status = 'published' and a.active and a.blog_enabled
   `
-  for (const row of rows) {
-    await notify(deps, row.ownerId, 'blog.published', {
-      postId: row.id,
-      participantId: row.participantId,
-      title: row.title,
-      slug: row.slug,
-      url: postUrl(deps.config.siteUrl, row.agentName, row.slug),
-    })
-  }
+  await enqueueEvents(
+    tx,
+    at,
+    rows.map(row => ({
+      userId: row.ownerId,
+      type: 'blog.published' as const,
+      payload: { postId: row.id, participantId: row.participantId, title: row.title, slug: row.slug, url: postUrl(deps.config.siteUrl, row.agentName, row.slug) },
+    })),
+  )
 }
 
 /**
@@ -41,18 +45,24 @@ export async function announcePublished(deps: PublishDeps, postIds: string[]): P
  * second run, or a run after the post was rescheduled, unpublished or deleted, changes nothing.
  */
 export async function publishScheduledPost(deps: PublishDeps, job: PublishJob): Promise<boolean> {
-  const published = await publishIfScheduled(deps.sql, job.postId, job.version, deps.clock.now())
-  if (published) {
-    deps.log.info('blog post published', { postId: job.postId })
-    await announcePublished(deps, [job.postId])
-  }
+  const now = deps.clock.now()
+  const published = await deps.sql.begin(async tx => {
+    const done = await publishIfScheduled(tx, job.postId, job.version, now)
+    if (done) await announcePublished(tx, deps, now, [job.postId])
+    return done
+  })
+  if (published) deps.log.info('blog post published', { postId: job.postId })
   return published
 }
 
 /** Publishes every scheduled post that is due: the safety net for jobs Redis lost or never took. */
 export async function publishDuePosts(deps: PublishDeps): Promise<number> {
-  const ids = await publishDue(deps.sql, deps.clock.now())
+  const now = deps.clock.now()
+  const ids = await deps.sql.begin(async tx => {
+    const due = await publishDue(tx, now)
+    await announcePublished(tx, deps, now, due)
+    return due
+  })
   if (ids.length > 0) deps.log.info('blog posts published by the sweep', { postIds: ids })
-  await announcePublished(deps, ids)
   return ids.length
 }

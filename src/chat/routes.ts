@@ -5,7 +5,7 @@ import { BeforeParam, failures, LimitParam, Ok, ok, parseLimit, parseTime, Query
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
 import { findParticipant } from '../participants/store.ts'
-import { broadcast } from '../events/notify.ts'
+import { enqueueEvents } from '../events/outbox.ts'
 import { errors } from '../errors.ts'
 import { IdempotencyHeaders, idempotent } from '../idempotency/idempotent.ts'
 import { insertChatMessage, recentChatMessages, type ChatMessage } from './store.ts'
@@ -22,7 +22,7 @@ const Message = t.Object({
 })
 
 export function chatRoutes(deps: Deps, auth: AuthPlugin) {
-  const { sql, clock, rateLimiter, keys } = deps
+  const { sql, clock, rateLimiter } = deps
 
   return new Elysia({ prefix: '/v1/chat', tags: ['chat'] })
     .use(auth)
@@ -40,10 +40,11 @@ export function chatRoutes(deps: Deps, auth: AuthPlugin) {
             if (!agent) throw errors.invalidToken()
             author = { kind: 'agent', id: agent.id, name: agent.name }
           }
-          return { status: 201, body: ok(await insertChatMessage(tx, { author, text: body.text, at: clock.now() })) }
+          const at = clock.now()
+          const message = await insertChatMessage(tx, { author, text: body.text, at })
+          await enqueueEvents(tx, at, [{ userId: null, type: 'chat.message', payload: { ...message } }])
+          return { status: 201, body: ok(message) }
         })
-        const message = (outcome.body as { data: ChatMessage }).data
-        if (!outcome.replayed) await broadcast(deps, keys.events.chat, 'chat.message', { ...message })
         set.status = outcome.status
         return outcome.body as { success: true; data: ChatMessage }
       },

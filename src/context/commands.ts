@@ -1,7 +1,7 @@
 /** The organization actor's commands: new versions of context entries, one at a time per organization. */
 import type { ActorKind, Refusal } from '../actors/types.ts'
-import type { Sql } from '../db.ts'
-import { notify, type NotifyDeps } from '../events/notify.ts'
+import type { TxSql } from '../db.ts'
+import { enqueueEvents } from '../events/outbox.ts'
 import { hasActiveSubscription } from '../billing/subscriptions/store.ts'
 import type { ContextEntry, ContextType } from './schema.ts'
 import { entryVersion, insertVersion, newestVersion, organizationOwner } from './store.ts'
@@ -22,19 +22,17 @@ export interface RevertEntry {
   userId: string
 }
 
-export function contextCommands(deps: NotifyDeps & { sql: Sql }): ActorKind {
-  const project = async (entry: ContextEntry, _payload: unknown, { id: orgId }: { id: string }) => {
-    const userId = await organizationOwner(deps.sql, orgId)
-    if (userId) {
-      await notify(deps, userId, 'context.updated', {
-        type: entry.type,
-        key: entry.key,
-        version: entry.version,
-        confidence: entry.confidence,
-        author: entry.author,
-      })
-    }
+/** The new version, with the organization's user told of it in the same transaction. */
+async function recorded(tx: TxSql, orgId: string, at: Date, entry: ContextEntry): Promise<ContextEntry> {
+  const userId = await organizationOwner(tx, orgId)
+  if (userId) {
+    const payload = { type: entry.type, key: entry.key, version: entry.version, confidence: entry.confidence, author: entry.author }
+    await enqueueEvents(tx, at, [{ userId, type: 'context.updated', payload }])
   }
+  return entry
+}
+
+export function contextCommands(): ActorKind {
   return {
     'context.write': {
       async apply(tx, write: WriteEntry, { id: orgId, at }): Promise<ContextEntry | Refusal> {
@@ -45,16 +43,15 @@ export function contextCommands(deps: NotifyDeps & { sql: Sql }): ActorKind {
           if (!owner || !(await hasActiveSubscription(tx, owner, write.author.id))) return { refused: 'not_subscribed' }
           if (newest?.confidence === 'user_provided') return { refused: 'user_provided_precedence' }
         }
-        return insertVersion(tx, orgId, { ...write, version: (newest?.version ?? 0) + 1, at })
+        return recorded(tx, orgId, at, await insertVersion(tx, orgId, { ...write, version: (newest?.version ?? 0) + 1, at }))
       },
-      project,
     },
     'context.revert': {
       async apply(tx, revert: RevertEntry, { id: orgId, at }): Promise<ContextEntry | Refusal> {
         const target = await entryVersion(tx, orgId, revert)
         if (!target) return { refused: 'not_found' }
         const newest = (await newestVersion(tx, orgId, revert))!
-        return insertVersion(tx, orgId, {
+        const entry = await insertVersion(tx, orgId, {
           type: revert.type,
           key: revert.key,
           data: target.data,
@@ -64,8 +61,8 @@ export function contextCommands(deps: NotifyDeps & { sql: Sql }): ActorKind {
           author: { kind: 'user', id: revert.userId },
           at,
         })
+        return recorded(tx, orgId, at, entry)
       },
-      project,
     },
   }
 }

@@ -26,7 +26,7 @@ export interface AgentInbox {
   requests: OpenServiceRequest[]
 }
 
-interface InboxDeps {
+export interface InboxDeps {
   redis: Redis
   keys: Keys
 }

@@ -3,14 +3,16 @@
  * a reply touches one conversation, whose row lock in Postgres orders it against the user's messages
  * and other replies, and whose version orders the inbox projections. The replies of the moment go
  * to Postgres together (`storeReplies`); then each conversation that stopped being pending leaves its
- * agent's inbox, the agent is answered, and the user is told.
+ * agent's inbox and the agent is answered; the user is told by an event the statement records.
  */
 import postgres from 'postgres'
 import type { Sql } from '../db.ts'
 import { isConnectionError } from '../db.ts'
 import { errors } from '../errors.ts'
-import { errorFields } from '../log.ts'
-import { notify, type NotifyDeps } from '../events/notify.ts'
+import { errorFields, type Log } from '../log.ts'
+import type { Redis } from '../redis.ts'
+import type { Keys } from '../keys.ts'
+import type { Clock } from '../clock.ts'
 import { createRetries } from '../retries.ts'
 import { invalidateInbox, removeConversation } from './inbox.ts'
 import { storeChosenReplies, storeFreshReplies, type NewReply, type ReplyStored } from './store.ts'
@@ -39,7 +41,11 @@ export interface ReplyWriter {
   close(): Promise<void>
 }
 
-export interface ReplyWriterOptions extends NotifyDeps {
+export interface ReplyWriterOptions {
+  redis: Redis
+  keys: Keys
+  clock: Clock
+  log: Log
   /** Connections of its own: two per batch in flight (fresh ids and chosen ones are statements apart). */
   sql: Sql
   /** Statements in flight at most: one, and another while the one under way is stalled. */
@@ -197,7 +203,7 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
   /**
    * The batch's statements, one for fresh ids and one for chosen ones (each is rolled back alone, so
    * neither runs again after the other committed). Resolves once they are done, with what is still
-   * under way: each reply projected, answered and announced (boxed, or awaiting it would wait for it).
+   * under way: each reply projected and answered (boxed, or awaiting it would wait for it).
    */
   const write = async (batch: Pending[]): Promise<{ finished: Promise<unknown> }> => {
     const fresh = batch.filter(p => !p.reply.chosen)
@@ -235,7 +241,7 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
     return { finished: Promise.all(batch.map(p => answer(p, outcomes.get(p.reply.messageId)))) }
   }
 
-  /** Projects a reply, answers it and tells the user; never rejects (a failure fails that reply alone). */
+  /** Projects a reply and answers it; never rejects (a failure fails that reply alone). */
   const answer = async (p: Pending, stored: ReplyStored | Error | undefined): Promise<void> => {
     try {
       if (stored instanceof Error) return p.reject(stored)
@@ -243,9 +249,6 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
       await project(p.reply, stored)
       const { messageId, userId, text } = p.reply
       p.resolve({ messageId, userId, text, createdAt: stored.createdAt.toISOString() })
-      // The user hears of it after the agent has its answer. A repeat is announced again: its first
-      // attempt may have been stored and never announced (events are delivered at least once).
-      void notify(options, userId, 'conversation.reply', { participantId: p.reply.agentId, messageId, text })
     } catch (error) {
       log.error('reply not answered', { messageId: p.reply.messageId, ...errorFields(error) })
       p.reject(errors.unavailable('The reply could not be stored; it may have been'))

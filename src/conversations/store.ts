@@ -74,6 +74,21 @@ export type ReplyStored =
   | { stored: false; createdAt: Date; conversation: ConversationState }
 
 /**
+ * The statement's part that tells each user of the reply it stored now (`stored` rows joined to
+ * their `input`), in the same transaction: a repeat stores nothing, so it tells nobody again.
+ */
+function replyEvents(sql: Db, at: Date) {
+  return sql`
+    insert into outbox (user_id, type, data)
+    select i."userId", 'conversation.reply', json_build_object(
+      'type', 'conversation.reply', 'createdAt', ${at.toISOString()}::text,
+      'participantId', i."participantId", 'messageId', i.id, 'text', i.text)::text
+    from stored s join input i on i.id = s.id
+    returning 1
+  `
+}
+
+/**
  * Records agents' replies under new ids (no two to one conversation, and no earlier attempt can have
  * stored them) at `at`, in one statement. Each reply takes its conversation's row first, so the row
  * lock orders it against the user's messages and other replies; it ends the pending state and raises
@@ -98,6 +113,8 @@ export async function storeFreshReplies(sql: Db, replies: NewReply[], at: Date):
       select i.id, i."participantId", i."userId", 'agent', i.text, r.latest_reply_at
       from input i join replied r on r.participant_id = i."participantId" and r.user_id = i."userId"
       returning id, created_at
+    ), announced as (
+      ${replyEvents(sql, at)}
     )
     select s.id, s.created_at as "createdAt", r.version, r.answered_count > 0 as "wasPending"
     from input i
@@ -133,6 +150,8 @@ export async function storeChosenReplies(sql: Db, replies: NewReply[], at: Date)
       from input i join locked l on l.participant_id = i."participantId" and l.user_id = i."userId"
       on conflict (id) do nothing
       returning id, participant_id, user_id, created_at
+    ), announced as (
+      ${replyEvents(sql, at)}
     ), replied as (
       update conversations c
       set pending_count = 0, answered_count = c.pending_count, version = c.version + 1, latest_reply_at = s.created_at

@@ -9,7 +9,7 @@ import type { PubSub } from '../pubsub.ts'
 import type { Log } from '../log.ts'
 import { errors } from '../errors.ts'
 import { errorFields } from '../log.ts'
-import type { Published } from './notify.ts'
+import type { Published } from './relay.ts'
 
 export const maxStreamsPerUser = 5
 export const pingEveryMs = 5000

@@ -4,8 +4,8 @@ import type { Sql } from '../db.ts'
 import { errors } from '../errors.ts'
 import { ensurePeriods } from '../billing/subscriptions/store.ts'
 import { meteringCaughtUp } from '../metering/caught-up.ts'
-import { notifyMany, type NotifyDeps } from '../events/notify.ts'
-import { batchInvoices, claimUnannouncedBatches, countDuePeriods, issueDueInvoices, markBatchAnnounced, type IssuedInvoice } from './store.ts'
+import type { Log } from '../log.ts'
+import { countDuePeriods, issueDueInvoices } from './store.ts'
 
 /**
  * How long after its end a period is invoiced. A proxy call is timed when it starts and metered
@@ -35,7 +35,7 @@ export interface InvoiceRunOptions {
  * const { issued } = await runInvoices({ ...deps, metering: deps.queues.metering }, new Date())
  */
 export async function runInvoices(
-  deps: NotifyDeps & { sql: Sql; metering: Queue },
+  deps: { sql: Sql; log: Log; metering: Queue },
   at: Date,
   options: InvoiceRunOptions = {},
 ): Promise<{ issued: number }> {
@@ -52,48 +52,11 @@ export async function runInvoices(
   let issued = 0
   options.onProgress?.(0, total)
   for (;;) {
-    const batch = await issueDueInvoices(sql, { endedBy, issuedAt: at }, options.batchSize ?? 5000)
-    if (!batch) break
-    issued += batch.invoices.length
-    await announce(deps, batch.batchId, batch.invoices)
+    const count = await issueDueInvoices(sql, { endedBy, issuedAt: at }, options.batchSize ?? 5000)
+    if (count === 0) break
+    issued += count
     options.onProgress?.(issued, Math.max(total, issued))
   }
   if (issued > 0) log.info('invoices issued', { issued, at: at.toISOString() })
   return { issued }
-}
-
-/**
- * Tells each payer of a batch about their invoice and records the batch as announced, once every
- * event went out; otherwise the batch waits for `announceLeftBatches` (the events that did go out
- * then go out again: delivery is at least once).
- */
-async function announce(deps: NotifyDeps & { sql: Sql }, batchId: string, invoices: IssuedInvoice[]): Promise<boolean> {
-  const published = await notifyMany(
-    deps,
-    invoices.map(invoice => ({
-      userId: invoice.userId,
-      type: 'invoice.issued' as const,
-      payload: { invoiceId: invoice.id, number: invoice.number, totalCents: invoice.totalCents },
-    })),
-  )
-  if (published) await markBatchAnnounced(deps.sql, batchId)
-  return published
-}
-
-/**
- * Announces the batches whose run stopped between their commit and their events (a worker that died,
- * Redis away): those unannounced for longer than `graceMs`, a run's own announcement being well
- * within it. Returns how many batches it announced.
- */
-export async function announceLeftBatches(deps: NotifyDeps & { sql: Sql }, options: { graceMs: number }): Promise<number> {
-  let announced = 0
-  for (;;) {
-    const claimed = await claimUnannouncedBatches(deps.sql, { graceMs: options.graceMs, holdMs: 5 * 60_000, limit: 10 })
-    if (claimed.length === 0) return announced
-    for (const batchId of claimed) {
-      // Not announced now (Redis still away): the claim runs out and a later sweep tries again.
-      if (!(await announce(deps, batchId, await batchInvoices(deps.sql, batchId)))) return announced
-      announced++
-    }
-  }
 }

@@ -9,30 +9,17 @@ export async function countDuePeriods(sql: Db, at: Date): Promise<number> {
   return row!.n
 }
 
-export interface IssuedInvoice {
-  id: string
-  userId: string
-  number: number
-  totalCents: number
-}
-
-/** A batch of the invoice run: its invoices and the record their announcement is kept against. */
-export interface IssuedBatch {
-  batchId: string
-  invoices: IssuedInvoice[]
-}
-
 /**
  * Issues invoices for up to `limit` ended periods in one transaction: numbers taken from the counter
  * (locked until commit, so there are no gaps), the monthly line at the period's terms, an overage
- * line when calls went over the included ones, the period marked, and the batch recorded as not yet
- * announced. Periods ended by `endedBy` are due; the invoices are dated `issuedAt`. Periods another
- * run is issuing right now are skipped, and (subscription, period) is unique, so none is invoiced
- * twice. Null when no period was due.
+ * line when calls went over the included ones, the period marked, and each payer's `invoice.issued`
+ * event recorded. Periods ended by `endedBy` are due; the invoices are dated `issuedAt`. Periods
+ * another run is issuing right now are skipped, and (subscription, period) is unique, so none is
+ * invoiced twice. Returns how many were issued (0: none was due).
  */
-export async function issueDueInvoices(sql: Sql, when: { endedBy: Date; issuedAt: Date }, limit: number): Promise<IssuedBatch | null> {
-  const rows = await sql.begin(async tx => {
-    return tx<(IssuedInvoice & { batchId: string })[]>`
+export async function issueDueInvoices(sql: Sql, when: { endedBy: Date; issuedAt: Date }, limit: number): Promise<number> {
+  const [row] = await sql.begin(async tx => {
+    return tx<{ n: number }[]>`
       with due as (
         select sp.subscription_id, sp.period_index, sp.period_start, sp.period_end, sp.monthly_price_cents,
           sp.included_proxy_calls, sp.overage_per_call_cents, sp.proxy_calls, s.user_id, s.participant_id,
@@ -88,54 +75,19 @@ export async function issueDueInvoices(sql: Sql, when: { endedBy: Date; issuedAt
         where sp.subscription_id = numbered.subscription_id and sp.period_index = numbered.period_index
         returning 1
       ),
-      batch as (
-        insert into invoice_batches (first_number, last_number)
-        select counter.first, counter.first + (select count(*) from numbered) - 1
-        from counter
-        where exists (select 1 from numbered)
-        returning id
+      announced as (
+        insert into outbox (user_id, type, data)
+        select "userId", 'invoice.issued', json_build_object(
+          'type', 'invoice.issued', 'createdAt', ${when.issuedAt.toISOString()}::text,
+          'invoiceId', id, 'number', number, 'totalCents', "totalCents")::text
+        from issued
+        order by number
+        returning 1
       )
-      select issued.*, (select id from batch)::text as "batchId" from issued order by number
+      select count(*)::int as n from issued
     `
   })
-  if (rows.length === 0) return null
-  return { batchId: rows[0]!.batchId, invoices: rows.map(({ batchId: _, ...invoice }) => invoice) }
-}
-
-/**
- * Claims up to `limit` batches whose announcement is overdue (created more than `graceMs` ago and
- * still unannounced), each for `holdMs`, so another sweep leaves them alone meanwhile.
- */
-export async function claimUnannouncedBatches(sql: Sql, options: { graceMs: number; holdMs: number; limit: number }): Promise<string[]> {
-  const rows = await sql<{ id: string }[]>`
-    update invoice_batches set claimed_until = now() + ${options.holdMs} * interval '1 millisecond'
-    where id in (
-      select id from invoice_batches
-      where announced_at is null
-        and created_at <= now() - ${options.graceMs} * interval '1 millisecond'
-        and (claimed_until is null or claimed_until < now())
-      order by created_at
-      limit ${options.limit}
-      for update skip locked
-    )
-    returning id::text
-  `
-  return rows.map(row => row.id)
-}
-
-/** A batch's invoices, by the number range it took. */
-export async function batchInvoices(sql: Db, batchId: string): Promise<IssuedInvoice[]> {
-  return sql<IssuedInvoice[]>`
-    select i.id, i.user_id as "userId", i.number, i.total_cents as "totalCents"
-    from invoice_batches b
-    join invoices i on i.number between b.first_number and b.last_number
-    where b.id = ${batchId}
-    order by i.number
-  `
-}
-
-export async function markBatchAnnounced(sql: Db, batchId: string): Promise<void> {
-  await sql`update invoice_batches set announced_at = now() where id = ${batchId}`
+  return row!.n
 }
 
 /** The one-line invoice of a config purchase, issued in the purchase's own transaction. */

@@ -2,6 +2,7 @@
 import { Type, type Static } from '@sinclair/typebox'
 import type { Sql } from '../db.ts'
 import { ensurePeriods } from '../billing/subscriptions/store.ts'
+import { enqueueEvents } from '../events/outbox.ts'
 
 export const UsageEvent = Type.Object({
   eventId: Type.String({ format: 'uuid' }),
@@ -17,11 +18,11 @@ export interface Counted {
   counted: boolean
   /** Counted into a period already invoiced: this call is on no invoice (an operator must see to it). */
   late?: boolean
-  /** Thresholds this event crossed, with who to tell: the subscriber and the agent's owner. */
+  /** Thresholds this event crossed (the subscriber and the agent's owner are told in the same transaction). */
   crossed: { percent: number; userId: string; ownerId: string; participantId: string }[]
 }
 
-/** Counts the event unless it was counted before; returns the thresholds it crossed. */
+/** Counts the event unless it was counted before; records `usage.threshold` events for the thresholds it crossed. */
 export async function countUsage(sql: Sql, event: UsageEvent, at: Date): Promise<Counted> {
   return sql.begin(async tx => {
     await ensurePeriods(tx, new Date(event.occurredAt), event.subscriptionId)
@@ -56,6 +57,11 @@ export async function countUsage(sql: Sql, event: UsageEvent, at: Date): Promise
         where s.id = ${event.subscriptionId}
       `
       crossed.push({ percent, ...who! })
+      const payload = { subscriptionId: event.subscriptionId, periodIndex: event.periodIndex, participantId: who!.participantId, percent }
+      await enqueueEvents(tx, at, [
+        { userId: who!.userId, type: 'usage.threshold', payload },
+        { userId: who!.ownerId, type: 'usage.threshold', payload },
+      ])
     }
     return { counted: true, crossed, ...(period!.invoiced ? { late: true } : {}) }
   })

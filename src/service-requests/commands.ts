@@ -1,8 +1,8 @@
 /** The agent actor's service-request commands: a request arriving at its target, and the target's answer. */
 import type { ActorKind, Refusal } from '../actors/types.ts'
-import { notify, type NotifyDeps } from '../events/notify.ts'
+import { enqueueEvents } from '../events/outbox.ts'
 import { participantOwner } from '../participants/store.ts'
-import { inboxRepair, putOpenRequest, removeOpenRequest, type OpenServiceRequest } from '../conversations/inbox.ts'
+import { inboxRepair, putOpenRequest, removeOpenRequest, type InboxDeps, type OpenServiceRequest } from '../conversations/inbox.ts'
 import { findServiceRequest, insertServiceRequest, respondToRequest } from './store.ts'
 
 export const requestLifetimeMs = 24 * 3_600_000
@@ -19,17 +19,13 @@ export interface Answered {
   requestId: string
   status: 'completed' | 'failed'
   fromAgentId: string
-  /** The requester's owner, told of the answer. */
-  notifyUserId?: string
 }
 
-type Requested = OpenServiceRequest & { notifyUserId?: string }
-
-export function serviceRequestCommands(deps: NotifyDeps): ActorKind {
+export function serviceRequestCommands(deps: InboxDeps): ActorKind {
   const repair = inboxRepair(deps)
   return {
     'service.request': {
-      async apply(tx, request: NewRequest, { id, at }): Promise<Requested> {
+      async apply(tx, request: NewRequest, { id, at }): Promise<OpenServiceRequest> {
         const expiresAt = new Date(at.getTime() + requestLifetimeMs)
         await insertServiceRequest(tx, {
           id: request.requestId,
@@ -40,18 +36,15 @@ export function serviceRequestCommands(deps: NotifyDeps): ActorKind {
           at,
           expiresAt,
         })
-        return { ...request, createdAt: at.toISOString(), expiresAt: expiresAt.toISOString(), notifyUserId: await participantOwner(tx, id) }
-      },
-      async project({ notifyUserId, ...request }: Requested, _payload, { id }) {
-        await putOpenRequest(deps, id, request)
-        if (notifyUserId) {
-          await notify(deps, notifyUserId, 'service.requested', {
-            requestId: request.requestId,
-            fromAgentId: request.fromAgentId,
-            targetAgentId: id,
-            serviceTag: request.serviceTag,
-          })
+        const ownerId = await participantOwner(tx, id)
+        if (ownerId) {
+          const payload = { requestId: request.requestId, fromAgentId: request.fromAgentId, targetAgentId: id, serviceTag: request.serviceTag }
+          await enqueueEvents(tx, at, [{ userId: ownerId, type: 'service.requested', payload }])
         }
+        return { ...request, createdAt: at.toISOString(), expiresAt: expiresAt.toISOString() }
+      },
+      async project(request: OpenServiceRequest, _payload, { id }) {
+        await putOpenRequest(deps, id, request)
       },
       repair,
     },
@@ -62,22 +55,16 @@ export function serviceRequestCommands(deps: NotifyDeps): ActorKind {
         if (!(await respondToRequest(tx, { id: answer.requestId, output: answer.output, success: answer.success, at }))) {
           return { refused: request.status === 'pending' || request.status === 'expired' ? 'expired' : 'already_responded' }
         }
-        return {
-          requestId: answer.requestId,
-          status: answer.success ? 'completed' : 'failed',
-          fromAgentId: request.fromAgentId,
-          notifyUserId: await participantOwner(tx, request.fromAgentId),
+        const status = answer.success ? 'completed' : 'failed'
+        const ownerId = await participantOwner(tx, request.fromAgentId)
+        if (ownerId) {
+          const payload = { requestId: answer.requestId, fromAgentId: request.fromAgentId, targetAgentId: id }
+          await enqueueEvents(tx, at, [{ userId: ownerId, type: `service.${status}`, payload }])
         }
+        return { requestId: answer.requestId, status, fromAgentId: request.fromAgentId }
       },
       async project(answered: Answered, _payload, { id }) {
         await removeOpenRequest(deps, id, answered.requestId)
-        if (answered.notifyUserId) {
-          await notify(deps, answered.notifyUserId, answered.status === 'completed' ? 'service.completed' : 'service.failed', {
-            requestId: answered.requestId,
-            fromAgentId: answered.fromAgentId,
-            targetAgentId: id,
-          })
-        }
       },
       repair,
     },

@@ -11,6 +11,7 @@ import { deleteByPrefix } from '../../src/redis.ts'
 import { createTestDatabase, type TestDatabase } from './database.ts'
 import { startActors } from '../../workers/actors.ts'
 import type { ActorRuntime } from '../../src/actors/runtime.ts'
+import { startRelay, type Relay } from '../../src/events/relay.ts'
 
 export const testJwtSecret = 'test-secret-that-is-at-least-32-characters-long'
 export const redisUrl = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -37,6 +38,8 @@ export interface TestContext {
   app: App
   clock: ReturnType<typeof adjustableClock>
   database: TestDatabase
+  /** The outbox relay the workers run, moving committed events to Redis (unless the test asked for none). */
+  relay: Relay | undefined
   call(method: string, path: string, options?: CallOptions): Promise<CallResult>
   close(): Promise<void>
 }
@@ -69,7 +72,7 @@ export function testConfig(env: Record<string, string> = {}): Config {
 }
 
 export async function createTestContext(
-  options: { env?: Record<string, string>; database?: TestDatabase; actors?: boolean } = {},
+  options: { env?: Record<string, string>; database?: TestDatabase; actors?: boolean; relay?: boolean } = {},
 ): Promise<TestContext> {
   const database = options.database ?? (await createTestDatabase())
   const config = { ...testConfig(options.env), databaseUrl: database.url }
@@ -78,15 +81,19 @@ export async function createTestContext(
   const app = createApp(deps)
   // The all-in-one process runs an actor runtime beside the API; tests that send commands do too.
   const runtime: ActorRuntime | undefined = options.actors ? await startActors(deps, { leaseMs: 2000 }) : undefined
+  // So is the outbox relay, without which no event reaches a stream.
+  const relay = options.relay === false ? undefined : startRelay(deps, { everyMs: 20 })
   return {
     config,
     deps,
     app,
     clock,
     database,
+    relay,
     call: (method, path, callOptions) => callApp(app, method, path, callOptions),
     async close() {
       await runtime?.stop()
+      await relay?.stop()
       await deps.close()
       await deleteKeys(config.redisPrefix)
       if (!options.database) await database.drop()

@@ -9,7 +9,7 @@ import { principalSubject } from '../../auth/principal.ts'
 import { IdempotencyHeaders, idempotent } from '../../idempotency/idempotent.ts'
 import { requireOwnedParticipant, requireParticipant } from '../../participants/ownership.ts'
 import { issuePurchaseInvoice } from '../../invoices/store.ts'
-import { notify } from '../../events/notify.ts'
+import { enqueueEvents } from '../../events/outbox.ts'
 import { ConfigListing, CreateConfig, DeactivatedConfig, MyConfig, Purchase, UpdateConfig } from './schema.ts'
 import {
   deactivateConfig,
@@ -130,7 +130,6 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
     .post(
       '/configs/:configId/purchase',
       async ({ user, params, headers, set }) => {
-        let sale: { ownerId: string; participantId: string; invoiceId: string } | undefined
         const outcome = await idempotent(
           deps,
           {
@@ -158,26 +157,18 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
                 priceCents: config.priceCents,
                 at,
               })
-              sale = { ownerId: config.ownerId, participantId: config.participantId, invoiceId }
+              const sale = { purchaseId: created, configId: config.id, participantId: config.participantId, userId: user.userId, priceCents: config.priceCents }
+              await enqueueEvents(tx, at, [
+                { userId: config.ownerId, type: 'config.purchased', payload: sale },
+                { userId: user.userId, type: 'invoice.issued', payload: { invoiceId, totalCents: config.priceCents } },
+              ])
             }
             const row = (await findPurchase(tx, config.id, user.userId))!
             return { status: created ? 201 : 200, body: ok(purchaseView(row)) }
           },
         )
-        const purchase = outcome.body as { success: true; data: Purchase }
-        if (sale && !outcome.replayed) {
-          const { data } = purchase
-          await notify(deps, sale.ownerId, 'config.purchased', {
-            purchaseId: data.purchaseId,
-            configId: data.configId,
-            participantId: sale.participantId,
-            userId: user.userId,
-            priceCents: data.priceCents,
-          })
-          await notify(deps, user.userId, 'invoice.issued', { invoiceId: sale.invoiceId, totalCents: data.priceCents })
-        }
         set.status = outcome.status
-        return purchase
+        return outcome.body as { success: true; data: Purchase }
       },
       {
         user: true,

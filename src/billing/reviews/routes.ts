@@ -7,7 +7,7 @@ import { BeforeParam, failures, iso, LimitParam, Ok, ok, parseLimit, parseTime, 
 import type { AuthPlugin } from '../../auth/plugin.ts'
 import { hasSubscribed } from '../subscriptions/store.ts'
 import { hasBoughtFrom } from '../configs/store.ts'
-import { notify } from '../../events/notify.ts'
+import { enqueueEvents } from '../../events/outbox.ts'
 import { Review, WriteReview } from './schema.ts'
 import { findReview, insertReview, listReviews, updateReview, type ReviewRow } from './store.ts'
 
@@ -28,7 +28,7 @@ export function reviewRoutes(deps: Deps, auth: AuthPlugin) {
     .post(
       '',
       async ({ user, body, set }) => {
-        const { created, row, ownerId } = await sql.begin(async tx => {
+        const { created, row } = await sql.begin(async tx => {
           // The agent's row lock serialises its reviews, so the aggregate never races.
           const participant = await requireParticipant(tx, body.participantId, { lock: true })
           if (participant.ownerId === user.userId) throw errors.cannotReviewOwnAgent()
@@ -39,17 +39,12 @@ export function reviewRoutes(deps: Deps, auth: AuthPlugin) {
           // An update without `comment` keeps the comment; an explicit null clears it.
           const change = { rating: body.rating, comment: body.comment === undefined ? (previous?.comment ?? null) : body.comment }
           const at = clock.now()
-          const ownerId = participant.ownerId
-          return previous
-            ? { created: false, ownerId, row: await updateReview(tx, previous, change, at) }
-            : { created: true, ownerId, row: await insertReview(tx, { participantId: participant.id, userId: user.userId, ...change }, at) }
-        })
-        await notify(deps, ownerId, created ? 'review.created' : 'review.updated', {
-          reviewId: row.id,
-          participantId: row.participantId,
-          userId: row.userId,
-          rating: row.rating,
-          comment: row.comment,
+          const row = previous
+            ? await updateReview(tx, previous, change, at)
+            : await insertReview(tx, { participantId: participant.id, userId: user.userId, ...change }, at)
+          const payload = { reviewId: row.id, participantId: row.participantId, userId: row.userId, rating: row.rating, comment: row.comment }
+          await enqueueEvents(tx, at, [{ userId: participant.ownerId, type: previous ? 'review.updated' : 'review.created', payload }])
+          return { created: !previous, row }
         })
         set.status = created ? 201 : 200
         return ok(reviewView(row))

@@ -9,7 +9,7 @@ import { principalSubject } from '../../auth/principal.ts'
 import { IdempotencyHeaders, idempotent } from '../../idempotency/idempotent.ts'
 import { findPlan } from '../plans/store.ts'
 import { liveCounts } from '../../metering/usage-counter.ts'
-import { notify } from '../../events/notify.ts'
+import { enqueueEvents } from '../../events/outbox.ts'
 import { participantOwner } from '../../participants/store.ts'
 import { CreateSubscription, Subscription } from './schema.ts'
 import {
@@ -43,7 +43,6 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
     .post(
       '',
       async ({ user, body, headers, set }) => {
-        let ownerId = ''
         const outcome = await idempotent(
           deps,
           {
@@ -56,7 +55,6 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
           async tx => {
             const plan = await findPlan(tx, body.planId, { lockAgent: true })
             if (!plan) throw errors.notFound('Plan')
-            ownerId = plan.ownerId
             if (plan.ownerId === user.userId) throw errors.cannotSubscribeOwnAgent()
             if (!plan.active) throw errors.planInactive()
             const startedAt = clock.now()
@@ -75,20 +73,13 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
               throw error
             }
             await adjustActiveSubscribers(tx, plan.participantId, 1)
+            const payload = { subscriptionId: id, participantId: plan.participantId, planId: plan.id, userId: user.userId }
+            await enqueueEvents(tx, startedAt, [{ userId: plan.ownerId, type: 'subscription.created', payload }])
             return { status: 201, body: ok(subscriptionView((await findSubscription(tx, id, user.userId, startedAt))!)) }
           },
         )
-        const created = outcome.body as { success: true; data: Subscription }
-        if (!outcome.replayed) {
-          await notify(deps, ownerId, 'subscription.created', {
-            subscriptionId: created.data.id,
-            participantId: created.data.participantId,
-            planId: created.data.planId,
-            userId: user.userId,
-          })
-        }
         set.status = outcome.status
-        return created
+        return outcome.body as { success: true; data: Subscription }
       },
       {
         user: true,
@@ -124,22 +115,20 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
       '/:id',
       async ({ user, params }) => {
         const row = await sql.begin(async tx => {
-          const cancelled = await cancelSubscription(tx, params.id, user.userId, clock.now())
+          const now = clock.now()
+          const cancelled = await cancelSubscription(tx, params.id, user.userId, now)
           if (cancelled.result !== 'cancelled') {
             throw cancelled.result === 'missing' ? errors.notFound('Subscription') : errors.alreadyCancelled()
           }
           await adjustActiveSubscribers(tx, cancelled.participantId, -1)
-          return (await findSubscription(tx, params.id, user.userId, clock.now()))!
+          const row = (await findSubscription(tx, params.id, user.userId, now))!
+          const ownerId = await participantOwner(tx, row.participantId)
+          if (ownerId) {
+            const payload = { subscriptionId: row.id, participantId: row.participantId, planId: row.planId, userId: user.userId }
+            await enqueueEvents(tx, now, [{ userId: ownerId, type: 'subscription.cancelled', payload }])
+          }
+          return row
         })
-        const ownerId = await participantOwner(sql, row.participantId)
-        if (ownerId) {
-          await notify(deps, ownerId, 'subscription.cancelled', {
-            subscriptionId: row.id,
-            participantId: row.participantId,
-            planId: row.planId,
-            userId: user.userId,
-          })
-        }
         return ok(subscriptionView(row))
       },
       {

@@ -1,0 +1,49 @@
+/**
+ * Events, written to the outbox in the transaction of the change that causes them; the relay
+ * (relay.ts) delivers them to the recipients' streams once committed, whatever Redis was doing.
+ */
+import type { Db } from '../db.ts'
+
+export type EventType =
+  | 'subscription.created'
+  | 'subscription.cancelled'
+  | 'review.created'
+  | 'review.updated'
+  | 'config.purchased'
+  | 'conversation.message'
+  | 'conversation.reply'
+  | 'service.requested'
+  | 'service.completed'
+  | 'service.failed'
+  | 'invoice.issued'
+  | 'usage.threshold'
+  | 'blog.published'
+  | 'context.updated'
+  | 'chat.message'
+
+export interface NewEvent {
+  /** The recipient; null for world chat. */
+  userId: string | null
+  type: EventType
+  payload: Record<string, unknown>
+}
+
+/** The JSON clients receive: type, createdAt (the change's time), then the payload's fields. */
+export function eventData(type: EventType, at: Date, payload: Record<string, unknown>): string {
+  return JSON.stringify({ type, createdAt: at.toISOString(), ...payload })
+}
+
+/**
+ * Records events in the caller's transaction: they are delivered if and only if it commits.
+ *
+ * @example
+ * await sql.begin(async tx => {
+ *   await cancel(tx, subscriptionId)
+ *   await enqueueEvents(tx, at, [{ userId: ownerId, type: 'subscription.cancelled', payload: { subscriptionId } }])
+ * })
+ */
+export async function enqueueEvents(tx: Db, at: Date, events: NewEvent[]): Promise<void> {
+  if (events.length === 0) return
+  const rows = events.map(event => ({ user_id: event.userId, type: event.type, data: eventData(event.type, at, event.payload) }))
+  await tx`insert into outbox ${tx(rows, 'user_id', 'type', 'data')}`
+}

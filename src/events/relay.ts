@@ -1,0 +1,176 @@
+/**
+ * The outbox relay: moves committed events, oldest first, to the recipients' capped Redis Streams and
+ * announces them to every API process, deleting each row once Redis took it and retrying until it
+ * does. Any number of relays may run (one per worker process): a pass holds a transaction-scoped
+ * advisory lock, so one relay moves events at a time and none sends an event twice on purpose.
+ * Delivery is at least once: a relay that dies between Redis and its commit leaves those rows to be
+ * sent again (clients deduplicate by the ids in the payload).
+ */
+import { defineBatchedScript, type Redis } from '../redis.ts'
+import type { Sql } from '../db.ts'
+import type { Keys } from '../keys.ts'
+import type { Log } from '../log.ts'
+import { errorFields } from '../log.ts'
+
+/** Kept per stream for replay: the last 1,000 events (and at most 24 h, enforced when replaying). */
+export const streamLength = 1000
+
+/** What every API process hears on the events channel, and what a stream replays. */
+export interface Published {
+  stream: string
+  id: string
+  type: string
+  data: string
+}
+
+// K the stream; A channel, type, JSON. Kept and announced in one step, so an event is never
+// announced without being kept, nor kept without being announced.
+const append = defineBatchedScript(
+  `
+local id = redis.call('XADD', K[1], 'MAXLEN', '~', ${streamLength}, '*', 'type', A[2], 'data', A[3])
+redis.call('PUBLISH', A[1], cjson.encode({ stream = K[1], id = id, type = A[2], data = A[3] }))
+return id`,
+  1,
+  3,
+)
+
+// Any constant: the same in every process relaying for this database.
+const relayLock = 0x616d6f62 // "amob"
+
+export interface RelayDeps {
+  sql: Sql
+  redis: Redis
+  keys: Keys
+  log: Log
+}
+
+export interface RelayOptions {
+  /** How often an idle relay looks for new events. */
+  everyMs?: number
+  /** Events moved in one pass. */
+  batch?: number
+}
+
+export interface Relay {
+  /** Moves what is waiting now, pass after pass, until the outbox is empty or another relay holds it; how many were moved. */
+  drain(): Promise<number>
+  stop(): Promise<void>
+}
+
+interface Row {
+  id: number
+  userId: string | null
+  type: string
+  data: string
+}
+
+/** What one pass did: events sent, and the Redis failure that stopped it early, if one. */
+export interface Pass {
+  sent: number
+  error?: unknown
+}
+
+/**
+ * One pass: up to `batch` events, in id order, under the lock; null when another relay holds it.
+ * What Redis took is deleted in the pass's commit; an event it refused (and its user's later ones)
+ * waits for the next pass.
+ */
+export async function relayPass(deps: RelayDeps, batch: number): Promise<Pass | null> {
+  const { sql, redis, keys } = deps
+  return sql.begin(async tx => {
+    const [lock] = await tx<{ locked: boolean }[]>`select pg_try_advisory_xact_lock(${relayLock}) as locked`
+    if (!lock!.locked) return null
+    const rows = await tx<Row[]>`
+      select id, user_id as "userId", type, data from outbox order by id limit ${batch}
+    `
+    const settled = await Promise.allSettled(
+      rows.map(row =>
+        append(redis, [row.userId ? keys.events.user(row.userId) : keys.events.chat], [keys.channels.events, row.type, row.data]),
+      ),
+    )
+    // A row Redis took is done, unless an earlier row of its user failed in this pass: then it is
+    // kept and sent again after that one, so the user's stream still ends in order.
+    const behind = new Set<string | null>()
+    const sent: number[] = []
+    let error: unknown
+    settled.forEach((outcome, i) => {
+      const { id, userId } = rows[i]!
+      if (outcome.status === 'rejected') {
+        error ??= outcome.reason
+        behind.add(userId)
+      } else if (!behind.has(userId)) sent.push(id)
+    })
+    if (sent.length > 0) await tx`delete from outbox where id in ${tx(sent)}`
+    return error === undefined ? { sent: sent.length } : { sent: sent.length, error }
+  })
+}
+
+/**
+ * Starts relaying: a pass every `everyMs` while idle, at once again after a full one, backing off
+ * (to 1 s) while Redis or Postgres fails. Failures are logged when they start and when they end.
+ *
+ * @example
+ * const relay = startRelay(deps)
+ * await relay.stop()
+ */
+export function startRelay(deps: RelayDeps, options: RelayOptions = {}): Relay {
+  const everyMs = options.everyMs ?? 100
+  const batch = options.batch ?? 500
+  let stopped = false
+  let failingSince = 0
+  let wake: (() => void) | undefined
+  let timer: ReturnType<typeof setTimeout> | undefined
+
+  const onFailure = (error: unknown) => {
+    if (failingSince === 0) {
+      failingSince = Date.now()
+      deps.log.warn('outbox relay failing; events wait in Postgres', errorFields(error))
+    }
+  }
+  const onSuccess = () => {
+    if (failingSince === 0) return
+    deps.log.info('outbox relay resumed', { failedForMs: Date.now() - failingSince })
+    failingSince = 0
+  }
+
+  /** Passes until nothing is left, the lock is another's, or something fails (then thrown). */
+  const drain = async (): Promise<number> => {
+    let moved = 0
+    for (;;) {
+      const pass = await relayPass(deps, batch)
+      if (!pass) return moved
+      moved += pass.sent
+      if (pass.error !== undefined) throw pass.error
+      if (pass.sent < batch) return moved
+    }
+  }
+
+  const loop = (async () => {
+    let delay = everyMs
+    while (!stopped) {
+      try {
+        await drain()
+        onSuccess()
+        delay = everyMs
+      } catch (error) {
+        onFailure(error)
+        delay = Math.min(delay * 2, 1000)
+      }
+      if (stopped) break
+      await new Promise<void>(resolve => {
+        wake = resolve
+        timer = setTimeout(resolve, delay)
+      })
+    }
+  })()
+
+  return {
+    drain,
+    async stop() {
+      stopped = true
+      clearTimeout(timer)
+      wake?.()
+      await loop
+    },
+  }
+}

@@ -1,0 +1,131 @@
+/** The outbox and its relay: an event is delivered if and only if its change committed, in order per user, once. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { randomUUID } from 'node:crypto'
+import { Queue } from 'bullmq'
+import { createTestContext, type TestContext } from './helpers/context.ts'
+import { until } from './helpers/until.ts'
+import { enqueueEvents } from '../src/events/outbox.ts'
+import { relayPass, startRelay, type Relay } from '../src/events/relay.ts'
+import { createRedis, deleteByPrefix } from '../src/redis.ts'
+import { keepSchedules } from '../workers/schedules.ts'
+
+let ctx: TestContext
+
+beforeAll(async () => {
+  // No relay of the context's own: each test runs the relays it means to.
+  ctx = await createTestContext({ relay: false })
+})
+
+afterAll(async () => {
+  await ctx.close()
+})
+
+/** The `n` of each event in the user's stream, in stream order. */
+const delivered = async (userId: string) =>
+  ((await ctx.deps.redis.xrange(ctx.deps.keys.events.user(userId), '-', '+')) as [string, string[]][]).map(
+    ([, fields]) => (JSON.parse(fields[3]!) as { n: number }).n,
+  )
+
+const waiting = async () => (await ctx.deps.sql<{ n: number }[]>`select count(*)::int as n from outbox`)[0]!.n
+
+/** Commits `count` events for `userId`, numbered from `from`, one transaction each. */
+async function commit(userId: string, from: number, count: number) {
+  for (let n = from; n < from + count; n++) {
+    await ctx.deps.sql.begin(tx => enqueueEvents(tx, new Date(), [{ userId, type: 'context.updated', payload: { n } }]))
+  }
+}
+
+describe('the outbox relay', () => {
+  test('events committed while Redis refuses wait in Postgres and are delivered, in order, once it takes them', async () => {
+    const user = randomUUID()
+    // A Redis nobody listens on: every append fails, as in an outage.
+    const away = createRedis('redis://127.0.0.1:1', ctx.deps.log, 'commands')
+    const failing = startRelay({ ...ctx.deps, redis: away }, { everyMs: 10 })
+    await commit(user, 1, 20)
+    await Bun.sleep(200)
+    expect(await delivered(user)).toEqual([])
+    expect(await waiting()).toBe(20)
+    await failing.stop()
+    away.disconnect()
+
+    const relay = startRelay(ctx.deps, { everyMs: 10 })
+    await until(async () => (await delivered(user)).length === 20)
+    await relay.stop()
+    expect(await delivered(user)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1))
+    expect(await waiting()).toBe(0)
+  })
+
+  test('a change that rolls back sends nothing', async () => {
+    const user = randomUUID()
+    await ctx.deps.sql
+      .begin(async tx => {
+        await enqueueEvents(tx, new Date(), [{ userId: user, type: 'context.updated', payload: { n: 1 } }])
+        throw new Error('the change failed')
+      })
+      .catch(() => {})
+    await commit(user, 2, 1)
+    const relay = startRelay(ctx.deps, { everyMs: 10 })
+    await until(async () => (await delivered(user)).length > 0)
+    await relay.stop()
+    expect(await delivered(user)).toEqual([2])
+  })
+
+  test('an event Redis refuses waits for the next pass with its user’s later ones; the others are sent once', async () => {
+    const user = randomUUID()
+    const other = randomUUID()
+    await commit(user, 1, 2)
+    await commit(other, 1, 1)
+    await commit(user, 3, 1)
+    await commit(other, 2, 1)
+    // The other user's stream key holds a string: their appends fail (WRONGTYPE); the user's go through.
+    await ctx.deps.redis.set(ctx.deps.keys.events.user(other), 'not a stream')
+    const pass = await relayPass(ctx.deps, 100)
+    expect(pass?.sent).toBe(3)
+    expect(String(pass?.error)).toContain('WRONGTYPE')
+    expect(await delivered(user)).toEqual([1, 2, 3])
+    expect(await waiting()).toBe(2)
+
+    await ctx.deps.redis.del(ctx.deps.keys.events.user(other))
+    expect(await relayPass(ctx.deps, 100)).toEqual({ sent: 2 })
+    expect(await delivered(user)).toEqual([1, 2, 3])
+    expect(await delivered(other)).toEqual([1, 2])
+  })
+
+  test('relays running at once send every event once, each user’s in order', async () => {
+    const users = Array.from({ length: 5 }, () => randomUUID())
+    const relays: Relay[] = Array.from({ length: 4 }, () => startRelay(ctx.deps, { everyMs: 5, batch: 7 }))
+    // Committed while the relays run, interleaved across users.
+    const writers = users.map(user => commit(user, 1, 40))
+    await Promise.all(writers)
+    await until(async () => (await waiting()) === 0)
+    await Promise.all(relays.map(relay => relay.stop()))
+    for (const user of users) expect(await delivered(user)).toEqual(Array.from({ length: 40 }, (_, i) => i + 1))
+  })
+})
+
+describe('job schedules', () => {
+  test('are asserted again when Redis comes back without them, and by the timer meanwhile', async () => {
+    const connection = createRedis(ctx.config.redisUrl, ctx.deps.log, 'bullmq')
+    const queue = new Queue('schedules-test', { connection, prefix: ctx.deps.keys.bullPrefix })
+    const exists = async () => (await queue.getJobScheduler('tick')) !== undefined
+    const forget = () => deleteByPrefix(ctx.deps.redis, `${ctx.deps.keys.bullPrefix}:schedules-test:`)
+
+    // On reconnect: the timer is an hour away, so only the connection's `ready` can bring it back.
+    const onReady = await keepSchedules([{ queue, id: 'tick', job: 'tick', everyMs: 60_000 }], ctx.deps.redis, ctx.deps.log, 3_600_000)
+    expect(await exists()).toBe(true)
+    await forget()
+    expect(await exists()).toBe(false)
+    ctx.deps.redis.disconnect(true)
+    await until(exists, 5000)
+    onReady.stop()
+
+    // On the timer: Redis emptied without the connection noticing.
+    const onTimer = await keepSchedules([{ queue, id: 'tick', job: 'tick', everyMs: 60_000 }], ctx.deps.redis, ctx.deps.log, 100)
+    await forget()
+    expect(await exists()).toBe(false)
+    await until(exists, 5000)
+    onTimer.stop()
+    await queue.close()
+    await connection.quit()
+  })
+})

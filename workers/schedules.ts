@@ -1,0 +1,52 @@
+/**
+ * The repeatable jobs (maintenance, the invoice run, the blog sweep), kept in Redis as BullMQ job
+ * schedulers. Redis losing its data loses them, so the workers assert them again whenever their Redis
+ * connection becomes ready and on a timer, never only at start; an upsert of one already there
+ * changes nothing.
+ */
+import type { Queue } from 'bullmq'
+import type { Redis } from '../src/redis.ts'
+import { errorFields, type Log } from '../src/log.ts'
+
+export interface Schedule {
+  queue: Queue
+  /** The scheduler's id in its queue. */
+  id: string
+  /** The name of the jobs it makes (what the worker switches on). */
+  job: string
+  everyMs: number
+}
+
+/** How often the schedules are asserted even without a reconnect (a Redis that restarted empty faster than a ping). */
+export const scheduleCheckEveryMs = 10_000
+
+export async function upsertSchedules(schedules: Schedule[]): Promise<void> {
+  for (const { queue, id, job, everyMs } of schedules) await queue.upsertJobScheduler(id, { every: everyMs }, { name: job })
+}
+
+/**
+ * Upserts the schedules now (throwing if Redis refuses, so a start fails loudly), then keeps them:
+ * on every `ready` of `connection` and every `scheduleCheckEveryMs`.
+ *
+ * @example
+ * const kept = await keepSchedules([{ queue, id: 'maintenance', job: 'maintenance', everyMs: 60_000 }], redis, log)
+ * kept.stop()
+ */
+export async function keepSchedules(schedules: Schedule[], connection: Redis, log: Log, everyMs = scheduleCheckEveryMs): Promise<{ stop(): void }> {
+  await upsertSchedules(schedules)
+  let running: Promise<void> | undefined
+  const assert = () => {
+    running ??= upsertSchedules(schedules)
+      .catch(error => log.warn('job schedules not asserted; trying again', errorFields(error)))
+      .finally(() => (running = undefined))
+  }
+  connection.on('ready', assert)
+  const timer = setInterval(assert, everyMs)
+  timer.unref()
+  return {
+    stop() {
+      clearInterval(timer)
+      connection.off('ready', assert)
+    },
+  }
+}
