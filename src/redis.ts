@@ -12,6 +12,9 @@ export function createRedis(url: string, log: Log, role: 'commands' | 'subscribe
     // API calls fail fast (503) when Redis is gone; BullMQ requires null so its blocking calls wait.
     maxRetriesPerRequest: role === 'bullmq' ? null : 2,
     enableReadyCheck: true,
+    // Reconnect at most 500 ms apart (ioredis's default grows to 2 s): a restarted Redis is back in use
+    // within a second of accepting connections.
+    retryStrategy: times => Math.min(times * 50, 500),
     connectionName: `agent-marketplace:${role}`,
   })
   let lastLogged = 0
