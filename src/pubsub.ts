@@ -15,7 +15,7 @@ export interface PubSub {
   subscribe(channel: string, handler: Handler): Promise<() => Promise<void>>
   /** The handler, subscribed on the first `listen()` rather than now. */
   listener(channel: string, handler: Handler): Listener
-  /** Called after the subscriber reconnects: messages may have been missed, caches must forget. */
+  /** Called after the subscriber reconnects and listens again: messages may have been missed, caches must forget. */
   onReconnect(handler: () => void): void
   close(): Promise<void>
 }
@@ -23,14 +23,26 @@ export interface PubSub {
 export function createPubSub(subscriber: Redis): PubSub {
   const handlers = new Map<string, Set<Handler>>()
   const reconnectHandlers: (() => void)[] = []
-  let connectedOnce = false
+  // Usually connected before it gets here: then its next 'ready' is already a reconnect.
+  let connectedOnce = subscriber.status === 'ready'
 
   subscriber.on('message', (channel: string, message: string) => {
     const set = handlers.get(channel)
     if (set) for (const handler of set) handler(message)
   })
   subscriber.on('ready', () => {
-    if (connectedOnce) for (const handler of reconnectHandlers) handler()
+    if (connectedOnce) {
+      // ioredis subscribes again as it reconnects; a PING queued behind those SUBSCRIBEs answers once
+      // they are in force, so what a handler reads after it cannot miss a message published meanwhile.
+      subscriber.ping().then(
+        () => {
+          for (const handler of reconnectHandlers) handler()
+        },
+        () => {
+          // Gone again: the next 'ready' runs the handlers.
+        },
+      )
+    }
     connectedOnce = true
   })
 

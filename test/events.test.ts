@@ -1,7 +1,11 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, type TestContext, type TestUser } from './helpers/context.ts'
 import { listen, serve } from './helpers/sse.ts'
-import { maxStreamsPerUser } from '../src/events/hub.ts'
+import { randomUUID } from 'node:crypto'
+import { createEventHub, maxStreamsPerUser } from '../src/events/hub.ts'
+import { createRedis } from '../src/redis.ts'
+import { createPubSub } from '../src/pubsub.ts'
+import { until } from './helpers/until.ts'
 import { enqueueEvents } from '../src/events/outbox.ts'
 
 let ctx: TestContext
@@ -310,5 +314,44 @@ describe('world chat', () => {
     } finally {
       await limited.close()
     }
+  })
+})
+
+describe('a process whose subscriber reconnects', () => {
+  test('sends its open streams the events published while it was away, each once, in order', async () => {
+    const subscriber = createRedis(ctx.config.redisUrl, ctx.deps.log, 'subscriber')
+    await subscriber.connect()
+    const pubsub = createPubSub(subscriber)
+    const hub = await createEventHub({ redis: ctx.deps.redis, pubsub, keys: ctx.deps.keys, log: ctx.deps.log })
+    const user = randomUUID()
+    const stream = ctx.deps.keys.events.user(user)
+    const publish = async (n: number) => {
+      await enqueueEvents(ctx.deps.sql, new Date(), [{ userId: user, type: 'usage.threshold', payload: { n } }])
+      await ctx.relay!.drain()
+    }
+    await publish(0)
+    // Opened fresh (no Last-Event-ID): the event before it is not its own.
+    const fresh = (await hub.open({ stream })).body!.getReader()
+    const resumed = (await hub.open({ stream, lastEventId: '0-0' })).body!.getReader()
+    await publish(1)
+    // The subscriber drops and comes back; events 2 and 3 are published meanwhile, heard by nobody here.
+    const back = new Promise(resolve => subscriber.once('ready', resolve))
+    subscriber.disconnect(true)
+    await publish(2)
+    await publish(3)
+    await back
+    await until(async () => (await ctx.deps.redis.xlen(stream)) === 4)
+    await publish(4)
+    const decoder = new TextDecoder()
+    const numbers = async (reader: { read(): Promise<{ value?: Uint8Array }> }, count: number) => {
+      let text = ''
+      const seen = () => [...text.matchAll(/"n":(\d+)/g)].map(m => Number(m[1]))
+      while (seen().length < count) text += decoder.decode((await reader.read()).value)
+      return seen()
+    }
+    expect(await numbers(fresh, 4)).toEqual([1, 2, 3, 4])
+    expect(await numbers(resumed, 5)).toEqual([0, 1, 2, 3, 4])
+    await hub.close()
+    await pubsub.close()
   })
 })

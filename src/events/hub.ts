@@ -155,6 +155,31 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
     })()
   })
 
+  // Events published while the subscriber was away reached the streams but not this process: each
+  // open stream reads what came after the last event it sent (its connections skip what they have).
+  pubsub.onReconnect(() => {
+    void (async () => {
+      for (const [stream, set] of [...byStream]) {
+        const from = [...set].map(c => c.lastId).reduce((a, b) => (isAfter(a, b) ? b : a))
+        try {
+          for (const event of await readAfter(stream, from)) for (const connection of set) deliver(connection, event)
+        } catch (error) {
+          log.warn('streams not caught up after a reconnect; their clients catch up when they reconnect', errorFields(error))
+          return
+        }
+      }
+    })()
+  })
+
+  /** The stream's events after `from`, within the replay window. */
+  const readAfter = async (stream: string, from: string): Promise<Published[]> => {
+    const oldest = Date.now() - replayWindowMs
+    const entries = (await redis.xrange(stream, `(${from}`, '+')) as [string, string[]][]
+    return entries
+      .filter(([id]) => Number(id.split('-')[0]) >= oldest)
+      .map(([id, fields]) => ({ stream, id, type: fields[fields.indexOf('type') + 1]!, data: fields[fields.indexOf('data') + 1]! }))
+  }
+
   const ping = encoder.encode(': ping\n\n')
   const timer = setInterval(() => {
     const heartbeat = redis.pipeline()
@@ -220,15 +245,14 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
       send(connection, encoder.encode('retry: 3000\n\n'))
       try {
         if (lastEventId) {
-          const oldest = Date.now() - replayWindowMs
-          const entries = (await redis.xrange(stream, `(${lastEventId}`, '+')) as [string, string[]][]
-          for (const [entryId, fields] of entries) {
-            if (Number(entryId.split('-')[0]) < oldest) continue
-            const type = fields[fields.indexOf('type') + 1]!
-            const data = fields[fields.indexOf('data') + 1]!
-            connection.lastId = entryId
-            send(connection, frame({ stream, id: entryId, type, data }))
+          for (const event of await readAfter(stream, lastEventId)) {
+            connection.lastId = event.id
+            send(connection, frame(event))
           }
+        } else {
+          // Where the stream stands as it opens: a catch-up after a reconnect starts there.
+          const [newest] = (await redis.xrevrange(stream, '+', '-', 'COUNT', 1)) as [string, string[]][]
+          connection.lastId = newest?.[0] ?? '0-0'
         }
       } catch (error) {
         end(connection)
