@@ -44,7 +44,7 @@ export function checkAnswers(run: ScenarioRun): string[] {
     const last = attempts.at(-1)!
     const examples = attempts.slice(0, 3).map(attempt => {
       const write = owner.get(attempt)
-      const detail = attempt.body && typeof attempt.body === 'object' ? ` ${JSON.stringify(attempt.body).slice(0, 200)}` : ` ${attempt.error ?? ''}`
+      const detail = attempt.body && typeof attempt.body === 'object' ? ` ${JSON.stringify(attempt.body).slice(0, 200)}` : ''
       return `${write ? `${write.kind} ${write.key}` : attempt.kind}: ${describeAttempt(attempt, since)}${detail}`
     })
     failures.push(

@@ -3,6 +3,7 @@
  * kind of write (message, reply, proxy call, subscription), the first 2xx answer that came after that moment
  * came within 2 s of it. For an API process restarted, only the writes it answered count.
  */
+import { describeAttempt, type Attempt } from './http-client.ts'
 import { writeKinds, type WriteKind } from './load-driver.ts'
 import { backMoment, type ScenarioRun } from './scenario-run.ts'
 
@@ -14,6 +15,8 @@ export interface Recovery {
   ms?: number
   /** The answers that kind got meanwhile (status or "no answer"), counted. */
   meanwhile: Record<string, number>
+  /** The attempts that ended after the moment, up to the first 2xx (the first few, for a report). */
+  attempts: Attempt[]
 }
 
 export function recoveries(run: ScenarioRun): Recovery[] {
@@ -31,7 +34,7 @@ export function recoveries(run: ScenarioRun): Recovery[] {
       const answer = attempt.status === undefined ? 'no answer' : `${attempt.status}${attempt.body?.error ? ` ${attempt.body.error}` : ''}`
       meanwhile[answer] = (meanwhile[answer] ?? 0) + 1
     }
-    return { kind, ms: first ? first.endedAt - fault.upAt : undefined, meanwhile }
+    return { kind, ms: first ? first.endedAt - fault.upAt : undefined, meanwhile, attempts: attempts.slice(0, first ? attempts.indexOf(first) + 1 : 6).slice(0, 6) }
   })
 }
 
@@ -42,6 +45,8 @@ export function checkRecovery(run: ScenarioRun): string[] {
     .map(
       recovery =>
         `${recovery.kind}: the first 2xx${through} came ${recovery.ms === undefined ? 'never (before the load stopped)' : `${recovery.ms} ms`} after ` +
-        `${backMoment(run)} (limit ${recoveryWithinMs} ms); answers before it: ${JSON.stringify(recovery.meanwhile)}`,
+        `${backMoment(run)} (limit ${recoveryWithinMs} ms); answers before it: ${JSON.stringify(recovery.meanwhile)}; ` +
+        `the attempts (times from the load's start, ${backMoment(run)} at +${run.fault.upAt - run.load.startedAt} ms): ` +
+        recovery.attempts.map(attempt => describeAttempt(attempt, run.load.startedAt)).join('; '),
     )
 }

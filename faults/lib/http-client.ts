@@ -78,7 +78,8 @@ export function createClient(apiUrls: string[]): Client {
         if (Number.isFinite(retryAfter) && retryAfter > 0) attempt.retryAfterS = retryAfter
       } catch (error) {
         const e = error as Error & { code?: string }
-        attempt.error = e.name === 'TimeoutError' ? `no answer within ${timeoutMs} ms` : `${e.code ?? e.name}: ${e.message}`
+        // Bun's messages repeat the code and add advice: the code says it.
+        attempt.error = e.name === 'TimeoutError' ? `no answer within ${timeoutMs} ms` : (e.code ?? `${e.name}: ${e.message}`)
         if (e.name !== 'TimeoutError') downUntil[api] = Date.now() + skipDownMs
       }
       attempt.endedAt = Date.now()
