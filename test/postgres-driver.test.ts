@@ -58,7 +58,7 @@ describe('the PostgreSQL driver when a connection closes under it', () => {
     servers.push(server)
     // The app's pool settings (connect_timeout 5 s) with one connection: every query pipelines on
     // it, so no second, healthy connection can answer for a broken one.
-    const sql = createSql(server.url, { max: 1, applicationName: 'am-test-restart' })
+    const sql = createSql(server.url(), { max: 1, applicationName: 'am-test-restart' })
     pools.push(sql)
     expect(await answers(sql`select 1`, 5000)).toBe(true)
 
@@ -72,8 +72,7 @@ describe('the PostgreSQL driver when a connection closes under it', () => {
       // (most restarts under this load): three in a row leave little room for a lucky pass.
       for (let restart = 1; restart <= 3; restart++) {
         await Bun.sleep(200)
-        await server.restart()
-        const up = Date.now()
+        const { upAt: up } = await server.restart()
         await until(() => answers(sql`select 1`, Math.max(0, up + 2000 - Date.now())), 2000).catch(() => {
           throw new Error(`restart ${restart}: no answer within 2 s of the server accepting connections`)
         })

@@ -1,6 +1,5 @@
-/** Whether a restarted server accepts connections again: Redis answers PING, PostgreSQL passes pg_isready. */
+/** Whether a restarted Redis accepts connections again (PostgreSQL's is test/helpers/postgres-server.ts's restart). */
 import { connect } from 'node:net'
-import { run } from './children.ts'
 
 /** One PING on a fresh connection; true only for +PONG (a Redis still loading its data answers -LOADING). */
 export function redisAnswersPing(port: number, ms = 500): Promise<boolean> {
@@ -20,13 +19,6 @@ export function redisAnswersPing(port: number, ms = 500): Promise<boolean> {
     })
     socket.on('error', () => done(false))
   })
-}
-
-export const pgIsReady = '/usr/lib/postgresql/15/bin/pg_isready'
-
-export async function postgresIsReady(port: number): Promise<boolean> {
-  const { code } = await run([pgIsReady, '-q', '-h', '127.0.0.1', '-p', String(port), '-t', '1'], { allowFailure: true })
-  return code === 0
 }
 
 /**

@@ -8,7 +8,7 @@ import { join } from 'node:path'
 import type { Subprocess } from 'bun'
 import { firstSuccess, redisAnswersPing } from './accepting.ts'
 import { killOnExit } from './children.ts'
-import { freePort } from './ports.ts'
+import { freePort } from '../../test/helpers/ports.ts'
 
 export interface RedisServer {
   url: string

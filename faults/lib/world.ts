@@ -2,7 +2,7 @@
 import { afterAll, beforeAll } from 'bun:test'
 import { startUpstream, type Upstream } from '../../test/helpers/upstream.ts'
 import { prepareTemplate } from './deployment.ts'
-import { startPostgresServer, type PostgresServer } from './postgres-server.ts'
+import { startPostgresServer, type PostgresServer } from '../../test/helpers/postgres-server.ts'
 import { startRedisServer, type RedisServer } from './redis-server.ts'
 
 export interface World {
@@ -13,7 +13,7 @@ export interface World {
 }
 
 export async function startWorld(): Promise<World> {
-  const [postgres, redis] = await Promise.all([startPostgresServer(), startRedisServer()])
+  const [postgres, redis] = await Promise.all([startPostgresServer({ maxConnections: 300 }), startRedisServer()])
   const upstream = startUpstream()
   const world: World = {
     postgres,
@@ -21,7 +21,7 @@ export async function startWorld(): Promise<World> {
     upstream,
     async close() {
       upstream.stop()
-      await Promise.all([redis.close(), postgres.close()])
+      await Promise.all([redis.close(), postgres.stop()])
     },
   }
   try {

@@ -1,64 +1,101 @@
-/** A private PostgreSQL server for tests that restart or stop it, on a free port in a temporary directory. */
+/**
+ * A private PostgreSQL server for tests that restart or stop it (the driver's tests, the fault
+ * suite): initdb into a temporary directory, trust auth, a spare loopback port. As root, the
+ * binaries run as the `postgres` OS user, since PostgreSQL refuses to run as root.
+ */
 import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { freePort } from './ports.ts'
 
 export interface PostgresServer {
   port: number
-  url: string
-  /** `pg_ctl restart -m fast`: resolves once the server accepts connections again. */
-  restart(): Promise<void>
+  /** The URL of a database on this server (`postgres` unless named). */
+  url(database?: string): string
+  /**
+   * `pg_ctl restart -m fast`; resolves with when it began and the first moment after it that the
+   * server accepted connections again (polled from the start, not pg_ctl's own coarser wait).
+   */
+  restart(): Promise<{ downAt: number; upAt: number }>
+  /** The server's log. */
+  output(): Promise<string>
   /** Stops the server (immediate mode) and removes its directory; safe to call twice. */
   stop(): Promise<void>
 }
 
-/** The directory holding `initdb` and `pg_ctl`: the PATH, else Debian's newest server; null without either. */
+const tools = ['initdb', 'pg_ctl', 'pg_isready']
+const hasTools = (dir: string) => tools.every(tool => existsSync(join(dir, tool)))
+
+/** The directory holding `initdb`, `pg_ctl` and `pg_isready`: pg_ctl's on the PATH, else Debian's newest server's; null without. */
 export function postgresBinaries(): string | null {
   const onPath = Bun.which('pg_ctl')
-  if (onPath && Bun.which('initdb')) return join(onPath, '..')
+  if (onPath && hasTools(join(onPath, '..'))) return join(onPath, '..')
   const root = '/usr/lib/postgresql'
   if (!existsSync(root)) return null
-  const versions = readdirSync(root).filter(name => existsSync(join(root, name, 'bin', 'pg_ctl')))
+  const versions = readdirSync(root).filter(name => hasTools(join(root, name, 'bin')))
   const newest = versions.sort((a, b) => Number(b) - Number(a))[0]
   return newest === undefined ? null : join(root, newest, 'bin')
 }
 
-/** initdb and start a server (trust auth, user postgres, fsync off) on a random free loopback port. */
-export async function startPostgresServer(): Promise<PostgresServer> {
+/** initdb and start a server (fsync off: nothing here crashes the machine) on a free port. */
+export async function startPostgresServer(options: { maxConnections?: number } = {}): Promise<PostgresServer> {
   const bin = postgresBinaries()
   if (bin === null) throw new Error('initdb and pg_ctl not found (apt-get install postgresql)')
   const dir = mkdtempSync(join(tmpdir(), 'am-pg-'))
   const data = join(dir, 'data')
-  // PostgreSQL refuses to run as root: the server's files then belong to the postgres user.
+  const log = join(dir, 'log')
   const asRoot = process.getuid?.() === 0
   if (asRoot) chownSync(dir, Number(await output(['id', '-u', 'postgres'])), Number(await output(['id', '-g', 'postgres'])))
-  const run = (args: string[]) => output(asRoot ? ['su', 'postgres', '-c', args.map(quote).join(' ')] : args)
+  const command = (args: string[]) => (asRoot ? ['su', 'postgres', '-s', '/bin/sh', '-c', args.map(quote).join(' ')] : args)
+  const run = (args: string[]) => output(command(args))
 
+  // The last resort when the test process ends without stopping it (a failure, Ctrl-C).
+  const onExit = () => {
+    Bun.spawnSync(command([join(bin, 'pg_ctl'), '-D', data, '-m', 'immediate', 'stop']))
+    rmSync(dir, { recursive: true, force: true })
+  }
+  process.once('exit', onExit)
   let stopped = false
   const stop = async () => {
     if (stopped) return
     stopped = true
+    process.off('exit', onExit)
     if (existsSync(join(data, 'postmaster.pid'))) await run([join(bin, 'pg_ctl'), '-D', data, '-m', 'immediate', '-w', 'stop']).catch(() => {})
     rmSync(dir, { recursive: true, force: true })
   }
   try {
-    await run([join(bin, 'initdb'), '-D', data, '-U', 'postgres', '-A', 'trust', '--no-sync'])
+    await run([join(bin, 'initdb'), '-D', data, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--no-sync'])
     for (let attempt = 1; ; attempt++) {
       const port = await freePort()
-      const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off`
-      const started = await run([join(bin, 'pg_ctl'), '-D', data, '-l', join(dir, 'log'), '-o', options, '-w', '-t', '30', 'start']).then(
+      const settings = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=${options.maxConnections ?? 100}`
+      // -l: without it the server's output would hold pg_ctl's pipe open.
+      const ctl = (...args: string[]) => run([join(bin, 'pg_ctl'), '-D', data, '-l', log, '-o', settings, '-w', '-t', '30', ...args])
+      const started = await ctl('start').then(
         () => true,
         // Another process may take the port between the check and the server's bind.
         error => (attempt < 3 ? false : Promise.reject(error)),
       )
       if (!started) continue
+      const ready = async () => (await Bun.spawn([join(bin, 'pg_isready'), '-q', '-h', '127.0.0.1', '-p', String(port), '-t', '1']).exited) === 0
       return {
         port,
-        url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+        url: (database = 'postgres') => `postgres://postgres@127.0.0.1:${port}/${database}`,
         async restart() {
-          await run([join(bin, 'pg_ctl'), '-D', data, '-l', join(dir, 'log'), '-o', options, '-m', 'fast', '-w', '-t', '30', 'restart'])
+          const downAt = Date.now()
+          let restarted = false
+          const polled = (async () => {
+            while (!restarted && (await ready())) await Bun.sleep(5)
+            for (;;) {
+              const began = Date.now()
+              if (await ready()) return began
+              await Bun.sleep(20)
+            }
+          })()
+          await ctl('-m', 'fast', 'restart')
+          restarted = true
+          return { downAt, upAt: await polled }
         },
+        output: () => Bun.file(log).text().catch(() => ''),
         stop,
       }
     }
@@ -66,15 +103,6 @@ export async function startPostgresServer(): Promise<PostgresServer> {
     await stop()
     throw error
   }
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve, reject) => server.once('error', reject).listen(0, '127.0.0.1', resolve))
-  const address = server.address()
-  await new Promise(resolve => server.close(resolve))
-  if (address === null || typeof address === 'string') throw new Error('no free port')
-  return address.port
 }
 
 async function output(command: string[]): Promise<string> {
