@@ -1,14 +1,14 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
-import { connect, createServer } from 'node:net'
+import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createSql } from '../src/db.ts'
 import { readMigrations } from '../src/migrate.ts'
 import { deleteKeys, randomPrefix, redisUrl, testJwtSecret } from './helpers/context.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
-import { exitWithin, processGroup, type Started } from './helpers/processes.ts'
+import { exitWithin, freePort, processGroup, type Started } from './helpers/processes.ts'
 
 const root = mkdtempSync(join(tmpdir(), 'am-process-'))
 const { start, killAll } = processGroup()
@@ -26,15 +26,6 @@ async function emptyDatabase(): Promise<TestDatabase> {
   const database = await createTestDatabase({ empty: true })
   databases.push(database)
   return database
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
-  const address = server.address()
-  await new Promise(resolve => server.close(resolve))
-  if (address === null || typeof address === 'string') throw new Error('no port')
-  return address.port
 }
 
 /** The environment of a real deployment, built from scratch so nothing leaks in from the test runner. */

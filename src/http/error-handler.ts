@@ -1,7 +1,7 @@
 /** Renders every failure, ours and the framework's, as the contract's error envelope. */
 import { Elysia, ValidationError } from 'elysia'
 import { AppError, errors, type ErrorDetail } from '../errors.ts'
-import { errorFields, type Log } from '../log.ts'
+import { errorFields, throttled, type Log } from '../log.ts'
 import { isBadInput, isConnectionError } from '../db.ts'
 import { isRedisUnavailable } from '../redis.ts'
 
@@ -21,8 +21,11 @@ export function renderError(error: AppError): Response {
   return new Response(JSON.stringify(body), { status: error.status, headers })
 }
 
-/** Maps anything thrown to the AppError a client should see; logs what is our fault. */
-export function toAppError(code: unknown, error: unknown, log: Log, path: string): AppError {
+/**
+ * Maps anything thrown to the AppError a client should see; logs what is our fault, and backing
+ * services being unreachable through `outage` (every request fails alike then: see httpErrors).
+ */
+export function toAppError(code: unknown, error: unknown, log: Log, path: string, outage: ReturnType<typeof throttled>): AppError {
   if (error instanceof AppError) return error
   if (error instanceof ValidationError) {
     if (error.type === 'response') {
@@ -46,7 +49,7 @@ export function toAppError(code: unknown, error: unknown, log: Log, path: string
     return errors.validation('The request holds a value that cannot be stored (e.g. a NUL character)')
   }
   if (isConnectionError(error) || isRedisUnavailable(error)) {
-    log.error('backing service unavailable', { path, ...errorFields(error) })
+    outage('error', errorFields(error).error as string, 'backing service unavailable', { path, ...errorFields(error) })
     return errors.unavailable()
   }
   log.error('unhandled error', { path, ...errorFields(error) })
@@ -82,6 +85,9 @@ function validationDetails(error: ValidationError): ErrorDetail[] {
  * the OpenAPI document keeps every request schema; its parse failures render as `invalid_json`.
  */
 export function httpErrors(log: Log) {
+  // While Postgres or Redis is down every request that needs it fails the same way: one record of
+  // each failure every 10 s (with how many were held back) tells as much as one per request.
+  const outage = throttled(log, 10_000)
   return new Elysia({ name: 'http-errors' })
     .onRequest(async ({ request }) => {
       const length = request.headers.get('content-length')
@@ -111,7 +117,7 @@ export function httpErrors(log: Log) {
       const problem = unstorable(body)
       if (problem !== null) throw errors.field(problem.path || '/', problem.message)
     })
-    .onError({ as: 'global' }, ({ code, error, path }) => renderError(toAppError(code, error, log, path)))
+    .onError({ as: 'global' }, ({ code, error, path }) => renderError(toAppError(code, error, log, path, outage)))
 }
 
 const badText = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/

@@ -1,5 +1,6 @@
 /** Real processes of the service in tests: started from scratch environments, always cleaned up. */
 import type { Subprocess } from 'bun'
+import { createServer } from 'node:net'
 import { join } from 'node:path'
 
 export const projectRoot = join(import.meta.dir, '..', '..')
@@ -32,4 +33,14 @@ export async function exitWithin(proc: Subprocess, ms: number): Promise<number |
   const result = await Promise.race([proc.exited, timeout])
   if (result === 'timeout') throw new Error(`process ${proc.pid} still running after ${ms} ms`)
   return result
+}
+
+/** A TCP port nothing listens on at the moment of asking. */
+export async function freePort(): Promise<number> {
+  const server = createServer()
+  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
+  const address = server.address()
+  await new Promise(resolve => server.close(resolve))
+  if (address === null || typeof address === 'string') throw new Error('no port')
+  return address.port
 }
