@@ -63,9 +63,9 @@ export const errors = {
   nameTaken: () => new AppError(409, 'name_taken', 'That name is taken'),
   providerTaken: () =>
     new AppError(409, 'name_taken', 'You already have a connection for this provider; delete it first'),
-  idempotencyInProgress: () =>
-    new AppError(409, 'idempotency_key_reused', 'A request with this Idempotency-Key is still in progress; retry shortly', undefined, {
-      'retry-after': '1',
+  idempotencyInProgress: (retryAfterSeconds: number) =>
+    new AppError(409, 'idempotency_key_in_progress', 'A request with this Idempotency-Key is still in progress; retry after Retry-After seconds', undefined, {
+      'retry-after': String(retryAfterSeconds),
     }),
   idempotencyKeyReused: () =>
     new AppError(409, 'idempotency_key_reused', 'The Idempotency-Key was used with a different request'),
