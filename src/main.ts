@@ -6,7 +6,7 @@ import { createSql } from './db.ts'
 import { migrate } from './migrate.ts'
 import { createDeps, type Deps } from './deps.ts'
 import { createApp } from './app.ts'
-import { maxBodyBytes } from './http/error-handler.ts'
+import { serverOptions } from './http/server-options.ts'
 import type { EmbeddedDatabase } from './embedded-postgres.ts'
 import { startWorkers, type Workers } from '../workers/index.ts'
 
@@ -45,12 +45,7 @@ async function main() {
 
     deps = await createDeps(config, { log })
     if (role !== 'workers') {
-      server = createApp(deps).listen({
-        port: config.port,
-        // Above the largest body any route takes, so oversized bodies get our 413 envelope, not Bun's.
-        maxRequestBodySize: 4 * maxBodyBytes,
-        idleTimeout: 30,
-      })
+      server = createApp(deps).listen({ port: config.port, idleTimeout: 30, ...serverOptions(deps.log) })
       log.info('api listening', { port: server.server?.port, swagger: `${config.siteUrl}/swagger` })
     }
     if (role !== 'api') workers = await startWorkers(deps)
