@@ -42,7 +42,9 @@ export function createApp(deps: Deps) {
             version: '1.0.0',
             description:
               'Billing, identity, agent blog, the poll-based agent API, shared knowledge and event streams. ' +
-              'Success: `{success: true, data}`. Errors: `{success: false, statusCode, error, message, details?}`.',
+              'Success: `{success: true, data}`. Errors: `{success: false, statusCode, error, message, details?}`. ' +
+              'Every route also answers 414 `uri_too_long` for a path and query over 8 KiB, 431 `headers_too_large` for a request ' +
+              'line and headers over 16 KiB, and 413 `payload_too_large` for a body over its limit (1 MiB; 2 MiB for config listings).',
           },
           tags: [
             { name: 'auth', description: 'Profile, API keys, device flow, SSE tokens' },

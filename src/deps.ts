@@ -77,7 +77,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   // writes on a connection of their own with auto-pipelining, and whose statements have Postgres
   // connections of their own (one per batch in flight): a batch never waits behind requests'
   // queries, nor they behind it. Busy actors' commands go to their mailboxes for the runtimes.
-  const batchRedis = redis.duplicate({ enableAutoPipelining: true })
+  const batchRedis = redis.duplicate({ enableAutoPipelining: true, connectionName: 'agent-marketplace:batches' })
   const inlineSql = config.actorsInline ? createSql(config.databaseUrl, { max: inlineBatches }) : undefined
   const inline = inlineSql
     ? createInlineRunner({

@@ -63,15 +63,19 @@ export const errors = {
   nameTaken: () => new AppError(409, 'name_taken', 'That name is taken'),
   providerTaken: () =>
     new AppError(409, 'name_taken', 'You already have a connection for this provider; delete it first'),
-  idempotencyInProgress: () =>
-    new AppError(409, 'idempotency_key_reused', 'A request with this Idempotency-Key is still in progress; retry shortly', undefined, {
-      'retry-after': '1',
+  idempotencyInProgress: (retryAfterSeconds: number) =>
+    new AppError(409, 'idempotency_key_in_progress', 'A request with this Idempotency-Key is still in progress; retry after Retry-After seconds', undefined, {
+      'retry-after': String(retryAfterSeconds),
     }),
   idempotencyKeyReused: () =>
     new AppError(409, 'idempotency_key_reused', 'The Idempotency-Key was used with a different request'),
 
-  payloadTooLarge: (limit: number) =>
-    new AppError(413, 'payload_too_large', `The request body is over ${limit} bytes`),
+  /** `close`: the connection is closed after the answer instead of reading the rest of the body. */
+  payloadTooLarge: (limit: number, close = false) =>
+    new AppError(413, 'payload_too_large', `The request body is over ${limit} bytes`, undefined, close ? { connection: 'close' } : undefined),
+  uriTooLong: (limit: number) => new AppError(414, 'uri_too_long', `The request URL (path and query) is over ${limit} bytes`),
+  headersTooLarge: (limit: number) =>
+    new AppError(431, 'headers_too_large', `The request line and headers are over ${limit} bytes`),
 
   rateLimited: (retryAfterSeconds: number) =>
     new AppError(429, 'rate_limited', 'Too many requests', undefined, {

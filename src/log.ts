@@ -1,4 +1,5 @@
 /** Logging: one JSON line per record on stdout, filtered by level. Never given secrets or query strings. */
+import { format } from 'node:util'
 
 const levels = { debug: 10, info: 20, warn: 30, error: 40 } as const
 export type LogLevel = keyof typeof levels
@@ -10,7 +11,15 @@ export interface Log {
   error(msg: string, fields?: Record<string, unknown>): void
 }
 
-export function createLog(level: LogLevel, write: (line: string) => void = line => console.log(line)): Log {
+// The console's own writers, kept before `captureConsole` routes the console through a log.
+const consoleLog = console.log.bind(console)
+const consoleError = console.error.bind(console)
+
+/** Writes a line to stdout, or to stderr, whatever `captureConsole` did to the console. */
+export const toStdout = (line: string) => consoleLog(line)
+export const toStderr = (line: string) => consoleError(line)
+
+export function createLog(level: LogLevel, write: (line: string) => void = toStdout): Log {
   const min = levels[level]
   const emit = (at: LogLevel) => (msg: string, fields?: Record<string, unknown>) => {
     if (levels[at] < min) return
@@ -22,4 +31,38 @@ export function createLog(level: LogLevel, write: (line: string) => void = line 
 export function errorFields(error: unknown): Record<string, unknown> {
   if (error instanceof Error) return { error: error.message, stack: error.stack }
   return { error: String(error) }
+}
+
+/**
+ * Makes what libraries print with `console.*` (BullMQ's warnings about Redis's version or eviction
+ * policy, its last-resort `console.error`) records of `log`, so that every line the process writes is
+ * one JSON object. For the service's process only: tests keep their console.
+ */
+export function captureConsole(log: Log): void {
+  const as = (at: LogLevel) => (...args: unknown[]) => log[at]('console output', { text: format(...args) })
+  console.log = console.info = as('info')
+  console.debug = console.trace = as('debug')
+  console.warn = as('warn')
+  console.error = as('error')
+}
+
+/**
+ * A log for what can repeat without end while something is down (every request failing alike, every
+ * reconnection attempt): the first record of each key is written, then at most one a `windowMs`,
+ * carrying how many were held back since the last.
+ */
+export function throttled(log: Log, windowMs: number, now: () => number = Date.now) {
+  const last = new Map<string, { at: number; held: number }>()
+  return (at: LogLevel, key: string, msg: string, fields: Record<string, unknown> = {}) => {
+    const time = now()
+    const seen = last.get(key)
+    if (seen && time - seen.at < windowMs) {
+      seen.held++
+      return
+    }
+    // Keys are few (a message per kind of failure), but never let them grow without bound.
+    if (!seen && last.size >= 1000) last.clear()
+    last.set(key, { at: time, held: 0 })
+    log[at](msg, seen?.held ? { ...fields, heldBack: seen.held } : fields)
+  }
 }

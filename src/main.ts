@@ -1,12 +1,12 @@
 /** Boot: configuration, database (embedded when none is configured), migrations, API and/or workers, drain on SIGTERM. */
 import { ConfigError, loadConfig } from './config.ts'
 import { withDevSecrets } from './dev-secrets.ts'
-import { createLog, errorFields } from './log.ts'
+import { captureConsole, createLog, errorFields, toStderr } from './log.ts'
 import { createSql } from './db.ts'
 import { migrate } from './migrate.ts'
 import { createDeps, type Deps } from './deps.ts'
 import { createApp } from './app.ts'
-import { maxBodyBytes } from './http/error-handler.ts'
+import { serverOptions } from './http/server-options.ts'
 import type { EmbeddedDatabase } from './embedded-postgres.ts'
 import { startWorkers, type Workers } from '../workers/index.ts'
 
@@ -17,6 +17,10 @@ const role: Role = process.argv.includes('--api') ? 'api' : process.argv.include
 async function main() {
   let config = withDevSecrets(loadConfig(process.env))
   const log = createLog(config.logLevel)
+  captureConsole(log)
+  // A promise nobody awaited that failed (a library's, during an outage say) is logged; Bun would
+  // otherwise print it as text and end the process, turning a blip of Redis into a restart.
+  process.on('unhandledRejection', error => log.error('unhandled rejection', errorFields(error)))
 
   let embedded: EmbeddedDatabase | undefined
   if (!config.databaseUrl) {
@@ -41,12 +45,7 @@ async function main() {
 
     deps = await createDeps(config, { log })
     if (role !== 'workers') {
-      server = createApp(deps).listen({
-        port: config.port,
-        // Above the largest body any route takes, so oversized bodies get our 413 envelope, not Bun's.
-        maxRequestBodySize: 4 * maxBodyBytes,
-        idleTimeout: 30,
-      })
+      server = createApp(deps).listen({ port: config.port, idleTimeout: 30, ...serverOptions(deps.log) })
       log.info('api listening', { port: server.server?.port, swagger: `${config.siteUrl}/swagger` })
     }
     if (role !== 'api') workers = await startWorkers(deps)
@@ -85,15 +84,18 @@ async function main() {
   process.on('SIGINT', () => void shutdown('SIGINT'))
 }
 
-// A library that emits an error nobody listens to (a child process that cannot start) lands here:
-// one line, not a stack, and a non-zero exit.
+// What ends the process (a boot that cannot finish; a library that emits an error nobody listens to,
+// such as a child process that cannot start) is one JSON line on stderr, its message's first line,
+// and a non-zero exit. A crash's stack is kept in the line: it is the only trace of where it was.
+const fatal = createLog('error', toStderr)
+const firstLine = (error: unknown) => (error instanceof Error ? error.message : String(error)).split('\n')[0]
+
 process.on('uncaughtException', error => {
-  console.error(`agent-marketplace: ${error instanceof Error ? error.message.split('\n')[0] : String(error)}`)
+  fatal.error('uncaught exception', { error: firstLine(error), stack: error instanceof Error ? error.stack : undefined })
   process.exit(1)
 })
 
 main().catch(error => {
-  const message = error instanceof Error ? error.message : String(error)
-  console.error(`agent-marketplace: ${message.split('\n')[0]}`)
+  fatal.error('boot failed', { error: firstLine(error) })
   process.exit(1)
 })

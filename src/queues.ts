@@ -3,7 +3,7 @@ import { Queue } from 'bullmq'
 import type { Config } from './config.ts'
 import type { Keys } from './keys.ts'
 import type { Log } from './log.ts'
-import { createRedis } from './redis.ts'
+import { createRedis, reportQueueErrors } from './redis.ts'
 
 export const queueNames = { metering: 'metering', invoices: 'invoices', maintenance: 'maintenance' } as const
 
@@ -15,11 +15,12 @@ export interface Queues {
 }
 
 export function createQueues(config: Config, keys: Keys, log: Log): Queues {
-  const connection = createRedis(config.redisUrl, log, 'bullmq')
+  const connection = createRedis(config.redisUrl, log, 'bullmq', 'queues')
   const options = { connection, prefix: keys.bullPrefix }
   const metering = new Queue(queueNames.metering, options)
   const invoices = new Queue(queueNames.invoices, options)
   const maintenance = new Queue(queueNames.maintenance, options)
+  for (const queue of [metering, invoices, maintenance]) reportQueueErrors(queue, log, { queue: queue.name })
   return {
     metering,
     invoices,

@@ -1,11 +1,12 @@
 /** Redis connections: commands (fail fast), a subscriber, and BullMQ's (which must wait forever). */
 import { Redis } from 'ioredis'
 import calculateSlot from 'cluster-key-slot'
-import type { Log } from './log.ts'
+import { errorFields, throttled, type Log } from './log.ts'
 
 export type { Redis }
 
-export function createRedis(url: string, log: Log, role: 'commands' | 'subscriber' | 'bullmq'): Redis {
+/** A connection; `name` (the role's by default) tells it apart in the log and in Redis's CLIENT LIST. */
+export function createRedis(url: string, log: Log, role: 'commands' | 'subscriber' | 'bullmq', name: string = role): Redis {
   const redis = new Redis(url, {
     lazyConnect: true,
     connectTimeout: 3000,
@@ -15,16 +16,70 @@ export function createRedis(url: string, log: Log, role: 'commands' | 'subscribe
     // Reconnect at most 500 ms apart (ioredis's default grows to 2 s): a restarted Redis is back in use
     // within a second of accepting connections.
     retryStrategy: times => Math.min(times * 50, 500),
-    connectionName: `agent-marketplace:${role}`,
+    connectionName: `agent-marketplace:${name}`,
   })
-  let lastLogged = 0
-  redis.on('error', error => {
-    const now = Date.now()
-    if (now - lastLogged < 5000) return
-    lastLogged = now
-    log.warn('redis connection error', { role, error: error.message })
-  })
+  return reported(redis, log)
+}
+
+/**
+ * Gives a connection, and every copy made of it with `duplicate()` (ours, and those BullMQ makes for
+ * its workers), a listener that logs its outages: without one, ioredis prints each failed
+ * reconnection as text on stderr. Name a copy with `connectionName` to tell it apart in the log.
+ */
+function reported(redis: Redis, log: Log): Redis {
+  reportOutages(redis, log)
+  const duplicate = redis.duplicate.bind(redis)
+  redis.duplicate = override => reported(duplicate(override), log)
   return redis
+}
+
+/** While an outage lasts, how often a connection says it is still down. */
+const stillDownEveryMs = 60_000
+
+/**
+ * One record when the connection fails (with the first error; ioredis emits one per reconnection
+ * attempt), one when it is ready again, and a reminder a minute while it stays down.
+ */
+function reportOutages(redis: Redis, log: Log) {
+  const connection = redis.options.connectionName
+  let down: { since: number; said: number; failures: number } | null = null
+  redis.on('error', (error: Error) => {
+    const now = Date.now()
+    if (down === null) {
+      down = { since: now, said: now, failures: 1 }
+      log.warn('redis connection lost', { connection, error: error.message })
+      return
+    }
+    down.failures++
+    if (now - down.said < stillDownEveryMs) return
+    down.said = now
+    log.warn('redis connection still down', { connection, error: error.message, downForMs: now - down.since, failures: down.failures })
+  })
+  redis.on('ready', () => {
+    if (down === null) return
+    log.info('redis connection back', { connection, downForMs: Date.now() - down.since, failures: down.failures })
+    down = null
+  })
+}
+
+/**
+ * Logs the errors of a BullMQ queue or worker. Those of its connections (it forwards them, once per
+ * reconnection attempt) are already in the log as the connections' outages; the rest are written
+ * once a minute per message, so a failure that repeats with every poll does not flood.
+ */
+export function reportQueueErrors(emitter: { on(event: 'error', listener: (error: Error) => void): unknown }, log: Log, fields: Record<string, unknown>) {
+  const write = throttled(log, stillDownEveryMs)
+  emitter.on('error', error => {
+    if (isConnectionFailure(error)) return
+    write('warn', error.message, 'queue error', { ...fields, ...errorFields(error) })
+  })
+}
+
+const connectionCodes = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN'])
+
+function isConnectionFailure(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code
+  return (typeof code === 'string' && connectionCodes.has(code)) || isRedisUnavailable(error)
 }
 
 /** Connects or throws a one-line error that says how to get Redis. */

@@ -11,7 +11,7 @@ beforeAll(async () => {
 })
 afterAll(() => ctx.close())
 
-const upstreamLike: CommandOptions = { inFlight: 'refuse', takeOverAfterMs: 60_000 }
+const upstreamLike: CommandOptions = { inFlight: 'refuse', leaseMs: 10_000 }
 const request = (key: string) => ({ subject: 'test:caller', key, method: 'POST', path: '/v1/agent/proxy-call', body: { n: 1 } })
 
 /** A call that holds its reservation until released, then answers (or throws) as `finish` does. */
@@ -38,11 +38,12 @@ describe('a reservation taken over', () => {
     try {
       const a = heldCall('late-finisher', () => ({ status: 200, body: 'by A' }))
       await Bun.sleep(50)
-      // Within the minute the original still holds it.
+      // Within its lease the original still holds it.
       await expect(idempotentCommand(ctx.deps, request('late-finisher'), async () => ({ status: 200, body: 'x' }), upstreamLike)).rejects.toMatchObject({
-        code: 'idempotency_key_reused',
+        code: 'idempotency_key_in_progress',
       })
-      ctx.clock.advance(61_000)
+      // The clock jumps past the lease before the original renews it: as if it had stalled.
+      ctx.clock.advance(11_000)
       const takerIds: string[] = []
       const b = await idempotentCommand(
         ctx.deps,
@@ -71,14 +72,14 @@ describe('a reservation taken over', () => {
         throw errors.upstreamUnreachable()
       })
       await Bun.sleep(50)
-      ctx.clock.advance(61_000)
+      ctx.clock.advance(11_000)
       const b = heldCall('late-failure', () => ({ status: 200, body: 'by B' }))
       await Bun.sleep(50)
       a.release()
       await expect(a.done).rejects.toMatchObject({ code: 'upstream_unreachable' })
       // The taker's reservation is still there: a third caller is told it is in progress.
       await expect(idempotentCommand(ctx.deps, request('late-failure'), async () => ({ status: 200, body: 'by C' }), upstreamLike)).rejects.toMatchObject({
-        code: 'idempotency_key_reused',
+        code: 'idempotency_key_in_progress',
       })
       b.release()
       expect((await b.done).body).toBe('by B')

@@ -210,7 +210,7 @@ describe('connected accounts and proxy calls', () => {
     expect(upstream.received.length).toBe(before + 1)
   })
 
-  test('a reservation left by a process that died mid-call is taken over after a minute, and metered once', async () => {
+  test('a reservation left by a process that died mid-call is taken over once its 10 s lease lapsed, and metered once', async () => {
     const { agent, user } = await subscribed()
     await ctx.call('POST', '/v1/connections', { token: user.token, body: { provider: 'crashy', baseUrl: upstream.url, credential: 'x' } })
     const body = { userId: user.id, provider: 'crashy', method: 'GET', path: '/echo' }
@@ -224,11 +224,11 @@ describe('connected accounts and proxy calls', () => {
         created_at = ${new Date(ctx.clock.now().getTime() - secondsAgo * 1000)}
       where key = 'crash-1'
     `
-    await abandon(30)
+    await abandon(5)
     const before = upstream.received.length
-    expectError(await call(), 409, 'idempotency_key_reused')
+    expectError(await call(), 409, 'idempotency_key_in_progress')
     expect(upstream.received.length).toBe(before)
-    await abandon(61)
+    await abandon(11)
     const retried = await call()
     expect(retried.status).toBe(200)
     expect(upstream.received.length).toBe(before + 1)
@@ -246,8 +246,10 @@ describe('connected accounts and proxy calls', () => {
     const before = upstream.received.length
     const first = ctx.call('POST', '/v1/agent/proxy-call', { apiKey: agent.apiKey, body, headers })
     await Bun.sleep(300)
-    const meanwhile = expectError(await ctx.call('POST', '/v1/agent/proxy-call', { apiKey: agent.apiKey, body, headers }), 409, 'idempotency_key_reused')
+    const repeat = await ctx.call('POST', '/v1/agent/proxy-call', { apiKey: agent.apiKey, body, headers })
+    const meanwhile = expectError(repeat, 409, 'idempotency_key_in_progress')
     expect(meanwhile.message).toContain('in progress')
+    expect(repeat.headers.get('retry-after')).toMatch(/^([1-9]|10)$/)
     expectError(await first, 504, 'upstream_timeout')
     expectError(await ctx.call('POST', '/v1/agent/proxy-call', { apiKey: agent.apiKey, body, headers }), 504, 'upstream_timeout')
     expect(upstream.received.length).toBe(before + 1)

@@ -10,7 +10,7 @@ export function startActors(
   const { sql, keys, clock, log } = deps
   // A batch's leases, projections, replies and acknowledgements are issued together; on their own
   // connection with auto-pipelining they leave in a few writes instead of one write per command.
-  const redis = deps.redis.duplicate({ enableAutoPipelining: true })
+  const redis = deps.redis.duplicate({ enableAutoPipelining: true, connectionName: 'agent-marketplace:actors' })
   const runtime = startActorRuntime({ sql, redis, keys, clock, log, kinds: actorKinds({ ...deps, redis }), ...options })
   return runtime.then(
     started => ({

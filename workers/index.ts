@@ -1,7 +1,7 @@
 /** Starts every BullMQ worker, their repeatable schedules, the outbox relay and the actor runtime; `close` lets running jobs finish. */
 import { Queue, Worker } from 'bullmq'
 import type { Deps } from '../src/deps.ts'
-import { createRedis } from '../src/redis.ts'
+import { createRedis, reportQueueErrors } from '../src/redis.ts'
 import { errorFields } from '../src/log.ts'
 import { maintenanceEveryMs, runMaintenance } from './maintenance.ts'
 import { startActors } from './actors.ts'
@@ -19,12 +19,13 @@ export interface Workers {
 
 export async function startWorkers(deps: Deps): Promise<Workers> {
   const { config, keys, log } = deps
-  const connection = createRedis(config.redisUrl, log, 'bullmq')
+  const connection = createRedis(config.redisUrl, log, 'bullmq', 'workers')
   const options = { connection, prefix: keys.bullPrefix }
 
   const { queues } = deps
   // Publish jobs come from the API (deps.blogQueue); the sweep is the safety net for lost ones.
   const blog = new Queue(blogQueueName, options)
+  reportQueueErrors(blog, log, { queue: blogQueueName })
   const schedules = await keepSchedules(
     [
       { queue: queues.maintenance, id: 'maintenance', job: 'maintenance', everyMs: maintenanceEveryMs },
@@ -44,7 +45,7 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
   ]
   for (const worker of workers) {
     worker.on('failed', (job, error) => log.warn('job failed', { queue: worker.name, job: job?.id, ...errorFields(error) }))
-    worker.on('error', error => log.warn('worker error', { queue: worker.name, ...errorFields(error) }))
+    reportQueueErrors(worker, log, { worker: worker.name })
   }
   const relay = startRelay(deps)
   const actors = await startActors(deps)

@@ -10,7 +10,7 @@ import { join } from 'node:path'
 import { createSql } from '../../src/db.ts'
 import { migrate } from '../../src/migrate.ts'
 import type { PostgresServer } from '../../test/helpers/postgres-server.ts'
-import type { RedisServer } from './redis-server.ts'
+import type { RedisServer } from '../../test/helpers/redis-server.ts'
 import { freePort } from '../../test/helpers/ports.ts'
 import { running, startServiceProcess, waitAccepting, waitHealthy, type Role, type ServiceProcess } from './service-process.ts'
 

@@ -5,7 +5,7 @@ import type { Client } from './http-client.ts'
 import type { Load } from './load-driver.ts'
 import type { Pair } from './population.ts'
 import type { PostgresServer } from '../../test/helpers/postgres-server.ts'
-import type { RedisServer } from './redis-server.ts'
+import type { RedisServer } from '../../test/helpers/redis-server.ts'
 
 /** When the fault began, and when what was restarted accepted connections again. */
 export interface FaultTimes {

@@ -3,7 +3,7 @@ import { afterAll, beforeAll } from 'bun:test'
 import { startUpstream, type Upstream } from '../../test/helpers/upstream.ts'
 import { prepareTemplate } from './deployment.ts'
 import { startPostgresServer, type PostgresServer } from '../../test/helpers/postgres-server.ts'
-import { startRedisServer, type RedisServer } from './redis-server.ts'
+import { startRedisServer, type RedisServer } from '../../test/helpers/redis-server.ts'
 
 export interface World {
   postgres: PostgresServer

@@ -34,7 +34,7 @@ export async function createDispatcher(options: {
 }): Promise<Dispatcher> {
   const { redis, pubsub, keys } = options
   // Commands go out on a connection of their own with auto-pipelining: concurrent requests share writes.
-  const sending = redis.duplicate({ enableAutoPipelining: true })
+  const sending = redis.duplicate({ enableAutoPipelining: true, connectionName: 'agent-marketplace:dispatch' })
   const replyChannel = keys.channels.actorReplies(randomUUID())
   const waiting = new Map<string, { resolve(result: unknown): void; reject(error: unknown): void }>()
 

@@ -146,7 +146,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   const batchActors = Math.max(1, Math.min(options.batchActors ?? 64, concurrency))
   const batches = options.batches ?? 2
   const id = randomUUID()
-  const blocking = redis.duplicate({ enableAutoPipelining: false })
+  const blocking = redis.duplicate({ enableAutoPipelining: false, connectionName: 'agent-marketplace:actors-blocking' })
 
   let running = true
   let abandoned = false

@@ -1,6 +1,6 @@
 /** The `blog` BullMQ queue as the API uses it: one delayed job per post publication plan. */
 import { Queue } from 'bullmq'
-import type { Redis } from '../redis.ts'
+import { reportQueueErrors, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
 import type { Log } from '../log.ts'
@@ -29,11 +29,9 @@ export function createBlogQueue(options: { redis: Redis; keys: Keys; clock: Cloc
   // hanging. A copy, not the connection itself: BullMQ defines its Lua scripts (64) on the connection it
   // is given, and ioredis copies every defined script onto each multi() and pipeline made from that
   // connection (about 20 µs each), which every inbox read and actor command paid.
-  const connection = redis.duplicate()
-  // Its errors reach the log through the queue's 'error' event while the queue is open.
-  connection.on('error', () => {})
+  const connection = redis.duplicate({ connectionName: 'agent-marketplace:blog-queue' })
   const queue = new Queue<PublishJob>(blogQueueName, { connection, prefix: keys.bullPrefix })
-  queue.on('error', error => log.warn('blog queue error', errorFields(error)))
+  reportQueueErrors(queue, log, { queue: blogQueueName })
   return {
     async schedule(job, at) {
       try {

@@ -1,9 +1,10 @@
 /** Renders every failure, ours and the framework's, as the contract's error envelope. */
 import { Elysia, ValidationError } from 'elysia'
 import { AppError, errors, type ErrorDetail } from '../errors.ts'
-import { errorFields, type Log } from '../log.ts'
+import { errorFields, throttled, type Log } from '../log.ts'
 import { isBadInput, isConnectionError } from '../db.ts'
 import { isRedisUnavailable } from '../redis.ts'
+import { headTooLarge } from './request-limits.ts'
 
 export function renderError(error: AppError): Response {
   const headers: Record<string, string> = { 'content-type': 'application/json', ...error.headers }
@@ -21,8 +22,11 @@ export function renderError(error: AppError): Response {
   return new Response(JSON.stringify(body), { status: error.status, headers })
 }
 
-/** Maps anything thrown to the AppError a client should see; logs what is our fault. */
-export function toAppError(code: unknown, error: unknown, log: Log, path: string): AppError {
+/**
+ * Maps anything thrown to the AppError a client should see; logs what is our fault, and backing
+ * services being unreachable through `outage` (every request fails alike then: see httpErrors).
+ */
+export function toAppError(code: unknown, error: unknown, log: Log, path: string, outage: ReturnType<typeof throttled>): AppError {
   if (error instanceof AppError) return error
   if (error instanceof ValidationError) {
     if (error.type === 'response') {
@@ -46,7 +50,7 @@ export function toAppError(code: unknown, error: unknown, log: Log, path: string
     return errors.validation('The request holds a value that cannot be stored (e.g. a NUL character)')
   }
   if (isConnectionError(error) || isRedisUnavailable(error)) {
-    log.error('backing service unavailable', { path, ...errorFields(error) })
+    outage('error', errorFields(error).error as string, 'backing service unavailable', { path, ...errorFields(error) })
     return errors.unavailable()
   }
   log.error('unhandled error', { path, ...errorFields(error) })
@@ -82,8 +86,14 @@ function validationDetails(error: ValidationError): ErrorDetail[] {
  * the OpenAPI document keeps every request schema; its parse failures render as `invalid_json`.
  */
 export function httpErrors(log: Log) {
+  // While Postgres or Redis is down every request that needs it fails the same way: one record of
+  // each failure every 10 s (with how many were held back) tells as much as one per request.
+  const outage = throttled(log, 10_000)
   return new Elysia({ name: 'http-errors' })
     .onRequest(async ({ request }) => {
+      // Bun lets heads up to 64 KiB through (server-options.ts): over the app's limits, answered here.
+      const tooLarge = headTooLarge(request)
+      if (tooLarge !== null) return renderError(tooLarge)
       const length = request.headers.get('content-length')
       // A request from the wire has a body only with a length or a transfer coding (RFC 9112, 6.1).
       // Asking for `request.body` makes a stream of the body, which costs more than this whole
@@ -100,10 +110,13 @@ export function httpErrors(log: Log) {
       // of "deny" sent so would approve): a body must say what it is.
       if (type === null && length !== '0') return renderError(errors.validation('A request body needs a Content-Type (application/json)'))
       const limit = bodyLimit(request)
-      // Without a length (chunked), measure a copy; Bun's server-wide cap bounds what that can cost.
-      const size = length !== null ? Number(length) : await chunkedSize(request)
+      // Without a length (chunked), measure a copy, no further than the limit.
+      const size = length !== null ? Number(length) : await chunkedSize(request, limit)
       if (size === null) return renderError(errors.validation('The request body could not be read (the connection closed while it was sent)'))
-      return size > limit ? renderError(errors.payloadTooLarge(limit)) : undefined
+      if (size <= limit) return undefined
+      // Bun reads and drops the body the app did not read, so that the connection serves the next
+      // request; a body declared past `drainBytes`, or chunked (no end in sight), closes it instead.
+      return renderError(errors.payloadTooLarge(limit, length === null || size > drainBytes))
     })
     // Postgres stores no NUL character and no lone surrogate, and nothing should recurse through a
     // body nested thousands deep: refuse them at the door, whatever the route.
@@ -111,7 +124,7 @@ export function httpErrors(log: Log) {
       const problem = unstorable(body)
       if (problem !== null) throw errors.field(problem.path || '/', problem.message)
     })
-    .onError({ as: 'global' }, ({ code, error, path }) => renderError(toAppError(code, error, log, path)))
+    .onError({ as: 'global' }, ({ code, error, path }) => renderError(toAppError(code, error, log, path, outage)))
 }
 
 const badText = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
@@ -172,10 +185,28 @@ function problemIn(value: unknown, depth: number, trail: string[], budget: { ite
 
 export const maxBodyBytes = 2 * 1024 * 1024
 
-/** The size of a chunked body, read from a copy; null when it cannot be read (the client went away while sending it). */
-async function chunkedSize(request: Request): Promise<number | null> {
+/** How large a refused body may be declared and still be read through, keeping the connection open (Bun's former cap). */
+const drainBytes = 4 * maxBodyBytes
+
+/**
+ * The size of a chunked body, read from a copy, or past `limit` as soon as it is over it (the copy's
+ * reading stops there, so no body costs more than a limit's memory); null when it cannot be read
+ * (the client went away while sending it).
+ */
+async function chunkedSize(request: Request, limit: number): Promise<number | null> {
+  const reader = request.clone().body?.getReader()
+  if (!reader) return 0
+  let size = 0
   try {
-    return (await request.clone().arrayBuffer()).byteLength
+    for (;;) {
+      const { done, value } = await reader.read()
+      if (done) return size
+      size += value.byteLength
+      if (size > limit) {
+        reader.cancel().catch(() => {})
+        return size
+      }
+    }
   } catch {
     return null
   }

@@ -43,6 +43,9 @@ export function failures<const S extends readonly number[]>(...statuses: S) {
   return out
 }
 
+/** One error response documented with its own description (the codes a route can answer with, say). */
+export const failure = (description: string) => t.Composite([ErrorBody], { description })
+
 /**
  * A strict JSON integer. Elysia's own `t.Integer` also takes numeric strings, which a JSON API
  * should refuse (and which would document the field as a string-or-integer union).

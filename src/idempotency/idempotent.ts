@@ -85,11 +85,13 @@ export interface CommandOptions {
   /** Failures to keep as the outcome (the effect happened, e.g. the upstream was reached); others free the key. */
   keepFailure?: (error: AppError) => boolean
   /**
-   * With `refuse`: a reservation still without an outcome after this long belongs to a process that
-   * died (or will never answer), and a repeat takes it over, with the same command id, instead of
-   * being refused for the rest of the window.
+   * With `refuse`: the reservation is a lease of this long, renewed every third of it while `send`
+   * runs. One not renewed for this long belongs to a process that died (or stalled), and a repeat
+   * takes it over, with the same command id, instead of being refused for the rest of the window.
+   * Repeats before then are refused with 409 `idempotency_key_in_progress` and a Retry-After of the
+   * lease's remaining seconds.
    */
-  takeOverAfterMs?: number
+  leaseMs?: number
 }
 
 /** What a command sent under a reservation is known by; every repeat of the request gets the same. */
@@ -113,17 +115,23 @@ export async function idempotentCommand(
   const taken = await reserve(sql, request.subject, key, hash, clock.now(), options)
   if ('replay' in taken) return { ...taken.replay, replayed: true }
   const { reservation, at, own } = taken
+  // What marks the reservation as this caller's; the lease's renewals move `at` on.
+  const mine = { reservation, at }
   // One command id per reservation: a repeat in flight resends it (applied once), a key used again
   // after its window or after a refusal is a new command. Reservations from before have none.
   const commandId = createHash('sha256')
     .update(JSON.stringify(reservation ? [request.subject, key, reservation] : [request.subject, key]))
     .digest('hex')
+  const lease = options.inFlight === 'refuse' && options.leaseMs !== undefined
+    ? keepLease({ sql, clock }, request.subject, key, mine, options.leaseMs)
+    : undefined
   let outcome: Outcome
   try {
     outcome = await send({ commandId, requestHash: hash, reservedAt: at })
   } catch (error) {
+    await lease?.stop()
     if (error instanceof AppError && options.keepFailure?.(error)) {
-      await complete(sql, request.subject, key, { at, reservation }, { status: error.status, body: errorBody(error) })
+      await complete(sql, request.subject, key, mine, { status: error.status, body: errorBody(error) })
     } else if (options.inFlight === 'resend' && (!own || !(error instanceof AppError && error.status < 500))) {
       // Not answered, but it may still be applied (an actor that did not reply in time): the
       // reservation stays, so a retry sends the same command id again and it is applied once. A
@@ -135,12 +143,13 @@ export async function idempotentCommand(
       await sql`
         delete from idempotency_keys
         where subject = ${request.subject} and key = ${key} and response_status is null
-          and created_at = ${at} and reservation is not distinct from ${reservation}
+          and created_at = ${mine.at} and reservation is not distinct from ${reservation}
       `.catch(() => {})
     }
     throw error
   }
-  await complete(sql, request.subject, key, { at, reservation }, outcome)
+  await lease?.stop()
+  await complete(sql, request.subject, key, mine, outcome)
   return { ...outcome, replayed: false }
 }
 
@@ -152,7 +161,7 @@ type Taken = { reservation: string | null; at: Date; own: boolean } | { replay: 
 
 /**
  * Reserves the key for this request, or finds what holds it: a stored outcome to replay, a request in
- * flight to resend (`resend`) or refuse, or take over once abandoned (`refuse` with `takeOverAfterMs`).
+ * flight to resend (`resend`) or refuse, or take over once its lease lapsed (`refuse` with `leaseMs`).
  */
 async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now: Date, options: CommandOptions): Promise<Taken> {
   for (let attempt = 1; ; attempt++) {
@@ -179,7 +188,9 @@ async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now
     if (!stored.requestHash.equals(hash)) throw errors.idempotencyKeyReused()
     if (stored.status != null) return { replay: { status: stored.status, body: JSON.parse(stored.body!) } }
     if (options.inFlight === 'resend') return { reservation: stored.reservation, at: stored.createdAt, own: false }
-    const abandoned = options.takeOverAfterMs !== undefined && now.getTime() - stored.createdAt.getTime() >= options.takeOverAfterMs
+    // A reservation's time is its lease's last renewal.
+    const held = now.getTime() - stored.createdAt.getTime()
+    const abandoned = options.leaseMs !== undefined && held >= options.leaseMs
     // One repeat takes an abandoned reservation over (the others still see it in progress); the
     // reservation id stays, so what is derived from it (a usage event's id) stays too.
     const [takenOver] = abandoned
@@ -189,12 +200,48 @@ async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now
           returning 1
         `
       : []
-    if (!takenOver) throw errors.idempotencyInProgress()
+    // Try again when the lease would lapse: by then the request has finished, or its holder is gone
+    // (at most a lease away, should the holder's clock run ahead of this one).
+    const leaseMs = options.leaseMs ?? 1000
+    if (!takenOver) throw errors.idempotencyInProgress(Math.ceil(Math.min(leaseMs, Math.max(1000, leaseMs - held)) / 1000))
     return { reservation: stored.reservation, at: now, own: true }
   }
 }
 
-/** Stores the outcome of the reservation made (or taken over) at `at`; one taken over or made anew since is left alone. */
+/**
+ * Renews a reservation's lease (its `created_at`) every third of `leaseMs` until stopped, so that
+ * repeats see it in progress while this process works and may take it over soon after it dies. A
+ * renewal that finds the reservation taken over stops renewing; one that fails (Postgres away) is
+ * tried again at the next tick: the lease lapses only if none lands for a whole `leaseMs`.
+ */
+function keepLease({ sql, clock }: { sql: Sql; clock: Clock }, subject: string, key: string, mine: { at: Date; reservation: string | null }, leaseMs: number) {
+  let renewing: Promise<void> | undefined
+  const renew = async () => {
+    const now = clock.now()
+    const [renewed] = await sql`
+      update idempotency_keys set created_at = ${now}
+      where subject = ${subject} and key = ${key} and response_status is null
+        and created_at = ${mine.at} and reservation is not distinct from ${mine.reservation}
+      returning 1
+    `
+    if (renewed) mine.at = now
+    else clearInterval(timer)
+  }
+  const timer = setInterval(() => {
+    renewing ??= renew()
+      .catch(() => {})
+      .finally(() => (renewing = undefined))
+  }, leaseMs / 3)
+  return {
+    /** Stops renewing, once a renewal under way has landed, so that `mine.at` is final. */
+    async stop() {
+      clearInterval(timer)
+      await renewing
+    },
+  }
+}
+
+/** Stores the outcome of the reservation this caller holds (made, taken over or last renewed at `at`); one taken over or made anew since is left alone. */
 async function complete(sql: Sql, subject: string, key: string, mine: { at: Date; reservation: string | null }, outcome: Outcome) {
   await sql`
     update idempotency_keys set response_status = ${outcome.status}, response_body = ${JSON.stringify(outcome.body)}

@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto'
 import { Elysia } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { newRowId } from '../ids.ts'
-import { Ok, failures, ok } from '../http/schema.ts'
+import { Ok, failure, failures, ok } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
 import { IdempotencyHeaders, idempotentCommand } from '../idempotency/idempotent.ts'
@@ -11,6 +11,9 @@ import { proxyCall, reachedUpstream } from './proxy.ts'
 import { ProxyCall, ProxyResult } from './schema.ts'
 
 /** A stable UUID from a longer id, so a retried call is the same usage event. */
+/** How long a proxy call's Idempotency-Key reservation lasts unless renewed (every third of it while the call runs). */
+export const proxyCallLeaseMs = 10_000
+
 function uuidFrom(id: string): string {
   const h = createHash('sha256').update(id).digest('hex')
   return `${h.slice(0, 8)}-${h.slice(8, 12)}-4${h.slice(13, 16)}-8${h.slice(17, 20)}-${h.slice(20, 32)}`
@@ -35,11 +38,11 @@ export function proxyCallRoutes(deps: Deps, auth: AuthPlugin) {
           status: 200,
           body: ok(await proxyCall(deps, agent, body, commandId ? uuidFrom(commandId) : newRowId())),
         }),
-        // A repeat must not reach the upstream again: not while the first runs, nor after it timed out
-        // there. The one exception is a reservation left by a process that died mid-call, taken over
-        // after a minute (the upstream's 10 s timeout and then some): the upstream may then see the
-        // call twice, but it is metered once (same event id).
-        { inFlight: 'refuse', keepFailure: error => reachedUpstream(error), takeOverAfterMs: 60_000 },
+        // A repeat must not reach the upstream again: not while the first runs (409 in progress), nor
+        // after it timed out there. The one exception is a reservation left by a process that died
+        // mid-call: its lease, renewed while the call runs, lapses within 10 s and a repeat takes it
+        // over. The upstream may then see the call twice, but it is metered once (same event id).
+        { inFlight: 'refuse', keepFailure: error => reachedUpstream(error), leaseMs: proxyCallLeaseMs },
       )
       set.status = outcome.status
       return outcome.body as { success: true; data: typeof ProxyResult.static }
@@ -48,7 +51,14 @@ export function proxyCallRoutes(deps: Deps, auth: AuthPlugin) {
       agent: true,
       body: ProxyCall,
       headers: IdempotencyHeaders,
-      response: { 200: Ok(ProxyResult), ...failures(400, 401, 403, 404, 409, 502, 503, 504) },
+      response: {
+        200: Ok(ProxyResult),
+        ...failures(400, 401, 403, 404, 502, 503, 504),
+        409: failure(
+          'idempotency_key_reused: the Idempotency-Key was used with another body; idempotency_key_in_progress: the first call ' +
+            'with this key is still running (or its process died less than 10 s ago), try again after the Retry-After header’s seconds',
+        ),
+      },
       detail: {
         operationId: 'proxyCall',
         summary:

@@ -1,7 +1,8 @@
 /**
  * A TCP proxy on 127.0.0.1 in front of a real server (Redis, say) that can hold what clients send:
  * while held, their bytes wait in the proxy and nothing reaches the server, so a test can keep one
- * client's commands in flight at a chosen point without touching the server every test file shares.
+ * client's commands in flight at a chosen point without touching the server every test file shares;
+ * or stop it, so that the server looks down (connections dropped, new ones refused) until restarted.
  */
 import { connect, createServer, type Socket } from 'node:net'
 
@@ -11,6 +12,10 @@ export interface HeldProxy {
   hold(): void
   /** Sends on what waited, and everything after it. */
   release(): void
+  /** Drops every connection and stops listening: the server looks down. */
+  stop(): Promise<void>
+  /** Listens again, on the same port. */
+  restart(): Promise<void>
   close(): Promise<void>
 }
 
@@ -31,7 +36,14 @@ export async function startHeldProxy(target: string): Promise<HeldProxy> {
     client.on('close', () => upstream.destroy())
     upstream.on('close', () => client.destroy())
   })
-  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
+  const listen = (at: number) => new Promise<void>(resolve => server.listen(at, '127.0.0.1', resolve))
+  const stop = async () => {
+    // Refuse new connections first, then drop the open ones, which close() waits for.
+    const closed = server.listening ? new Promise<void>(resolve => server.close(() => resolve())) : undefined
+    for (const socket of sockets) socket.destroy()
+    await closed
+  }
+  await listen(0)
   const address = server.address()
   if (!address || typeof address === 'string') throw new Error('the proxy has no port')
   return {
@@ -41,9 +53,8 @@ export async function startHeldProxy(target: string): Promise<HeldProxy> {
       held = false
       for (const { upstream, chunk } of waiting.splice(0)) upstream.write(chunk)
     },
-    async close() {
-      for (const socket of sockets) socket.destroy()
-      await new Promise<void>(resolve => server.close(() => resolve()))
-    },
+    stop,
+    restart: () => listen(address.port),
+    close: stop,
   }
 }

@@ -33,3 +33,4 @@ export async function exitWithin(proc: Subprocess, ms: number): Promise<number |
   if (result === 'timeout') throw new Error(`process ${proc.pid} still running after ${ms} ms`)
   return result
 }
+

@@ -6,15 +6,21 @@ export interface Upstream {
   port: number
   /** Requests received, in order. */
   received: { method: string; path: string; query: string; headers: Record<string, string>; body: string }[]
+  /** From now on /gate waits (answering like /echo) until `open`. */
+  closeGate(): void
+  /** Answers every /gate waiting, and those that come after, at once. */
+  openGate(): void
   stop(): void
 }
 
 /**
- * Routes: /echo (JSON of what arrived), /status/<n>, /hang (never answers), /big (5 MiB),
- * /redirect (302 to /echo), /deep/<n> (JSON arrays nested n deep); anything else 404.
+ * Routes: /echo (JSON of what arrived), /gate (as /echo, once the gate is open), /status/<n>, /hang
+ * (never answers), /big (5 MiB), /redirect (302 to /echo), /deep/<n> (JSON arrays nested n deep);
+ * anything else 404.
  */
 export function startUpstream(): Upstream {
   const received: Upstream['received'] = []
+  let gate: { opened: Promise<void>; open(): void } | null = null
   const server: Server<unknown> = Bun.serve({
     hostname: '127.0.0.1',
     port: 0,
@@ -30,7 +36,8 @@ export function startUpstream(): Upstream {
         body,
       })
       const path = url.pathname.replace(/^\/api/, '')
-      if (path === '/echo') {
+      if (path === '/gate') await gate?.opened
+      if (path === '/echo' || path === '/gate') {
         return Response.json({ method: request.method, path: url.pathname, query: url.search, headers: Object.fromEntries(request.headers), body })
       }
       const status = /^\/status\/(\d{3})$/.exec(path)
@@ -50,6 +57,15 @@ export function startUpstream(): Upstream {
     url: `http://127.0.0.1:${server.port}`,
     port: server.port!,
     received,
+    closeGate() {
+      let open!: () => void
+      const opened = new Promise<void>(resolve => (open = resolve))
+      gate = { opened, open }
+    },
+    openGate() {
+      gate?.open()
+      gate = null
+    },
     stop: () => server.stop(true),
   }
 }

@@ -1,0 +1,30 @@
+/** Options for `listen` (Bun.serve), so that the app sees, and answers in the envelope, what Bun would refuse bare. */
+import http from 'node:http'
+import type { ErrorLike } from 'bun'
+import { errors } from '../errors.ts'
+import { errorFields, type Log } from '../log.ts'
+import { renderError } from './error-handler.ts'
+import { serverHeadBytes } from './request-limits.ts'
+
+/**
+ * Raises Bun's limit on a request's head, process-wide (Bun reads the `node:http` setting as it
+ * parses), so that heads over the app's limit (request-limits.ts) but under this one reach the app;
+ * lifts Bun's body cap, since the app measures every body itself (error-handler.ts) and would
+ * otherwise lose those over the cap to Bun's bare 413; and renders anything that escapes the app as
+ * the 500 envelope rather than Bun's error page (which shows source outside production).
+ *
+ * @example
+ * createApp(deps).listen({ port, idleTimeout: 30, ...serverOptions(deps.log) })
+ */
+export function serverOptions(log: Log) {
+  // Node's typings have it read-only (Node takes it from --max-http-header-size only); Bun reads and
+  // writes it, as the process-wide form of that flag (since Bun 1.1.27).
+  ;(http as { maxHeaderSize: number }).maxHeaderSize = serverHeadBytes
+  return {
+    maxRequestBodySize: Number.MAX_SAFE_INTEGER,
+    error(error: ErrorLike) {
+      log.error('unhandled server error', errorFields(error))
+      return renderError(errors.internal())
+    },
+  }
+}

@@ -1,0 +1,115 @@
+/**
+ * A Redis of a test's own: `redis-server` as a child on a spare port, persistent like production
+ * (append-only file in a temporary directory), taken down keeping that file (data kept) or without it
+ * (data lost), and brought up again on the same port.
+ */
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs'
+import { connect } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { Subprocess } from 'bun'
+import { freePort } from './ports.ts'
+
+export interface RedisServer {
+  url: string
+  port: number
+  /** Stops it: SIGTERM (Redis writes its file out) when `keepData`, else SIGKILL and the file deleted. Resolves with when. */
+  down(options: { keepData: boolean }): Promise<number>
+  /** Starts it again on the same port; resolves with the first moment it answered PING. */
+  up(): Promise<number>
+  /** `down`, `downMs` after it `up`: when it went down and when it answered again. */
+  restart(options: { keepData: boolean; downMs: number }): Promise<{ downAt: number; upAt: number }>
+  /** The server's own output, the newest 20,000 characters. */
+  output(): string
+  close(): Promise<void>
+}
+
+export async function startRedisServer(): Promise<RedisServer> {
+  const dir = mkdtempSync(join(tmpdir(), 'am-redis-'))
+  const port = await freePort()
+  let log = ''
+  let proc: Subprocess<'ignore', 'pipe', 'pipe'> | undefined
+  // The last resort when the test process ends without closing it (a failure, Ctrl-C).
+  const onExit = () => {
+    proc?.kill('SIGKILL')
+    rmSync(dir, { recursive: true, force: true })
+  }
+  process.once('exit', onExit)
+
+  const up = async () => {
+    // `everysec` suffices: the restart that keeps data is Redis's own shutdown, which writes the file out.
+    const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes']
+    proc = Bun.spawn(['redis-server', ...args, '--appendfsync', 'everysec', '--maxmemory-policy', 'noeviction', '--daemonize', 'no', '--logfile', ''], {
+      stdin: 'ignore',
+      stdout: 'pipe',
+      stderr: 'pipe',
+    })
+    const keep = async (stream: ReadableStream<Uint8Array>) => {
+      for await (const chunk of stream) log = (log + new TextDecoder().decode(chunk)).slice(-20_000)
+    }
+    void keep(proc.stdout)
+    void keep(proc.stderr)
+    const started = proc
+    const deadline = Date.now() + 15_000
+    for (;;) {
+      const began = Date.now()
+      if (await answersPing(port)) return began
+      if (started.exitCode !== null) throw new Error(`redis-server exited with ${started.exitCode}: ${log.slice(-2000)}`)
+      if (Date.now() > deadline) throw new Error(`redis-server on port ${port} did not answer within 15 s`)
+      await Bun.sleep(20)
+    }
+  }
+
+  const down = async ({ keepData }: { keepData: boolean }) => {
+    const at = Date.now()
+    if (proc) {
+      proc.kill(keepData ? 'SIGTERM' : 'SIGKILL')
+      await proc.exited
+      proc = undefined
+    }
+    if (!keepData) {
+      rmSync(dir, { recursive: true, force: true })
+      mkdirSync(dir, { mode: 0o700 })
+    }
+    return at
+  }
+
+  await up()
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    down,
+    up,
+    async restart({ keepData, downMs }) {
+      const downAt = await down({ keepData })
+      await Bun.sleep(Math.max(0, downAt + downMs - Date.now()))
+      return { downAt, upAt: await up() }
+    },
+    output: () => log,
+    async close() {
+      await down({ keepData: false })
+      process.off('exit', onExit)
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}
+
+/** One PING on a fresh connection; true only for +PONG (a Redis still loading its data answers -LOADING). */
+function answersPing(port: number, ms = 500): Promise<boolean> {
+  return new Promise(resolve => {
+    const socket = connect(port, '127.0.0.1')
+    let reply = ''
+    const done = (ok: boolean) => {
+      clearTimeout(timer)
+      socket.destroy()
+      resolve(ok)
+    }
+    const timer = setTimeout(() => done(false), ms)
+    socket.on('connect', () => socket.write('PING\r\n'))
+    socket.on('data', chunk => {
+      reply += chunk.toString()
+      if (reply.includes('\r\n')) done(reply.startsWith('+PONG'))
+    })
+    socket.on('error', () => done(false))
+  })
+}
