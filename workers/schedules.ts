@@ -25,8 +25,8 @@ export async function upsertSchedules(schedules: Schedule[]): Promise<void> {
 }
 
 /**
- * Upserts the schedules now (throwing if Redis refuses, so a start fails loudly), then keeps them:
- * on every `ready` of `connection` and every `scheduleCheckEveryMs`.
+ * Upserts the schedules now (waiting for Redis, as BullMQ's connections do), then keeps them: on
+ * every `ready` of `connection` (a reconnect) and every `scheduleCheckEveryMs`.
  *
  * @example
  * const kept = await keepSchedules([{ queue, id: 'maintenance', job: 'maintenance', everyMs: 60_000 }], redis, log)

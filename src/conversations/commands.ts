@@ -60,8 +60,7 @@ export function conversationCommands(deps: InboxDeps): ActorKind {
         const stored = (await storeChosenReplies(tx, [{ id: reply.messageId, participantId: id, userId: reply.userId, text: reply.text }], at)).get(reply.messageId)
         if (stored instanceof Error) throw stored
         if (!stored) return { refused: 'not_found' }
-        const payload = { participantId: id, messageId: reply.messageId, text: reply.text }
-        await enqueueEvents(tx, at, [{ userId: reply.userId, type: 'conversation.reply', payload }])
+        // The statement told the user of a reply it stored now (never of a repeat).
         return { messageId: reply.messageId, userId: reply.userId, text: reply.text, createdAt: stored.createdAt.toISOString(), stored }
       },
       async project(result: ReplyApplied, _reply, { id }) {

@@ -118,8 +118,9 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
   }
 
   /** `bytes` is the event's frame, encoded once however many connections it goes to. */
-  const deliver = (connection: Connection, event: Published, bytes?: Uint8Array) => {
-    if (connection.buffer) return void connection.buffer.push(event)
+  /** `past`: an event read from the stream, sent even while live ones are held back. */
+  const deliver = (connection: Connection, event: Published, bytes?: Uint8Array, past = false) => {
+    if (connection.buffer && !past) return void connection.buffer.push(event)
     if (connection.lastId && !isAfter(event.id, connection.lastId)) return
     connection.lastId = event.id
     send(connection, bytes ?? frame(event))
@@ -160,12 +161,20 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
   pubsub.onReconnect(() => {
     void (async () => {
       for (const [stream, set] of [...byStream]) {
-        const from = [...set].map(c => c.lastId).reduce((a, b) => (isAfter(a, b) ? b : a))
+        // Streams still opening read their own replay; the others hold live events while this reads.
+        const open = [...set].filter(c => c.buffer === null && !c.closed)
+        if (open.length === 0) continue
+        for (const c of open) c.buffer = []
         try {
-          for (const event of await readAfter(stream, from)) for (const connection of set) deliver(connection, event)
+          const from = open.map(c => c.lastId).reduce((a, b) => (isAfter(a, b) ? b : a))
+          for (const event of await readAfter(stream, from)) for (const c of open) deliver(c, event, undefined, true)
         } catch (error) {
-          log.warn('streams not caught up after a reconnect; their clients catch up when they reconnect', errorFields(error))
-          return
+          log.warn('a stream not caught up after a reconnect; its clients catch up when they reconnect', errorFields(error))
+        }
+        for (const c of open) {
+          const held = c.buffer ?? []
+          c.buffer = null
+          for (const event of held) deliver(c, event)
         }
       }
     })()
@@ -252,7 +261,8 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
         } else {
           // Where the stream stands as it opens: a catch-up after a reconnect starts there.
           const [newest] = (await redis.xrevrange(stream, '+', '-', 'COUNT', 1)) as [string, string[]][]
-          connection.lastId = newest?.[0] ?? '0-0'
+          // Events that arrived while it opened are its own, whatever their place against `newest`.
+          connection.lastId = connection.buffer!.length > 0 ? '0-0' : (newest?.[0] ?? '0-0')
         }
       } catch (error) {
         end(connection)

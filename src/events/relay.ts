@@ -72,8 +72,8 @@ export interface Pass {
 
 /**
  * One pass: up to `batch` events, in id order, under the lock; null when another relay holds it.
- * What Redis took is deleted in the pass's commit; an event it refused (and its user's later ones)
- * waits for the next pass.
+ * What Redis took is deleted in the pass's commit; an event it refused (and its user's later ones,
+ * never sent after it) waits for the next pass.
  */
 export async function relayPass(deps: RelayDeps, batch: number): Promise<Pass | null> {
   const { sql, redis, keys } = deps
@@ -83,25 +83,20 @@ export async function relayPass(deps: RelayDeps, batch: number): Promise<Pass | 
     const rows = await tx<Row[]>`
       select id, user_id as "userId", type, data from outbox order by id limit ${batch}
     `
-    const settled = await Promise.allSettled(
-      rows.map(row =>
-        append(redis, [row.userId ? keys.events.user(row.userId) : keys.events.chat], [keys.channels.events, row.type, row.data]),
-      ),
-    )
-    // A row Redis took is done, unless an earlier row of its user failed in this pass: then it is
-    // kept and sent again after that one, so the user's stream still ends in order.
-    const behind = new Set<string | null>()
-    const sent: number[] = []
-    let error: unknown
-    settled.forEach((outcome, i) => {
-      const { id, userId } = rows[i]!
-      if (outcome.status === 'rejected') {
-        error ??= outcome.reason
-        behind.add(userId)
-      } else if (!behind.has(userId)) sent.push(id)
+    // One user's events go one after another (users side by side): after one fails, none of that
+    // user's later events is sent, so each stream receives them in order.
+    const chains = new Map<string | null, Promise<unknown>>()
+    const appended = rows.map(row => {
+      const stream = row.userId ? keys.events.user(row.userId) : keys.events.chat
+      const next = (chains.get(row.userId) ?? Promise.resolve()).then(() => append(redis, [stream], [keys.channels.events, row.type, row.data]))
+      chains.set(row.userId, next)
+      return next
     })
+    const settled = await Promise.allSettled(appended)
+    const sent = rows.filter((_, i) => settled[i]!.status === 'fulfilled').map(row => row.id)
+    const failed = settled.find(outcome => outcome.status === 'rejected') as PromiseRejectedResult | undefined
     if (sent.length > 0) await tx`delete from outbox where id in ${tx(sent)}`
-    return error === undefined ? { sent: sent.length } : { sent: sent.length, error }
+    return failed ? { sent: sent.length, error: failed.reason } : { sent: sent.length }
   })
 }
 

@@ -18,8 +18,6 @@ export interface Counted {
   counted: boolean
   /** Counted into a period already invoiced: this call is on no invoice (an operator must see to it). */
   late?: boolean
-  /** Thresholds this event crossed (the subscriber and the agent's owner are told in the same transaction). */
-  crossed: { percent: number; userId: string; ownerId: string; participantId: string }[]
 }
 
 /** Counts the event unless it was counted before; records `usage.threshold` events for the thresholds it crossed. */
@@ -32,7 +30,7 @@ export async function countUsage(sql: Sql, event: UsageEvent, at: Date): Promise
       on conflict (id) do nothing
       returning 1
     `
-    if (inserted.length === 0) return { counted: false, crossed: [] }
+    if (inserted.length === 0) return { counted: false }
     const [period] = await tx<{ calls: number; included: number; invoiced: boolean }[]>`
       update subscription_periods set proxy_calls = proxy_calls + 1
       where subscription_id = ${event.subscriptionId} and period_index = ${event.periodIndex}
@@ -42,7 +40,6 @@ export async function countUsage(sql: Sql, event: UsageEvent, at: Date): Promise
       const limit = Math.ceil((period!.included * percent) / 100)
       return period!.included > 0 && period!.calls >= limit && period!.calls - 1 < limit
     })
-    const crossed: Counted['crossed'] = []
     for (const percent of percents) {
       const recorded = await tx`
         insert into usage_thresholds (subscription_id, period_index, percent, reached_at)
@@ -56,13 +53,12 @@ export async function countUsage(sql: Sql, event: UsageEvent, at: Date): Promise
         from subscriptions s join participants a on a.id = s.participant_id
         where s.id = ${event.subscriptionId}
       `
-      crossed.push({ percent, ...who! })
       const payload = { subscriptionId: event.subscriptionId, periodIndex: event.periodIndex, participantId: who!.participantId, percent }
       await enqueueEvents(tx, at, [
         { userId: who!.userId, type: 'usage.threshold', payload },
         { userId: who!.ownerId, type: 'usage.threshold', payload },
       ])
     }
-    return { counted: true, crossed, ...(period!.invoiced ? { late: true } : {}) }
+    return { counted: true, ...(period!.invoiced ? { late: true } : {}) }
   })
 }
