@@ -9,7 +9,8 @@ import { until } from './helpers/until.ts'
 
 // postgres.js 3.4.9 as patched at install (patches/README.md): a connection whose socket closes
 // with small writes buffered neither crashes the process nor stays unable to reconnect; one whose
-// socket closes with a statement in flight neither holds up `end()` nor fails its next statement.
+// socket closes with a statement in flight neither holds up `end()` nor fails its next statement,
+// nor one that closes while it fetches the array types.
 
 const { start, killAll } = processGroup()
 const servers: PostgresServer[] = []
@@ -53,6 +54,20 @@ describe('the PostgreSQL driver when a connection closes under it', () => {
     expect(result.busyDuring.filter(code => !isConnectionError({ code }))).toEqual([])
     expect(result.busyAfter).toEqual(['CONNECTION_CLOSED', 'CONNECTION_CLOSED'])
     expect(result.senderStopped).toBe('ok')
+  }, 20_000)
+
+  test('a connection closed while it fetches the array types neither crashes the process nor fails its query', async () => {
+    const scenario = start([join(projectRoot, 'test', 'postgres-driver', 'types-cut.ts')], {
+      PATH: process.env.PATH ?? '',
+      DATABASE_URL: adminUrl,
+    })
+    expect(await exitWithin(scenario.proc, 15_000)).toBe(0)
+    const result = JSON.parse(await scenario.stdout) as { cuts: number; unhandled: string[]; first: string; second: string }
+    expect(result.cuts).toBe(1)
+    // Unpatched (with the close failing the fetch), an unhandled CONNECTION_CLOSED: exit 1 in the app.
+    expect(result.unhandled).toEqual([])
+    // The reconnect runs the query that asked for the connection.
+    expect([result.first, result.second]).toEqual(['1', '2'])
   }, 20_000)
 
   /**
