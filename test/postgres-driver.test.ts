@@ -1,4 +1,5 @@
 import { afterAll, describe, expect, test } from 'bun:test'
+import { randomBytes } from 'node:crypto'
 import { join } from 'node:path'
 import { createSql, isConnectionError, type Sql } from '../src/db.ts'
 import { adminUrl } from './helpers/database.ts'
@@ -7,7 +8,9 @@ import { exitWithin, processGroup, projectRoot } from './helpers/processes.ts'
 import { until } from './helpers/until.ts'
 
 // postgres.js 3.4.9 as patched at install (patches/README.md): a connection whose socket closes
-// with small writes buffered neither crashes the process nor stays unable to reconnect.
+// with small writes buffered neither crashes the process nor stays unable to reconnect; one whose
+// socket closes with a statement in flight neither holds up `end()` nor fails its next statement,
+// nor one that closes while it fetches the array types.
 
 const { start, killAll } = processGroup()
 const servers: PostgresServer[] = []
@@ -52,6 +55,75 @@ describe('the PostgreSQL driver when a connection closes under it', () => {
     expect(result.busyAfter).toEqual(['CONNECTION_CLOSED', 'CONNECTION_CLOSED'])
     expect(result.senderStopped).toBe('ok')
   }, 20_000)
+
+  test('a connection closed while it fetches the array types neither crashes the process nor fails its query', async () => {
+    const scenario = start([join(projectRoot, 'test', 'postgres-driver', 'types-cut.ts')], {
+      PATH: process.env.PATH ?? '',
+      DATABASE_URL: adminUrl,
+    })
+    expect(await exitWithin(scenario.proc, 15_000)).toBe(0)
+    const result = JSON.parse(await scenario.stdout) as { cuts: number; unhandled: string[]; first: string; second: string }
+    expect(result.cuts).toBe(1)
+    // Unpatched (with the close failing the fetch), an unhandled CONNECTION_CLOSED: exit 1 in the app.
+    expect(result.unhandled).toEqual([])
+    // The reconnect runs the query that asked for the connection.
+    expect([result.first, result.second]).toEqual(['1', '2'])
+  }, 20_000)
+
+  /**
+   * A pool of one connection whose backend is terminated while it runs a statement (as in a restart,
+   * pg_ctl -m fast: the server sends 57P01 and closes the socket); `before` runs just before.
+   */
+  async function terminatedMidStatement(before: (sql: Sql) => void = () => {}) {
+    const applicationName = `am-test-mid-${randomBytes(4).toString('hex')}`
+    const sql = createSql(adminUrl, { max: 1, applicationName })
+    const admin = createSql(adminUrl, { max: 1, applicationName: `${applicationName}-admin` })
+    pools.push(sql, admin)
+    expect(await answers(sql`select 1`, 5000)).toBe(true)
+    const inFlight = sql`select pg_sleep(30)`.then(
+      () => 'ok',
+      (error: { code?: string }) => error.code ?? String(error),
+    )
+    await until(async () => {
+      const rows = await admin`
+        select 1 from pg_stat_activity
+        where application_name = ${applicationName} and state = 'active' and query like '%pg_sleep%'`
+      return rows.length === 1
+    }, 5000)
+    before(sql)
+    await admin`select pg_terminate_backend(pid) from pg_stat_activity where application_name = ${applicationName}`
+    return { sql, inFlight: await inFlight }
+  }
+
+  const endsWithin = (sql: Sql, ms: number) => Promise.race([sql.end().then(() => true), Bun.sleep(ms).then(() => false)])
+
+  test('a pool whose statement was in flight when its backend went ends at once, without a timeout', async () => {
+    const { sql, inFlight } = await terminatedMidStatement()
+    expect(isConnectionError({ code: inFlight })).toBe(true)
+    // Nothing ran on the connection since: upstream it kept the failed statement as in flight, so
+    // end() waited for its ReadyForQuery, which never comes (only a timeout, if given, ended it).
+    expect(await endsWithin(sql, 2000)).toBe(true)
+  }, 15_000)
+
+  test('an end() waiting for a statement in flight is done when its backend goes', async () => {
+    let ended: Promise<boolean> | undefined
+    const { inFlight } = await terminatedMidStatement(sql => (ended = endsWithin(sql, 3000)))
+    expect(isConnectionError({ code: inFlight })).toBe(true)
+    // Upstream only ReadyForQuery or a terminate() (end's timeout) settled it, never the close.
+    expect(await ended).toBe(true)
+  }, 15_000)
+
+  test('the first statement on a connection reconnected after its backend went mid-statement answers', async () => {
+    const { sql, inFlight } = await terminatedMidStatement()
+    expect(isConnectionError({ code: inFlight })).toBe(true)
+    // Upstream, the reconnected socket's first ReadyForQuery settled the stale statement with its
+    // stale 57P01 and failed this one, which the server never saw, with that error.
+    const next = await sql<{ x: number }[]>`select 1 as x`.then(
+      rows => rows[0]?.x,
+      (error: { code?: string; message?: string }) => `${error.code}: ${error.message}`,
+    )
+    expect(next).toBe(1)
+  }, 15_000)
 
   test.skipIf(!hasServerBinaries)('after a restart under load the pool answers within 2 s of the server accepting connections', async () => {
     const server = await startPostgresServer()

@@ -6,18 +6,22 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createSql } from '../src/db.ts'
 import { readMigrations } from '../src/migrate.ts'
-import { deleteKeys, randomPrefix, redisUrl, testJwtSecret } from './helpers/context.ts'
+import { deleteKeys, randomPrefix, redisUrl, testJwtSecret, userToken } from './helpers/context.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+import { postgresBinaries, startPostgresServer, type PostgresServer } from './helpers/postgres-server.ts'
 import { exitWithin, processGroup, type Started } from './helpers/processes.ts'
 import { freePort } from './helpers/ports.ts'
+import { until } from './helpers/until.ts'
 
 const root = mkdtempSync(join(tmpdir(), 'am-process-'))
 const { start, killAll } = processGroup()
 const databases: TestDatabase[] = []
+const servers: PostgresServer[] = []
 const prefixes: string[] = []
 
 afterAll(async () => {
   await killAll()
+  await Promise.all(servers.map(server => server.stop()))
   await Promise.all(databases.map(database => database.drop()))
   await Promise.all(prefixes.map(prefix => deleteKeys(prefix)))
   rmSync(root, { recursive: true, force: true })
@@ -30,7 +34,7 @@ async function emptyDatabase(): Promise<TestDatabase> {
 }
 
 /** The environment of a real deployment, built from scratch so nothing leaks in from the test runner. */
-function environment(database: TestDatabase, overrides: Record<string, string | undefined> = {}): Record<string, string> {
+function environment(database: Pick<TestDatabase, 'url'>, overrides: Record<string, string | undefined> = {}): Record<string, string> {
   const prefix = randomPrefix()
   prefixes.push(prefix)
   const env: Record<string, string | undefined> = {
@@ -94,6 +98,9 @@ function slowRequest(port: number, head: string, body: string) {
   }
 }
 
+const hasServerBinaries = postgresBinaries() !== null
+if (!hasServerBinaries) console.warn('process: skipping the PostgreSQL restart test, initdb and pg_ctl are missing')
+
 describe('the service as a process', () => {
   test('two API processes started together on one empty database both come up; migrations run once', async () => {
     const database = await emptyDatabase()
@@ -152,6 +159,67 @@ describe('the service as a process', () => {
     expect(await exitWithin(service.proc, 15_000)).toBe(0)
     expect(await service.stderr).toBe('')
   }, 30_000)
+
+  test.skipIf(!hasServerBinaries)(
+    'after PostgreSQL restarts under queries in flight, SIGTERM exits 0 well within SHUTDOWN_TIMEOUT_MS',
+    async () => {
+      // A server of its own, as it is restarted; the API migrates its empty database on boot.
+      const server = await startPostgresServer()
+      servers.push(server)
+      const port = await freePort()
+      const shutdownTimeoutMs = 5000
+      const api = start(['src/main.ts', '--api'], environment({ url: server.url() }, { PORT: String(port), SHUTDOWN_TIMEOUT_MS: String(shutdownTimeoutMs) }))
+      await waitForHealth(port, api)
+
+      // Sign-ins of new users insert into users; a lock held on the table keeps those statements
+      // running on the API's connections when the server goes down (as under load, deterministically).
+      const admin = createSql(server.url(), { max: 2, applicationName: 'am-test-admin' })
+      let release = () => {}
+      let locked = () => {}
+      const lockHeld = new Promise<void>(resolve => (locked = resolve))
+      const held = admin
+        .begin(async tx => {
+          await tx`lock table users in access exclusive mode`
+          locked()
+          await new Promise<void>(resolve => (release = resolve))
+        })
+        .catch(() => {})
+      await lockHeld
+      const signInsDone = Promise.all(
+        [1, 2, 3].map(async n => {
+          const token = await userToken(`restart-${n}-${randomBytes(4).toString('hex')}`)
+          return fetch(`http://127.0.0.1:${port}/v1/auth/me`, { headers: { authorization: `Bearer ${token}` } }).then(
+            response => response.status,
+            () => 0,
+          )
+        }),
+      )
+      try {
+        await until(async () => {
+          const [row] = await admin<{ waiting: number }[]>`
+            select count(*)::int as waiting from pg_stat_activity
+            where application_name = 'agent-marketplace' and wait_event_type = 'Lock'`
+          return row!.waiting === 3
+        }, 10_000)
+        await server.restart()
+      } finally {
+        release()
+        await held
+        await admin.end({ timeout: 1 })
+      }
+      // The sign-ins in flight failed with the connections; nothing ran on those connections since.
+      // Unpatched, the driver still counted their statements as running, and the pool's
+      // `sql.end({ timeout: 5 })` in deps.close() waited out its timeout: past SHUTDOWN_TIMEOUT_MS.
+      expect(await signInsDone).toEqual([503, 503, 503])
+
+      const stopping = Date.now()
+      api.proc.kill('SIGTERM')
+      expect(await exitWithin(api.proc, shutdownTimeoutMs + 5000)).toBe(0)
+      expect(Date.now() - stopping).toBeLessThan(shutdownTimeoutMs / 2)
+      expect(await api.stdout).not.toContain('shutdown timed out')
+    },
+    45_000,
+  )
 
   test('an unreachable Redis stops the boot with one stderr line naming REDIS_URL and how to install Redis', async () => {
     const database = await emptyDatabase()
