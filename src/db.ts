@@ -18,6 +18,9 @@ export function createSql(url: string, options: SqlOptions = {}): Sql {
     max: options.max ?? 10,
     idle_timeout: 30,
     connect_timeout: 5,
+    // Reconnect at most 500 ms apart: postgres.js's default grows to 20 s with the pool's failed
+    // connects, which kept a restarted server out of use for seconds after it accepted again.
+    backoff: attempts => Math.min(0.05 * 2 ** attempts, 0.5),
     onnotice: () => {},
     // UTC, so month arithmetic in SQL (billing periods) matches the application's.
     connection: { application_name: options.applicationName ?? 'agent-marketplace', TimeZone: 'UTC', ...options.settings },

@@ -115,7 +115,7 @@ describe('the owner’s notification stream', () => {
     try {
       const { owner, planId } = await ownerWithPlan()
       const stream = listen(`${serverB.url}/v1/events/stream`, { token: owner.token })
-      await Bun.sleep(100)
+      await until(async () => b.deps.events.size === 1)
       const user = await signUp(ctx)
       await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId } })
       const [event] = await stream.waitFor(1)
