@@ -32,16 +32,17 @@ export function createPubSub(subscriber: Redis): PubSub {
   })
   subscriber.on('ready', () => {
     if (connectedOnce) {
-      // ioredis subscribes again as it reconnects; a PING queued behind those SUBSCRIBEs answers once
-      // they are in force, so what a handler reads after it cannot miss a message published meanwhile.
-      subscriber.ping().then(
+      // ioredis subscribes again as it reconnects, but only after emitting 'ready': a PING sent on the
+      // next turn goes behind those SUBSCRIBEs and answers once they are in force, so what a handler
+      // reads after it cannot miss a message published meanwhile.
+      setImmediate(() => subscriber.ping().then(
         () => {
           for (const handler of reconnectHandlers) handler()
         },
         () => {
           // Gone again: the next 'ready' runs the handlers.
         },
-      )
+      ))
     }
     connectedOnce = true
   })
