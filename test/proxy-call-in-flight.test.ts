@@ -11,6 +11,7 @@ import { processGroup } from './helpers/processes.ts'
 import { freePort } from './helpers/ports.ts'
 import { until } from './helpers/until.ts'
 import { meteringProcessor } from '../workers/metering.ts'
+import { counted } from './helpers/usage.ts'
 
 const connectionsKey = randomBytes(32).toString('hex')
 const root = mkdtempSync(join(tmpdir(), 'am-in-flight-'))
@@ -65,17 +66,6 @@ const proxy = (s: Setup, key: string, path?: string) =>
 /** Calls the upstream received on /gate so far. */
 const gateCalls = () => upstream.received.filter(request => request.path === '/api/gate').length
 
-async function counted(subscriptionId: string, expected: number) {
-  const deadline = Date.now() + 15_000
-  for (;;) {
-    const [row] = await ctx.deps.sql<{ n: number }[]>`
-      select coalesce(sum(proxy_calls), 0)::int as n from subscription_periods where subscription_id = ${subscriptionId}
-    `
-    if (row!.n === expected || Date.now() > deadline) return row!.n
-    await Bun.sleep(25)
-  }
-}
-
 /** The 409 of a key whose first request still runs, with the seconds to wait before trying again. */
 function expectInProgress(result: CallResult): number {
   expectError(result, 409, 'idempotency_key_in_progress')
@@ -103,7 +93,7 @@ describe('an Idempotency-Key whose first proxy call is still running', () => {
     expect(await proxy(s, 'in-flight-1')).toMatchObject({ status: 200, body: answered.body })
     expectError(await proxy(s, 'in-flight-1', '/echo'), 409, 'idempotency_key_reused')
     expect(gateCalls()).toBe(before + 1)
-    expect(await counted(s.subscriptionId, 1)).toBe(1)
+    expect(await counted(ctx, s.subscriptionId, 1)).toBe(1)
   })
 
   test('keeps it while it runs longer than the lease, renewing it', async () => {
@@ -128,7 +118,7 @@ describe('an Idempotency-Key whose first proxy call is still running', () => {
       ctx.clock.set(new Date())
     }
     expect((await first).status).toBe(200)
-    expect(await counted(s.subscriptionId, 1)).toBe(1)
+    expect(await counted(ctx, s.subscriptionId, 1)).toBe(1)
   })
 })
 
@@ -180,7 +170,7 @@ describe('an Idempotency-Key whose proxy call died with its process', () => {
     expect(retried.body.data.status).toBe(200)
     // The upstream saw it twice (the first call reached it before its process died); it counts once.
     expect(gateCalls()).toBe(before + 2)
-    expect(await counted(s.subscriptionId, 1)).toBe(1)
+    expect(await counted(ctx, s.subscriptionId, 1)).toBe(1)
     expect(await proxy(s, 'crashed-1')).toMatchObject({ status: 200, body: retried.body })
   }, 40_000)
 })

@@ -11,6 +11,7 @@ import { countUsage } from '../src/metering/count.ts'
 import { invoiceProcessor } from '../workers/invoices.ts'
 import type { Job } from 'bullmq'
 import { addMonths } from '../src/billing/periods.ts'
+import { counted } from './helpers/usage.ts'
 
 let ctx: TestContext
 let upstream: Upstream
@@ -59,17 +60,6 @@ const proxy = (s: Setup, body: Record<string, unknown> = {}, headers?: Record<st
     body: { userId: s.user.id, provider: 'acme', method: 'GET', path: '/echo', ...body },
     headers,
   })
-
-async function counted(subscriptionId: string, expected: number) {
-  const deadline = Date.now() + 15_000
-  for (;;) {
-    const [row] = await ctx.deps.sql<{ n: number }[]>`
-      select coalesce(sum(proxy_calls), 0)::int as n from subscription_periods where subscription_id = ${subscriptionId}
-    `
-    if (row!.n === expected || Date.now() > deadline) return row!.n
-    await Bun.sleep(25)
-  }
-}
 
 describe('connected accounts', () => {
   test('are created with the credential sealed, listed without it, and deleted by their owner only', async () => {
@@ -154,7 +144,7 @@ describe('proxy calls', () => {
     expect(teapot.body.data).toMatchObject({ status: 418, body: 'status page' })
     const redirect = await proxy(s, { path: '/redirect' })
     expect(redirect.body.data.status).toBe(302)
-    expect(await counted(s.subscriptionId, 3)).toBe(3)
+    expect(await counted(ctx, s.subscriptionId, 3)).toBe(3)
   })
 
   test('refuse other headers, escaping paths, no subscription (403) and no connection (404)', async () => {
@@ -171,7 +161,7 @@ describe('proxy calls', () => {
     expectError(await proxy(s, { userId: stranger.id }), 403, 'not_subscribed')
     expectError(await ctx.call('POST', '/v1/agent/proxy-call', { token: s.user.token, body: { userId: s.user.id, provider: 'acme', method: 'GET', path: '/echo' } }), 403, 'forbidden')
     expect(upstream.received.length).toBe(calls)
-    expect(await counted(s.subscriptionId, 0)).toBe(0)
+    expect(await counted(ctx, s.subscriptionId, 0)).toBe(0)
   })
 
   test('an unreachable upstream is 502, a 5 MiB body is 502, a hanging one is 504 after about 10 s', async () => {
@@ -227,7 +217,7 @@ describe('proxy calls', () => {
     const results = await Promise.all(Array.from({ length: 200 }, () => proxy(s)))
     expect(results.every(r => r.status === 200)).toBe(true)
     expect(results.map(r => r.body.data.usage.periodCalls).sort((a, b) => a - b)).toEqual(Array.from({ length: 200 }, (_, i) => i + 1))
-    expect(await counted(s.subscriptionId, 200)).toBe(200)
+    expect(await counted(ctx, s.subscriptionId, 200)).toBe(200)
     const events = await ctx.deps.sql<{ id: string }[]>`select id from usage_events where subscription_id = ${s.subscriptionId}`
     expect(events.length).toBe(200)
     // A call without an Idempotency-Key is a time-ordered usage event id.
@@ -245,13 +235,13 @@ describe('proxy calls', () => {
     expect(again.body).toEqual(first.body)
     expect(upstream.received.length).toBe(before + 1)
     expectError(await proxy(s, { path: '/status/200' }, headers), 409, 'idempotency_key_reused')
-    expect(await counted(s.subscriptionId, 1)).toBe(1)
+    expect(await counted(ctx, s.subscriptionId, 1)).toBe(1)
   })
 
   test('usage thresholds are recorded once at 80 % and 100 % of the included calls', async () => {
     const s = await setup({ includedProxyCalls: 5 })
     for (let i = 0; i < 7; i++) await proxy(s)
-    expect(await counted(s.subscriptionId, 7)).toBe(7)
+    expect(await counted(ctx, s.subscriptionId, 7)).toBe(7)
     const rows = await ctx.deps.sql`select percent from usage_thresholds where subscription_id = ${s.subscriptionId} order by percent`
     expect(rows.map(r => r.percent)).toEqual([80, 100])
   })
@@ -263,7 +253,7 @@ describe('invoices', () => {
     const usages = []
     for (let i = 0; i < 5; i++) usages.push((await proxy(s)).body.data.usage)
     expect(usages.map(u => [u.periodCalls, u.overageCalls])).toEqual([[1, 0], [2, 0], [3, 0], [4, 1], [5, 2]])
-    expect(await counted(s.subscriptionId, 5)).toBe(5)
+    expect(await counted(ctx, s.subscriptionId, 5)).toBe(5)
     // The price changes mid-period: this period keeps its terms, the next one gets the new ones.
     await ctx.call('PATCH', `/v1/billing/plans/${s.planId}`, { token: owner.token, body: { monthlyPriceCents: 2000, includedProxyCalls: 50 } })
     const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
