@@ -32,9 +32,9 @@ export function createPubSub(subscriber: Redis): PubSub {
   })
   subscriber.on('ready', () => {
     if (connectedOnce) {
-      // ioredis subscribes again as it reconnects, but only after emitting 'ready': a PING sent on the
-      // next turn goes behind those SUBSCRIBEs and answers once they are in force, so what a handler
-      // reads after it cannot miss a message published meanwhile.
+      // ioredis sends its SUBSCRIBEs again as it reconnects; a PING sent after them (on the next turn,
+      // to be sure of it) answers once they are in force, so what a handler reads after it cannot
+      // miss a message published meanwhile.
       setImmediate(() => subscriber.ping().then(
         () => {
           for (const handler of reconnectHandlers) handler()

@@ -158,13 +158,14 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
 
   // Events published while the subscriber was away reached the streams but not this process: each
   // open stream reads what came after the last event it sent (its connections skip what they have).
+  // Every open stream holds its live events back from the start (one that went live first would
+  // move past what it missed); streams still opening read their own replay.
   pubsub.onReconnect(() => {
-    void (async () => {
-      for (const [stream, set] of [...byStream]) {
-        // Streams still opening read their own replay; the others hold live events while this reads.
-        const open = [...set].filter(c => c.buffer === null && !c.closed)
-        if (open.length === 0) continue
-        for (const c of open) c.buffer = []
+    const streams = [...byStream].map(([stream, set]) => ({ stream, open: [...set].filter(c => c.buffer === null && !c.closed) }))
+    for (const { open } of streams) for (const c of open) c.buffer = []
+    void Promise.all(
+      streams.map(async ({ stream, open }) => {
+        if (open.length === 0) return
         try {
           const from = open.map(c => c.lastId).reduce((a, b) => (isAfter(a, b) ? b : a))
           for (const event of await readAfter(stream, from)) for (const c of open) deliver(c, event, undefined, true)
@@ -176,8 +177,8 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
           c.buffer = null
           for (const event of held) deliver(c, event)
         }
-      }
-    })()
+      }),
+    )
   })
 
   /** The stream's events after `from`, within the replay window. */
