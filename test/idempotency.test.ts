@@ -1,5 +1,6 @@
 /** Idempotency-Key reservations for commands and upstream calls: take-overs and late finishers. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { until } from './helpers/until.ts'
 import { createTestContext, type TestContext } from './helpers/context.ts'
 import { idempotentCommand, type CommandOptions } from '../src/idempotency/idempotent.ts'
 import { errors } from '../src/errors.ts'
@@ -37,7 +38,7 @@ describe('a reservation taken over', () => {
     ctx.clock.freeze(new Date())
     try {
       const a = heldCall('late-finisher', () => ({ status: 200, body: 'by A' }))
-      await Bun.sleep(50)
+      await until(async () => a.ids.length > 0)
       // Within its lease the original still holds it.
       await expect(idempotentCommand(ctx.deps, request('late-finisher'), async () => ({ status: 200, body: 'x' }), upstreamLike)).rejects.toMatchObject({
         code: 'idempotency_key_in_progress',
@@ -71,10 +72,10 @@ describe('a reservation taken over', () => {
       const a = heldCall('late-failure', () => {
         throw errors.upstreamUnreachable()
       })
-      await Bun.sleep(50)
+      await until(async () => a.ids.length > 0)
       ctx.clock.advance(11_000)
       const b = heldCall('late-failure', () => ({ status: 200, body: 'by B' }))
-      await Bun.sleep(50)
+      await until(async () => b.ids.length > 0)
       a.release()
       await expect(a.done).rejects.toMatchObject({ code: 'upstream_unreachable' })
       // The taker's reservation is still there: a third caller is told it is in progress.
