@@ -118,9 +118,8 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
   }
 
   /** `bytes` is the event's frame, encoded once however many connections it goes to. */
-  /** `past`: an event read from the stream, sent even while live ones are held back. */
-  const deliver = (connection: Connection, event: Published, bytes?: Uint8Array, past = false) => {
-    if (connection.buffer && !past) return void connection.buffer.push(event)
+  const deliver = (connection: Connection, event: Published, bytes?: Uint8Array) => {
+    if (connection.buffer) return void connection.buffer.push(event)
     if (connection.lastId && !isAfter(event.id, connection.lastId)) return
     connection.lastId = event.id
     send(connection, bytes ?? frame(event))
@@ -156,29 +155,11 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
     })()
   })
 
-  // Events published while the subscriber was away reached the streams but not this process: each
-  // open stream reads what came after the last event it sent (its connections skip what they have).
-  // Every open stream holds its live events back from the start (one that went live first would
-  // move past what it missed); streams still opening read their own replay.
+  // Events published while the subscriber was away reached the streams but not this process: every
+  // open stream ends (once the subscription is back), and its client resumes with Last-Event-ID,
+  // replayed from the stream like any reconnect.
   pubsub.onReconnect(() => {
-    const streams = [...byStream].map(([stream, set]) => ({ stream, open: [...set].filter(c => c.buffer === null && !c.closed) }))
-    for (const { open } of streams) for (const c of open) c.buffer = []
-    void Promise.all(
-      streams.map(async ({ stream, open }) => {
-        if (open.length === 0) return
-        try {
-          const from = open.map(c => c.lastId).reduce((a, b) => (isAfter(a, b) ? b : a))
-          for (const event of await readAfter(stream, from)) for (const c of open) deliver(c, event, undefined, true)
-        } catch (error) {
-          log.warn('a stream not caught up after a reconnect; its clients catch up when they reconnect', errorFields(error))
-        }
-        for (const c of open) {
-          const held = c.buffer ?? []
-          c.buffer = null
-          for (const event of held) deliver(c, event)
-        }
-      }),
-    )
+    for (const connection of [...all]) if (connection.buffer === null) end(connection)
   })
 
   /** The stream's events after `from`, within the replay window. */
@@ -259,11 +240,6 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
             connection.lastId = event.id
             send(connection, frame(event))
           }
-        } else {
-          // Where the stream stands as it opens: a catch-up after a reconnect starts there.
-          const [newest] = (await redis.xrevrange(stream, '+', '-', 'COUNT', 1)) as [string, string[]][]
-          // Events that arrived while it opened are its own, whatever their place against `newest`.
-          connection.lastId = connection.buffer!.length > 0 ? '0-0' : (newest?.[0] ?? '0-0')
         }
       } catch (error) {
         end(connection)
