@@ -11,7 +11,7 @@ export const recoveryWithinMs = 2000
 
 export interface Recovery {
   kind: WriteKind
-  /** Milliseconds from the server accepting connections to the first 2xx after it; undefined if none came. */
+  /** Milliseconds from the server accepting connections (or the first attempt after, if later) to the first 2xx; undefined if none came. */
   ms?: number
   /** The answers that kind got meanwhile (status or "no answer"), counted. */
   meanwhile: Record<string, number>
@@ -34,7 +34,10 @@ export function recoveries(run: ScenarioRun): Recovery[] {
       const answer = attempt.status === undefined ? 'no answer' : `${attempt.status}${attempt.body?.error ? ` ${attempt.body.error}` : ''}`
       meanwhile[answer] = (meanwhile[answer] ?? 0) + 1
     }
-    return { kind, ms: first ? first.endedAt - fault.upAt : undefined, meanwhile, attempts: attempts.slice(0, first ? attempts.indexOf(first) + 1 : 6).slice(0, 6) }
+    // The clock starts when the server was back and a write of this kind was asked for: a load that
+    // happened not to try one for a while says nothing about the service.
+    const from = Math.max(fault.upAt, attempts[0]?.startedAt ?? fault.upAt)
+    return { kind, ms: first ? first.endedAt - from : undefined, meanwhile, attempts: attempts.slice(0, first ? attempts.indexOf(first) + 1 : 6).slice(0, 6) }
   })
 }
 
