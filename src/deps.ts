@@ -13,7 +13,11 @@ import { createRateLimiter, type RateLimiter } from './rate-limit/token-bucket.t
 import { createDispatcher, type Dispatcher } from './actors/dispatcher.ts'
 import { createInlineRunner } from './actors/inline.ts'
 import { createMarkdownRenderer, type MarkdownRenderer } from './blog/render.ts'
-import { actorKinds } from './actors/kinds.ts'
+import type { ActorKinds } from './actors/types.ts'
+import { conversationCommands } from './conversations/commands.ts'
+import { serviceRequestCommands } from './service-requests/commands.ts'
+import { contextCommands } from './context/commands.ts'
+import type { InboxDeps } from './conversations/inbox.ts'
 import { createInboxReader, type InboxReader } from './conversations/inbox-reader.ts'
 import { createReplyWriter, type ReplyWriter } from './conversations/replies.ts'
 import { createQueues, type Queues } from './queues.ts'
@@ -50,6 +54,14 @@ export interface DepsOptions {
   clock?: Clock
   log?: Log
   sqlMax?: number
+}
+
+/** Every kind of actor this service has: agents (conversations, service requests) and organizations (context). */
+export function actorKinds(deps: InboxDeps): ActorKinds {
+  return {
+    agent: { ...conversationCommands(deps), ...serviceRequestCommands(deps) },
+    org: contextCommands(),
+  }
 }
 
 /** Batch transactions an API process runs at once for the commands of idle actors, and reply statements. */

@@ -33,10 +33,9 @@ export function createKeys(prefix: string) {
       openStreams: (userId: string) => `${prefix}events:open:${userId}`,
     },
     agent: (agentId: string) => ({
+      // Pending conversations: user id -> entry; and the version each conversation was last written at.
       inbox: `${prefix}{actor:agent:${agentId}}:inbox`,
-      // Tombstones of answered conversations: user id -> version, and user id -> when (ms).
-      answered: `${prefix}{actor:agent:${agentId}}:answered`,
-      answeredAt: `${prefix}{actor:agent:${agentId}}:answered-at`,
+      versions: `${prefix}{actor:agent:${agentId}}:inbox-versions`,
       requests: `${prefix}{actor:agent:${agentId}}:requests`,
       built: `${prefix}{actor:agent:${agentId}}:inbox-built`,
     }),

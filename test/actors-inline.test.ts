@@ -6,7 +6,7 @@ import { createInlineRunner, type InlineRunner } from '../src/actors/inline.ts'
 import { createRepairs } from '../src/actors/repairs.ts'
 import { createLog } from '../src/log.ts'
 import { createDispatcher, type Dispatcher } from '../src/actors/dispatcher.ts'
-import { acquireLease, releaseLease } from '../src/actors/lease.ts'
+import { holdActor } from './helpers/hold.ts'
 import type { ActorKinds } from '../src/actors/types.ts'
 import { AppError } from '../src/errors.ts'
 import { createTestContext, type TestContext } from './helpers/context.ts'
@@ -120,12 +120,12 @@ describe('commands applied by their sender', () => {
 
   test('a held actor’s command goes to its mailbox, behind what is there, and the runtime applies it', async () => {
     const actor = randomUUID()
-    const holder = randomUUID()
-    expect(await acquireLease(ctx.deps, `log:${actor}`, holder, 5000)).not.toBeNull()
+    const letGo = (await holdActor(ctx.deps, `log:${actor}`))!
+    expect(letGo).not.toBeNull()
     const first = dispatcher.ask<{ count: number }>(`log:${actor}`, 'append', { n: 1 })
     await until(() => mailed(actor))
     // Idle now but with mail: the next command must not overtake the one in the mailbox.
-    await releaseLease(ctx.deps, `log:${actor}`, holder)
+    await letGo()
     const second = dispatcher.ask<{ count: number }>(`log:${actor}`, 'append', { n: 2 })
     await until(() => ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${actor}`).mailbox).then(n => n === 2))
     const r = await runtime()
@@ -138,11 +138,10 @@ describe('commands applied by their sender', () => {
 
   test('commands that wait behind a mailed one follow it to the mailbox in order', async () => {
     const actor = randomUUID()
-    const holder = randomUUID()
-    await acquireLease(ctx.deps, `log:${actor}`, holder, 5000)
+    const letGo = (await holdActor(ctx.deps, `log:${actor}`))!
     const sent = Array.from({ length: 6 }, (_, n) => dispatcher.tell(`log:${actor}`, 'append', { n }))
     await Promise.all(sent)
-    await releaseLease(ctx.deps, `log:${actor}`, holder)
+    await letGo()
     const r = await runtime()
     await until(async () => (await appended(actor)).length === 6)
     expect(await appended(actor)).toEqual([0, 1, 2, 3, 4, 5])
@@ -309,7 +308,7 @@ describe('commands applied by their sender', () => {
       await until(() => redis.exists(keys.actor(`log:${actor}`).lease).then(n => n === 1))
       // Three lease lengths later, still held: no one else can take the actor meanwhile.
       await Bun.sleep(1800)
-      expect(await acquireLease(ctx.deps, `log:${actor}`, randomUUID(), 5000)).toBeNull()
+      expect(await holdActor(ctx.deps, `log:${actor}`)).toBeNull()
     } finally {
       open()
     }

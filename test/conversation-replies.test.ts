@@ -2,10 +2,11 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { Redis } from 'ioredis'
 import { newRowId } from '../src/ids.ts'
-import { answeredKeepMs, putConversation, removeConversation, replaceInbox } from '../src/conversations/inbox.ts'
+import { rebuildInbox, writeConversation } from '../src/conversations/inbox.ts'
 import { createReplyWriter } from '../src/conversations/replies.ts'
-import { insertUserMessage, pendingConversations, storeChosenReplies, storeFreshReplies } from '../src/conversations/store.ts'
-import { acquireLease, releaseLease } from '../src/actors/lease.ts'
+import { agentConversations, insertUserMessage, storeChosenReplies, storeFreshReplies } from '../src/conversations/store.ts'
+import { actorKinds } from '../src/deps.ts'
+import { holdActor } from './helpers/hold.ts'
 import { createSql, type Db, type Sql } from '../src/db.ts'
 import {
   createTestContext,
@@ -82,7 +83,8 @@ describe('a reply and the user racing on one conversation', () => {
       const row = await conversationRow(agent.id, user.id)
       const entries = await inboxInRedis(agent.id)
       if (row.pendingCount === 0) expect(entries[user.id]).toBeUndefined()
-      else expect(entries[user.id]).toMatchObject({ version: row.version, latestMessage: row.latestMessage, pendingCount: row.pendingCount })
+      else expect(entries[user.id]).toMatchObject({ latestMessage: row.latestMessage, pendingCount: row.pendingCount })
+      expect(await ctx.deps.redis.hget(ctx.deps.keys.agent(agent.id).versions, user.id)).toBe(String(row.version))
       // The poll agrees once this process has heard of the last change.
       await until(async () => {
         const polled = (await ctx.call('GET', '/v1/agent/events', { apiKey: agent.apiKey })).body.data.pendingConversations
@@ -214,9 +216,8 @@ describe('a conversation’s row', () => {
         return { all: after.all - before.all, hot: after.hot - before.hot }
       })
       expect(counted).toEqual({ all: 3, hot: 3 })
-      expect((await pendingConversations(c.sql, pair.agent.id)).map(p => [p.userId, p.latestMessage, p.pendingCount])).toEqual([
-        [other.id, 'also waiting', 1],
-      ])
+      const pending = (await agentConversations(c.sql, pair.agent.id)).flatMap(({ pending: p }) => (p ? [[p.userId, p.latestMessage, p.pendingCount]] : []))
+      expect(pending).toEqual([[other.id, 'also waiting', 1]])
     } finally {
       await c.sql.end()
     }
@@ -298,157 +299,82 @@ describe('the reply statement and a user’s message on one conversation', () =>
   })
 })
 
-describe('the inbox projection of a conversation', () => {
-  const agentId = newRowId()
-  const userId = newRowId()
-  const entry = (latestMessage: string) => ({ userId, latestMessage, latestMessageAt: new Date().toISOString(), pendingCount: 1 })
+describe('the inbox’s one write rule', () => {
+  const entry = (userId: string, latestMessage: string) => ({ userId, latestMessage, latestMessageAt: new Date().toISOString(), pendingCount: 1 })
   const changes: string[] = []
   let stop: () => Promise<void>
   beforeAll(async () => {
     stop = await ctx.deps.pubsub.subscribe(ctx.deps.keys.channels.inboxChanged, id => changes.push(id))
   })
   afterAll(() => stop())
-  const announced = async () => {
+  const announced = async (agentId: string) => {
     await Bun.sleep(50)
     return changes.filter(id => id === agentId).length
   }
 
-  test('drops a change older than the one it holds, and announces only what it applied', async () => {
-    // The actor holds the agent while it puts, as it does when applying a user's message.
-    const actor = `agent:${agentId}`
-    expect(await acquireLease(ctx.deps, actor, 'the actor', 5000)).not.toBeNull()
-    await putConversation(ctx.deps, agentId, 2, entry('second'))
-    // The removal of an older reply, landing late.
-    await removeConversation(ctx.deps, agentId, userId, 1)
-    expect((await inboxInRedis(agentId))[userId]).toMatchObject({ version: 2, latestMessage: 'second' })
-    expect(await announced()).toBe(1)
+  test('applies a change only when newer than the last one written, and announces only what it applied', async () => {
+    const [agentId, userId] = [newRowId(), newRowId()]
+    await writeConversation(ctx.deps, agentId, userId, 2, entry(userId, 'second'))
+    // The answer to an older message, landing late.
+    await writeConversation(ctx.deps, agentId, userId, 1, null)
+    expect((await inboxInRedis(agentId))[userId]).toMatchObject({ latestMessage: 'second' })
+    expect(await announced(agentId)).toBe(1)
 
-    await removeConversation(ctx.deps, agentId, userId, 3)
+    await writeConversation(ctx.deps, agentId, userId, 3, null)
     expect((await inboxInRedis(agentId))[userId]).toBeUndefined()
-    // The message the reply answered, projected after it: the tombstone keeps it out.
-    await putConversation(ctx.deps, agentId, 2, entry('second, late'))
+    // The message the reply answered, written after it (its projection retried late): kept out.
+    await writeConversation(ctx.deps, agentId, userId, 2, entry(userId, 'second, late'))
     expect((await inboxInRedis(agentId))[userId]).toBeUndefined()
-    expect(await announced()).toBe(2)
+    expect(await announced(agentId)).toBe(2)
 
-    await putConversation(ctx.deps, agentId, 4, entry('fourth'))
-    expect((await inboxInRedis(agentId))[userId]).toMatchObject({ version: 4, latestMessage: 'fourth' })
-    // A put past the tombstone takes its place.
-    expect(await ctx.deps.redis.hexists(ctx.deps.keys.agent(agentId).answered, userId)).toBe(0)
-    expect(await announced()).toBe(3)
-    await releaseLease(ctx.deps, actor, 'the actor')
-
-    // With the actor not held, no put is on its way: a removal leaves no tombstone behind.
-    await removeConversation(ctx.deps, agentId, userId, 5)
-    expect((await inboxInRedis(agentId))[userId]).toBeUndefined()
-    expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(agentId).answered)).toBe(0)
-    expect(await announced()).toBe(4)
+    await writeConversation(ctx.deps, agentId, userId, 4, entry(userId, 'fourth'))
+    expect((await inboxInRedis(agentId))[userId]).toMatchObject({ latestMessage: 'fourth' })
+    expect(await announced(agentId)).toBe(3)
   })
 
-  test('a removal that finds the answered message’s entry in place and the actor free leaves no tombstone; otherwise one keeps a late put out', async () => {
-    const agent = newRowId()
-    const [inPlace, missing] = [newRowId(), newRowId()]
-    const k = ctx.deps.keys.agent(agent)
-    const at = new Date().toISOString()
-    // The actor put version 5 of one conversation and released; the reply (6) removes it.
-    await acquireLease(ctx.deps, `agent:${agent}`, 'the actor', 5000)
-    await putConversation(ctx.deps, agent, 5, { userId: inPlace, latestMessage: 'm', latestMessageAt: at, pendingCount: 1 })
-    await releaseLease(ctx.deps, `agent:${agent}`, 'the actor')
-    await removeConversation(ctx.deps, agent, inPlace, 6)
-    expect((await inboxInRedis(agent))[inPlace]).toBeUndefined()
-    expect(await ctx.deps.redis.hexists(k.answered, inPlace)).toBe(0)
-    // The other's put (5) failed and waits for its redelivery; the reply (6) lands first, actor free.
-    await removeConversation(ctx.deps, agent, missing, 6)
-    expect(await ctx.deps.redis.hget(k.answered, missing)).toBe('6')
-    await acquireLease(ctx.deps, `agent:${agent}`, 'the actor again', 5000)
-    await putConversation(ctx.deps, agent, 5, { userId: missing, latestMessage: 'm', latestMessageAt: at, pendingCount: 1 })
-    await releaseLease(ctx.deps, `agent:${agent}`, 'the actor again')
-    expect((await inboxInRedis(agent))[missing]).toBeUndefined()
+  test('is the same for every writer, held or not: a late put never undoes an answer, however late', async () => {
+    const [agentId, userId] = [newRowId(), newRowId()]
+    const letGo = (await holdActor(ctx.deps, `agent:${agentId}`))!
+    await writeConversation(ctx.deps, agentId, userId, 6, null)
+    await letGo()
+    await Bun.sleep(20)
+    await writeConversation(ctx.deps, agentId, userId, 5, entry(userId, 'answered long ago'))
+    expect(await inboxInRedis(agentId)).toEqual({})
   })
 
-  test('meeting an entry written before versions (an older release), marks the inbox for a rebuild instead', async () => {
-    const pair = await subscribedPair()
-    await send(pair.user, pair.agent, 'hello')
-    const k = ctx.deps.keys.agent(pair.agent.id)
-    const stale = { userId: pair.user.id, latestMessage: 'from an older process', latestMessageAt: new Date().toISOString(), pendingCount: 1 }
-    await ctx.deps.redis.hset(k.inbox, pair.user.id, JSON.stringify(stale))
-    await removeConversation(ctx.deps, pair.agent.id, pair.user.id, 99)
-    expect(await ctx.deps.redis.exists(k.built)).toBe(0)
-    // The next read rebuilds it from Postgres, where the conversation is pending with 'hello'.
-    await until(async () => {
-      const polled = (await ctx.call('GET', '/v1/agent/events', { apiKey: pair.agent.apiKey })).body.data.pendingConversations
-      return polled.length === 1 && polled[0].latestMessage === 'hello'
-    }, 5000)
-    expect((await inboxInRedis(pair.agent.id))[pair.user.id]).toMatchObject({ latestMessage: 'hello' })
-  })
-
-  test('forgets tombstones a minute old as new ones are written, and the whole key after a minute', async () => {
-    const k = ctx.deps.keys.agent(newRowId())
-    const agent = k.inbox.split('{actor:agent:')[1]!.split('}')[0]!
-    const [old, fresh] = [newRowId(), newRowId()]
-    expect(await acquireLease(ctx.deps, `agent:${agent}`, 'the actor', 5000)).not.toBeNull()
-    await removeConversation(ctx.deps, agent, old, 1)
-    await ctx.deps.redis.zadd(k.answeredAt, Date.now() - answeredKeepMs - 1000, old)
-    await removeConversation(ctx.deps, agent, fresh, 1)
-    expect(await ctx.deps.redis.hkeys(k.answered)).toEqual([fresh])
-    expect(await ctx.deps.redis.zrange(k.answeredAt, 0, -1)).toEqual([fresh])
-    const ttl = await ctx.deps.redis.pttl(k.answered)
-    expect(ttl).toBeGreaterThan(0)
-    expect(ttl).toBeLessThanOrEqual(answeredKeepMs)
-  })
-
-  test('a rebuild keeps out a conversation a newer reply took out meanwhile', async () => {
+  test('a rebuild keeps a conversation a newer reply answered meanwhile out, and one written newer in', async () => {
     const rebuilt = newRowId()
-    const [answered, waiting] = [newRowId(), newRowId()]
-    const holder = newRowId()
-    expect(await acquireLease(ctx.deps, `agent:${rebuilt}`, holder, 5000)).not.toBeNull()
-    // The rebuild read both as pending at version 5; a reply to one landed (version 6) before it wrote.
-    await removeConversation(ctx.deps, rebuilt, answered, 6)
-    const at = new Date().toISOString()
-    const written = await replaceInbox(ctx.deps, rebuilt, holder, {
-      conversations: [
-        { userId: answered, latestMessage: 'a', latestMessageAt: at, pendingCount: 1, version: 5 },
-        { userId: waiting, latestMessage: 'w', latestMessageAt: at, pendingCount: 2, version: 5 },
-      ],
+    const [answered, waiting, newer] = [newRowId(), newRowId(), newRowId()]
+    const letGo = (await holdActor(ctx.deps, `agent:${rebuilt}`))!
+    // The rebuild read all three at version 5; a reply to one (6) and a message to another (7) landed before it wrote.
+    await writeConversation(ctx.deps, rebuilt, answered, 6, null)
+    await writeConversation(ctx.deps, rebuilt, newer, 7, entry(newer, 'newer'))
+    const holder = (await ctx.deps.redis.get(ctx.deps.keys.actor(`agent:${rebuilt}`).lease))!
+    const written = await rebuildInbox(ctx.deps, rebuilt, holder, {
+      conversations: [answered, waiting, newer].map(userId => ({ userId, version: 5, pending: entry(userId, 'as read') })),
       requests: [],
     })
     expect(written).toBe(true)
-    expect(Object.keys(await inboxInRedis(rebuilt))).toEqual([waiting])
-    await releaseLease(ctx.deps, `agent:${rebuilt}`, holder)
+    const inbox = await inboxInRedis(rebuilt)
+    expect(Object.keys(inbox).sort()).toEqual([waiting, newer].sort())
+    expect(inbox[newer]).toMatchObject({ latestMessage: 'newer' })
+    expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(rebuilt).built)).toBe(1)
+    await letGo()
   })
 
-  test('a rebuild whose lease ran out meanwhile writes nothing', async () => {
+  test('a rebuild whose hold ran out meanwhile writes nothing', async () => {
     const rebuilt = newRowId()
     const waiting = newRowId()
-    await putConversation(ctx.deps, rebuilt, 7, { userId: waiting, latestMessage: 'newer', latestMessageAt: new Date().toISOString(), pendingCount: 3 })
     // Another holder took the actor after this rebuild's lease ran out.
-    expect(await acquireLease(ctx.deps, `agent:${rebuilt}`, 'another holder', 5000)).not.toBeNull()
-    const written = await replaceInbox(ctx.deps, rebuilt, 'the slow rebuild', {
-      conversations: [{ userId: waiting, latestMessage: 'older', latestMessageAt: new Date().toISOString(), pendingCount: 1, version: 5 }],
+    const letGo = (await holdActor(ctx.deps, `agent:${rebuilt}`))!
+    const written = await rebuildInbox(ctx.deps, rebuilt, 'the slow rebuild', {
+      conversations: [{ userId: waiting, version: 5, pending: entry(waiting, 'older') }],
       requests: [],
     })
     expect(written).toBe(false)
-    expect((await inboxInRedis(rebuilt))[waiting]).toMatchObject({ version: 7, latestMessage: 'newer' })
+    expect(await inboxInRedis(rebuilt)).toEqual({})
     expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(rebuilt).built)).toBe(0)
-    await releaseLease(ctx.deps, `agent:${rebuilt}`, 'another holder')
-  })
-})
-
-describe('a reply mailed to the actor by a process of the older release', () => {
-  test('is applied the same way: stored once, the conversation answered and out of the inbox, the user told', async () => {
-    const pair = await subscribedPair()
-    await send(pair.user, pair.agent, 'still there?')
-    expect((await inboxInRedis(pair.agent.id))[pair.user.id]).toBeDefined()
-    const messageId = newRowId()
-    const command = { messageId, userId: pair.user.id, text: 'from the old path' }
-    const applied = await ctx.deps.dispatcher.ask<{ messageId: string }>(`agent:${pair.agent.id}`, 'agent.reply', command, { commandId: `old-${messageId}` })
-    expect(applied).toMatchObject({ messageId, text: 'from the old path' })
-    // Its repeat (a redelivery, or a retry under the same key) changes nothing.
-    await ctx.deps.dispatcher.ask(`agent:${pair.agent.id}`, 'agent.reply', command, { commandId: `old-${messageId}` })
-    expect((await history(pair)).map(m => m.text)).toEqual(['from the old path', 'still there?'])
-    expect((await conversationRow(pair.agent.id, pair.user.id)).pendingCount).toBe(0)
-    expect((await inboxInRedis(pair.agent.id))[pair.user.id]).toBeUndefined()
-    const events = ctx.deps.keys.events.user(pair.user.id)
-    await until(async () => (await ctx.deps.redis.xrange(events, '-', '+')).some(([, f]) => f[1] === 'conversation.reply' && f[3]!.includes(messageId)), 5000)
+    await letGo()
   })
 })
 
@@ -647,7 +573,6 @@ describe('the reply writer', () => {
 
 describe('an agent’s projection given up (lease lost, or closing, with Redis refusing it)', () => {
   test('is repaired by rebuilding the inbox from Postgres, for conversations and service requests alike', async () => {
-    const { actorKinds } = await import('../src/actors/kinds.ts')
     const pair = await subscribedPair()
     const poll = async () => (await ctx.call('GET', '/v1/agent/events', { apiKey: pair.agent.apiKey })).body.data.pendingConversations as { userId: string }[]
     // The inbox is built (nothing pending), then a message is applied whose projection never lands.
@@ -658,7 +583,7 @@ describe('an agent’s projection given up (lease lost, or closing, with Redis r
 
     const agent = actorKinds(ctx.deps).agent!
     const context = { actor: `agent:${pair.agent.id}`, id: pair.agent.id, commandId: 'lost', at: new Date() }
-    for (const type of ['user.message', 'agent.reply', 'service.request', 'service.respond']) expect(agent[type]!.repair).toBeFunction()
+    for (const type of ['user.message', 'service.request', 'service.respond']) expect(agent[type]!.repair).toBeFunction()
     await agent['user.message']!.repair!(context)
     expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(pair.agent.id).built)).toBe(0)
     await until(async () => (await poll()).map(c => c.userId).includes(pair.user.id), 5000)

@@ -1,7 +1,6 @@
-/** The actor runtime with every kind this service has (`src/actors/kinds.ts`). */
-import type { Deps } from '../src/deps.ts'
+/** The actor runtime with every kind this service has (`actorKinds` in src/deps.ts). */
+import { actorKinds, type Deps } from '../src/deps.ts'
 import { startActorRuntime, type ActorRuntime, type ActorRuntimeOptions } from '../src/actors/runtime.ts'
-import { actorKinds } from '../src/actors/kinds.ts'
 
 export function startActors(
   deps: Deps,

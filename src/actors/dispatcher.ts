@@ -5,6 +5,7 @@ import type { PubSub } from '../pubsub.ts'
 import type { Keys } from '../keys.ts'
 import { errors } from '../errors.ts'
 import type { InlineRunner } from './inline.ts'
+import { hintRuntimes } from './hints.ts'
 
 export interface SendOptions {
   /** Repeats with one id are applied once (derive it from an Idempotency-Key); random by default. */
@@ -21,9 +22,6 @@ export interface Dispatcher {
   close(): Promise<void>
 }
 
-// Hints are trimmed only past this backlog; a mailbox whose hint was trimmed is found by the runtimes' sweep.
-const readyMaxLength = 1_000_000
-
 export async function createDispatcher(options: {
   redis: Redis
   pubsub: PubSub
@@ -38,17 +36,12 @@ export async function createDispatcher(options: {
   const replyChannel = keys.channels.actorReplies(randomUUID())
   const waiting = new Map<string, { resolve(result: unknown): void; reject(error: unknown): void }>()
 
-  type Reply = { ask: string; result?: unknown; failed?: boolean }
-  // One reply, or the replies a runtime had ready at once for this process.
   const stop = await pubsub.subscribe(replyChannel, message => {
-    const parsed = JSON.parse(message) as Reply | Reply[]
-    for (const reply of Array.isArray(parsed) ? parsed : [parsed]) {
-      const waiter = waiting.get(reply.ask)
-      if (!waiter) continue
-      waiting.delete(reply.ask)
-      if (reply.failed) waiter.reject(errors.unavailable('The command could not be applied'))
-      else waiter.resolve(reply.result)
-    }
+    const reply = JSON.parse(message) as { ask: string; result?: unknown; failed?: boolean }
+    const waiter = waiting.get(reply.ask)
+    if (!waiter) return
+    if (reply.failed) waiter.reject(errors.unavailable('The command could not be applied'))
+    else waiter.resolve(reply.result)
   })
 
   const send = async (actor: string, type: string, payload: unknown, sendOptions: SendOptions, ask: string) => {
@@ -68,7 +61,7 @@ export async function createDispatcher(options: {
     // hint be lost, the runtimes' sweep still finds the mail. On the auto-pipelined connection each
     // leaves in a write shared with whatever other requests sent in the same tick.
     await sending.xadd(keys.actor(actor).mailbox, '*', ...fields)
-    await sending.xadd(keys.actorsReady, 'MAXLEN', '~', readyMaxLength, '*', 'actor', actor)
+    await hintRuntimes(sending, keys, actor)
     return commandId
   }
 

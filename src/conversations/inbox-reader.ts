@@ -5,10 +5,11 @@ import type { Keys } from '../keys.ts'
 import type { PubSub } from '../pubsub.ts'
 import type { Sql } from '../db.ts'
 import type { Clock } from '../clock.ts'
-import { acquireLease, releaseLease } from '../actors/lease.ts'
+import { createHolder } from '../actors/hold.ts'
+import { hintRuntimes } from '../actors/hints.ts'
 import { openRequests } from '../service-requests/store.ts'
-import { pendingConversations, type PendingConversation } from './store.ts'
-import { replaceInbox, type AgentInbox, type OpenServiceRequest } from './inbox.ts'
+import { agentConversations, type PendingConversation } from './store.ts'
+import { rebuildInbox, type AgentInbox, type OpenServiceRequest } from './inbox.ts'
 
 export interface InboxReader {
   read(agentId: string): Promise<AgentInbox>
@@ -20,9 +21,8 @@ export interface InboxReader {
 /**
  * Reads inboxes: from process memory when nothing changed since, else in one Redis round trip. An
  * inbox Redis lost (no "built" marker) is rebuilt from Postgres while holding the agent's actor, so
- * no actor command (a user's message, a service request) is applied meanwhile, and a reply's removal
- * that lands first leaves a tombstone the rebuild respects; if a runtime holds the actor, this poll
- * is answered from Postgres.
+ * no service request changes meanwhile (conversations keep to their versions whoever writes them);
+ * if someone else holds the actor, this poll is answered from Postgres.
  */
 export async function createInboxReader(options: {
   sql: Sql
@@ -36,6 +36,7 @@ export async function createInboxReader(options: {
   const { sql, redis, keys, pubsub, clock } = options
   const ttlMs = options.ttlMs ?? 30_000
   const maxEntries = options.maxEntries ?? 100_000
+  const holder = createHolder(redis, keys, `inbox:${randomUUID()}`, 5000)
   const cache = new Map<string, { inbox: AgentInbox; expires: number }>()
   const rebuilding = new Map<string, Promise<AgentInbox>>()
   // Bumped by every change announcement: a read that overlaps one must not be cached.
@@ -61,11 +62,8 @@ export async function createInboxReader(options: {
     if (built !== 1) return null
     return {
       conversations: Object.values(inbox)
-        .map(value => {
-          const { version: _, ...conversation } = JSON.parse(value) as PendingConversation & { version?: number }
-          return conversation
-        })
-        .sort((a, b) => a.latestMessageAt.localeCompare(b.latestMessageAt) || a.userId.localeCompare(b.userId)),
+        .map(value => JSON.parse(value) as PendingConversation)
+        .sort(byTime),
       requests: Object.values(requests)
         .map(value => JSON.parse(value) as OpenServiceRequest)
         .sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.requestId.localeCompare(b.requestId)),
@@ -74,20 +72,17 @@ export async function createInboxReader(options: {
 
   const rebuild = async (agentId: string): Promise<AgentInbox> => {
     const actor = `agent:${agentId}`
-    const holder = randomUUID()
-    const token = await acquireLease({ redis, keys }, actor, holder, 5000)
+    const [taken] = await holder.take([actor], -1)
+    const held = typeof taken === 'object' && !(taken instanceof Error)
     try {
-      const stored = { conversations: await pendingConversations(sql, agentId), requests: await openRequests(sql, agentId, clock.now()) }
-      // Written only while still held: a rebuild whose lease ran out (a long pause) answers this poll
+      const [conversations, requests] = await Promise.all([agentConversations(sql, agentId), openRequests(sql, agentId, clock.now())])
+      // Written only while still held: a rebuild whose hold ran out (a long pause) answers this poll
       // from what it read but leaves Redis to the newer holder.
-      if (token !== null) await replaceInbox({ redis, keys }, agentId, holder, stored)
-      return { conversations: stored.conversations.map(({ version: _, ...conversation }) => conversation), requests: stored.requests }
+      if (held) await rebuildInbox({ redis, keys }, agentId, holder.id, { conversations, requests })
+      return { conversations: conversations.flatMap(c => (c.pending ? [c.pending] : [])).sort(byTime), requests }
     } finally {
-      if (token !== null) {
-        await releaseLease({ redis, keys }, actor, holder)
-        // Mail that came while the actor was held here: make sure a runtime looks at it.
-        if ((await redis.xlen(keys.actor(actor).mailbox)) > 0) await redis.xadd(keys.actorsReady, '*', 'actor', actor)
-      }
+      // Mail that came while the actor was held here: make sure a runtime looks at it.
+      if (held && (await holder.release(actor, [])) > 0) await hintRuntimes(redis, keys, actor)
     }
   }
 
@@ -121,3 +116,5 @@ export async function createInboxReader(options: {
     close: changes.stop,
   }
 }
+
+const byTime = (a: PendingConversation, b: PendingConversation) => a.latestMessageAt.localeCompare(b.latestMessageAt) || a.userId.localeCompare(b.userId)

@@ -194,19 +194,25 @@ export async function storeChosenReplies(sql: Db, replies: NewReply[], at: Date)
 }
 
 /**
- * The agent's conversations waiting for a reply, oldest first, with their versions: what its inbox is
- * rebuilt from (rarely). It reads all of the agent's conversations through the primary key: an index
- * of the pending ones would make every change of the pending state a non-HOT update (sql/00013).
+ * Every conversation of the agent at its version, the pending ones with their entry: what its inbox
+ * is rebuilt from (rarely), through the primary key (an index of the pending ones would make every
+ * change of the pending state a non-HOT update, sql/00013).
  */
-export async function pendingConversations(sql: Db, participantId: string): Promise<(PendingConversation & { version: number })[]> {
+export async function agentConversations(
+  sql: Db,
+  participantId: string,
+): Promise<{ userId: string; version: number; pending: PendingConversation | null }[]> {
   const rows = await sql<{ userId: string; latestMessage: string; latestMessageAt: Date; pendingCount: number; version: number }[]>`
     select user_id as "userId", latest_user_message as "latestMessage",
       latest_user_message_at as "latestMessageAt", pending_count as "pendingCount", version
     from conversations
-    where participant_id = ${participantId} and pending_count > 0
-    order by latest_user_message_at
+    where participant_id = ${participantId}
   `
-  return rows.map(row => ({ ...row, latestMessageAt: row.latestMessageAt.toISOString() }))
+  return rows.map(({ userId, version, latestMessage, latestMessageAt, pendingCount }) => ({
+    userId,
+    version,
+    pending: pendingCount > 0 ? { userId, latestMessage, latestMessageAt: latestMessageAt.toISOString(), pendingCount } : null,
+  }))
 }
 
 export async function listMessages(

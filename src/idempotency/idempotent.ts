@@ -118,10 +118,8 @@ export async function idempotentCommand(
   // What marks the reservation as this caller's; the lease's renewals move `at` on.
   const mine = { reservation, at }
   // One command id per reservation: a repeat in flight resends it (applied once), a key used again
-  // after its window or after a refusal is a new command. Reservations from before have none.
-  const commandId = createHash('sha256')
-    .update(JSON.stringify(reservation ? [request.subject, key, reservation] : [request.subject, key]))
-    .digest('hex')
+  // after its window or after a refusal is a new command.
+  const commandId = createHash('sha256').update(JSON.stringify([request.subject, key, reservation])).digest('hex')
   const lease = options.inFlight === 'refuse' && options.leaseMs !== undefined
     ? keepLease({ sql, clock }, request.subject, key, mine, options.leaseMs)
     : undefined
@@ -143,7 +141,7 @@ export async function idempotentCommand(
       await sql`
         delete from idempotency_keys
         where subject = ${request.subject} and key = ${key} and response_status is null
-          and created_at = ${mine.at} and reservation is not distinct from ${reservation}
+          and created_at = ${mine.at} and reservation = ${reservation}
       `.catch(() => {})
     }
     throw error
@@ -157,7 +155,7 @@ export async function idempotentCommand(
  * A reservation to run under (its id, the time that marks it as this caller's, and whether this
  * caller made it rather than repeating a request in flight), or the outcome to replay.
  */
-type Taken = { reservation: string | null; at: Date; own: boolean } | { replay: Outcome }
+type Taken = { reservation: string; at: Date; own: boolean } | { replay: Outcome }
 
 /**
  * Reserves the key for this request, or finds what holds it: a stored outcome to replay, a request in
@@ -175,7 +173,7 @@ async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now
       returning reservation
     `
     if (reserved) return { reservation: reserved.reservation, at: now, own: true }
-    const [stored] = await sql<{ requestHash: Buffer; status: number | null; body: string | null; createdAt: Date; reservation: string | null }[]>`
+    const [stored] = await sql<{ requestHash: Buffer; status: number | null; body: string | null; createdAt: Date; reservation: string }[]>`
       select request_hash as "requestHash", response_status as status, response_body as body,
         created_at as "createdAt", reservation
       from idempotency_keys where subject = ${subject} and key = ${key}
@@ -186,6 +184,7 @@ async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now
       throw errors.unavailable('The Idempotency-Key is changing hands; try again')
     }
     if (!stored.requestHash.equals(hash)) throw errors.idempotencyKeyReused()
+    // Past this point the key is in progress, so it has a reservation (sql/00015).
     if (stored.status != null) return { replay: { status: stored.status, body: JSON.parse(stored.body!) } }
     if (options.inFlight === 'resend') return { reservation: stored.reservation, at: stored.createdAt, own: false }
     // A reservation's time is its lease's last renewal.
@@ -214,14 +213,14 @@ async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now
  * renewal that finds the reservation taken over stops renewing; one that fails (Postgres away) is
  * tried again at the next tick: the lease lapses only if none lands for a whole `leaseMs`.
  */
-function keepLease({ sql, clock }: { sql: Sql; clock: Clock }, subject: string, key: string, mine: { at: Date; reservation: string | null }, leaseMs: number) {
+function keepLease({ sql, clock }: { sql: Sql; clock: Clock }, subject: string, key: string, mine: { at: Date; reservation: string }, leaseMs: number) {
   let renewing: Promise<void> | undefined
   const renew = async () => {
     const now = clock.now()
     const [renewed] = await sql`
       update idempotency_keys set created_at = ${now}
       where subject = ${subject} and key = ${key} and response_status is null
-        and created_at = ${mine.at} and reservation is not distinct from ${mine.reservation}
+        and created_at = ${mine.at} and reservation = ${mine.reservation}
       returning 1
     `
     if (renewed) mine.at = now
@@ -242,10 +241,10 @@ function keepLease({ sql, clock }: { sql: Sql; clock: Clock }, subject: string, 
 }
 
 /** Stores the outcome of the reservation this caller holds (made, taken over or last renewed at `at`); one taken over or made anew since is left alone. */
-async function complete(sql: Sql, subject: string, key: string, mine: { at: Date; reservation: string | null }, outcome: Outcome) {
+async function complete(sql: Sql, subject: string, key: string, mine: { at: Date; reservation: string }, outcome: Outcome) {
   await sql`
     update idempotency_keys set response_status = ${outcome.status}, response_body = ${JSON.stringify(outcome.body)}
-    where subject = ${subject} and key = ${key} and created_at = ${mine.at} and reservation is not distinct from ${mine.reservation}
+    where subject = ${subject} and key = ${key} and created_at = ${mine.at} and reservation = ${mine.reservation}
   `
 }
 

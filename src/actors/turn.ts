@@ -1,11 +1,14 @@
 /**
- * Applying many actors' commands in one Postgres transaction: what the runtime does with the mail it
- * reads and what a sender does with the commands of actors it found idle (`inline.ts`).
+ * An actor turn, after the hold: the held actors' commands applied in one Postgres transaction (each
+ * actor's in order, the actors side by side), then each actor's projections in order. The runtime
+ * runs it on the mail it reads (mail.ts), a sender on the commands of actors it found idle
+ * (inline.ts); the careful retry of a failed batch is the same turn with one command.
  */
 import type { Sql, TxSql } from '../db.ts'
-import { defineScript } from '../redis.ts'
 import type { Clock } from '../clock.ts'
-import { type ActorKinds, type CommandContext, type CommandHandler } from './types.ts'
+import { errorFields, type Log } from '../log.ts'
+import { isRefusal, type ActorKinds, type CommandContext, type CommandHandler } from './types.ts'
+import type { Repairs } from './repairs.ts'
 
 export interface BatchCommand {
   commandId: string
@@ -54,16 +57,6 @@ export class BatchFailed extends Error {
     super(`a command of ${actor} failed: ${(cause as Error)?.message ?? cause}`)
   }
 }
-
-// KEYS mailbox, lease; ARGV group, holder, entry ids (maybe none). Acknowledges and deletes the finished
-// entries, lets go of the lease and says how much mail is left: the end of an actor's turn, in one call.
-export const finishAndRelease = defineScript(`
-if #ARGV > 2 then
-  redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 3))
-  redis.call('XDEL', KEYS[1], unpack(ARGV, 3))
-end
-if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
-return redis.call('XLEN', KEYS[1])`)
 
 /**
  * One transaction for the batch: fences every actor, then applies each actor's commands in order, the
@@ -218,4 +211,61 @@ async function recordApplied(tx: TxSql, rows: AppliedRecord[]) {
 export function repeatOf(previous: { entryId: string; result: unknown } | undefined, entryId: string, reused: boolean) {
   if (reused) return { result: { refused: 'idempotency_key_reused' } as unknown, project: false }
   return { result: previous?.result ?? null, project: previous?.entryId === entryId }
+}
+
+export interface TurnDeps {
+  sql: Sql
+  clock: Clock
+  kinds: ActorKinds
+  log: Log
+  repairs: Repairs
+  leaseMs: number
+}
+
+// A projection that fails is tried this often (backing off) before the actor's Redis state is repaired instead.
+const projectionAttempts = 5
+
+/**
+ * The turn: the batch's transaction (throws `BatchFailed`, having changed nothing, if a command
+ * fails; `committed` runs once it is done), then each actor's projections, in order, while it is held.
+ */
+export async function applyTurn(
+  deps: TurnDeps,
+  actors: BatchActor[],
+  held: (actor: string) => boolean,
+  committed?: () => void,
+): Promise<BatchOutcome> {
+  const outcome = await applyBatch(deps.sql, deps.clock, deps.kinds, actors)
+  committed?.()
+  await Promise.all([...outcome.applied].map(([actor, applied]) => project(deps, applied, () => held(actor))))
+  return outcome
+}
+
+/**
+ * One actor's projections in order. One that fails (Redis away) is tried again, so no later one
+ * overtakes it; given up (still failing, the hold lost or the process closing), what is left is
+ * repaired instead: the actor's Redis state is rebuilt from Postgres.
+ */
+async function project(deps: TurnDeps, applied: Applied[], held: () => boolean): Promise<void> {
+  const due = (command: Applied) => command.project && !isRefusal(command.result) && command.handler?.project !== undefined
+  let i = 0
+  for (let attempt = 1; ; attempt++) {
+    try {
+      for (; i < applied.length; i++) {
+        const command = applied[i]!
+        if (due(command)) await command.handler!.project!(command.result, command.payload, command.context)
+      }
+      return
+    } catch (error) {
+      const actor = applied[i]!.context.actor
+      deps.log.warn('actor projection failed', { actor, attempt, ...errorFields(error) })
+      if (attempt < projectionAttempts && held()) {
+        await Bun.sleep(Math.min(100 * 2 ** (attempt - 1), deps.leaseMs / 4))
+        if (held()) continue
+      }
+      deps.log.error('actor projection given up; repairing the actor’s Redis state', { actor })
+      for (const command of applied.slice(i)) if (due(command)) deps.repairs.add(command.handler, command.context)
+      return
+    }
+  }
 }

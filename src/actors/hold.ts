@@ -1,0 +1,162 @@
+/**
+ * Holding actors: a lease in Redis with a fencing token drawn in the same step, renewed while held,
+ * let go together with the acknowledgement of the mail it finished. Postgres checks the token in
+ * every transaction that applies commands (turn.ts), so a holder that lost its lease cannot commit.
+ */
+import { defineBatchedScript, defineScript, type Redis } from '../redis.ts'
+import type { Keys } from '../keys.ts'
+
+const group = 'actor'
+// One consumer name for every holder: the next holder reads what the last one left unacknowledged.
+const consumer = 'holder'
+
+// K lease, fence, mailbox; A holder, ms, mail (-1: hold whatever the mailbox holds; 0: only an actor
+// with no mail, so no command overtakes one queued before it; n: read up to n entries, first what a
+// previous holder read and never acknowledged, the third element then 1). Nil when held elsewhere.
+const take = defineBatchedScript(
+  `
+local count = tonumber(A[3])
+if count == 0 and redis.call('XLEN', K[3]) > 0 then return nil end
+if not redis.call('SET', K[1], A[1], 'NX', 'PX', A[2]) then return nil end
+local drawn, token = pcall(redis.call, 'INCR', K[2])
+local function give_up(err)
+  redis.call('DEL', K[1])
+  error(err)
+end
+if not drawn then give_up(token) end
+if count <= 0 then return {token, {}, 0} end
+local function read(from)
+  local found = redis.pcall('XREADGROUP', 'GROUP', '${group}', '${consumer}', 'COUNT', count, 'STREAMS', K[3], from)
+  if type(found) == 'table' and found.err and string.find(found.err, 'NOGROUP', 1, true) then
+    redis.pcall('XGROUP', 'CREATE', K[3], '${group}', '0', 'MKSTREAM')
+    found = redis.pcall('XREADGROUP', 'GROUP', '${group}', '${consumer}', 'COUNT', count, 'STREAMS', K[3], from)
+  end
+  if type(found) == 'table' and found.err then give_up(found.err) end
+  if found then return found[1][2] end
+  return {}
+end
+local mail = read('0')
+if #mail > 0 then return {token, mail, 1} end
+return {token, read('>'), 0}`,
+  3,
+  3,
+)
+// K lease; A holder, ms.
+const renew = defineBatchedScript(
+  `
+if redis.call('GET', K[1]) == A[1] then return redis.call('PEXPIRE', K[1], A[2]) end
+return 0`,
+  1,
+  2,
+)
+// K mailbox, lease; A holder, finished entry ids (space-separated). Acknowledges and deletes them,
+// lets go of the lease and says how much mail is left.
+const release = defineBatchedScript(
+  `
+local ids = {}
+for id in string.gmatch(A[2], '%S+') do ids[#ids + 1] = id end
+if #ids > 0 then
+  redis.call('XACK', K[1], '${group}', unpack(ids))
+  redis.call('XDEL', K[1], unpack(ids))
+end
+if redis.call('GET', K[2]) == A[1] then redis.call('DEL', K[2]) end
+return redis.call('XLEN', K[1])`,
+  2,
+  2,
+)
+// KEYS fence; ARGV at least. After Redis lost the fence counter, lifts it past what Postgres has seen.
+const raise = defineScript(`
+if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1`)
+
+export interface MailEntry {
+  entryId: string
+  /** Null for an entry deleted while pending: it was finished already. */
+  list: string[] | null
+  fields: Record<string, string>
+}
+
+export interface Hold {
+  actor: string
+  /** The actor's kind: what comes before the first colon. */
+  kind: string
+  token: number
+  mail: MailEntry[]
+  /** The mail was read before by a holder that never acknowledged it: it may have been applied. */
+  redelivered: boolean
+  /** Found lost by a renewal (or let go): whatever it would still write in Redis is stale. */
+  lost: boolean
+}
+
+/** What taking an actor came to: held, held elsewhere (or with mail, when asked for none), or failed. */
+export type Taken = Hold | 'busy' | Error
+
+export interface Holder {
+  readonly id: string
+  /** Takes each actor (`mail` as in the script above); one call for them all. */
+  take(actors: string[], mail: number): Promise<Taken[]>
+  /** Renews the holds every third of the lease until the function returned is called. */
+  keep(holds: Hold[]): () => void
+  /** Acknowledges the finished entries, lets go, and says how much mail is left. */
+  release(actor: string, finished: string[]): Promise<number>
+  /** Lifts the actor's fencing counter past a token Postgres has seen. */
+  raiseFence(actor: string, atLeast: number): Promise<void>
+  /** Stops every renewal, like a killed process (for tests): the leases run out. */
+  abandon(): void
+}
+
+export function createHolder(redis: Redis, keys: Keys, id: string, leaseMs: number): Holder {
+  const renewals = new Set<ReturnType<typeof setInterval>>()
+  return {
+    id,
+    async take(actors, mail) {
+      const calls = actors.map(actor => {
+        const k = keys.actor(actor)
+        return take(redis, [k.lease, k.fence, k.mailbox], [id, leaseMs, mail]).then(
+          found => toHold(actor, found as [number, [string, string[] | null][], number] | null),
+          (error: Error) => error,
+        )
+      })
+      return Promise.all(calls)
+    },
+    keep(holds) {
+      const timer = setInterval(() => {
+        for (const hold of holds) {
+          if (hold.lost) continue
+          renew(redis, [keys.actor(hold.actor).lease], [id, leaseMs]).then(
+            kept => void (kept === 1 || (hold.lost = true)),
+            // Redis away: the next renewal tries again; the lease runs out only if it stays away.
+            () => {},
+          )
+        }
+      }, leaseMs / 3)
+      renewals.add(timer)
+      return () => {
+        clearInterval(timer)
+        renewals.delete(timer)
+      }
+    },
+    abandon() {
+      for (const timer of renewals) clearInterval(timer)
+    },
+    async release(actor, finished) {
+      const k = keys.actor(actor)
+      return Number(await release(redis, [k.mailbox, k.lease], [id, finished.join(' ')]))
+    },
+    async raiseFence(actor, atLeast) {
+      await raise(redis, [keys.actor(actor).fence], [atLeast])
+    },
+  }
+}
+
+function toHold(actor: string, found: [number, [string, string[] | null][], number] | null): Taken {
+  if (found === null) return 'busy'
+  const mail = found[1].map(([entryId, list]) => ({ entryId, list, fields: list ? toRecord(list) : {} }))
+  return { actor, kind: actor.slice(0, actor.indexOf(':')), token: Number(found[0]), mail, redelivered: found[2] === 1, lost: false }
+}
+
+export function toRecord(list: string[]): Record<string, string> {
+  const out: Record<string, string> = {}
+  for (let i = 0; i + 1 < list.length; i += 2) out[list[i]!] = list[i + 1]!
+  return out
+}
