@@ -6,11 +6,13 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../deps.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
+import { conversationReplyRoutes } from './conversation-reply.ts'
 import { agentEventRoutes } from './events.ts'
 import { agentStatusRoutes } from './status.ts'
 
 export function agentApiRoutes(deps: Deps, auth: AuthPlugin) {
   return new Elysia()
+    .use(conversationReplyRoutes(deps, auth))
     .use(agentEventRoutes(deps, auth))
     .use(agentStatusRoutes(deps, auth))
 }
