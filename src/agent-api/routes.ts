@@ -9,10 +9,12 @@ import type { AuthPlugin } from '../auth/plugin.ts'
 import { conversationReplyRoutes } from './conversation-reply.ts'
 import { agentEventRoutes } from './events.ts'
 import { agentStatusRoutes } from './status.ts'
+import { serviceRequestRoutes } from './service-requests.ts'
 
 export function agentApiRoutes(deps: Deps, auth: AuthPlugin) {
   return new Elysia()
     .use(conversationReplyRoutes(deps, auth))
     .use(agentEventRoutes(deps, auth))
     .use(agentStatusRoutes(deps, auth))
+    .use(serviceRequestRoutes(deps, auth))
 }
