@@ -10,6 +10,7 @@ import { conversationReplyRoutes } from './conversation-reply.ts'
 import { agentEventRoutes } from './events.ts'
 import { agentStatusRoutes } from './status.ts'
 import { serviceRequestRoutes } from './service-requests.ts'
+import { agentContextRoutes } from './context.ts'
 
 export function agentApiRoutes(deps: Deps, auth: AuthPlugin) {
   return new Elysia()
@@ -17,4 +18,5 @@ export function agentApiRoutes(deps: Deps, auth: AuthPlugin) {
     .use(agentEventRoutes(deps, auth))
     .use(agentStatusRoutes(deps, auth))
     .use(serviceRequestRoutes(deps, auth))
+    .use(agentContextRoutes(deps, auth))
 }
