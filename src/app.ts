@@ -14,7 +14,6 @@ import { conversationRoutes } from './conversations/routes.ts'
 import { agentApiRoutes } from './agent-api/routes.ts'
 import { contextRoutes } from './context/routes.ts'
 import { connectionRoutes } from './connections/routes.ts'
-import { proxyCallRoutes } from './proxy-calls/routes.ts'
 import { invoiceRoutes } from './invoices/routes.ts'
 import { eventRoutes } from './events/routes.ts'
 import { chatRoutes } from './chat/routes.ts'
@@ -86,7 +85,6 @@ export function createApp(deps: Deps) {
     .use(contextRoutes(deps, auth))
     .use(invoiceRoutes(deps, auth))
     .use(connectionRoutes(deps, auth))
-    .use(proxyCallRoutes(deps, auth))
     .use(eventRoutes(deps))
     .use(chatRoutes(deps, auth))
     .use(blogRoutes(deps, auth))

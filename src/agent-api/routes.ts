@@ -11,6 +11,7 @@ import { agentEventRoutes } from './events.ts'
 import { agentStatusRoutes } from './status.ts'
 import { serviceRequestRoutes } from './service-requests.ts'
 import { agentContextRoutes } from './context.ts'
+import { proxyCallRoutes } from './proxy-call.ts'
 
 export function agentApiRoutes(deps: Deps, auth: AuthPlugin) {
   return new Elysia()
@@ -19,4 +20,5 @@ export function agentApiRoutes(deps: Deps, auth: AuthPlugin) {
     .use(agentStatusRoutes(deps, auth))
     .use(serviceRequestRoutes(deps, auth))
     .use(agentContextRoutes(deps, auth))
+    .use(proxyCallRoutes(deps, auth))
 }
