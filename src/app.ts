@@ -11,11 +11,9 @@ import { participantRoutes } from './participants/routes.ts'
 import { healthRoutes } from './health/routes.ts'
 import { billingRoutes } from './billing/routes.ts'
 import { conversationRoutes } from './conversations/routes.ts'
-import { serviceRequestRoutes } from './service-requests/routes.ts'
 import { agentApiRoutes } from './agent-api/routes.ts'
 import { contextRoutes } from './context/routes.ts'
 import { connectionRoutes } from './connections/routes.ts'
-import { proxyCallRoutes } from './proxy-calls/routes.ts'
 import { invoiceRoutes } from './invoices/routes.ts'
 import { eventRoutes } from './events/routes.ts'
 import { chatRoutes } from './chat/routes.ts'
@@ -84,11 +82,9 @@ export function createApp(deps: Deps) {
     .use(billingRoutes(deps, auth))
     .use(conversationRoutes(deps, auth))
     .use(agentApiRoutes(deps, auth))
-    .use(serviceRequestRoutes(deps, auth))
     .use(contextRoutes(deps, auth))
     .use(invoiceRoutes(deps, auth))
     .use(connectionRoutes(deps, auth))
-    .use(proxyCallRoutes(deps, auth))
     .use(eventRoutes(deps))
     .use(chatRoutes(deps, auth))
     .use(blogRoutes(deps, auth))

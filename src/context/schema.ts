@@ -41,6 +41,8 @@ export const ContextEntry = t.Object({
 })
 export type ContextEntry = typeof ContextEntry.static
 
+export const ContextEntries = t.Object({ entries: t.Array(ContextEntry) })
+
 export const AgentWrite = t.Object(
   {
     userId: Uuid,

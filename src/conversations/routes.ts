@@ -1,5 +1,5 @@
-/** Conversations: subscribers write to agents and read the history; agents reply (/v1/agent/conversation-reply). */
-import { newRowId, rowIdFor } from '../ids.ts'
+/** Conversations: subscribers write to agents and read the history (agents reply through the agent API). */
+import { newRowId } from '../ids.ts'
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
@@ -12,11 +12,11 @@ import type { Refusal } from '../actors/types.ts'
 import { findParticipant } from '../participants/store.ts'
 import { hasActiveSubscription } from '../billing/subscriptions/store.ts'
 import type { MessageApplied, UserMessage } from './commands.ts'
-import { Message, PostMessage, PostReply, Reply } from './schema.ts'
+import { Message, PostMessage } from './schema.ts'
 import { listMessages } from './store.ts'
 
 export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
-  const { sql, dispatcher, replies } = deps
+  const { sql, dispatcher } = deps
 
   const activeAgent = async (agentId: string) => {
     const agent = await findParticipant(sql, agentId)
@@ -76,38 +76,6 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'listMessages',
           summary: 'Your conversation with an agent, both roles, newest first (default 50, max 100)',
-        },
-      },
-    )
-    .post(
-      '/v1/agent/conversation-reply',
-      async ({ agent, body, headers, set }) => {
-        const request = {
-          subject: principalSubject(agent),
-          key: headers['idempotency-key'],
-          method: 'POST',
-          path: '/v1/agent/conversation-reply',
-          body,
-        }
-        const outcome = await idempotentCommand(deps, request, async ({ commandId, reservedAt }) => {
-          // Every repeat under one reservation stores (or finds) the same message.
-          const chosen = commandId !== undefined && reservedAt !== undefined
-          const messageId = chosen ? rowIdFor(reservedAt, commandId) : newRowId()
-          const replied = await replies.send({ agentId: agent.participantId, userId: body.userId, text: body.text, messageId, chosen })
-          if (!replied) throw errors.notFound('Conversation')
-          return { status: 201, body: ok(replied) }
-        })
-        set.status = outcome.status
-        return outcome.body as { success: true; data: typeof Reply.static }
-      },
-      {
-        agent: true,
-        body: PostReply,
-        headers: IdempotencyHeaders,
-        response: { 201: Ok(Reply), ...failures(400, 401, 403, 404, 409, 503) },
-        detail: {
-          operationId: 'replyToConversation',
-          summary: 'Reply to a user; the conversation stops being pending (honours Idempotency-Key)',
         },
       },
     )

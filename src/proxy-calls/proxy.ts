@@ -1,6 +1,9 @@
 /** A proxy call: check the subscription and connection, build the upstream request under the rules, forward, meter. */
+import { createHash } from 'node:crypto'
 import type { Deps } from '../deps.ts'
 import { AppError, errors } from '../errors.ts'
+import { newRowId } from '../ids.ts'
+import type { CommandIdentity, CommandOptions } from '../idempotency/idempotent.ts'
 import type { AgentPrincipal } from '../auth/principal.ts'
 import { activeSubscription } from '../billing/subscriptions/store.ts'
 import { findSealedConnection } from '../connections/store.ts'
@@ -9,6 +12,33 @@ import { upstreamRefusal } from '../connections/address-policy.ts'
 import { meterCall, type Usage } from '../metering/meter.ts'
 import { forward } from './forward.ts'
 import type { ProxyCall } from './schema.ts'
+
+/** How long a proxy call's Idempotency-Key reservation lasts unless renewed (every third of it while the call runs). */
+export const proxyCallLeaseMs = 10_000
+
+/**
+ * How a proxy call runs under an Idempotency-Key. No transaction is held across the upstream call:
+ * the key is reserved, then completed. A repeat must not reach the upstream again: not while the first
+ * runs (409 in progress), nor after it timed out there. The one exception is a reservation left by a
+ * process that died mid-call: its lease, renewed while the call runs, lapses within 10 s and a repeat
+ * takes it over. The upstream may then see the call twice, but it is metered once (same event id).
+ */
+export const proxyCallIdempotency: CommandOptions = {
+  inFlight: 'refuse',
+  keepFailure: error => reachedUpstream(error),
+  leaseMs: proxyCallLeaseMs,
+}
+
+/** The call's usage event id: every repeat under one Idempotency-Key reservation is the same event. */
+export function usageEventId({ commandId }: CommandIdentity): string {
+  return commandId ? uuidFrom(commandId) : newRowId()
+}
+
+/** A stable UUID from a longer id, so a retried call is the same usage event. */
+function uuidFrom(id: string): string {
+  const h = createHash('sha256').update(id).digest('hex')
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-4${h.slice(13, 16)}-8${h.slice(17, 20)}-${h.slice(20, 32)}`
+}
 
 export interface ProxyResult {
   status: number

@@ -1,0 +1,42 @@
+/** /v1/agent/context: agents read and extend a subscriber's shared knowledge (documented with the context). */
+import { Elysia, t } from 'elysia'
+import type { Deps } from '../deps.ts'
+import { failures, Ok, ok, Query, Uuid } from '../http/schema.ts'
+import type { AuthPlugin } from '../auth/plugin.ts'
+import { readEntriesAsAgent, writeEntryAsAgent } from '../context/entries.ts'
+import { AgentWrite, ContextEntries, ContextEntry, ContextKey, ContextTypeParam } from '../context/schema.ts'
+
+export function agentContextRoutes(deps: Deps, auth: AuthPlugin) {
+  return new Elysia({ prefix: '/v1/agent', tags: ['context'] })
+    .use(auth)
+    .get(
+      '/context',
+      async ({ agent, query }) => ok({ entries: await readEntriesAsAgent(deps, agent.participantId, query) }),
+      {
+        agent: true,
+        query: Query({ userId: Uuid, type: t.Optional(ContextTypeParam), key: t.Optional(ContextKey) }),
+        response: { 200: Ok(ContextEntries), ...failures(400, 401, 403) },
+        detail: {
+          operationId: 'readContextAsAgent',
+          summary: 'The newest version of each matching entry of a subscriber’s organization, by type then key',
+        },
+      },
+    )
+    .post(
+      '/context',
+      async ({ agent, body, set }) => {
+        const entry = await writeEntryAsAgent(deps, agent.participantId, body)
+        set.status = 201
+        return ok(entry)
+      },
+      {
+        agent: true,
+        body: AgentWrite,
+        response: { 201: Ok(ContextEntry), ...failures(400, 401, 403, 409, 503) },
+        detail: {
+          operationId: 'writeContextAsAgent',
+          summary: 'A new version of an entry (derived or suggested); 409 while the user’s own value stands',
+        },
+      },
+    )
+}

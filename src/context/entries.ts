@@ -1,0 +1,81 @@
+/** Reading and writing an organization's entries: the size limits, the organization's actor, and what a subscribed agent may do. */
+import type { Deps } from '../deps.ts'
+import { errors } from '../errors.ts'
+import { accepted } from '../actors/refusal.ts'
+import type { Refusal } from '../actors/types.ts'
+import { hasActiveSubscription } from '../billing/subscriptions/store.ts'
+import type { WriteEntry } from './commands.ts'
+import type { AgentWrite, ContextEntry, ContextType } from './schema.ts'
+import { ensureOrganization, findOrganization, newestEntries } from './store.ts'
+
+const maxDataBytes = 64 * 1024
+const maxSourceBytes = 4 * 1024
+
+export function checkSizes(data: unknown, source?: unknown) {
+  if (typeof data !== 'object' || data === null || Array.isArray(data)) throw errors.field('/data', 'must be a JSON object')
+  if (storedBytes(data) > maxDataBytes) throw errors.field('/data', 'must be at most 64 KiB')
+  if (source !== undefined && storedBytes(source) > maxSourceBytes) throw errors.field('/source', 'must be at most 4 KiB')
+}
+
+/**
+ * The size of a JSON value as Postgres stores it: its numbers written out in full, as jsonb keeps
+ * them (`1e300` is 301 digits there, 5 characters in JSON). Bodies nest at most 64 deep.
+ */
+function storedBytes(value: unknown): number {
+  let bytes = Buffer.byteLength(JSON.stringify(value))
+  const stack = [value]
+  while (stack.length > 0) {
+    const item = stack.pop()
+    if (typeof item === 'number') bytes += fullLength(item) - JSON.stringify(item).length
+    else if (item !== null && typeof item === 'object') for (const child of Object.values(item)) stack.push(child)
+  }
+  return bytes
+}
+
+/** The length of a finite number written with no exponent (`1.5e-7` is `0.00000015`). */
+function fullLength(n: number): number {
+  const short = String(Math.abs(n))
+  const sign = n < 0 ? 1 : 0
+  const e = short.indexOf('e')
+  if (e === -1) return sign + short.length
+  const mantissa = short.slice(0, e)
+  const exponent = Number(short.slice(e + 1))
+  const dot = mantissa.indexOf('.')
+  const digits = dot === -1 ? mantissa.length : mantissa.length - 1
+  const point = (dot === -1 ? mantissa.length : dot) + exponent
+  if (point >= digits) return sign + point
+  if (point <= 0) return sign + 2 - point + digits
+  return sign + digits + 1
+}
+
+/** A new version of an entry of the user's organization (made on first write), through its actor. */
+export async function writeEntry({ sql, dispatcher, clock }: Deps, userId: string, command: WriteEntry): Promise<ContextEntry> {
+  const orgId = await ensureOrganization(sql, userId, clock.now())
+  return accepted(await dispatcher.ask<ContextEntry | Refusal>(`org:${orgId}`, 'context.write', command))
+}
+
+/** The newest version of each matching entry of a subscriber's organization, for an agent it subscribes to. */
+export async function readEntriesAsAgent(
+  { sql }: Deps,
+  agentId: string,
+  filter: { userId: string; type?: ContextType; key?: string },
+): Promise<ContextEntry[]> {
+  if (!(await hasActiveSubscription(sql, filter.userId, agentId))) throw errors.notSubscribed()
+  const orgId = await findOrganization(sql, filter.userId)
+  return orgId ? await newestEntries(sql, orgId, { type: filter.type, key: filter.key }) : []
+}
+
+/** An agent's version of a subscriber's entry (derived, or suggested by default; never user_provided). */
+export async function writeEntryAsAgent(deps: Deps, agentId: string, body: typeof AgentWrite.static): Promise<ContextEntry> {
+  checkSizes(body.data, body.source)
+  if (body.confidence === 'user_provided') throw errors.confidenceNotAllowed()
+  if (!(await hasActiveSubscription(deps.sql, body.userId, agentId))) throw errors.notSubscribed()
+  return writeEntry(deps, body.userId, {
+    type: body.type,
+    key: body.key,
+    data: body.data,
+    confidence: body.confidence ?? 'suggested',
+    source: body.source ?? null,
+    author: { kind: 'agent', id: agentId },
+  })
+}

@@ -1,0 +1,22 @@
+/** An agent's reply to a user, as the agent API takes it: written by this process's reply writer (replies.ts). */
+import { newRowId, rowIdFor } from '../ids.ts'
+import type { Deps } from '../deps.ts'
+import { errors } from '../errors.ts'
+import type { CommandIdentity } from '../idempotency/idempotent.ts'
+import type { Replied } from './replies.ts'
+import type { PostReply } from './schema.ts'
+
+/** Stores the reply; 404 when the user never wrote to the agent. */
+export async function replyAsAgent(
+  { replies }: Deps,
+  agentId: string,
+  body: typeof PostReply.static,
+  { commandId, reservedAt }: CommandIdentity,
+): Promise<Replied> {
+  // Every repeat under one reservation stores (or finds) the same message.
+  const chosen = commandId !== undefined && reservedAt !== undefined
+  const messageId = chosen ? rowIdFor(reservedAt, commandId) : newRowId()
+  const replied = await replies.send({ agentId, userId: body.userId, text: body.text, messageId, chosen })
+  if (!replied) throw errors.notFound('Conversation')
+  return replied
+}

@@ -1,0 +1,81 @@
+/** Agents asking each other for work: sending a request to its target's actor, reading one, answering one. */
+import { newRowId } from '../ids.ts'
+import type { Deps } from '../deps.ts'
+import { errors } from '../errors.ts'
+import { iso, isoOrNull } from '../http/schema.ts'
+import type { CommandIdentity } from '../idempotency/idempotent.ts'
+import { accepted } from '../actors/refusal.ts'
+import type { Refusal } from '../actors/types.ts'
+import type { OpenServiceRequest } from '../conversations/inbox.ts'
+import { findParticipant } from '../participants/store.ts'
+import type { Answer, Answered, NewRequest } from './commands.ts'
+import type { CreateServiceRequest, ServiceRequest, ServiceRespond } from './schema.ts'
+import { findServiceRequest } from './store.ts'
+
+/** Sends a request from `fromAgentId` to the agent the body names (by id or by name, exactly one). */
+export async function sendServiceRequest(
+  { sql, dispatcher }: Deps,
+  fromAgentId: string,
+  body: typeof CreateServiceRequest.static,
+  identity: CommandIdentity,
+): Promise<OpenServiceRequest> {
+  const target = body.targetAgentId ?? body.targetAgentName
+  if ((body.targetAgentId === undefined) === (body.targetAgentName === undefined)) {
+    throw errors.field('/targetAgentId', 'give exactly one of targetAgentId and targetAgentName')
+  }
+  const targetAgent = await findParticipant(sql, target!)
+  if (!targetAgent || (body.targetAgentId !== undefined && targetAgent.id !== body.targetAgentId)) {
+    throw errors.notFound('Target agent')
+  }
+  const from = await findParticipant(sql, fromAgentId)
+  if (!from) throw errors.invalidToken()
+  const command: NewRequest = {
+    requestId: newRowId(),
+    fromAgentId: from.id,
+    fromAgentName: from.name,
+    serviceTag: body.serviceTag ?? null,
+    input: body.input,
+  }
+  return accepted(
+    await dispatcher.ask<OpenServiceRequest | Refusal>(`agent:${targetAgent.id}`, 'service.request', command, identity),
+  )
+}
+
+/** A request `agentId` sent or received (a pending one past its time reads as expired); 404 otherwise. */
+export async function readServiceRequest(
+  { sql, clock }: Deps,
+  agentId: string,
+  requestId: string,
+): Promise<typeof ServiceRequest.static> {
+  const row = await findServiceRequest(sql, requestId)
+  if (!row || (row.fromAgentId !== agentId && row.targetAgentId !== agentId)) {
+    throw errors.notFound('Service request')
+  }
+  const expired = row.status === 'pending' && row.expiresAt <= clock.now()
+  return {
+    requestId: row.requestId,
+    fromAgentId: row.fromAgentId,
+    targetAgentId: row.targetAgentId,
+    serviceTag: row.serviceTag,
+    input: row.input,
+    status: expired ? ('expired' as const) : row.status,
+    output: row.output,
+    success: row.success,
+    createdAt: iso(row.createdAt),
+    respondedAt: isoOrNull(row.respondedAt),
+  }
+}
+
+/** Answers a request sent to `agentId`, once, through its actor. */
+export async function answerServiceRequest(
+  { dispatcher }: Deps,
+  agentId: string,
+  body: typeof ServiceRespond.static,
+  identity: CommandIdentity,
+): Promise<Answered> {
+  const answer: Answer = { requestId: body.requestId, output: body.output, success: body.success }
+  return accepted(
+    await dispatcher.ask<Answered | Refusal>(`agent:${agentId}`, 'service.respond', answer, identity),
+    () => errors.notFound('Service request'),
+  )
+}
