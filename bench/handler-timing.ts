@@ -18,7 +18,10 @@ await inProcess(async ({ world, app }) => {
 
   const best = { bare: Infinity, poll: Infinity }
   for (let round = 0; round < rounds; round++) {
-    for (const [name, target, requests] of [['bare', bare, bareRequests], ['poll', app, polls]] as const) {
+    for (const [name, target, requests] of [
+      ['bare', bare, bareRequests],
+      ['poll', app, polls],
+    ] as const) {
       const started = performance.now()
       // A stride through the agents, so consecutive requests touch different cache entries.
       for (let i = 0; i < perRound; i++) await target.handle(requests[(i * 7919) % agentCount]!)

@@ -28,7 +28,9 @@ await inProcess(async ({ world, deps, app }) => {
 
   let n = 0
   // Enough waiting conversations for 15,000 replies a second through every round that writes.
-  const waiting = waitingMode ? await seedWaitingConversations(world.sql, agents, Math.ceil((15_000 * seconds * 2 * (rounds + 1)) / agents.length)) : []
+  const waiting = waitingMode
+    ? await seedWaitingConversations(world.sql, agents, Math.ceil((15_000 * seconds * 2 * (rounds + 1)) / agents.length))
+    : []
   if (waitingMode) {
     // Each agent's inbox built (a poll), so the replies take their conversations out of it.
     for (let i = 0; i < agents.length; i += 64) {
@@ -88,7 +90,12 @@ await inProcess(async ({ world, deps, app }) => {
     const elapsed = (performance.now() - started) / 1000
     const used = process.cpuUsage(cpu)
     const cost = difference(await resources(world), before)
-    return { rate: count / elapsed, process: (used.user + used.system) / count, postgres: (cost.pgCpuSeconds * 1e6) / count, redis: (cost.redisCpuSeconds * 1e6) / count }
+    return {
+      rate: count / elapsed,
+      process: (used.user + used.system) / count,
+      postgres: (cost.pgCpuSeconds * 1e6) / count,
+      redis: (cost.redisCpuSeconds * 1e6) / count,
+    }
   }
 
   await measure('route and write') // warm-up: keys cached, code compiled
@@ -106,6 +113,8 @@ await inProcess(async ({ world, deps, app }) => {
   console.log('|---|---:|---:|---:|---:|')
   for (const [way, list] of figures) {
     const f = (key: 'rate' | 'process' | 'postgres' | 'redis') => median(list.map(x => x[key]))
-    console.log(`| ${way} | ${Math.round(f('rate')).toLocaleString('en-US')} | ${f('process').toFixed(0)} | ${f('postgres').toFixed(0)} | ${f('redis').toFixed(0)} |`)
+    console.log(
+      `| ${way} | ${Math.round(f('rate')).toLocaleString('en-US')} | ${f('process').toFixed(0)} | ${f('postgres').toFixed(0)} | ${f('redis').toFixed(0)} |`,
+    )
   }
 })

@@ -90,7 +90,9 @@ try {
     const seeding = performance.now()
     agents = await seedAgents(world.sql, { agents: Number(values.agents), pendingEvery: 100, repliers: 1000 })
     const pending = agents.filter(a => a.pending).length
-    progress(`seeded ${agents.length} agents with keys and ${pending} pending conversations in ${((performance.now() - seeding) / 1000).toFixed(1)} s`)
+    progress(
+      `seeded ${agents.length} agents with keys and ${pending} pending conversations in ${((performance.now() - seeding) / 1000).toFixed(1)} s`,
+    )
   }
   const keys = agents.map(agent => agent.key)
 
@@ -118,8 +120,7 @@ try {
       }
     : undefined
   /** The baseline runs of a phase and the one right after it. */
-  const phase = (start: number) => () =>
-    Array.from({ length: Math.min(settings.rounds + 1, results.baselines.length - start) }, (_, i) => start + i)
+  const phase = (start: number) => () => Array.from({ length: Math.min(settings.rounds + 1, results.baselines.length - start) }, (_, i) => start + i)
   let pollAgainst: (() => number[]) | undefined
   let replyAgainst: (() => number[]) | undefined
   let waitingAgainst: (() => number[]) | undefined
@@ -151,7 +152,9 @@ try {
     await warmAgents(api, repliers, 64, false)
     const built = await Promise.all(repliers.map(agent => world.redis.exists(keys.agent(agent.id).built)))
     if (built.some(n => n !== 1)) throw new Error(`${built.filter(n => n !== 1).length} of the repliers' inboxes were not rebuilt`)
-    progress(`reply to waiting conversations: ${waiting.length} seeded and ${repliers.length} inboxes built in ${((performance.now() - seeding) / 1000).toFixed(1)} s; ${settings.rounds} × ${settings.seconds / settings.rounds} s`)
+    progress(
+      `reply to waiting conversations: ${waiting.length} seeded and ${repliers.length} inboxes built in ${((performance.now() - seeding) / 1000).toFixed(1)} s; ${settings.rounds} × ${settings.seconds / settings.rounds} s`,
+    )
     waitingAgainst = phase(results.baselines.length)
     const answering = await replyScenario(settings, { api, workers }, world, agents, measureBaseline, waiting)
     results.replyWaiting = answering.reply

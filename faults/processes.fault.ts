@@ -8,7 +8,13 @@ describeScenario('the workers process killed and started again', servers, {
   slug: 'workers-killed',
   async fault(_world, deployment) {
     const { downAt, upAt } = await deployment.killAndRestart('workers', 1000)
-    return { label: 'workers process killed with SIGKILL, a new one started 1 s later', restarted: 'the workers process', upMeans: 'logged that it started', downAt, upAt }
+    return {
+      label: 'workers process killed with SIGKILL, a new one started 1 s later',
+      restarted: 'the workers process',
+      upMeans: 'logged that it started',
+      downAt,
+      upAt,
+    }
   },
 })
 
@@ -16,6 +22,13 @@ describeScenario('an API process killed and started again', servers, {
   slug: 'api-killed',
   async fault(_world, deployment) {
     const { downAt, upAt } = await deployment.killAndRestart('api-1', 1000)
-    return { label: 'api-1 killed with SIGKILL, a new one started on its port 1 s later', restarted: 'api-1', upMeans: 'accepted connections', downAt, upAt, api: 0 }
+    return {
+      label: 'api-1 killed with SIGKILL, a new one started on its port 1 s later',
+      restarted: 'api-1',
+      upMeans: 'accepted connections',
+      downAt,
+      upAt,
+      api: 0,
+    }
   },
 })

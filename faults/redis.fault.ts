@@ -8,7 +8,13 @@ describeScenario('Redis restarted keeping its data', servers, {
   slug: 'redis-kept',
   async fault({ redis }) {
     const { downAt, upAt } = await redis.restart({ keepData: true, downMs: 3000 })
-    return { label: 'Redis stopped (SIGTERM, its append-only file kept) and started again ~3 s later', restarted: 'Redis', upMeans: 'accepted connections', downAt, upAt }
+    return {
+      label: 'Redis stopped (SIGTERM, its append-only file kept) and started again ~3 s later',
+      restarted: 'Redis',
+      upMeans: 'accepted connections',
+      downAt,
+      upAt,
+    }
   },
 })
 
@@ -16,6 +22,12 @@ describeScenario('Redis restarted losing its data', servers, {
   slug: 'redis-lost',
   async fault({ redis }) {
     const { downAt, upAt } = await redis.restart({ keepData: false, downMs: 3000 })
-    return { label: 'Redis killed, its data deleted, and started again empty ~3 s later', restarted: 'Redis', upMeans: 'accepted connections', downAt, upAt }
+    return {
+      label: 'Redis killed, its data deleted, and started again empty ~3 s later',
+      restarted: 'Redis',
+      upMeans: 'accepted connections',
+      downAt,
+      upAt,
+    }
   },
 })

@@ -56,8 +56,7 @@ export function createApp(deps: Deps) {
             { name: 'chat', description: 'World chat' },
             {
               name: 'blog',
-              description:
-                'Agent blogs: writing (the owner by bearer, or the agent by its key), the public feed, posts, RSS and HTML pages',
+              description: 'Agent blogs: writing (the owner by bearer, or the agent by its key), the public feed, posts, RSS and HTML pages',
             },
             { name: 'operations', description: 'Health' },
           ],

@@ -56,13 +56,9 @@ export type RateLimitName = keyof typeof defaultRateLimits
 export type RateLimits = Record<RateLimitName, RateRule>
 
 const RateLimitsOverride = T.Partial(
-  T.Object(
-    Object.fromEntries(Object.keys(defaultRateLimits).map(name => [name, RateRule])) as Record<
-      RateLimitName,
-      typeof RateRule
-    >,
-    { additionalProperties: false },
-  ),
+  T.Object(Object.fromEntries(Object.keys(defaultRateLimits).map(name => [name, RateRule])) as Record<RateLimitName, typeof RateRule>, {
+    additionalProperties: false,
+  }),
 )
 
 export type NodeEnv = 'development' | 'production' | 'test'

@@ -13,8 +13,7 @@ export function withDevSecrets(config: Config): Config {
   if (config.nodeEnv === 'production') return config
   const auth = { ...config.auth }
   if (!auth.jwtSecret && !auth.jwksUrl) auth.jwtSecret = readOrCreate(config.dataDir, 'dev-jwt-secret')
-  const connectionsKey =
-    config.connectionsKey ?? Buffer.from(readOrCreate(config.dataDir, 'dev-connections-key'), 'hex')
+  const connectionsKey = config.connectionsKey ?? Buffer.from(readOrCreate(config.dataDir, 'dev-connections-key'), 'hex')
   return { ...config, auth, connectionsKey }
 }
 

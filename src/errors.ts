@@ -20,62 +20,54 @@ export class AppError extends Error {
 }
 
 export const errors = {
-  validation: (message: string, details?: ErrorDetail[]) =>
-    new AppError(400, 'validation_failed', message, details),
-  field: (path: string, message: string) =>
-    new AppError(400, 'validation_failed', 'The request is not valid', [{ path, message }]),
+  validation: (message: string, details?: ErrorDetail[]) => new AppError(400, 'validation_failed', message, details),
+  field: (path: string, message: string) => new AppError(400, 'validation_failed', 'The request is not valid', [{ path, message }]),
   invalidJson: () => new AppError(400, 'invalid_json', 'The request body is not valid JSON'),
   invalidCursor: () => new AppError(400, 'invalid_cursor', 'The cursor is not valid'),
 
   unauthorized: () => new AppError(401, 'unauthorized', 'A credential is required'),
-  invalidToken: (message = 'The credential is invalid, expired or revoked') =>
-    new AppError(401, 'invalid_token', message),
+  invalidToken: (message = 'The credential is invalid, expired or revoked') => new AppError(401, 'invalid_token', message),
 
   forbidden: (message = 'You may not do this') => new AppError(403, 'forbidden', message),
   userOnly: () => new AppError(403, 'forbidden', 'This endpoint needs a user credential, not an agent key'),
   agentOnly: () => new AppError(403, 'forbidden', 'This endpoint needs an agent key'),
   notSubscribed: () => new AppError(403, 'not_subscribed', 'An active subscription to this agent is required'),
-  notACustomer: () =>
-    new AppError(403, 'not_a_customer', 'Only customers of this agent may review it'),
+  notACustomer: () => new AppError(403, 'not_a_customer', 'Only customers of this agent may review it'),
   blogDisabled: () => new AppError(403, 'blog_disabled', 'Blog is not enabled'),
-  confidenceNotAllowed: () =>
-    new AppError(403, 'confidence_not_allowed', 'Agents may write only derived or suggested entries'),
-  cannotSubscribeOwnAgent: () =>
-    new AppError(403, 'cannot_subscribe_own_agent', 'You cannot subscribe to your own agent'),
-  cannotReviewOwnAgent: () =>
-    new AppError(403, 'cannot_review_own_agent', 'You cannot review your own agent'),
-  cannotBuyOwnConfig: () =>
-    new AppError(403, 'cannot_buy_own_config', 'You cannot buy your own config'),
+  confidenceNotAllowed: () => new AppError(403, 'confidence_not_allowed', 'Agents may write only derived or suggested entries'),
+  cannotSubscribeOwnAgent: () => new AppError(403, 'cannot_subscribe_own_agent', 'You cannot subscribe to your own agent'),
+  cannotReviewOwnAgent: () => new AppError(403, 'cannot_review_own_agent', 'You cannot review your own agent'),
+  cannotBuyOwnConfig: () => new AppError(403, 'cannot_buy_own_config', 'You cannot buy your own config'),
 
   notFound: (what = 'Resource') => new AppError(404, 'not_found', `${what} not found`),
-  connectionNotFound: () =>
-    new AppError(404, 'connection_not_found', 'No connected account for that provider'),
+  connectionNotFound: () => new AppError(404, 'connection_not_found', 'No connected account for that provider'),
   methodNotAllowed: () => new AppError(405, 'not_found', 'No such route for this method'),
 
-  alreadySubscribed: () =>
-    new AppError(409, 'already_subscribed', 'You already have an active subscription to this agent'),
+  alreadySubscribed: () => new AppError(409, 'already_subscribed', 'You already have an active subscription to this agent'),
   alreadyCancelled: () => new AppError(409, 'already_cancelled', 'The subscription is already cancelled'),
   planInactive: () => new AppError(409, 'plan_inactive', 'The plan is no longer offered'),
   configInactive: () => new AppError(409, 'config_inactive', 'The config is no longer for sale'),
   alreadyResponded: () => new AppError(409, 'already_responded', 'The request has already been answered'),
-  userProvidedPrecedence: () =>
-    new AppError(409, 'user_provided_precedence', 'The user has set this entry; agents cannot override it'),
+  userProvidedPrecedence: () => new AppError(409, 'user_provided_precedence', 'The user has set this entry; agents cannot override it'),
   nameTaken: () => new AppError(409, 'name_taken', 'That name is taken'),
-  providerTaken: () =>
-    new AppError(409, 'name_taken', 'You already have a connection for this provider; delete it first'),
+  providerTaken: () => new AppError(409, 'name_taken', 'You already have a connection for this provider; delete it first'),
   idempotencyInProgress: (retryAfterSeconds: number) =>
-    new AppError(409, 'idempotency_key_in_progress', 'A request with this Idempotency-Key is still in progress; retry after Retry-After seconds', undefined, {
-      'retry-after': String(retryAfterSeconds),
-    }),
-  idempotencyKeyReused: () =>
-    new AppError(409, 'idempotency_key_reused', 'The Idempotency-Key was used with a different request'),
+    new AppError(
+      409,
+      'idempotency_key_in_progress',
+      'A request with this Idempotency-Key is still in progress; retry after Retry-After seconds',
+      undefined,
+      {
+        'retry-after': String(retryAfterSeconds),
+      },
+    ),
+  idempotencyKeyReused: () => new AppError(409, 'idempotency_key_reused', 'The Idempotency-Key was used with a different request'),
 
   /** `close`: the connection is closed after the answer instead of reading the rest of the body. */
   payloadTooLarge: (limit: number, close = false) =>
     new AppError(413, 'payload_too_large', `The request body is over ${limit} bytes`, undefined, close ? { connection: 'close' } : undefined),
   uriTooLong: (limit: number) => new AppError(414, 'uri_too_long', `The request URL (path and query) is over ${limit} bytes`),
-  headersTooLarge: (limit: number) =>
-    new AppError(431, 'headers_too_large', `The request line and headers are over ${limit} bytes`),
+  headersTooLarge: (limit: number) => new AppError(431, 'headers_too_large', `The request line and headers are over ${limit} bytes`),
 
   rateLimited: (retryAfterSeconds: number) =>
     new AppError(429, 'rate_limited', 'Too many requests', undefined, {
@@ -91,7 +83,6 @@ export const errors = {
   upstreamTimeout: () => new AppError(504, 'upstream_timeout', 'The upstream did not answer in time'),
   upstreamRefused: () =>
     new AppError(403, 'forbidden', 'The connection’s address is not allowed: it resolves to a private, loopback or link-local address'),
-  unavailable: (message = 'A backing service is unavailable; try again') =>
-    new AppError(503, 'unavailable', message),
+  unavailable: (message = 'A backing service is unavailable; try again') => new AppError(503, 'unavailable', message),
   internal: () => new AppError(500, 'internal', 'Something went wrong on our side'),
 }

@@ -39,7 +39,10 @@ export function errorFields(error: unknown): Record<string, unknown> {
  * one JSON object. For the service's process only: tests keep their console.
  */
 export function captureConsole(log: Log): void {
-  const as = (at: LogLevel) => (...args: unknown[]) => log[at]('console output', { text: format(...args) })
+  const as =
+    (at: LogLevel) =>
+    (...args: unknown[]) =>
+      log[at]('console output', { text: format(...args) })
   console.log = console.info = as('info')
   console.debug = console.trace = as('debug')
   console.warn = as('warn')

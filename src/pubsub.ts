@@ -35,14 +35,16 @@ export function createPubSub(subscriber: Redis): PubSub {
       // ioredis sends its SUBSCRIBEs again as it reconnects; a PING sent after them (on the next turn,
       // to be sure of it) answers once they are in force, so what a handler reads after it cannot
       // miss a message published meanwhile.
-      setImmediate(() => subscriber.ping().then(
-        () => {
-          for (const handler of reconnectHandlers) handler()
-        },
-        () => {
-          // Gone again: the next 'ready' runs the handlers.
-        },
-      ))
+      setImmediate(() =>
+        subscriber.ping().then(
+          () => {
+            for (const handler of reconnectHandlers) handler()
+          },
+          () => {
+            // Gone again: the next 'ready' runs the handlers.
+          },
+        ),
+      )
     }
     connectedOnce = true
   })

@@ -67,7 +67,11 @@ function reportOutages(redis: Redis, log: Log) {
  * reconnection attempt) are already in the log as the connections' outages; the rest are written
  * once a minute per message, so a failure that repeats with every poll does not flood.
  */
-export function reportQueueErrors(emitter: { on(event: 'error', listener: (error: Error) => void): unknown }, log: Log, fields: Record<string, unknown>) {
+export function reportQueueErrors(
+  emitter: { on(event: 'error', listener: (error: Error) => void): unknown },
+  log: Log,
+  fields: Record<string, unknown>,
+) {
   const write = throttled(log, stillDownEveryMs)
   emitter.on('error', error => {
     if (isConnectionFailure(error)) return
@@ -102,8 +106,7 @@ export function redactUrl(url: string): string {
 export function isRedisUnavailable(error: unknown): boolean {
   const e = error as { name?: string; message?: string } | null
   return (
-    e?.name === 'MaxRetriesPerRequestError' ||
-    /Connection is closed|ECONNREFUSED|Stream isn't writeable|enableOfflineQueue/.test(e?.message ?? '')
+    e?.name === 'MaxRetriesPerRequestError' || /Connection is closed|ECONNREFUSED|Stream isn't writeable|enableOfflineQueue/.test(e?.message ?? '')
   )
 }
 
@@ -176,10 +179,16 @@ return out`)
   const queues = new WeakMap<Redis, BatchedCall[]>()
 
   const run = (redis: Redis, calls: BatchedCall[]) => {
-    script(redis, calls.flatMap(c => c.keys), calls.flatMap(c => c.args)).then(
+    script(
+      redis,
+      calls.flatMap(c => c.keys),
+      calls.flatMap(c => c.args),
+    ).then(
       results => {
         if (!Array.isArray(results) || results.length !== calls.length) {
-          const error = new Error(`batched script returned ${Array.isArray(results) ? results.length : typeof results} results for ${calls.length} calls`)
+          const error = new Error(
+            `batched script returned ${Array.isArray(results) ? results.length : typeof results} results for ${calls.length} calls`,
+          )
           for (const c of calls) c.reject(error)
           return
         }

@@ -184,10 +184,7 @@ describe('commands applied by their sender', () => {
     const bad = randomUUID()
     const commandId = `fails-once-${randomUUID()}`
     failOnce.add(commandId)
-    const answers = Promise.all([
-      dispatcher.ask(`log:${good}`, 'append', { n: 1 }),
-      dispatcher.ask(`log:${bad}`, 'append', { n: 2 }, { commandId }),
-    ])
+    const answers = Promise.all([dispatcher.ask(`log:${good}`, 'append', { n: 1 }), dispatcher.ask(`log:${bad}`, 'append', { n: 2 }, { commandId })])
     await until(async () => (await mailed(good)) && (await mailed(bad)))
     expect(await appended(good)).toEqual([])
     const r = await runtime()
@@ -202,10 +199,7 @@ describe('commands applied by their sender', () => {
     const brokenKeys = ctx.deps.keys.actor(`log:${broken}`)
     // Its fencing counter holds no number: drawing the token fails after the lease was taken.
     await ctx.deps.redis.set(brokenKeys.fence, 'not a number')
-    const [brokenId] = await Promise.all([
-      dispatcher.tell(`log:${broken}`, 'append', { n: 1 }),
-      dispatcher.tell(`log:${fine}`, 'append', { n: 1 }),
-    ])
+    const [brokenId] = await Promise.all([dispatcher.tell(`log:${broken}`, 'append', { n: 1 }), dispatcher.tell(`log:${fine}`, 'append', { n: 1 })])
     expect(await appended(fine)).toEqual([1])
     expect(await mailed(fine)).toBe(false)
     expect(await appended(broken)).toEqual([])
@@ -339,7 +333,10 @@ describe('repairs of projections given up', () => {
 
   test('one repair an actor however many commands ask for it; one that keeps failing is retried, then logged stale at close', async () => {
     const lines: string[] = []
-    const repairs = createRepairs(createLog('warn', line => lines.push(line)), { firstDelayMs: 10, maxDelayMs: 40 })
+    const repairs = createRepairs(
+      createLog('warn', line => lines.push(line)),
+      { firstDelayMs: 10, maxDelayMs: 40 },
+    )
     const calls: string[] = []
     const handler = {
       apply: async () => null,
@@ -365,7 +362,10 @@ describe('repairs of projections given up', () => {
 
 describe('repairs of one actor by different handlers', () => {
   test('each runs: one repair an actor and repair, not one an actor', async () => {
-    const repairs = createRepairs(createLog('error', () => {}), { firstDelayMs: 10, maxDelayMs: 40 })
+    const repairs = createRepairs(
+      createLog('error', () => {}),
+      { firstDelayMs: 10, maxDelayMs: 40 },
+    )
     const calls: string[] = []
     const inbox = { apply: async () => null, repair: async () => void calls.push('inbox') }
     const requests = { apply: async () => null, repair: async () => void calls.push('requests') }
@@ -381,7 +381,10 @@ describe('repairs of one actor by different handlers', () => {
 
 describe('a repair asked for again while it runs', () => {
   test('runs again: the later command it was asked for may have been missed by the first run', async () => {
-    const repairs = createRepairs(createLog('error', () => {}), { firstDelayMs: 10, maxDelayMs: 40 })
+    const repairs = createRepairs(
+      createLog('error', () => {}),
+      { firstDelayMs: 10, maxDelayMs: 40 },
+    )
     let open!: () => void
     const gate = new Promise<void>(resolve => (open = resolve))
     const calls: string[] = []

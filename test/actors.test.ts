@@ -195,7 +195,22 @@ describe('actor runtime', () => {
   test('mail whose hint was lost is found by the sweep', async () => {
     const r = await runtime({ sweepEveryMs: 300 })
     const actor = randomUUID()
-    await ctx.deps.redis.xadd(ctx.deps.keys.actor(`log:${actor}`).mailbox, '*', 'type', 'append', 'payload', '{"n":9}', 'command', 'c1', 'hash', '', 'reply', '', 'ask', '')
+    await ctx.deps.redis.xadd(
+      ctx.deps.keys.actor(`log:${actor}`).mailbox,
+      '*',
+      'type',
+      'append',
+      'payload',
+      '{"n":9}',
+      'command',
+      'c1',
+      'hash',
+      '',
+      'reply',
+      '',
+      'ask',
+      '',
+    )
     await until(async () => (await appended(actor)).length === 1)
     expect(await appended(actor)).toEqual([9])
     await r.stop()

@@ -99,11 +99,9 @@ describe('the reference loop', () => {
     }
     const page = await ctx.call('GET', `/v1/conversations/${agent.id}/messages?limit=2`, { token: user.token })
     expect(page.body.data.map((m: { text: string }) => m.text)).toEqual(['m4', 'm3'])
-    const next = await ctx.call(
-      'GET',
-      `/v1/conversations/${agent.id}/messages?limit=2&before=${encodeURIComponent(page.body.data[1].createdAt)}`,
-      { token: user.token },
-    )
+    const next = await ctx.call('GET', `/v1/conversations/${agent.id}/messages?limit=2&before=${encodeURIComponent(page.body.data[1].createdAt)}`, {
+      token: user.token,
+    })
     expect(next.body.data.map((m: { text: string }) => m.text)).toEqual(['m2', 'm1'])
     expectError(await ctx.call('GET', `/v1/conversations/${agent.id}/messages?limit=101`, { token: user.token }), 400, 'validation_failed')
   })
@@ -160,8 +158,16 @@ describe('agent credentials', () => {
     const { agent } = await subscribedPair()
     const stranger = await signUp(ctx)
     expectError(await reply(agent, stranger.id, 'hello?'), 404, 'not_found')
-    expectError(await ctx.call('POST', '/v1/agent/conversation-reply', { apiKey: agent.apiKey, body: { userId: 'nope', text: 'x' } }), 400, 'validation_failed')
-    expectError(await ctx.call('POST', '/v1/agent/conversation-reply', { apiKey: agent.apiKey, body: { userId: stranger.id } }), 400, 'validation_failed')
+    expectError(
+      await ctx.call('POST', '/v1/agent/conversation-reply', { apiKey: agent.apiKey, body: { userId: 'nope', text: 'x' } }),
+      400,
+      'validation_failed',
+    )
+    expectError(
+      await ctx.call('POST', '/v1/agent/conversation-reply', { apiKey: agent.apiKey, body: { userId: stranger.id } }),
+      400,
+      'validation_failed',
+    )
   })
 })
 
@@ -269,9 +275,7 @@ describe('under load', () => {
     )
     // And 200 more at once, no waiting: they must all land and keep the order they were accepted in.
     const burst = await Promise.all(
-      pairs.flatMap(({ agent, user }, index) =>
-        Array.from({ length: 10 }, (_, i) => send(user, agent, `b${index}-${i}`)),
-      ),
+      pairs.flatMap(({ agent, user }, index) => Array.from({ length: 10 }, (_, i) => send(user, agent, `b${index}-${i}`))),
     )
     expect(burst.every(r => r.status === 201)).toBe(true)
     for (const [index, { agent, user }] of pairs.entries()) {
@@ -284,9 +288,11 @@ describe('under load', () => {
         .filter(r => r.body.data.text.startsWith(`b${index}-`))
         .sort((x, y) => x.body.data.createdAt.localeCompare(y.body.data.createdAt))
         .map(r => r.body.data.text)
-      const [seqRows] = [await ctx.deps.sql`
+      const [seqRows] = [
+        await ctx.deps.sql`
         select text from messages where participant_id = ${agent.id} and text like 'b%' order by seq
-      `]
+      `,
+      ]
       expect(seqRows.map(row => row.text)).toEqual(accepted)
       const pending = (await poll(agent)).body.data.pendingConversations
       expect(pending).toMatchObject([{ userId: user.id, pendingCount: 10, latestMessage: seqRows.at(-1)!.text }])

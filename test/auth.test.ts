@@ -159,8 +159,7 @@ describe('JWT bearer (remote JWKS)', () => {
     jwks = Bun.serve({
       hostname: '127.0.0.1',
       port: 0,
-      fetch: request =>
-        new URL(request.url).pathname === '/jwks.json' ? Response.json({ keys }) : new Response('not found', { status: 404 }),
+      fetch: request => (new URL(request.url).pathname === '/jwks.json' ? Response.json({ keys }) : new Response('not found', { status: 404 })),
     })
     idp = await createTestContext({
       env: {
@@ -233,8 +232,7 @@ describe('wallet address', () => {
   const otherEip55 = '0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359'
 
   const patch = (user: TestUser, body: unknown) => ctx.call('PATCH', '/v1/auth/me', { token: user.token, body })
-  const storedWallet = async (user: TestUser) =>
-    (await ctx.call('GET', '/v1/auth/me', { token: user.token })).body.data.walletAddress
+  const storedWallet = async (user: TestUser) => (await ctx.call('GET', '/v1/auth/me', { token: user.token })).body.data.walletAddress
 
   test('an all-lowercase address is accepted and returned in EIP-55 form', async () => {
     const user = await signUp(ctx)
@@ -365,11 +363,7 @@ describe('user API keys', () => {
     expect((await ctx.call('GET', '/v1/auth/me', { token: created.key })).status).toBe(200)
     expect((await ctx.call('DELETE', `/v1/auth/api-keys/${created.id}`, { token: user.token })).status).toBe(200)
     expectError(await ctx.call('DELETE', `/v1/auth/api-keys/${created.id}`, { token: user.token }), 404, 'not_found')
-    expectError(
-      await ctx.call('DELETE', '/v1/auth/api-keys/00000000-0000-4000-8000-000000000000', { token: user.token }),
-      404,
-      'not_found',
-    )
+    expectError(await ctx.call('DELETE', '/v1/auth/api-keys/00000000-0000-4000-8000-000000000000', { token: user.token }), 404, 'not_found')
     expectError(await ctx.call('DELETE', '/v1/auth/api-keys/not-a-uuid', { token: user.token }), 400, 'validation_failed')
   })
 

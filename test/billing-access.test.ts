@@ -1,6 +1,15 @@
 /** Who may call what: every billing endpoint against the owner, another user, an agent key and no credential. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { createAgent, createTestContext, expectError, signUp, type CallOptions, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import {
+  createAgent,
+  createTestContext,
+  expectError,
+  signUp,
+  type CallOptions,
+  type TestAgent,
+  type TestContext,
+  type TestUser,
+} from './helpers/context.ts'
 
 let ctx: TestContext
 let owner: TestUser

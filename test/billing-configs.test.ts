@@ -47,9 +47,15 @@ describe('config listings', () => {
     ]) {
       expectError(await ctx.call('POST', '/v1/billing/configs', { token: owner.token, body }), 400, 'validation_failed')
     }
-    expect((await ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: listing({ content: 'y'.repeat(1_000_000) }) })).status).toBe(201)
+    expect((await ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: listing({ content: 'y'.repeat(1_000_000) }) })).status).toBe(
+      201,
+    )
     const huge = JSON.stringify(listing({ content: 'z'.repeat(2_200_000) }))
-    expectError(await ctx.call('POST', '/v1/billing/configs', { token: owner.token, rawBody: huge, headers: { 'content-length': String(huge.length) } }), 413, 'payload_too_large')
+    expectError(
+      await ctx.call('POST', '/v1/billing/configs', { token: owner.token, rawBody: huge, headers: { 'content-length': String(huge.length) } }),
+      413,
+      'payload_too_large',
+    )
     const [row] = await ctx.deps.sql`select count(*)::int as n from config_listings where participant_id = ${agent.id} and content like 'z%'`
     expect(row!.n).toBe(0)
   })
@@ -86,7 +92,11 @@ describe('config listings', () => {
     expectError(await ctx.call('POST', '/v1/billing/configs', { token: other.token, body: listing() }), 403, 'forbidden')
     const patched = await ctx.call('PATCH', `/v1/billing/configs/${config.id}`, { token: owner.token, body: { priceCents: 999, content: 'v2' } })
     expect(patched.body.data).toMatchObject({ priceCents: 999, content: 'v2' })
-    expectError(await ctx.call('PATCH', '/v1/billing/configs/00000000-0000-4000-8000-000000000000', { token: owner.token, body: {} }), 404, 'not_found')
+    expectError(
+      await ctx.call('PATCH', '/v1/billing/configs/00000000-0000-4000-8000-000000000000', { token: owner.token, body: {} }),
+      404,
+      'not_found',
+    )
     expect((await ctx.call('DELETE', `/v1/billing/configs/${config.id}`, { token: owner.token })).body.data).toEqual({ id: config.id, active: false })
   })
 })

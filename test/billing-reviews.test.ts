@@ -82,7 +82,11 @@ describe('writing reviews', () => {
       404,
       'not_found',
     )
-    expectError(await ctx.call('POST', '/v1/billing/reviews', { apiKey: agent.apiKey, body: { participantId: agent.id, rating: 5 } }), 403, 'forbidden')
+    expectError(
+      await ctx.call('POST', '/v1/billing/reviews', { apiKey: agent.apiKey, body: { participantId: agent.id, rating: 5 } }),
+      403,
+      'forbidden',
+    )
   })
 
   test('a former subscriber and a config buyer are customers', async () => {
@@ -121,7 +125,9 @@ describe('listing reviews', () => {
     expect(page.body.data.length).toBe(20)
     expect(page.body.data.map((r: { id: string }) => r.id)).toEqual(ids.slice(-20).reverse())
     expect(JSON.stringify(page.body.data)).not.toContain('@example.com')
-    const rest = await ctx.call('GET', `/v1/billing/reviews/${fresh.id}?before=${encodeURIComponent(page.body.data[19].createdAt)}`, { token: reader.token })
+    const rest = await ctx.call('GET', `/v1/billing/reviews/${fresh.id}?before=${encodeURIComponent(page.body.data[19].createdAt)}`, {
+      token: reader.token,
+    })
     expect(rest.body.data.map((r: { id: string }) => r.id)).toEqual(ids.slice(0, 3).reverse())
     expect((await ctx.call('GET', `/v1/billing/reviews/${fresh.id}?limit=100`, { token: reader.token })).body.data.length).toBe(23)
     expect((await ctx.call('GET', `/v1/billing/reviews/${fresh.id}?limit=2`, { token: reader.token })).body.data.length).toBe(2)

@@ -206,11 +206,7 @@ describe('listing and cancelling', () => {
     expect(cancelled.body.data.cancelledAt).not.toBeNull()
     expect((await participant(agent.id)).activeSubscribers).toBe(0)
     expectError(await ctx.call('DELETE', `/v1/billing/subscriptions/${sub.id}`, { token: user.token }), 409, 'already_cancelled')
-    expectError(
-      await ctx.call('DELETE', '/v1/billing/subscriptions/00000000-0000-4000-8000-000000000000', { token: user.token }),
-      404,
-      'not_found',
-    )
+    expectError(await ctx.call('DELETE', '/v1/billing/subscriptions/00000000-0000-4000-8000-000000000000', { token: user.token }), 404, 'not_found')
     expect((await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId } })).status).toBe(201)
     expect((await participant(agent.id)).activeSubscribers).toBe(1)
   })

@@ -27,7 +27,9 @@ beforeAll(async () => {
   ctx.clock.advance(1000)
   // Neither drafts, scheduled, unpublished nor deleted posts are ever listed.
   hiddenIds.push((await writePost(ctx, agents[0]!, { title: 'A draft', tags: ['ai'] })).id)
-  hiddenIds.push((await writePost(ctx, agents[0]!, { title: 'Later', tags: ['ai'], publishAt: new Date(ctx.clock.now().getTime() + 3_600_000).toISOString() })).id)
+  hiddenIds.push(
+    (await writePost(ctx, agents[0]!, { title: 'Later', tags: ['ai'], publishAt: new Date(ctx.clock.now().getTime() + 3_600_000).toISOString() })).id,
+  )
   const unpublished = await writePost(ctx, agents[1]!, { title: 'Pulled', publish: true, tags: ['ai'] })
   await ctx.call('PATCH', `/blog/posts/${unpublished.id}`, { apiKey: agents[1]!.apiKey, body: { status: 'draft' } })
   const deleted = await writePost(ctx, agents[1]!, { title: 'Deleted', publish: true, tags: ['ai'] })
@@ -164,8 +166,7 @@ describe('reactions', () => {
   })
 
   test('one of each type per reactor: 201 the first time, 200 with no change after; anyone reads the counts', async () => {
-    const react = (credential: object, type: string) =>
-      ctx.call('POST', `/blog/posts/${postId}/reactions`, { ...credential, body: { type } })
+    const react = (credential: object, type: string) => ctx.call('POST', `/blog/posts/${postId}/reactions`, { ...credential, body: { type } })
     expect((await ctx.call('GET', `/blog/posts/${postId}/reactions`)).body.data).toEqual(none)
     const first = await react({ token: reader.token }, 'like')
     expect(first.status).toBe(201)

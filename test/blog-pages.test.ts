@@ -117,7 +117,10 @@ describe('the HTML pages', () => {
   test('anything not published is the HTML 404 page: drafts, scheduled, deleted, pulled, unknown, blog off, deactivated', async () => {
     const other = await blogAgent(ctx, owner)
     const draft = await writePost(ctx, other, { title: 'Draft Page' })
-    const scheduled = await writePost(ctx, other, { title: 'Scheduled Page', publishAt: new Date(ctx.clock.now().getTime() + 3_600_000).toISOString() })
+    const scheduled = await writePost(ctx, other, {
+      title: 'Scheduled Page',
+      publishAt: new Date(ctx.clock.now().getTime() + 3_600_000).toISOString(),
+    })
     const deleted = await writePost(ctx, other, { title: 'Deleted Page', publish: true })
     await ctx.call('DELETE', `/blog/posts/${deleted.id}`, { apiKey: other.apiKey })
     const pulled = await writePost(ctx, other, { title: 'Pulled Page', publish: true })
@@ -316,49 +319,53 @@ const hasChromium = existsSync(chromiumPath)
 if (!hasChromium) console.warn(`blog-pages: skipping the browser test, ${chromiumPath} is missing (apt-get install chromium)`)
 
 describe('in a real browser', () => {
-  test.skipIf(!hasChromium)('a published post shows its title and rendered content, and no script runs', async () => {
-    const post = await writePost(ctx, agent, {
-      title: 'Seen In A Browser',
-      content: `${article}\n\n<script>alert(1)</script> <img src=x onerror=alert(1)> [x](javascript:alert(1))`,
-      publish: true,
-    })
-    const server = ctx.app.listen({ port: 0, hostname: '127.0.0.1' })
-    const browser = await chromium.launch({
-      executablePath: chromiumPath,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    })
-    try {
-      const page = await browser.newPage()
-      const dialogs: string[] = []
-      page.on('dialog', dialog => {
-        dialogs.push(dialog.message())
-        void dialog.dismiss()
+  test.skipIf(!hasChromium)(
+    'a published post shows its title and rendered content, and no script runs',
+    async () => {
+      const post = await writePost(ctx, agent, {
+        title: 'Seen In A Browser',
+        content: `${article}\n\n<script>alert(1)</script> <img src=x onerror=alert(1)> [x](javascript:alert(1))`,
+        publish: true,
       })
-      const response = await page.goto(`http://127.0.0.1:${server.server!.port}/@${agent.name}/blog/${post.slug}`)
-      expect(response?.status()).toBe(200)
-      expect(await page.locator('h1').textContent()).toBe('Seen In A Browser')
-      expect(await page.title()).toBe('Seen In A Browser — Ada & <Friends>')
-      expect(await page.locator('article h2').textContent()).toBe('Section')
-      expect(await page.locator('article strong').textContent()).toBe('bold')
-      expect(await page.locator('article li').allTextContents()).toEqual(['one', 'two'])
-      expect(await page.locator('.author').textContent()).toBe('Ada & <Friends>')
-      expect(await page.locator('article').innerText()).toContain('<script>alert(1)</script>')
-      expect(await page.locator('script').count()).toBe(0)
-      expect(await page.locator('article a').count()).toBe(0)
-      await page.waitForTimeout(200)
-      expect(dialogs).toEqual([])
-    } finally {
-      await browser.close()
-      await server.stop()
-    }
-  }, 60_000)
+      const server = ctx.app.listen({ port: 0, hostname: '127.0.0.1' })
+      const browser = await chromium.launch({
+        executablePath: chromiumPath,
+        args: [
+          '--headless',
+          '--no-sandbox',
+          '--disable-gpu',
+          '--disable-quic',
+          '--no-first-run',
+          '--disable-background-networking',
+          '--disable-component-update',
+          '--disable-sync',
+        ],
+      })
+      try {
+        const page = await browser.newPage()
+        const dialogs: string[] = []
+        page.on('dialog', dialog => {
+          dialogs.push(dialog.message())
+          void dialog.dismiss()
+        })
+        const response = await page.goto(`http://127.0.0.1:${server.server!.port}/@${agent.name}/blog/${post.slug}`)
+        expect(response?.status()).toBe(200)
+        expect(await page.locator('h1').textContent()).toBe('Seen In A Browser')
+        expect(await page.title()).toBe('Seen In A Browser — Ada & <Friends>')
+        expect(await page.locator('article h2').textContent()).toBe('Section')
+        expect(await page.locator('article strong').textContent()).toBe('bold')
+        expect(await page.locator('article li').allTextContents()).toEqual(['one', 'two'])
+        expect(await page.locator('.author').textContent()).toBe('Ada & <Friends>')
+        expect(await page.locator('article').innerText()).toContain('<script>alert(1)</script>')
+        expect(await page.locator('script').count()).toBe(0)
+        expect(await page.locator('article a').count()).toBe(0)
+        await page.waitForTimeout(200)
+        expect(dialogs).toEqual([])
+      } finally {
+        await browser.close()
+        await server.stop()
+      }
+    },
+    60_000,
+  )
 })

@@ -170,7 +170,9 @@ describe('the writers’ list', () => {
 describe('posts per agent per 24 h', () => {
   test('past the limit a new post is 429 rate_limited with Retry-After; the agent writes again once it has passed', async () => {
     const limited = await createTestContext({
-      env: { RATE_LIMITS: JSON.stringify({ participantCreate: { capacity: 100, perSeconds: 1 }, blogPostCreate: { capacity: 2, perSeconds: 86_400 } }) },
+      env: {
+        RATE_LIMITS: JSON.stringify({ participantCreate: { capacity: 100, perSeconds: 1 }, blogPostCreate: { capacity: 2, perSeconds: 86_400 } }),
+      },
     })
     try {
       const writer = await signUp(limited)
@@ -178,7 +180,11 @@ describe('posts per agent per 24 h', () => {
       const second = await blogAgent(limited, writer)
       const soon = new Date(limited.clock.now().getTime() - 1000).toISOString()
       // A refused request does not count.
-      expectError(await limited.call('POST', '/blog/posts', { apiKey: first.apiKey, body: { title: 't', content: 'x', publishAt: soon } }), 400, 'validation_failed')
+      expectError(
+        await limited.call('POST', '/blog/posts', { apiKey: first.apiKey, body: { title: 't', content: 'x', publishAt: soon } }),
+        400,
+        'validation_failed',
+      )
       await writePost(limited, first, { title: 'One' })
       await writePost(limited, first, { title: 'Two' })
       const refused = await limited.call('POST', '/blog/posts', { apiKey: first.apiKey, body: { title: 'Three', content: 'x' } })

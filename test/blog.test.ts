@@ -61,7 +61,11 @@ describe('who may write', () => {
   })
 
   test('a user credential must name the agent: 400 without participantId, 404 for an unknown agent', async () => {
-    const missing = expectError(await ctx.call('POST', '/blog/posts', { token: owner.token, body: { title: 't', content: 'x' } }), 400, 'validation_failed')
+    const missing = expectError(
+      await ctx.call('POST', '/blog/posts', { token: owner.token, body: { title: 't', content: 'x' } }),
+      400,
+      'validation_failed',
+    )
     expect(missing.details).toEqual([{ path: '/participantId', message: expect.any(String) }])
     expectError(
       await ctx.call('POST', '/blog/posts', {
@@ -237,14 +241,10 @@ describe('slugs', () => {
 
   test('writers racing for one title each get their own slug, thirty at once too, and drafts renamed at once', async () => {
     const results = await Promise.all(
-      Array.from({ length: 30 }, () =>
-        ctx.call('POST', '/blog/posts', { apiKey: agent.apiKey, body: { title: 'Race Day', content: 'x' } }),
-      ),
+      Array.from({ length: 30 }, () => ctx.call('POST', '/blog/posts', { apiKey: agent.apiKey, body: { title: 'Race Day', content: 'x' } })),
     )
     expect(results.map(res => res.status)).toEqual(Array.from({ length: 30 }, () => 201))
-    expect(results.map(res => res.body.data.slug).sort()).toEqual(
-      ['race-day', ...Array.from({ length: 29 }, (_, i) => `race-day-${i + 2}`)].sort(),
-    )
+    expect(results.map(res => res.body.data.slug).sort()).toEqual(['race-day', ...Array.from({ length: 29 }, (_, i) => `race-day-${i + 2}`)].sort())
     const drafts = await Promise.all(Array.from({ length: 11 }, (_, i) => writePost(ctx, agent, { title: `Draft ${i}` })))
     const renamed = await Promise.all(
       drafts.map(draft => ctx.call('PATCH', `/blog/posts/${draft.id}`, { apiKey: agent.apiKey, body: { title: 'Renamed Together' } })),

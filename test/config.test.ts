@@ -112,14 +112,21 @@ describe('loadConfig', () => {
     expect(config.trustedProxies).toEqual(['10.0.0.0/8', '192.168.1.7', 'fd00::/8', '::1'])
   })
 
-  test.each(['proxy.internal', '10.0.0.0/33', '10.0.0.0/', '10.0.0.0/8/1', 'fd00::/129', '10.0.0.256', '10.0.0.0/-1', '10.0.0.0/0x8', '::ffff:10.0.0.0/8'])(
-    'refuses TRUSTED_PROXIES with %p in it, naming it',
-    entry => {
-      const message = configError({ TRUSTED_PROXIES: `10.0.0.1, ${entry}` }).message
-      expect(message).toContain('TRUSTED_PROXIES')
-      expect(message).toContain(entry)
-    },
-  )
+  test.each([
+    'proxy.internal',
+    '10.0.0.0/33',
+    '10.0.0.0/',
+    '10.0.0.0/8/1',
+    'fd00::/129',
+    '10.0.0.256',
+    '10.0.0.0/-1',
+    '10.0.0.0/0x8',
+    '::ffff:10.0.0.0/8',
+  ])('refuses TRUSTED_PROXIES with %p in it, naming it', entry => {
+    const message = configError({ TRUSTED_PROXIES: `10.0.0.1, ${entry}` }).message
+    expect(message).toContain('TRUSTED_PROXIES')
+    expect(message).toContain(entry)
+  })
 
   test('RATE_LIMITS overrides the named rules and keeps the defaults of the others', () => {
     const config = loadConfig({ RATE_LIMITS: '{"deviceCodeCreate":{"capacity":3,"perSeconds":0.5}}' })
@@ -164,9 +171,7 @@ describe('withDevSecrets', () => {
   test('configured secrets win and no file is written for them', () => {
     const dataDir = join(root, 'configured')
     const key = randomBytes(32)
-    const config = withDevSecrets(
-      loadConfig({ DATA_DIR: dataDir, AUTH_JWT_SECRET: secret, CONNECTIONS_KEY: key.toString('hex') }),
-    )
+    const config = withDevSecrets(loadConfig({ DATA_DIR: dataDir, AUTH_JWT_SECRET: secret, CONNECTIONS_KEY: key.toString('hex') }))
     expect(config.auth.jwtSecret).toBe(secret)
     expect(config.connectionsKey?.equals(key)).toBe(true)
     expect(existsSync(join(dataDir, 'dev-jwt-secret'))).toBe(false)

@@ -35,7 +35,14 @@ describe('agents sharing a subscriber’s knowledge', () => {
     const { agents } = await hire(user, 5)
     const results = await Promise.all(
       Array.from({ length: 100 }, (_, i) =>
-        agentWrite(agents[i % 5]!, { userId: user.id, type: 'keywords', key: 'seo', data: { n: i }, confidence: 'derived', source: { method: 'analysis' } }),
+        agentWrite(agents[i % 5]!, {
+          userId: user.id,
+          type: 'keywords',
+          key: 'seo',
+          data: { n: i },
+          confidence: 'derived',
+          source: { method: 'analysis' },
+        }),
       ),
     )
     expect(results.every(r => r.status === 201)).toBe(true)
@@ -51,7 +58,9 @@ describe('agents sharing a subscriber’s knowledge', () => {
 
   test('an entry written by agent A is read by agent B of the same subscriber, with its author and source', async () => {
     const user = await signUp(ctx)
-    const { agents: [a, b] } = await hire(user, 2)
+    const {
+      agents: [a, b],
+    } = await hire(user, 2)
     const written = await agentWrite(a!, {
       userId: user.id,
       type: 'brand',
@@ -76,7 +85,10 @@ describe('agents sharing a subscriber’s knowledge', () => {
 
   test('an agent the user does not subscribe to gets 403, and access ends when the subscription is cancelled', async () => {
     const user = await signUp(ctx)
-    const { agents: [a], subscriptions: [subscriptionId] } = await hire(user, 1)
+    const {
+      agents: [a],
+      subscriptions: [subscriptionId],
+    } = await hire(user, 1)
     const stranger = await createAgent(ctx, owner)
     await agentWrite(a!, { userId: user.id, type: 'goals', key: 'q1', data: { grow: true } })
     expectError(await agentRead(stranger, `userId=${user.id}`), 403, 'not_subscribed')
@@ -90,7 +102,9 @@ describe('agents sharing a subscriber’s knowledge', () => {
 
   test('a user write blocks agent writes (409) until the user reverts to an agent version; every step is kept', async () => {
     const user = await signUp(ctx)
-    const { agents: [a] } = await hire(user, 1)
+    const {
+      agents: [a],
+    } = await hire(user, 1)
     const path = '/v1/context/tone/voice'
     await agentWrite(a!, { userId: user.id, type: 'tone', key: 'voice', data: { style: 'formal' }, confidence: 'derived' })
     const mine = await ctx.call('PUT', path, { token: user.token, body: { data: { style: 'playful' } } })
@@ -104,7 +118,13 @@ describe('agents sharing a subscriber’s knowledge', () => {
     expect(again.status).toBe(201)
     expect(again.body.data.version).toBe(4)
     const versions = await ctx.call('GET', `${path}/versions`, { token: user.token })
-    expect(versions.body.data.entries.map((e: { version: number; confidence: string; data: { style: string } }) => [e.version, e.confidence, e.data.style])).toEqual([
+    expect(
+      versions.body.data.entries.map((e: { version: number; confidence: string; data: { style: string } }) => [
+        e.version,
+        e.confidence,
+        e.data.style,
+      ]),
+    ).toEqual([
       [4, 'suggested', 'warm'],
       [3, 'derived', 'formal'],
       [2, 'user_provided', 'playful'],
@@ -116,8 +136,15 @@ describe('agents sharing a subscriber’s knowledge', () => {
 
   test('reading lists the newest version of each entry ordered by type then key, filtered by type and key', async () => {
     const user = await signUp(ctx)
-    const { agents: [a] } = await hire(user, 1)
-    for (const [type, key] of [['team', 'b'], ['brand', 'z'], ['team', 'a'], ['brand', 'a']] as const) {
+    const {
+      agents: [a],
+    } = await hire(user, 1)
+    for (const [type, key] of [
+      ['team', 'b'],
+      ['brand', 'z'],
+      ['team', 'a'],
+      ['brand', 'a'],
+    ] as const) {
       await agentWrite(a!, { userId: user.id, type, key, data: { v: 1 } })
     }
     await agentWrite(a!, { userId: user.id, type: 'team', key: 'a', data: { v: 2 } })
@@ -137,7 +164,9 @@ describe('agents sharing a subscriber’s knowledge', () => {
 describe('bad input writes nothing', () => {
   test('unknown types, bad keys, non-object or oversized data, and user_provided from an agent are refused', async () => {
     const user = await signUp(ctx)
-    const { agents: [a] } = await hire(user, 1)
+    const {
+      agents: [a],
+    } = await hire(user, 1)
     const base = { userId: user.id, type: 'custom', key: 'k', data: { ok: true } }
     expectError(await agentRead(a!, `userId=${user.id}&type=unknown`), 400, 'validation_failed')
     expectError(await agentRead(a!, 'type=brand'), 400, 'validation_failed')
@@ -182,7 +211,9 @@ describe('bad input writes nothing', () => {
 
   test('user endpoints: unknown entries and versions are 404; credentials are checked', async () => {
     const user = await signUp(ctx)
-    const { agents: [a] } = await hire(user, 1)
+    const {
+      agents: [a],
+    } = await hire(user, 1)
     expectError(await ctx.call('GET', '/v1/context/brand/none/versions', { token: user.token }), 404, 'not_found')
     expectError(await ctx.call('POST', '/v1/context/brand/none/revert', { token: user.token, body: { version: 1 } }), 404, 'not_found')
     await ctx.call('PUT', '/v1/context/brand/x', { token: user.token, body: { data: { a: 1 } } })

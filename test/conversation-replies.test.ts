@@ -130,7 +130,10 @@ describe('a repeat under one Idempotency-Key whose first answer was lost', () =>
     expect((await history(pair)).map(m => m.text)).toEqual(['question two', 'answer one', 'question one'])
     const row = await conversationRow(pair.agent.id, pair.user.id)
     expect(row.pendingCount).toBe(1)
-    expect((await inboxInRedis(pair.agent.id))[pair.user.id]).toMatchObject({ latestMessage: 'question two', latestMessageAt: asked.body.data.createdAt })
+    expect((await inboxInRedis(pair.agent.id))[pair.user.id]).toMatchObject({
+      latestMessage: 'question two',
+      latestMessageAt: asked.body.data.createdAt,
+    })
     // The user is told once: the event was committed with the first attempt, and the repeat stored nothing.
     const told = async () =>
       (await ctx.deps.redis.xrange(ctx.deps.keys.events.user(pair.user.id), '-', '+')).filter(
@@ -216,7 +219,9 @@ describe('a conversation’s row', () => {
         return { all: after.all - before.all, hot: after.hot - before.hot }
       })
       expect(counted).toEqual({ all: 3, hot: 3 })
-      const pending = (await agentConversations(c.sql, pair.agent.id)).flatMap(({ pending: p }) => (p ? [[p.userId, p.latestMessage, p.pendingCount]] : []))
+      const pending = (await agentConversations(c.sql, pair.agent.id)).flatMap(({ pending: p }) =>
+        p ? [[p.userId, p.latestMessage, p.pendingCount]] : [],
+      )
       expect(pending).toEqual([[other.id, 'also waiting', 1]])
     } finally {
       await c.sql.end()
@@ -250,10 +255,17 @@ describe('the reply statement and a user’s message on one conversation', () =>
       const resent = { id, participantId: pair.agent.id, userId: later.id, text: 'answer one' }
       const firstAttempt = heldOpen(first.sql, tx => storeChosenReplies(tx, [resent], new Date()))
       await firstAttempt.holding
-      const held = heldOpen(holder.sql, tx => tx`select 1 from conversations where participant_id = ${pair.agent.id} and user_id = ${earlier.id} for update`)
+      const held = heldOpen(
+        holder.sql,
+        tx => tx`select 1 from conversations where participant_id = ${pair.agent.id} and user_id = ${earlier.id} for update`,
+      )
       await held.holding
       // Its snapshot is taken now, before the first attempt commits.
-      const repeated = storeChosenReplies(repeat.sql, [{ id: newRowId(), participantId: pair.agent.id, userId: earlier.id, text: 'to the other' }, resent], new Date())
+      const repeated = storeChosenReplies(
+        repeat.sql,
+        [{ id: newRowId(), participantId: pair.agent.id, userId: earlier.id, text: 'to the other' }, resent],
+        new Date(),
+      )
       await blocked(repeat.pid)
       firstAttempt.release()
       expect((await firstAttempt.result).get(id)).toMatchObject({ stored: true, wasPending: true })
@@ -263,7 +275,9 @@ describe('the reply statement and a user’s message on one conversation', () =>
       const outcome = (await repeated).get(id)
       expect(outcome).toMatchObject({ stored: false, conversation: { pendingCount: 1, latestMessage: 'question two' } })
       expect(await conversationRow(pair.agent.id, later.id)).toMatchObject({ pendingCount: 1, latestMessage: 'question two' })
-      const texts = (await ctx.call('GET', `/v1/conversations/${pair.agent.id}/messages`, { token: later.token })).body.data.map((m: { text: string }) => m.text)
+      const texts = (await ctx.call('GET', `/v1/conversations/${pair.agent.id}/messages`, { token: later.token })).body.data.map(
+        (m: { text: string }) => m.text,
+      )
       expect(texts).toEqual(['question two', 'answer one', 'question one'])
     } finally {
       releaseHeld()
@@ -283,7 +297,11 @@ describe('the reply statement and a user’s message on one conversation', () =>
       await asked.holding
       // Written by a process whose clock is a minute behind.
       const id = newRowId()
-      const answering = storeFreshReplies(replying.sql, [{ id, participantId: pair.agent.id, userId: pair.user.id, text: 'answer two' }], new Date(Date.now() - 60_000))
+      const answering = storeFreshReplies(
+        replying.sql,
+        [{ id, participantId: pair.agent.id, userId: pair.user.id, text: 'answer two' }],
+        new Date(Date.now() - 60_000),
+      )
       await blocked(replying.pid)
       asked.release()
       const question = await asked.result
@@ -400,7 +418,13 @@ describe('the reply writer', () => {
           // Sent together, so they share one statement.
           replies = Promise.all(
             [a, b].map(({ agent, user }) =>
-              ctx.deps.replies.send({ agentId: agent.id, userId: user.id, text: agent === a.agent ? 'to a' : 'to b', messageId: newRowId(), chosen: false }),
+              ctx.deps.replies.send({
+                agentId: agent.id,
+                userId: user.id,
+                text: agent === a.agent ? 'to a' : 'to b',
+                messageId: newRowId(),
+                chosen: false,
+              }),
             ),
           )
           // The writer's statement waits on the row this transaction holds.
@@ -463,7 +487,13 @@ describe('the reply writer', () => {
     for (const { agent, user } of pairs) await send(user, agent, 'hello')
     const sent = await Promise.allSettled(
       pairs.map(({ agent, user }, i) =>
-        ctx.deps.replies.send({ agentId: agent.id, userId: user.id, text: i === 1 ? 'bad \u0000 text' : `fine ${i}`, messageId: newRowId(), chosen: false }),
+        ctx.deps.replies.send({
+          agentId: agent.id,
+          userId: user.id,
+          text: i === 1 ? 'bad \u0000 text' : `fine ${i}`,
+          messageId: newRowId(),
+          chosen: false,
+        }),
       ),
     )
     expect(sent.map(s => s.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
@@ -473,7 +503,10 @@ describe('the reply writer', () => {
     expect((await history(pairs[2]!)).map(m => m.text)).toEqual(['fine 2', 'hello'])
     // Through the API the refusal is the client's to fix.
     expectError(
-      await ctx.call('POST', '/v1/agent/conversation-reply', { apiKey: pairs[1]!.agent.apiKey, rawBody: '{"userId":"' + pairs[1]!.user.id + '","text":"a\\u0000b"}' }),
+      await ctx.call('POST', '/v1/agent/conversation-reply', {
+        apiKey: pairs[1]!.agent.apiKey,
+        rawBody: '{"userId":"' + pairs[1]!.user.id + '","text":"a\\u0000b"}',
+      }),
       400,
       'validation_failed',
     )
@@ -523,7 +556,7 @@ describe('the reply writer', () => {
     expect((await reply(answered.agent, answered.user.id, 'hi')).status).toBe(201)
     expect((await inboxInRedis(waiting.agent.id))[waiting.user.id]).toBeDefined()
     const agentTexts = async (pair: Subscribed) => (await history(pair)).filter(m => m.role === 'agent').map(m => m.text)
-    const within = <T,>(promise: Promise<T>) => Promise.race([promise, Bun.sleep(5000).then(() => 'still waiting' as const)])
+    const within = <T>(promise: Promise<T>) => Promise.race([promise, Bun.sleep(5000).then(() => 'still waiting' as const)])
     let proxy: Awaited<ReturnType<typeof startHeldProxy>> | undefined
     let redis: Redis | undefined
     let sql: Sql | undefined
@@ -536,7 +569,8 @@ describe('the reply writer', () => {
       sql = createSql(ctx.database.url, { max: 2 })
       // One statement at a time, never a second for a stalled one: only the Redis phase can overlap.
       writer = createReplyWriter({ ...ctx.deps, redis, sql, batches: 1 })
-      const to = (pair: Subscribed, text: string) => writer!.send({ agentId: pair.agent.id, userId: pair.user.id, text, messageId: newRowId(), chosen: false })
+      const to = (pair: Subscribed, text: string) =>
+        writer!.send({ agentId: pair.agent.id, userId: pair.user.id, text, messageId: newRowId(), chosen: false })
       proxy.hold()
       const settledOrder: string[] = []
       // One tick, so one statement: the first reply ends a pending conversation (its inbox entry goes
@@ -574,11 +608,18 @@ describe('the reply writer', () => {
 describe('an agent’s projection given up (lease lost, or closing, with Redis refusing it)', () => {
   test('is repaired by rebuilding the inbox from Postgres, for conversations and service requests alike', async () => {
     const pair = await subscribedPair()
-    const poll = async () => (await ctx.call('GET', '/v1/agent/events', { apiKey: pair.agent.apiKey })).body.data.pendingConversations as { userId: string }[]
+    const poll = async () =>
+      (await ctx.call('GET', '/v1/agent/events', { apiKey: pair.agent.apiKey })).body.data.pendingConversations as { userId: string }[]
     // The inbox is built (nothing pending), then a message is applied whose projection never lands.
     expect(await poll()).toEqual([])
     expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(pair.agent.id).built)).toBe(1)
-    await insertUserMessage(ctx.deps.sql, { id: newRowId(), participantId: pair.agent.id, userId: pair.user.id, text: 'seen by no one', at: new Date() })
+    await insertUserMessage(ctx.deps.sql, {
+      id: newRowId(),
+      participantId: pair.agent.id,
+      userId: pair.user.id,
+      text: 'seen by no one',
+      at: new Date(),
+    })
     expect(await inboxInRedis(pair.agent.id)).toEqual({})
 
     const agent = actorKinds(ctx.deps).agent!

@@ -1,13 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import {
-  createAgent,
-  createTestContext,
-  expectError,
-  signUp,
-  type CallResult,
-  type TestContext,
-  type TestUser,
-} from './helpers/context.ts'
+import { createAgent, createTestContext, expectError, signUp, type CallResult, type TestContext, type TestUser } from './helpers/context.ts'
 
 const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 const userCodeShape = /^[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}$/
@@ -73,14 +65,7 @@ describe('starting a device authorization', () => {
     expect(res.status).toBe(201)
     expect(res.body.success).toBe(true)
     const data = res.body.data
-    expect(Object.keys(data).sort()).toEqual([
-      'deviceCode',
-      'expiresIn',
-      'interval',
-      'userCode',
-      'verificationUri',
-      'verificationUriComplete',
-    ])
+    expect(Object.keys(data).sort()).toEqual(['deviceCode', 'expiresIn', 'interval', 'userCode', 'verificationUri', 'verificationUriComplete'])
     expect(data.deviceCode).toMatch(uuid)
     expect(data.userCode).toMatch(userCodeShape)
     expect(data).toMatchObject({ verificationUri: 'http://test.local/device', expiresIn: 900, interval: 5 })

@@ -52,10 +52,22 @@ describe('the owner’s notification stream', () => {
     const events = await stream.waitFor(4)
     stream.close()
     expect(events.map(e => e.type)).toEqual(['subscription.created', 'review.created', 'config.purchased', 'conversation.message'])
-    expect(events[0]!.data).toMatchObject({ type: 'subscription.created', subscriptionId: sub.body.data.id, participantId: agent.id, planId, userId: user.id })
+    expect(events[0]!.data).toMatchObject({
+      type: 'subscription.created',
+      subscriptionId: sub.body.data.id,
+      participantId: agent.id,
+      planId,
+      userId: user.id,
+    })
     expect(events[1]!.data).toMatchObject({ type: 'review.created', participantId: agent.id, userId: user.id, rating: 4, comment: 'ok' })
     expect(events[2]!.data).toMatchObject({ type: 'config.purchased', purchaseId: purchase.body.data.purchaseId, priceCents: 250, userId: user.id })
-    expect(events[3]!.data).toMatchObject({ type: 'conversation.message', participantId: agent.id, userId: user.id, messageId: message.body.data.id, text: 'hello owner' })
+    expect(events[3]!.data).toMatchObject({
+      type: 'conversation.message',
+      participantId: agent.id,
+      userId: user.id,
+      messageId: message.body.data.id,
+      text: 'hello owner',
+    })
     for (const event of events) {
       expect(event.id).toMatch(/^\d+-\d+$/)
       expect(event.data.createdAt).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/)
@@ -74,8 +86,14 @@ describe('the owner’s notification stream', () => {
     await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'q' } })
     await ctx.call('POST', '/v1/agent/conversation-reply', { apiKey: agent.apiKey, body: { userId: user.id, text: 'a' } })
     await ctx.call('POST', '/v1/agent/context', { apiKey: agent.apiKey, body: { userId: user.id, type: 'goals', key: 'g', data: { x: 1 } } })
-    const request = await ctx.call('POST', '/v1/agent/service-requests', { apiKey: other.agent.apiKey, body: { targetAgentId: agent.id, input: 'do' } })
-    await ctx.call('POST', '/v1/agent/service-respond', { apiKey: agent.apiKey, body: { requestId: request.body.data.requestId, output: 'done', success: true } })
+    const request = await ctx.call('POST', '/v1/agent/service-requests', {
+      apiKey: other.agent.apiKey,
+      body: { targetAgentId: agent.id, input: 'do' },
+    })
+    await ctx.call('POST', '/v1/agent/service-respond', {
+      apiKey: agent.apiKey,
+      body: { requestId: request.body.data.requestId, output: 'done', success: true },
+    })
     const forUser = await userStream.waitFor(2)
     // Two actors (the agent, the organization) tell the user; nothing orders one's notifications after
     // the other's (the reply's goes out after its answer).
@@ -100,7 +118,10 @@ describe('the owner’s notification stream', () => {
     })
     const purchase = await ctx.call('POST', `/v1/billing/configs/${config.body.data.id}/purchase`, { token: buyer.token })
     await ctx.call('PATCH', `/v1/participants/${agent.id}`, { token: owner.token, body: { settings: { blogEnabled: true } } })
-    const post = await ctx.call('POST', '/blog/posts', { token: owner.token, body: { participantId: agent.id, title: 'Hello world', content: 'Hi', publish: true } })
+    const post = await ctx.call('POST', '/blog/posts', {
+      token: owner.token,
+      body: { participantId: agent.id, title: 'Hello world', content: 'Hi', publish: true },
+    })
     const [invoice] = await buyerStream.waitFor(1, ['invoice.issued'])
     expect(invoice!.data).toMatchObject({ invoiceId: purchase.body.data.invoiceId, totalCents: 99 })
     const [published] = await ownerStream.waitFor(1, ['blog.published'])
@@ -308,8 +329,13 @@ describe('world chat', () => {
     })
     try {
       const user = await signUp(limited)
-      for (let i = 0; i < 10; i++) expect((await limited.call('POST', '/v1/chat/messages', { token: user.token, body: { text: `m${i}` } })).status).toBe(201)
-      const refused = expectError(await limited.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'one too many' } }), 429, 'rate_limited')
+      for (let i = 0; i < 10; i++)
+        expect((await limited.call('POST', '/v1/chat/messages', { token: user.token, body: { text: `m${i}` } })).status).toBe(201)
+      const refused = expectError(
+        await limited.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'one too many' } }),
+        429,
+        'rate_limited',
+      )
       expect(refused).toBeTruthy()
     } finally {
       await limited.close()

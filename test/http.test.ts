@@ -73,10 +73,18 @@ describe('framework-level errors', () => {
   test('JSON is read whatever the case of its media type, and malformed JSON so sent is still invalid_json', async () => {
     for (const type of ['application/JSON', 'Application/Json; charset=utf-8', 'APPLICATION/JSON']) {
       const name = `case-${Math.random().toString(36).slice(2, 10)}`
-      const created = await ctx.call('POST', '/v1/participants', { token: alice.token, rawBody: JSON.stringify({ name }), headers: { 'content-type': type } })
+      const created = await ctx.call('POST', '/v1/participants', {
+        token: alice.token,
+        rawBody: JSON.stringify({ name }),
+        headers: { 'content-type': type },
+      })
       expect(created.status).toBe(201)
       expect(created.body.data.name).toBe(name)
-      expectError(await ctx.call('POST', '/v1/participants', { token: alice.token, rawBody: '{"name": "half', headers: { 'content-type': type } }), 400, 'invalid_json')
+      expectError(
+        await ctx.call('POST', '/v1/participants', { token: alice.token, rawBody: '{"name": "half', headers: { 'content-type': type } }),
+        400,
+        'invalid_json',
+      )
     }
   })
 
@@ -169,7 +177,11 @@ describe('bodies over the wire', () => {
   })
   afterAll(() => server.stop(true))
   const post = async (path: string, body: string | ReadableStream, headers: Record<string, string>) => {
-    const response = await fetch(`http://127.0.0.1:${server.port}${path}`, { method: 'POST', body, headers: { authorization: `Bearer ${alice.token}`, ...headers } })
+    const response = await fetch(`http://127.0.0.1:${server.port}${path}`, {
+      method: 'POST',
+      body,
+      headers: { authorization: `Bearer ${alice.token}`, ...headers },
+    })
     return { status: response.status, headers: response.headers, body: await response.json() } as CallResult
   }
   const chunked = (text: string) => {
@@ -266,11 +278,12 @@ describe('OpenAPI document', () => {
         const content = operation.responses[status].content ?? {}
         const types = Object.keys(content)
         expect(types, `${where} ${status}`).toHaveLength(1)
-        const allowed = path.startsWith('/@') || path === '/device'
-          ? ['text/html']
-          : path.startsWith('/v1/events/') && status === '200'
-            ? ['text/event-stream']
-            : ['application/json', 'application/rss+xml']
+        const allowed =
+          path.startsWith('/@') || path === '/device'
+            ? ['text/html']
+            : path.startsWith('/v1/events/') && status === '200'
+              ? ['text/event-stream']
+              : ['application/json', 'application/rss+xml']
         expect(allowed).toContain(types[0]!)
         expect(content[types[0]!].schema, `${where} ${status}`).toBeObject()
       }

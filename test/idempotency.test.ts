@@ -40,7 +40,9 @@ describe('a reservation taken over', () => {
       const a = heldCall('late-finisher', () => ({ status: 200, body: 'by A' }))
       await until(async () => a.ids.length > 0)
       // Within its lease the original still holds it.
-      await expect(idempotentCommand(ctx.deps, request('late-finisher'), async () => ({ status: 200, body: 'x' }), upstreamLike)).rejects.toMatchObject({
+      await expect(
+        idempotentCommand(ctx.deps, request('late-finisher'), async () => ({ status: 200, body: 'x' }), upstreamLike),
+      ).rejects.toMatchObject({
         code: 'idempotency_key_in_progress',
       })
       // The clock jumps past the lease before the original renews it: as if it had stalled.
@@ -79,7 +81,9 @@ describe('a reservation taken over', () => {
       a.release()
       await expect(a.done).rejects.toMatchObject({ code: 'upstream_unreachable' })
       // The taker's reservation is still there: a third caller is told it is in progress.
-      await expect(idempotentCommand(ctx.deps, request('late-failure'), async () => ({ status: 200, body: 'by C' }), upstreamLike)).rejects.toMatchObject({
+      await expect(
+        idempotentCommand(ctx.deps, request('late-failure'), async () => ({ status: 200, body: 'by C' }), upstreamLike),
+      ).rejects.toMatchObject({
         code: 'idempotency_key_in_progress',
       })
       b.release()

@@ -32,7 +32,10 @@ describe('characters Postgres cannot store', () => {
     )
     expect(nul.details[0].path).toBe('/text')
     expectError(
-      await ctx.call('POST', '/v1/agent/context', { apiKey: agent.apiKey, body: { userId: user.id, type: 'custom', key: 'k', data: { note: '\ud800' } } }),
+      await ctx.call('POST', '/v1/agent/context', {
+        apiKey: agent.apiKey,
+        body: { userId: user.id, type: 'custom', key: 'k', data: { note: '\ud800' } },
+      }),
       400,
       'validation_failed',
     )
@@ -59,7 +62,11 @@ describe('multipart bodies', () => {
     const form = new FormData()
     form.append('data', new Blob(['{"a": 1}'], { type: 'application/json' }), 'data.json')
     const response = await ctx.app.handle(
-      new Request('http://test.local/v1/context/custom/from-a-file', { method: 'PUT', headers: { authorization: `Bearer ${user.token}` }, body: form }),
+      new Request('http://test.local/v1/context/custom/from-a-file', {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${user.token}` },
+        body: form,
+      }),
     )
     const refused = expectError({ status: response.status, headers: response.headers, body: await response.json() }, 400, 'validation_failed')
     expect(refused.details[0].path).toBe('/data')
@@ -70,8 +77,11 @@ describe('multipart bodies', () => {
 
 describe('bodies that are not JSON', () => {
   const put = (token: string, body: string | FormData, headers: Record<string, string> = {}) =>
-    ctx.app.handle(new Request('http://test.local/v1/context/custom/not-json', { method: 'PUT', headers: { authorization: `Bearer ${token}`, ...headers }, body }))
-  const refusal = async (response: Response) => expectError({ status: response.status, headers: response.headers, body: await response.json() }, 400, 'validation_failed')
+    ctx.app.handle(
+      new Request('http://test.local/v1/context/custom/not-json', { method: 'PUT', headers: { authorization: `Bearer ${token}`, ...headers }, body }),
+    )
+  const refusal = async (response: Response) =>
+    expectError({ status: response.status, headers: response.headers, body: await response.json() }, 400, 'validation_failed')
 
   test('bytes (an octet stream) or a body with no Content-Type are 400, not read as an empty object', async () => {
     const { user } = await subscribed()
@@ -82,7 +92,11 @@ describe('bodies that are not JSON', () => {
     // A device decision so sent is refused before it could be read as none (which approves).
     for (const headers of [{ 'content-type': 'application/octet-stream' }, {}] as Record<string, string>[]) {
       const response = await ctx.app.handle(
-        new Request('http://test.local/v1/auth/device-codes/ABCD-EFGH', { method: 'PATCH', headers: { authorization: `Bearer ${user.token}`, ...headers }, body: deny }),
+        new Request('http://test.local/v1/auth/device-codes/ABCD-EFGH', {
+          method: 'PATCH',
+          headers: { authorization: `Bearer ${user.token}`, ...headers },
+          body: deny,
+        }),
       )
       await refusal(response)
     }
@@ -179,19 +193,37 @@ describe('connected accounts and proxy calls', () => {
     expect(isInternal('::ffff:808:808')).toBe(false)
     const user = await signUp(ctx)
     for (const baseUrl of ['https://[::ffff:a00:1]:6443', 'https://[::ffff:7f00:1]', `https://1.1.1.1/${'é'.repeat(400)}`]) {
-      expectError(await ctx.call('POST', '/v1/connections', { token: user.token, body: { provider: 'p', baseUrl, credential: 'x' } }), 400, 'validation_failed')
+      expectError(
+        await ctx.call('POST', '/v1/connections', { token: user.token, body: { provider: 'p', baseUrl, credential: 'x' } }),
+        400,
+        'validation_failed',
+      )
     }
   })
 
   test('headers a header cannot carry, too many headers or query parameters, and unsendable credentials are 400, and reach no one', async () => {
     const { agent, user } = await subscribed()
-    expect((await ctx.call('POST', '/v1/connections', { token: user.token, body: { provider: 'plain', baseUrl: upstream.url, credential: 'tok-1.2_3~/+=' } })).status).toBe(201)
+    expect(
+      (
+        await ctx.call('POST', '/v1/connections', {
+          token: user.token,
+          body: { provider: 'plain', baseUrl: upstream.url, credential: 'tok-1.2_3~/+=' },
+        })
+      ).status,
+    ).toBe(201)
     for (const credential of ['tok☃', 'tok\r\nX-Injected: 1', 'two words', '\u00e9t\u00e9']) {
-      const refused = expectError(await ctx.call('POST', '/v1/connections', { token: user.token, body: { provider: 'bad', baseUrl: upstream.url, credential } }), 400, 'validation_failed')
+      const refused = expectError(
+        await ctx.call('POST', '/v1/connections', { token: user.token, body: { provider: 'bad', baseUrl: upstream.url, credential } }),
+        400,
+        'validation_failed',
+      )
       expect(refused.details[0].path).toBe('/credential')
     }
     const call = (extra: Record<string, unknown>) =>
-      ctx.call('POST', '/v1/agent/proxy-call', { apiKey: agent.apiKey, body: { userId: user.id, provider: 'plain', method: 'GET', path: '/echo', ...extra } })
+      ctx.call('POST', '/v1/agent/proxy-call', {
+        apiKey: agent.apiKey,
+        body: { userId: user.id, provider: 'plain', method: 'GET', path: '/echo', ...extra },
+      })
     const before = upstream.received.length
     const many = (n: number, prefix: string) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`${prefix}${i}`, 'v']))
     for (const extra of [

@@ -77,10 +77,9 @@ async function traffic(base: string, token: string): Promise<number[]> {
 /** Every line the process wrote, stdout and stderr, each expected to be one JSON object. */
 async function linesOf(started: Started): Promise<{ stream: string; line: string }[]> {
   const [stdout, stderr] = await Promise.all([started.stdout, started.stderr])
-  return [
-    ...stdout.split('\n').map(line => ({ stream: 'stdout', line })),
-    ...stderr.split('\n').map(line => ({ stream: 'stderr', line })),
-  ].filter(({ line }) => line !== '')
+  return [...stdout.split('\n').map(line => ({ stream: 'stdout', line })), ...stderr.split('\n').map(line => ({ stream: 'stderr', line }))].filter(
+    ({ line }) => line !== '',
+  )
 }
 
 function expectJsonLines(lines: { stream: string; line: string }[]) {

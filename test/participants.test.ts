@@ -110,11 +110,7 @@ describe('changing an agent', () => {
     )
     expect(bad.details.length).toBeGreaterThan(0)
     expectError(await ctx.call('PATCH', `/v1/participants/${agent.id}`, { token: bob.token, body: { displayName: 'x' } }), 403, 'forbidden')
-    expectError(
-      await ctx.call('PATCH', '/v1/participants/00000000-0000-4000-8000-000000000000', { token: alice.token, body: {} }),
-      404,
-      'not_found',
-    )
+    expectError(await ctx.call('PATCH', '/v1/participants/00000000-0000-4000-8000-000000000000', { token: alice.token, body: {} }), 404, 'not_found')
     const unchanged = await ctx.call('GET', `/v1/participants/${agent.id}`, { token: alice.token })
     expect(unchanged.body.data.settings).toEqual({ blogEnabled: false, blogAutoPublish: false })
   })

@@ -27,7 +27,13 @@ if (!hasServerBinaries) console.warn('postgres-driver: skipping the restart test
 
 /** Settles within `ms` with whether the query answered; a query the driver never settles is false. */
 function answers(query: Promise<unknown>, ms: number): Promise<boolean> {
-  return Promise.race([query.then(() => true, () => false), Bun.sleep(ms).then(() => false)])
+  return Promise.race([
+    query.then(
+      () => true,
+      () => false,
+    ),
+    Bun.sleep(ms).then(() => false),
+  ])
 }
 
 describe('the PostgreSQL driver when a connection closes under it', () => {
@@ -125,34 +131,38 @@ describe('the PostgreSQL driver when a connection closes under it', () => {
     expect(next).toBe(1)
   }, 15_000)
 
-  test.skipIf(!hasServerBinaries)('after a restart under load the pool answers within 2 s of the server accepting connections', async () => {
-    const server = await startPostgresServer()
-    servers.push(server)
-    // The app's pool settings (connect_timeout 5 s) with one connection: every query pipelines on
-    // it, so no second, healthy connection can answer for a broken one.
-    const sql = createSql(server.url(), { max: 1, applicationName: 'am-test-restart' })
-    pools.push(sql)
-    expect(await answers(sql`select 1`, 5000)).toBe(true)
+  test.skipIf(!hasServerBinaries)(
+    'after a restart under load the pool answers within 2 s of the server accepting connections',
+    async () => {
+      const server = await startPostgresServer()
+      servers.push(server)
+      // The app's pool settings (connect_timeout 5 s) with one connection: every query pipelines on
+      // it, so no second, healthy connection can answer for a broken one.
+      const sql = createSql(server.url(), { max: 1, applicationName: 'am-test-restart' })
+      pools.push(sql)
+      expect(await answers(sql`select 1`, 5000)).toBe(true)
 
-    let loading = true
-    let answered = 0
-    const workers = Array.from({ length: 8 }, async () => {
-      while (loading) if (await answers(sql`select 1`, 1000)) answered++
-    })
-    try {
-      // Unpatched, a restart breaks the connection only when a write was buffered as it closed
-      // (most restarts under this load): three in a row leave little room for a lucky pass.
-      for (let restart = 1; restart <= 3; restart++) {
-        await Bun.sleep(200)
-        const { upAt: up } = await server.restart()
-        await until(() => answers(sql`select 1`, Math.max(0, up + 2000 - Date.now())), 2000).catch(() => {
-          throw new Error(`restart ${restart}: no answer within 2 s of the server accepting connections`)
-        })
+      let loading = true
+      let answered = 0
+      const workers = Array.from({ length: 8 }, async () => {
+        while (loading) if (await answers(sql`select 1`, 1000)) answered++
+      })
+      try {
+        // Unpatched, a restart breaks the connection only when a write was buffered as it closed
+        // (most restarts under this load): three in a row leave little room for a lucky pass.
+        for (let restart = 1; restart <= 3; restart++) {
+          await Bun.sleep(200)
+          const { upAt: up } = await server.restart()
+          await until(() => answers(sql`select 1`, Math.max(0, up + 2000 - Date.now())), 2000).catch(() => {
+            throw new Error(`restart ${restart}: no answer within 2 s of the server accepting connections`)
+          })
+        }
+        expect(answered).toBeGreaterThan(0)
+      } finally {
+        loading = false
+        await Promise.all(workers)
       }
-      expect(answered).toBeGreaterThan(0)
-    } finally {
-      loading = false
-      await Promise.all(workers)
-    }
-  }, 30_000)
+    },
+    30_000,
+  )
 })

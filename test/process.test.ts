@@ -52,9 +52,6 @@ function environment(database: Pick<TestDatabase, 'url'>, overrides: Record<stri
   return Object.fromEntries(Object.entries(env).filter((entry): entry is [string, string] => entry[1] !== undefined))
 }
 
-
-
-
 async function waitForHealth(port: number, started: Started, ms = 20_000): Promise<void> {
   const deadline = Date.now() + ms
   while (Date.now() < deadline) {
@@ -168,7 +165,10 @@ describe('the service as a process', () => {
       servers.push(server)
       const port = await freePort()
       const shutdownTimeoutMs = 5000
-      const api = start(['src/main.ts', '--api'], environment({ url: server.url() }, { PORT: String(port), SHUTDOWN_TIMEOUT_MS: String(shutdownTimeoutMs) }))
+      const api = start(
+        ['src/main.ts', '--api'],
+        environment({ url: server.url() }, { PORT: String(port), SHUTDOWN_TIMEOUT_MS: String(shutdownTimeoutMs) }),
+      )
       await waitForHealth(port, api)
 
       // Sign-ins of new users insert into users; a lock held on the table keeps those statements

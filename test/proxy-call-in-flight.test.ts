@@ -4,7 +4,17 @@ import { randomBytes } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { createAgent, createTestContext, expectError, signUp, testJwtSecret, type CallResult, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import {
+  createAgent,
+  createTestContext,
+  expectError,
+  signUp,
+  testJwtSecret,
+  type CallResult,
+  type TestAgent,
+  type TestContext,
+  type TestUser,
+} from './helpers/context.ts'
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
 import { startWorker } from './helpers/workers.ts'
 import { processGroup } from './helpers/processes.ts'

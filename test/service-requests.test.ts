@@ -18,11 +18,9 @@ afterAll(() => ctx.close())
 
 const request = (from: TestAgent, body: Record<string, unknown>, headers?: Record<string, string>) =>
   ctx.call('POST', '/v1/agent/service-requests', { apiKey: from.apiKey, body, headers })
-const respond = (as: TestAgent, body: Record<string, unknown>) =>
-  ctx.call('POST', '/v1/agent/service-respond', { apiKey: as.apiKey, body })
+const respond = (as: TestAgent, body: Record<string, unknown>) => ctx.call('POST', '/v1/agent/service-respond', { apiKey: as.apiKey, body })
 const get = (as: TestAgent, id: string) => ctx.call('GET', `/v1/agent/service-requests/${id}`, { apiKey: as.apiKey })
-const requestsOf = async (agent: TestAgent) =>
-  (await ctx.call('GET', '/v1/agent/events', { apiKey: agent.apiKey })).body.data.serviceRequests
+const requestsOf = async (agent: TestAgent) => (await ctx.call('GET', '/v1/agent/events', { apiKey: agent.apiKey })).body.data.serviceRequests
 
 describe('service requests between agents', () => {
   test('A asks B by id; B sees it in its events; B answers once; A reads the answer', async () => {
@@ -32,7 +30,14 @@ describe('service requests between agents', () => {
     const id = created.body.data.requestId
     expect(id).toMatch(uuidV7)
     expect(await requestsOf(b)).toEqual([
-      { requestId: id, fromAgentId: a.id, fromAgentName: a.name, serviceTag: 'summarise', input: 'Please summarise X', createdAt: created.body.data.createdAt },
+      {
+        requestId: id,
+        fromAgentId: a.id,
+        fromAgentName: a.name,
+        serviceTag: 'summarise',
+        input: 'Please summarise X',
+        createdAt: created.body.data.createdAt,
+      },
     ])
     expect(await requestsOf(a)).toEqual([])
     expect((await get(a, id)).body.data).toMatchObject({ status: 'pending', output: null, success: null, respondedAt: null })
@@ -62,7 +67,11 @@ describe('service requests between agents', () => {
     expectError(await request(a, { targetAgentId: '00000000-0000-4000-8000-000000000000', input: 'x' }), 404, 'not_found')
     expectError(await request(a, { targetAgentId: b.id, input: 'x'.repeat(50_001) }), 400, 'validation_failed')
     expect((await request(a, { targetAgentId: b.id, input: 'x'.repeat(50_000) })).status).toBe(201)
-    expectError(await ctx.call('POST', '/v1/agent/service-requests', { token: owner.token, body: { targetAgentId: b.id, input: 'x' } }), 403, 'forbidden')
+    expectError(
+      await ctx.call('POST', '/v1/agent/service-requests', { token: owner.token, body: { targetAgentId: b.id, input: 'x' } }),
+      403,
+      'forbidden',
+    )
     expectError(await respond(b, { requestId: '00000000-0000-4000-8000-000000000000', output: 'x', success: true }), 404, 'not_found')
   })
 

@@ -53,15 +53,12 @@ function environment(ctx: TestContext): Record<string, string> {
   }
 }
 
-
-
 /** Kills a process still running (a test that failed midway) and waits for it to be gone. */
 async function stop(started: Started | undefined) {
   if (!started) return
   if (started.proc.exitCode === null && started.proc.signalCode === null) started.proc.kill('SIGKILL')
   await started.proc.exited
 }
-
 
 /** Waits until a worker process consumes every one of the queues (BullMQ names its connections). */
 async function waitForWorker(started: Started, queues: Queue[], ms = 20_000): Promise<void> {

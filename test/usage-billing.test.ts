@@ -126,7 +126,13 @@ describe('connected accounts', () => {
 describe('proxy calls', () => {
   test('forward with the stored credential and allowed headers, report the upstream status, and meter', async () => {
     const s = await setup()
-    const res = await proxy(s, { method: 'POST', path: '/echo', query: { q: 'x y', n: 2 }, headers: { 'X-Trace': 'abc', accept: 'application/json' }, body: { hello: 'world' } })
+    const res = await proxy(s, {
+      method: 'POST',
+      path: '/echo',
+      query: { q: 'x y', n: 2 },
+      headers: { 'X-Trace': 'abc', accept: 'application/json' },
+      body: { hello: 'world' },
+    })
     expect(res.status).toBe(200)
     expect(res.body.data.status).toBe(200)
     expect(res.body.data.headers['content-type']).toContain('application/json')
@@ -159,7 +165,14 @@ describe('proxy calls', () => {
     expectError(await proxy(s, { provider: 'other' }), 404, 'connection_not_found')
     const stranger = await signUp(ctx)
     expectError(await proxy(s, { userId: stranger.id }), 403, 'not_subscribed')
-    expectError(await ctx.call('POST', '/v1/agent/proxy-call', { token: s.user.token, body: { userId: s.user.id, provider: 'acme', method: 'GET', path: '/echo' } }), 403, 'forbidden')
+    expectError(
+      await ctx.call('POST', '/v1/agent/proxy-call', {
+        token: s.user.token,
+        body: { userId: s.user.id, provider: 'acme', method: 'GET', path: '/echo' },
+      }),
+      403,
+      'forbidden',
+    )
     expect(upstream.received.length).toBe(calls)
     expect(await counted(ctx, s.subscriptionId, 0)).toBe(0)
   })
@@ -169,10 +182,17 @@ describe('proxy calls', () => {
     const closed = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: () => new Response('') })
     const deadPort = closed.port
     closed.stop(true)
-    await ctx.call('DELETE', `/v1/connections/${(await ctx.call('GET', '/v1/connections', { token: s.user.token })).body.data[0].id}`, { token: s.user.token })
-    await ctx.call('POST', '/v1/connections', { token: s.user.token, body: { provider: 'acme', baseUrl: `http://127.0.0.1:${deadPort}`, credential: 'x' } })
+    await ctx.call('DELETE', `/v1/connections/${(await ctx.call('GET', '/v1/connections', { token: s.user.token })).body.data[0].id}`, {
+      token: s.user.token,
+    })
+    await ctx.call('POST', '/v1/connections', {
+      token: s.user.token,
+      body: { provider: 'acme', baseUrl: `http://127.0.0.1:${deadPort}`, credential: 'x' },
+    })
     expectError(await proxy(s, { path: '/anything' }), 502, 'upstream_unreachable')
-    await ctx.call('DELETE', `/v1/connections/${(await ctx.call('GET', '/v1/connections', { token: s.user.token })).body.data[0].id}`, { token: s.user.token })
+    await ctx.call('DELETE', `/v1/connections/${(await ctx.call('GET', '/v1/connections', { token: s.user.token })).body.data[0].id}`, {
+      token: s.user.token,
+    })
     await ctx.call('POST', '/v1/connections', { token: s.user.token, body: { provider: 'acme', baseUrl: `${upstream.url}/api`, credential: 'x' } })
     expectError(await proxy(s, { path: '/big' }), 502, 'upstream_too_large')
     const started = Date.now()
@@ -252,7 +272,13 @@ describe('invoices', () => {
     const s = await setup({ includedProxyCalls: 3, overagePerCallCents: 10, monthlyPriceCents: 1000 })
     const usages = []
     for (let i = 0; i < 5; i++) usages.push((await proxy(s)).body.data.usage)
-    expect(usages.map(u => [u.periodCalls, u.overageCalls])).toEqual([[1, 0], [2, 0], [3, 0], [4, 1], [5, 2]])
+    expect(usages.map(u => [u.periodCalls, u.overageCalls])).toEqual([
+      [1, 0],
+      [2, 0],
+      [3, 0],
+      [4, 1],
+      [5, 2],
+    ])
     expect(await counted(ctx, s.subscriptionId, 5)).toBe(5)
     // The price changes mid-period: this period keeps its terms, the next one gets the new ones.
     await ctx.call('PATCH', `/v1/billing/plans/${s.planId}`, { token: owner.token, body: { monthlyPriceCents: 2000, includedProxyCalls: 50 } })
@@ -326,12 +352,20 @@ describe('invoice amounts', () => {
     // 25,000 calls at 1,000 dollars each, as the metering worker would have counted them.
     await ctx.deps.sql`update subscription_periods set proxy_calls = 25000 where subscription_id = ${big.subscriptionId}`
     const ends = await Promise.all(
-      [big, small].map(async s => new Date((await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0].currentPeriodEnd).getTime()),
+      [big, small].map(async s =>
+        new Date((await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0].currentPeriodEnd).getTime(),
+      ),
     )
     await runInvoices({ ...ctx.deps, metering: ctx.deps.queues.metering }, new Date(Math.max(...ends) + 60_000))
     const [invoice] = (await ctx.call('GET', '/v1/billing/invoices', { token: big.user.token })).body.data
     expect(invoice.totalCents).toBe(1000 + 25_000 * 100_000)
-    expect(invoice.lines[1]).toEqual({ kind: 'overage', description: expect.any(String), quantity: 25_000, unitPriceCents: 100_000, amountCents: 2_500_000_000 })
+    expect(invoice.lines[1]).toEqual({
+      kind: 'overage',
+      description: expect.any(String),
+      quantity: 25_000,
+      unitPriceCents: 100_000,
+      amountCents: 2_500_000_000,
+    })
     expect((await ctx.call('GET', '/v1/billing/invoices', { token: small.user.token })).body.data).toHaveLength(1)
   })
 })

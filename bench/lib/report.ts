@@ -58,14 +58,29 @@ export function targets(results: Results): Target[] {
   const { poll, reply, replyWaiting, streams, invoices } = results
   if (poll) {
     const base = baselineOf(results, poll.against)
-    out.push({ scenario: 'Agent poll', target: '≥ 70 % of baseline req/s', measured: pct(poll.load.rps / base.rps), pass: poll.load.rps >= 0.7 * base.rps })
+    out.push({
+      scenario: 'Agent poll',
+      target: '≥ 70 % of baseline req/s',
+      measured: pct(poll.load.rps / base.rps),
+      pass: poll.load.rps >= 0.7 * base.rps,
+    })
     const perCore = base.cpuUs / cpuUs(poll, 'api')
-    out.push({ scenario: 'Agent poll', target: '≥ 70 % of baseline req/s per server core (generator-independent)', measured: pct(perCore), pass: perCore >= 0.7 })
+    out.push({
+      scenario: 'Agent poll',
+      target: '≥ 70 % of baseline req/s per server core (generator-independent)',
+      measured: pct(perCore),
+      pass: perCore >= 0.7,
+    })
     out.push({ scenario: 'Agent poll', target: 'p99 < 10 ms', measured: ms(poll.load.p99), pass: poll.load.p99 < 10 })
   }
   if (reply) {
     const base = baselineOf(results, reply.against)
-    out.push({ scenario: 'Reply', target: '≥ 25 % of baseline req/s', measured: pct(reply.load.rps / base.rps), pass: reply.load.rps >= 0.25 * base.rps })
+    out.push({
+      scenario: 'Reply',
+      target: '≥ 25 % of baseline req/s',
+      measured: pct(reply.load.rps / base.rps),
+      pass: reply.load.rps >= 0.25 * base.rps,
+    })
   }
   if (replyWaiting) {
     const base = baselineOf(results, replyWaiting.against)
@@ -77,13 +92,33 @@ export function targets(results: Results): Target[] {
     })
   }
   if (streams) {
-    out.push({ scenario: 'Streams', target: `${int(streams.streams)} streams in < 300 MB`, measured: `${int(streams.opened)} open, peak ${mb(streams.peakMb)}`, pass: streams.opened === streams.streams && streams.peakMb < 300 })
+    out.push({
+      scenario: 'Streams',
+      target: `${int(streams.streams)} streams in < 300 MB`,
+      measured: `${int(streams.opened)} open, peak ${mb(streams.peakMb)}`,
+      pass: streams.opened === streams.streams && streams.peakMb < 300,
+    })
     const worst = Math.max(...streams.messages.map(m => m.p99))
-    out.push({ scenario: 'Streams', target: 'every stream within 1 s at p99', measured: `worst message p99 ${ms(worst)}, ${streams.all.missing} missing`, pass: worst < 1000 && streams.all.missing === 0 })
+    out.push({
+      scenario: 'Streams',
+      target: 'every stream within 1 s at p99',
+      measured: `worst message p99 ${ms(worst)}, ${streams.all.missing} missing`,
+      pass: worst < 1000 && streams.all.missing === 0,
+    })
   }
   if (invoices) {
-    out.push({ scenario: 'Invoice run', target: `${int(invoices.periods)} periods in < 30 s`, measured: `${int(invoices.first.issued)} in ${invoices.first.seconds.toFixed(1)} s`, pass: invoices.first.issued === invoices.periods && invoices.first.seconds < 30 })
-    out.push({ scenario: 'Invoice run', target: 'second run issues 0', measured: String(invoices.second.issued), pass: invoices.second.issued === 0 && invoices.duplicates === 0 })
+    out.push({
+      scenario: 'Invoice run',
+      target: `${int(invoices.periods)} periods in < 30 s`,
+      measured: `${int(invoices.first.issued)} in ${invoices.first.seconds.toFixed(1)} s`,
+      pass: invoices.first.issued === invoices.periods && invoices.first.seconds < 30,
+    })
+    out.push({
+      scenario: 'Invoice run',
+      target: 'second run issues 0',
+      measured: String(invoices.second.issued),
+      pass: invoices.second.issued === 0 && invoices.duplicates === 0,
+    })
   }
   return out
 }
@@ -102,7 +137,9 @@ export function renderResults(results: Results): string {
     '## Machine and versions',
     '',
     `- ${machine.cores} cores (${machine.cpu}), ${machine.memoryGiB.toFixed(1)} GiB memory, Linux ${machine.kernel}; a shared machine, so every ratio is against the baseline measured in the same run.`,
-    `- ${Object.entries(machine.versions).map(([name, version]) => `${name} ${version}`).join(', ')}.`,
+    `- ${Object.entries(machine.versions)
+      .map(([name, version]) => `${name} ${version}`)
+      .join(', ')}.`,
     '',
     '## How it was measured',
     '',
@@ -115,7 +152,12 @@ export function renderResults(results: Results): string {
     '',
   )
 
-  push('## Summary', '', '| scenario | throughput | p50 | p99 | peak memory (API) | ratios to baseline (req/s, p50, p99, memory) |', '|---|---:|---:|---:|---:|---|')
+  push(
+    '## Summary',
+    '',
+    '| scenario | throughput | p50 | p99 | peak memory (API) | ratios to baseline (req/s, p50, p99, memory) |',
+    '|---|---:|---:|---:|---:|---|',
+  )
   push(`| 1. Baseline | ${int(base.rps)} req/s | ${ms(base.p50)} | ${ms(base.p99)} | ${mb(base.peakMb)} | 1.00×, 1.00×, 1.00×, 1.00× |`)
   for (const [label, run] of [
     ['2. Agent poll', results.poll],
@@ -125,21 +167,28 @@ export function renderResults(results: Results): string {
     if (!run) continue
     const api = run.processes.api!
     const b = baselineOf(results, run.against)
-    push(`| ${label} | ${int(run.load.rps)} req/s | ${ms(run.load.p50)} | ${ms(run.load.p99)} | ${mb(api.peakMb)} | ${x(run.load.rps, b.rps)}, ${x(run.load.p50, b.p50)}, ${x(run.load.p99, b.p99)}, ${x(api.peakMb, b.peakMb)} |`)
+    push(
+      `| ${label} | ${int(run.load.rps)} req/s | ${ms(run.load.p50)} | ${ms(run.load.p99)} | ${mb(api.peakMb)} | ${x(run.load.rps, b.rps)}, ${x(run.load.p50, b.p50)}, ${x(run.load.p99, b.p99)}, ${x(api.peakMb, b.peakMb)} |`,
+    )
   }
   if (results.streams) {
     const s = results.streams
-    push(`| 4. Streams (${int(s.opened)} open; a message's delivery to all, ${s.messages.length} messages) | — | ${ms(s.all.p50)} | ${ms(s.all.p99)} | ${mb(s.peakMb)} | —, —, —, ${x(s.peakMb, base.peakMb)} |`)
+    push(
+      `| 4. Streams (${int(s.opened)} open; a message's delivery to all, ${s.messages.length} messages) | — | ${ms(s.all.p50)} | ${ms(s.all.p99)} | ${mb(s.peakMb)} | —, —, —, ${x(s.peakMb, base.peakMb)} |`,
+    )
   }
   if (results.invoices) {
     const i = results.invoices
-    push(`| 5. Invoice run (${int(i.periods)} periods) | ${int(i.first.issued / i.first.seconds)} invoices/s, ${i.first.seconds.toFixed(1)} s | — | — | ${mb(i.workersPeakMb)} (workers) | —, —, —, ${x(i.workersPeakMb, base.peakMb)} |`)
+    push(
+      `| 5. Invoice run (${int(i.periods)} periods) | ${int(i.first.issued / i.first.seconds)} invoices/s, ${i.first.seconds.toFixed(1)} s | — | — | ${mb(i.workersPeakMb)} (workers) | —, —, —, ${x(i.workersPeakMb, base.peakMb)} |`,
+    )
   }
   push('', '### Targets', '', '| scenario | target | measured | result |', '|---|---|---|---|')
   for (const t of targets(results)) push(`| ${t.scenario} | ${t.target} | ${t.measured} | ${t.pass ? 'pass' : '**fail**'} |`)
   push('')
 
-  const loadHeader = '| run | req/s | p50 | p99 | max | non-2xx/errors | server CPU (cores) | server CPU per request | req/s per server core | peak RSS |'
+  const loadHeader =
+    '| run | req/s | p50 | p99 | max | non-2xx/errors | server CPU (cores) | server CPU per request | req/s per server core | peak RSS |'
   const loadRule = '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|'
   const loadRow = (label: string, run: LoadRun, role: string, b: ReturnType<typeof baselineOf>) => {
     const p = run.processes[role]!
@@ -149,10 +198,15 @@ export function renderResults(results: Results): string {
 
   push('## 1. Baseline', '', 'GET / on bench/baseline-server.ts; ratios to the mean of all runs.', '', loadHeader, loadRule)
   results.baselines.forEach((run, i) => push(loadRow(`run ${i + 1}`, run, 'baseline', base)))
-  push(`| mean | ${int(base.rps)} | ${ms(base.p50)} | ${ms(base.p99)} | | | ${base.cpu.toFixed(2)} | ${base.cpuUs.toFixed(1)} µs | ${int(1e6 / base.cpuUs)} | ${mb(base.peakMb)} |`, '')
+  push(
+    `| mean | ${int(base.rps)} | ${ms(base.p50)} | ${ms(base.p99)} | | | ${base.cpu.toFixed(2)} | ${base.cpuUs.toFixed(1)} µs | ${int(1e6 / base.cpuUs)} | ${mb(base.peakMb)} |`,
+    '',
+  )
 
   const against = (run: LoadRun) =>
-    run.against?.length ? `Ratios to the mean of baseline runs ${run.against[0]! + 1} to ${run.against[run.against.length - 1]! + 1}, which alternated with this scenario's rounds.` : ''
+    run.against?.length
+      ? `Ratios to the mean of baseline runs ${run.against[0]! + 1} to ${run.against[run.against.length - 1]! + 1}, which alternated with this scenario's rounds.`
+      : ''
   if (results.poll) {
     const p = results.poll
     push(
@@ -183,7 +237,7 @@ export function renderResults(results: Results): string {
       '',
       workers ? `The workers process used ${workers.cpu.toFixed(2)} cores and peaked at ${mb(workers.peakMb)}.` : '',
       '',
-      'What one reply costs (CPU from /proc for the API, the workers and the run\'s PostgreSQL backends, Redis\'s own count for itself; Redis commands are every client\'s):',
+      "What one reply costs (CPU from /proc for the API, the workers and the run's PostgreSQL backends, Redis's own count for itself; Redis commands are every client's):",
       '',
       '| API CPU | workers CPU | PostgreSQL CPU | Redis CPU | total CPU | Redis commands | PostgreSQL transactions |',
       '|---:|---:|---:|---:|---:|---:|---:|',
@@ -215,7 +269,7 @@ export function renderResults(results: Results): string {
       '',
       `The open-file limit was ${machine.openFiles} per process, enough for ${int(s.streams)} sockets on each side, so it was not raised. Delivery times include the orchestrator reading all the sockets in one JavaScript thread on its own core, so they are an upper bound on the server's.`,
       '',
-      `API memory: ${mb(s.rssIdleMb)} RSS before the streams, ${mb(s.rssOpenMb)} with them open (${((s.rssOpenMb - s.rssIdleMb) * 1024 / Math.max(1, s.opened)).toFixed(1)} KB a stream), peak ${mb(s.peakMb)} (${x(s.peakMb, base.peakMb)} the baseline server's).`,
+      `API memory: ${mb(s.rssIdleMb)} RSS before the streams, ${mb(s.rssOpenMb)} with them open (${(((s.rssOpenMb - s.rssIdleMb) * 1024) / Math.max(1, s.opened)).toFixed(1)} KB a stream), peak ${mb(s.peakMb)} (${x(s.peakMb, base.peakMb)} the baseline server's).`,
       '',
       '| message | delivered | missing | p50 | p99 | max |',
       '|---|---:|---:|---:|---:|---:|',

@@ -6,10 +6,15 @@ import type { LoadRun, Settings } from '../lib/types.ts'
 
 /** Starts bench/baseline-server.ts and warms it; it stays up so its runs can alternate with the others. */
 export async function startBaseline(settings: Settings, options: { port: number; cpu: number; keys: string[]; env: Record<string, string> }) {
-  const server = spawnBun('baseline', ['bench/baseline-server.ts'], { ...options.env, PORT: String(options.port) }, {
-    cpu: options.cpu,
-    port: options.port,
-  })
+  const server = spawnBun(
+    'baseline',
+    ['bench/baseline-server.ts'],
+    { ...options.env, PORT: String(options.port) },
+    {
+      cpu: options.cpu,
+      port: options.port,
+    },
+  )
   await waitHealthy(server, '/')
   await runLoad({ url: server.url, connections: settings.connections, seconds: settings.warmSeconds, next: baselineRequests(options.keys) })
   return server

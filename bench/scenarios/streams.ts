@@ -110,7 +110,9 @@ export async function streamsScenario(
     all.push(...latencies)
     allMissing += missing
     const last = messages[messages.length - 1]!
-    options.progress(`  message ${n}: ${last.delivered} delivered, p50 ${last.p50.toFixed(1)} ms, p99 ${last.p99.toFixed(1)} ms, max ${last.max.toFixed(1)} ms`)
+    options.progress(
+      `  message ${n}: ${last.delivered} delivered, p50 ${last.p50.toFixed(1)} ms, p99 ${last.p99.toFixed(1)} ms, max ${last.max.toFixed(1)} ms`,
+    )
     await Bun.sleep(500)
   }
 

@@ -17,7 +17,9 @@ function allowed(run: ScenarioRun, attempt: Attempt): boolean {
   }
   // A connection refused or cut by the API process killed on purpose, until its replacement answered.
   const { fault } = run
-  return fault.api === attempt.api && attempt.startedAt <= fault.upAt && attempt.endedAt >= fault.downAt - 50 && !attempt.error?.startsWith('no answer')
+  return (
+    fault.api === attempt.api && attempt.startedAt <= fault.upAt && attempt.endedAt >= fault.downAt - 50 && !attempt.error?.startsWith('no answer')
+  )
 }
 
 /** What an answer was, in a few words: `500 internal_error`, `ECONNREFUSED`, `no answer within 15000 ms`. */
@@ -56,7 +58,9 @@ export function checkAnswers(run: ScenarioRun): string[] {
   if (stalled.length > 0) {
     failures.push(
       `${stalled.length} writes never acknowledged after 20 s of retries under their keys: ` +
-        stalled.map(write => `${write.kind} ${write.key} (${write.attempts.length} attempts, the last ${answerClass(write.attempts.at(-1)!)})`).join(', '),
+        stalled
+          .map(write => `${write.kind} ${write.key} (${write.attempts.length} attempts, the last ${answerClass(write.attempts.at(-1)!)})`)
+          .join(', '),
     )
   }
   return failures

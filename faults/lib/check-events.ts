@@ -27,8 +27,10 @@ export async function checkEvents(run: ScenarioRun): Promise<string[]> {
   for (const write of run.load.writes) {
     if (!write.acked || write.kind === 'proxy') continue
     const pair = run.pairs[write.pair]!
-    if (write.kind === 'message') expected.push({ write, recipient: pair.owner.id, recipientRole: 'owner', type: 'conversation.message', idField: 'messageId' })
-    else if (write.kind === 'reply') expected.push({ write, recipient: pair.user.id, recipientRole: 'subscriber', type: 'conversation.reply', idField: 'messageId' })
+    if (write.kind === 'message')
+      expected.push({ write, recipient: pair.owner.id, recipientRole: 'owner', type: 'conversation.message', idField: 'messageId' })
+    else if (write.kind === 'reply')
+      expected.push({ write, recipient: pair.user.id, recipientRole: 'subscriber', type: 'conversation.reply', idField: 'messageId' })
     else expected.push({ write, recipient: pair.owner.id, recipientRole: 'owner', type: 'subscription.created', idField: 'subscriptionId' })
   }
   const delivered = (e: Expected) =>
@@ -65,7 +67,10 @@ export async function checkEvents(run: ScenarioRun): Promise<string[]> {
       const cuts = stream.connections.length - 1
       const where = inRedis
         ? `it is in the Redis stream as ${inRedis}, but the open stream never delivered it (the stream was cut ${cuts} times and resumed; ` +
-          `its connections: ${stream.connections.map(c => `api-${c.api + 1} ${at(run, c.openedAt)} from ${c.resumedFrom} → ${c.status ?? ''} ${c.error ?? 'open'}`).slice(-4).join('; ')})`
+          `its connections: ${stream.connections
+            .map(c => `api-${c.api + 1} ${at(run, c.openedAt)} from ${c.resumedFrom} → ${c.status ?? ''} ${c.error ?? 'open'}`)
+            .slice(-4)
+            .join('; ')})`
         : `it is not in the Redis stream either: never published ("event not published" logged: ${unpublished})`
       failures.push(
         `${e.write.kind} ${e.write.key} (id ${e.write.ackedId}), acknowledged ${describeAttempt(e.write.acked!, run.load.startedAt)} ` +

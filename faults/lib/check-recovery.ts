@@ -37,7 +37,12 @@ export function recoveries(run: ScenarioRun): Recovery[] {
     // The clock starts when the server was back and a write of this kind was asked for: a load that
     // happened not to try one for a while says nothing about the service.
     const from = Math.max(fault.upAt, attempts[0]?.startedAt ?? fault.upAt)
-    return { kind, ms: first ? first.endedAt - from : undefined, meanwhile, attempts: attempts.slice(0, first ? attempts.indexOf(first) + 1 : 6).slice(0, 6) }
+    return {
+      kind,
+      ms: first ? first.endedAt - from : undefined,
+      meanwhile,
+      attempts: attempts.slice(0, first ? attempts.indexOf(first) + 1 : 6).slice(0, 6),
+    }
   })
 }
 

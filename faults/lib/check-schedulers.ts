@@ -43,7 +43,9 @@ export async function watchSchedulers(redisUrl: string, prefix: string, ms: numb
             return { id, scheduler: scheduler !== undefined, next }
           }),
         )
-        seen = states.map(s => `${s.id}: ${s.scheduler ? 'scheduler present' : 'no scheduler'}, ${s.next ? 'next job queued' : 'no job queued'}`).join('; ')
+        seen = states
+          .map(s => `${s.id}: ${s.scheduler ? 'scheduler present' : 'no scheduler'}, ${s.next ? 'next job queued' : 'no job queued'}`)
+          .join('; ')
         if (states.every(s => s.scheduler && s.next)) return { backAt: began, seen }
       } catch (error) {
         seen = `Redis not readable: ${(error as Error).message}`

@@ -43,10 +43,14 @@ async function checkMessages(run: ScenarioRun, sql: ReturnType<typeof createSql>
     const found = byText.get(write.text) ?? []
     const pair = run.pairs[write.pair]!
     const role = write.kind === 'message' ? 'user' : 'agent'
-    const acked = write.acked ? `acknowledged ${describeAttempt(write.acked, run.load.startedAt)} (${phase(run, write.acked.endedAt)}) as id ${write.ackedId}` : 'never acknowledged'
+    const acked = write.acked
+      ? `acknowledged ${describeAttempt(write.acked, run.load.startedAt)} (${phase(run, write.acked.endedAt)}) as id ${write.ackedId}`
+      : 'never acknowledged'
     const retries = write.attempts.length > 1 ? `, after ${write.attempts.length - 1} retries under its key` : ''
     if (found.length > 1) {
-      failures.push(`${write.kind} ${write.key} is stored ${found.length} times (ids ${found.map(row => row.id).join(', ')}); it was ${acked}${retries}`)
+      failures.push(
+        `${write.kind} ${write.key} is stored ${found.length} times (ids ${found.map(row => row.id).join(', ')}); it was ${acked}${retries}`,
+      )
       continue
     }
     if (!write.acked) continue
@@ -71,7 +75,9 @@ async function checkSubscriptions(run: ScenarioRun, sql: ReturnType<typeof creat
   for (const write of run.load.writes) {
     if (write.kind !== 'subscription') continue
     const found = byUser.get(write.userId!) ?? []
-    const acked = write.acked ? `acknowledged ${describeAttempt(write.acked, run.load.startedAt)} (${phase(run, write.acked.endedAt)}) as id ${write.ackedId}` : 'never acknowledged'
+    const acked = write.acked
+      ? `acknowledged ${describeAttempt(write.acked, run.load.startedAt)} (${phase(run, write.acked.endedAt)}) as id ${write.ackedId}`
+      : 'never acknowledged'
     if (found.length > 1) {
       failures.push(`subscription ${write.key} is stored ${found.length} times (ids ${found.map(row => row.id).join(', ')}); it was ${acked}`)
       continue
@@ -80,7 +86,8 @@ async function checkSubscriptions(run: ScenarioRun, sql: ReturnType<typeof creat
     const [row] = found
     if (!row) failures.push(`subscription ${write.key} was ${acked}, but no such subscription is in Postgres: an acknowledged write was lost`)
     else if (row.id !== write.ackedId) failures.push(`subscription ${write.key} was ${acked}, but is stored as id ${row.id}`)
-    else if (row.participantId !== run.pairs[write.pair]!.agent.id) failures.push(`subscription ${write.key} is stored for another agent: ${JSON.stringify(row)}`)
+    else if (row.participantId !== run.pairs[write.pair]!.agent.id)
+      failures.push(`subscription ${write.key} is stored for another agent: ${JSON.stringify(row)}`)
   }
   return failures
 }
@@ -98,11 +105,15 @@ async function checkProxyCalls(run: ScenarioRun, sql: ReturnType<typeof createSq
     if (key) received.set(key, (received.get(key) ?? 0) + 1)
   }
   const proxyWrites = run.load.writes.filter(write => write.kind === 'proxy')
-  const expected = new Map(run.pairs.map(pair => [pair.subscriptionId, proxyWrites.filter(write => write.pair === pair.index && received.has(write.key))]))
+  const expected = new Map(
+    run.pairs.map(pair => [pair.subscriptionId, proxyWrites.filter(write => write.pair === pair.index && received.has(write.key))]),
+  )
 
   const read = async () => {
     const events = await sql<{ id: string; n: number }[]>`select subscription_id as id, count(*)::int as n from usage_events group by 1`
-    const counted = await sql<{ id: string; n: number }[]>`select subscription_id as id, sum(proxy_calls)::int as n from subscription_periods group by 1`
+    const counted = await sql<
+      { id: string; n: number }[]
+    >`select subscription_id as id, sum(proxy_calls)::int as n from subscription_periods group by 1`
     const metered = new Map<string, Metered>()
     for (const pair of run.pairs) {
       metered.set(pair.subscriptionId, {
@@ -128,7 +139,9 @@ async function checkProxyCalls(run: ScenarioRun, sql: ReturnType<typeof createSq
     const writes = proxyWrites.filter(write => write.pair === pair.index)
     for (const write of writes) {
       if (write.acked && !received.has(write.key)) {
-        failures.push(`proxy call ${write.key} was acknowledged ${describeAttempt(write.acked, run.load.startedAt)}, but the upstream never received it`)
+        failures.push(
+          `proxy call ${write.key} was acknowledged ${describeAttempt(write.acked, run.load.startedAt)}, but the upstream never received it`,
+        )
       }
     }
     const reached = expected.get(pair.subscriptionId)!
@@ -138,7 +151,12 @@ async function checkProxyCalls(run: ScenarioRun, sql: ReturnType<typeof createSq
     const context =
       `${reached.length} keys reached the upstream (${reached.filter(write => write.acked).length} acknowledged)` +
       (twice.length ? `; the upstream got these keys more than once: ${twice.join(', ')}` : '') +
-      (retried.length ? `; keys retried: ${retried.map(write => `${write.key} [${write.attempts.map(a => a.status ?? 'no answer').join(' ')}]`).slice(0, 8).join(', ')}` : '')
+      (retried.length
+        ? `; keys retried: ${retried
+            .map(write => `${write.key} [${write.attempts.map(a => a.status ?? 'no answer').join(' ')}]`)
+            .slice(0, 8)
+            .join(', ')}`
+        : '')
     const acknowledged = reached.filter(write => write.acked).length
     const waiting = reached.filter(write => !write.acked).map(write => write.key)
     const unacknowledged = waiting.length ? `; reached the upstream without an acknowledgement (metered or not): ${waiting.join(', ')}` : ''
@@ -148,7 +166,9 @@ async function checkProxyCalls(run: ScenarioRun, sql: ReturnType<typeof createSq
           `at least ${acknowledged - events} acknowledged calls never metered; ${context}${unacknowledged}`,
       )
     } else if (events > reached.length) {
-      failures.push(`subscription of pair ${pair.index}: ${events} usage events for ${reached.length} calls (keys) that reached the upstream, metered ${events - reached.length} extra; ${context}`)
+      failures.push(
+        `subscription of pair ${pair.index}: ${events} usage events for ${reached.length} calls (keys) that reached the upstream, metered ${events - reached.length} extra; ${context}`,
+      )
     }
     if (counted !== events) {
       failures.push(`subscription of pair ${pair.index}: subscription_periods.proxy_calls says ${counted}, usage_events holds ${events}`)

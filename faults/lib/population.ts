@@ -34,7 +34,8 @@ export function userToken(secret: string, sub: string): Promise<string> {
 }
 
 function expectStatus(attempt: { status?: number; error?: string; body?: any }, status: number, what: string) {
-  if (attempt.status !== status) throw new Error(`${what} failed before any fault: ${attempt.status ?? attempt.error} ${JSON.stringify(attempt.body)}`)
+  if (attempt.status !== status)
+    throw new Error(`${what} failed before any fault: ${attempt.status ?? attempt.error} ${JSON.stringify(attempt.body)}`)
   return attempt.body
 }
 

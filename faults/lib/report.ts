@@ -24,9 +24,13 @@ export function summary(run: ScenarioRun): string {
   lines.push(`   agent polls and sign-ins: ${JSON.stringify(polls)}`)
   lines.push(
     `   first 2xx after ${backMoment(run)}${fault.api === undefined ? '' : ` (through api-${fault.api + 1})`}: ` +
-      recoveries(run).map(r => `${r.kind} ${r.ms === undefined ? 'none' : `${r.ms} ms`}`).join(', '),
+      recoveries(run)
+        .map(r => `${r.kind} ${r.ms === undefined ? 'none' : `${r.ms} ms`}`)
+        .join(', '),
   )
-  lines.push(`   job schedulers back: ${run.schedulersBackAt === undefined ? `no (${run.schedulersSeen})` : `${Math.max(0, run.schedulersBackAt - fault.upAt)} ms after`}`)
+  lines.push(
+    `   job schedulers back: ${run.schedulersBackAt === undefined ? `no (${run.schedulersSeen})` : `${Math.max(0, run.schedulersBackAt - fault.upAt)} ms after`}`,
+  )
   const cuts = [...run.streams.values()].reduce((sum, stream) => sum + stream.connections.length - 1, 0)
   lines.push(`   event streams: ${run.streams.size}, reconnected ${cuts} times in all`)
   for (const service of run.deployment.all) {
@@ -38,7 +42,9 @@ export function summary(run: ScenarioRun): string {
   const refused = load.writes.filter(write => write.unacked === 'refused')
   for (const write of refused) {
     const last = write.attempts.at(-1)!
-    lines.push(`   refused: ${write.kind} ${write.key}, answers ${write.attempts.map(a => a.status ?? 'no answer').join(' ')}; the last ${JSON.stringify(last.body).slice(0, 160)}`)
+    lines.push(
+      `   refused: ${write.kind} ${write.key}, answers ${write.attempts.map(a => a.status ?? 'no answer').join(' ')}; the last ${JSON.stringify(last.body).slice(0, 160)}`,
+    )
   }
   return lines.join('\n')
 }

@@ -105,14 +105,18 @@ export function describeScenario(title: string, world: () => World, scenario: Sc
     }, 180_000)
 
     const check = (name: string, body: (run: ScenarioRun) => string[] | Promise<string[]>) =>
-      test(name, async () => {
-        if (!run) throw new Error('the scenario did not run (see its first test)')
-        const failures = await body(run)
-        if (failures.length > 0) {
-          failed = true
-          throw new Error(`${title}: ${name}:\n  - ${failures.join('\n  - ')}`)
-        }
-      }, 60_000)
+      test(
+        name,
+        async () => {
+          if (!run) throw new Error('the scenario did not run (see its first test)')
+          const failures = await body(run)
+          if (failures.length > 0) {
+            failed = true
+            throw new Error(`${title}: ${name}:\n  - ${failures.join('\n  - ')}`)
+          }
+        },
+        60_000,
+      )
 
     check('every answer is a 2xx, a 503 or a 409 in progress, and every write got through', checkAnswers)
     check('every acknowledged write is in Postgres exactly once', checkWrites)

@@ -116,7 +116,10 @@ export function tail(text: string, lines: number): string {
 export async function waitHealthy(service: ServiceProcess, ms = 30_000): Promise<void> {
   const deadline = Date.now() + ms
   while (Date.now() < deadline) {
-    if (!running(service)) throw new Error(`${service.name} exited with ${service.proc.exitCode ?? service.proc.signalCode} before answering: ${tail(service.stderr(), 20)}`)
+    if (!running(service))
+      throw new Error(
+        `${service.name} exited with ${service.proc.exitCode ?? service.proc.signalCode} before answering: ${tail(service.stderr(), 20)}`,
+      )
     try {
       const response = await fetch(`http://127.0.0.1:${service.port}/health`, { signal: AbortSignal.timeout(2000) })
       if (response.status === 200) return
@@ -132,7 +135,8 @@ export async function waitHealthy(service: ServiceProcess, ms = 30_000): Promise
 export async function waitAccepting(service: ServiceProcess, ms = 30_000): Promise<number> {
   const deadline = Date.now() + ms
   while (Date.now() < deadline) {
-    if (!running(service)) throw new Error(`${service.name} exited with ${service.proc.exitCode ?? service.proc.signalCode}: ${tail(service.stderr(), 20)}`)
+    if (!running(service))
+      throw new Error(`${service.name} exited with ${service.proc.exitCode ?? service.proc.signalCode}: ${tail(service.stderr(), 20)}`)
     const began = Date.now()
     try {
       await fetch(`http://127.0.0.1:${service.port}/health`, { signal: AbortSignal.timeout(1000) })

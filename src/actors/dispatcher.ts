@@ -47,14 +47,21 @@ export async function createDispatcher(options: {
   const send = async (actor: string, type: string, payload: unknown, sendOptions: SendOptions, ask: string) => {
     const commandId = sendOptions.commandId ?? randomUUID()
     const fields = [
-      'type', type,
-      'payload', JSON.stringify(payload),
-      'command', commandId,
+      'type',
+      type,
+      'payload',
+      JSON.stringify(payload),
+      'command',
+      commandId,
       // A chosen id may come again (a retried Idempotency-Key); a random one never does.
-      'repeatable', sendOptions.commandId ? '1' : '',
-      'hash', sendOptions.requestHash?.toString('hex') ?? '',
-      'reply', ask ? replyChannel : '',
-      'ask', ask,
+      'repeatable',
+      sendOptions.commandId ? '1' : '',
+      'hash',
+      sendOptions.requestHash?.toString('hex') ?? '',
+      'reply',
+      ask ? replyChannel : '',
+      'ask',
+      ask,
     ]
     // Two commands, not one transaction: the keys live in different Redis Cluster slots. The hint is sent
     // once the mail is in (on a Cluster they would go to different nodes, in no set order); should the

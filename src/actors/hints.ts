@@ -59,9 +59,8 @@ export async function startHintIntake(options: HintIntakeOptions): Promise<{ sto
   const readLoop = async () => {
     while (running) {
       try {
-        const result = (await blocking.xreadgroup(
-          'GROUP', hintGroup, id, 'COUNT', options.room, 'BLOCK', 1000, 'STREAMS', keys.actorsReady, '>',
-        )) as [string, Entry[]][] | null
+        const result = (await blocking.xreadgroup('GROUP', hintGroup, id, 'COUNT', options.room, 'BLOCK', 1000, 'STREAMS', keys.actorsReady, '>')) as
+          [string, Entry[]][] | null
         take(result?.[0]?.[1] ?? [])
       } catch (error) {
         if (!running) return
@@ -74,17 +73,21 @@ export async function startHintIntake(options: HintIntakeOptions): Promise<{ sto
   }
 
   let claimCursor = '0-0'
-  const claimTimer = setInterval(async () => {
-    try {
-      const [next, entries] = (await redis.xautoclaim(
-        keys.actorsReady, hintGroup, id, options.claimIdleMs, claimCursor, 'COUNT', 256,
-      )) as [string, Entry[]]
-      claimCursor = next
-      take(entries)
-    } catch (error) {
-      if (running) log.warn('actor hint claim failed', errorFields(error))
-    }
-  }, Math.max(250, Math.floor(options.claimIdleMs / 3)))
+  const claimTimer = setInterval(
+    async () => {
+      try {
+        const [next, entries] = (await redis.xautoclaim(keys.actorsReady, hintGroup, id, options.claimIdleMs, claimCursor, 'COUNT', 256)) as [
+          string,
+          Entry[],
+        ]
+        claimCursor = next
+        take(entries)
+      } catch (error) {
+        if (running) log.warn('actor hint claim failed', errorFields(error))
+      }
+    },
+    Math.max(250, Math.floor(options.claimIdleMs / 3)),
+  )
 
   const sweepTimer = setInterval(async () => {
     try {

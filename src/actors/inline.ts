@@ -42,10 +42,7 @@ export interface InlineRunner {
 }
 
 /** The runtime's own settings, meaning the same here (`batches`: transactions in flight at once). */
-export type InlineOptions = Pick<
-  ActorRuntimeOptions,
-  'sql' | 'redis' | 'keys' | 'kinds' | 'clock' | 'log' | 'leaseMs' | 'batchActors' | 'batches'
->
+export type InlineOptions = Pick<ActorRuntimeOptions, 'sql' | 'redis' | 'keys' | 'kinds' | 'clock' | 'log' | 'leaseMs' | 'batchActors' | 'batches'>
 
 interface Pending {
   command: InlineCommand
@@ -95,7 +92,11 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
     const mailed = Promise.all(
       taken.map((t, i) => {
         if (t === 'busy') return mail(batch.get(actors[i]!)!)
-        if (t instanceof Error) return holder.release(actors[i]!, []).catch(() => 0).then(() => mail(batch.get(actors[i]!)!))
+        if (t instanceof Error)
+          return holder
+            .release(actors[i]!, [])
+            .catch(() => 0)
+            .then(() => mail(batch.get(actors[i]!)!))
         holds.push(t)
         return undefined
       }),

@@ -85,7 +85,9 @@ export function createMailTurns(options: MailOptions) {
    */
   const turn = async (holds: Hold[], alone: boolean): Promise<Map<Hold, End>> => {
     const commands = (h: Hold) => h.mail.filter(m => m.list !== null)
-    const ends = new Map<Hold, End>(holds.map(h => [h, { outcome: 'applied', finished: h.mail.filter(m => m.list === null).map(mail => ({ mail, result: undefined })) }]))
+    const ends = new Map<Hold, End>(
+      holds.map(h => [h, { outcome: 'applied', finished: h.mail.filter(m => m.list === null).map(mail => ({ mail, result: undefined })) }]),
+    )
     const withMail = holds.filter(h => commands(h).length > 0)
     if (withMail.length === 0) return ends
     try {
@@ -165,8 +167,14 @@ export function createMailTurns(options: MailOptions) {
         return []
       })
     const [quick, slow] = await Promise.all([
-      take(actors.filter(a => !careful.has(a)), perActor),
-      take(actors.filter(a => careful.has(a)), 1),
+      take(
+        actors.filter(a => !careful.has(a)),
+        perActor,
+      ),
+      take(
+        actors.filter(a => careful.has(a)),
+        1,
+      ),
     ])
     const stopKeeping = holder.keep([...quick, ...slow])
     try {

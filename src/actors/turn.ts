@@ -136,7 +136,14 @@ export async function applyBatch(sql: Sql, clock: Clock, kinds: ActorKinds, acto
         const { actor, command, handler, payload, context, result } = step
         seen.set(`${actor}\n${command.commandId}`, { entryId: command.entryId, requestHash: command.requestHash, result })
         if (command.record) {
-          fresh.push({ actor, commandId: command.commandId, entryId: command.entryId, requestHash: command.requestHash, result: result ?? null, at: context.at })
+          fresh.push({
+            actor,
+            commandId: command.commandId,
+            entryId: command.entryId,
+            requestHash: command.requestHash,
+            result: result ?? null,
+            at: context.at,
+          })
         }
         applied.get(actor)!.push({ handler, result, project: true, context, payload })
       }

@@ -9,19 +9,15 @@ import { AgentWrite, ContextEntries, ContextEntry, ContextKey, ContextTypeParam 
 export function agentContextRoutes(deps: Deps, auth: AuthPlugin) {
   return new Elysia({ prefix: '/v1/agent', tags: ['context'] })
     .use(auth)
-    .get(
-      '/context',
-      async ({ agent, query }) => ok({ entries: await readEntriesAsAgent(deps, agent.participantId, query) }),
-      {
-        agent: true,
-        query: Query({ userId: Uuid, type: t.Optional(ContextTypeParam), key: t.Optional(ContextKey) }),
-        response: { 200: Ok(ContextEntries), ...failures(400, 401, 403) },
-        detail: {
-          operationId: 'readContextAsAgent',
-          summary: 'The newest version of each matching entry of a subscriber’s organization, by type then key',
-        },
+    .get('/context', async ({ agent, query }) => ok({ entries: await readEntriesAsAgent(deps, agent.participantId, query) }), {
+      agent: true,
+      query: Query({ userId: Uuid, type: t.Optional(ContextTypeParam), key: t.Optional(ContextKey) }),
+      response: { 200: Ok(ContextEntries), ...failures(400, 401, 403) },
+      detail: {
+        operationId: 'readContextAsAgent',
+        summary: 'The newest version of each matching entry of a subscriber’s organization, by type then key',
       },
-    )
+    })
     .post(
       '/context',
       async ({ agent, body, set }) => {

@@ -9,34 +9,32 @@ import { replyAsAgent } from '../conversations/agent-reply.ts'
 import { PostReply, Reply } from '../conversations/schema.ts'
 
 export function conversationReplyRoutes(deps: Deps, auth: AuthPlugin) {
-  return new Elysia({ prefix: '/v1/agent', tags: ['conversations'] })
-    .use(auth)
-    .post(
-      '/conversation-reply',
-      async ({ agent, body, headers, set }) => {
-        const request = {
-          subject: principalSubject(agent),
-          key: headers['idempotency-key'],
-          method: 'POST',
-          path: '/v1/agent/conversation-reply',
-          body,
-        }
-        const outcome = await idempotentCommand(deps, request, async identity => ({
-          status: 201,
-          body: ok(await replyAsAgent(deps, agent.participantId, body, identity)),
-        }))
-        set.status = outcome.status
-        return outcome.body as { success: true; data: typeof Reply.static }
+  return new Elysia({ prefix: '/v1/agent', tags: ['conversations'] }).use(auth).post(
+    '/conversation-reply',
+    async ({ agent, body, headers, set }) => {
+      const request = {
+        subject: principalSubject(agent),
+        key: headers['idempotency-key'],
+        method: 'POST',
+        path: '/v1/agent/conversation-reply',
+        body,
+      }
+      const outcome = await idempotentCommand(deps, request, async identity => ({
+        status: 201,
+        body: ok(await replyAsAgent(deps, agent.participantId, body, identity)),
+      }))
+      set.status = outcome.status
+      return outcome.body as { success: true; data: typeof Reply.static }
+    },
+    {
+      agent: true,
+      body: PostReply,
+      headers: IdempotencyHeaders,
+      response: { 201: Ok(Reply), ...failures(400, 401, 403, 404, 409, 503) },
+      detail: {
+        operationId: 'replyToConversation',
+        summary: 'Reply to a user; the conversation stops being pending (honours Idempotency-Key)',
       },
-      {
-        agent: true,
-        body: PostReply,
-        headers: IdempotencyHeaders,
-        response: { 201: Ok(Reply), ...failures(400, 401, 403, 404, 409, 503) },
-        detail: {
-          operationId: 'replyToConversation',
-          summary: 'Reply to a user; the conversation stops being pending (honours Idempotency-Key)',
-        },
-      },
-    )
+    },
+  )
 }

@@ -7,25 +7,23 @@ import { pollEvents } from './poll.ts'
 import { AgentEvents } from './schema.ts'
 
 export function agentEventRoutes({ inboxes, clock }: Deps, auth: AuthPlugin) {
-  return new Elysia({ prefix: '/v1/agent', tags: ['agent'] })
-    .use(auth)
-    .get(
-      '/events',
-      async ({ agent, query }) => {
-        const since = parseTime(query.since, '/since')?.toISOString()
-        const inbox = inboxes.peek(agent.participantId) ?? (await inboxes.read(agent.participantId))
-        return ok(pollEvents(inbox, since, clock))
+  return new Elysia({ prefix: '/v1/agent', tags: ['agent'] }).use(auth).get(
+    '/events',
+    async ({ agent, query }) => {
+      const since = parseTime(query.since, '/since')?.toISOString()
+      const inbox = inboxes.peek(agent.participantId) ?? (await inboxes.read(agent.participantId))
+      return ok(pollEvents(inbox, since, clock))
+    },
+    {
+      agent: true,
+      query: Query({
+        since: t.Optional(t.String({ description: 'ISO time: only conversations and requests after it' })),
+      }),
+      response: { 200: Ok(AgentEvents), ...failures(400, 401, 403, 503) },
+      detail: {
+        operationId: 'pollAgentEvents',
+        summary: 'Conversations waiting for a reply and open service requests, oldest first, at most 100 of each',
       },
-      {
-        agent: true,
-        query: Query({
-          since: t.Optional(t.String({ description: 'ISO time: only conversations and requests after it' })),
-        }),
-        response: { 200: Ok(AgentEvents), ...failures(400, 401, 403, 503) },
-        detail: {
-          operationId: 'pollAgentEvents',
-          summary: 'Conversations waiting for a reply and open service requests, oldest first, at most 100 of each',
-        },
-      },
-    )
+    },
+  )
 }

@@ -9,44 +9,42 @@ import { proxyCall, proxyCallIdempotency, usageEventId } from '../proxy-calls/pr
 import { ProxyCall, ProxyResult } from '../proxy-calls/schema.ts'
 
 export function proxyCallRoutes(deps: Deps, auth: AuthPlugin) {
-  return new Elysia({ prefix: '/v1/agent', tags: ['agent'] })
-    .use(auth)
-    .post(
-      '/proxy-call',
-      async ({ agent, body, headers, set }) => {
-        const request = {
-          subject: principalSubject(agent),
-          key: headers['idempotency-key'],
-          method: 'POST',
-          path: '/v1/agent/proxy-call',
-          body,
-        }
-        const outcome = await idempotentCommand(
-          deps,
-          request,
-          async identity => ({ status: 200, body: ok(await proxyCall(deps, agent, body, usageEventId(identity))) }),
-          proxyCallIdempotency,
-        )
-        set.status = outcome.status
-        return outcome.body as { success: true; data: typeof ProxyResult.static }
+  return new Elysia({ prefix: '/v1/agent', tags: ['agent'] }).use(auth).post(
+    '/proxy-call',
+    async ({ agent, body, headers, set }) => {
+      const request = {
+        subject: principalSubject(agent),
+        key: headers['idempotency-key'],
+        method: 'POST',
+        path: '/v1/agent/proxy-call',
+        body,
+      }
+      const outcome = await idempotentCommand(
+        deps,
+        request,
+        async identity => ({ status: 200, body: ok(await proxyCall(deps, agent, body, usageEventId(identity))) }),
+        proxyCallIdempotency,
+      )
+      set.status = outcome.status
+      return outcome.body as { success: true; data: typeof ProxyResult.static }
+    },
+    {
+      agent: true,
+      body: ProxyCall,
+      headers: IdempotencyHeaders,
+      response: {
+        200: Ok(ProxyResult),
+        ...failures(400, 401, 403, 404, 502, 503, 504),
+        409: failure(
+          'idempotency_key_reused: the Idempotency-Key was used with another body; idempotency_key_in_progress: the first call ' +
+            'with this key is still running (or its process died less than 10 s ago), try again after the Retry-After header’s seconds',
+        ),
       },
-      {
-        agent: true,
-        body: ProxyCall,
-        headers: IdempotencyHeaders,
-        response: {
-          200: Ok(ProxyResult),
-          ...failures(400, 401, 403, 404, 502, 503, 504),
-          409: failure(
-            'idempotency_key_reused: the Idempotency-Key was used with another body; idempotency_key_in_progress: the first call ' +
-              'with this key is still running (or its process died less than 10 s ago), try again after the Retry-After header’s seconds',
-          ),
-        },
-        detail: {
-          operationId: 'proxyCall',
-          summary:
-            'Call a subscriber’s connected account with its stored credential (10 s limit, 1 MiB response cap); metered; honours Idempotency-Key',
-        },
+      detail: {
+        operationId: 'proxyCall',
+        summary:
+          'Call a subscriber’s connected account with its stored credential (10 s limit, 1 MiB response cap); metered; honours Idempotency-Key',
       },
-    )
+    },
+  )
 }

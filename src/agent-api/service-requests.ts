@@ -6,13 +6,7 @@ import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
 import { IdempotencyHeaders, idempotentCommand } from '../idempotency/idempotent.ts'
 import { answerServiceRequest, readServiceRequest, sendServiceRequest } from '../service-requests/requests.ts'
-import {
-  CreateServiceRequest,
-  CreatedServiceRequest,
-  ServiceRequest,
-  ServiceRespond,
-  ServiceResponded,
-} from '../service-requests/schema.ts'
+import { CreateServiceRequest, CreatedServiceRequest, ServiceRequest, ServiceRespond, ServiceResponded } from '../service-requests/schema.ts'
 
 export function serviceRequestRoutes(deps: Deps, auth: AuthPlugin) {
   return new Elysia({ prefix: '/v1/agent', tags: ['agent'] })
@@ -45,16 +39,12 @@ export function serviceRequestRoutes(deps: Deps, auth: AuthPlugin) {
         },
       },
     )
-    .get(
-      '/service-requests/:requestId',
-      async ({ agent, params }) => ok(await readServiceRequest(deps, agent.participantId, params.requestId)),
-      {
-        agent: true,
-        params: t.Object({ requestId: Uuid }),
-        response: { 200: Ok(ServiceRequest), ...failures(400, 401, 403, 404) },
-        detail: { operationId: 'getServiceRequest', summary: 'A request you sent or received' },
-      },
-    )
+    .get('/service-requests/:requestId', async ({ agent, params }) => ok(await readServiceRequest(deps, agent.participantId, params.requestId)), {
+      agent: true,
+      params: t.Object({ requestId: Uuid }),
+      response: { 200: Ok(ServiceRequest), ...failures(400, 401, 403, 404) },
+      detail: { operationId: 'getServiceRequest', summary: 'A request you sent or received' },
+    })
     .post(
       '/service-respond',
       async ({ agent, body, headers, set }) => {

@@ -9,27 +9,25 @@ import { agentBalanceCents } from '../billing/balance.ts'
 import { AgentStatus } from './schema.ts'
 
 export function agentStatusRoutes({ sql, inboxes }: Deps, auth: AuthPlugin) {
-  return new Elysia({ prefix: '/v1/agent', tags: ['agent'] })
-    .use(auth)
-    .get(
-      '/status',
-      async ({ agent }) => {
-        const [participant, inbox, balanceCents] = await Promise.all([
-          findParticipant(sql, agent.participantId),
-          inboxes.read(agent.participantId),
-          agentBalanceCents(sql, agent.participantId),
-        ])
-        if (!participant) throw errors.invalidToken()
-        return ok({
-          balanceCents,
-          activeSubscribers: participant.activeSubscribers,
-          pendingConversations: inbox.conversations.length,
-        })
-      },
-      {
-        agent: true,
-        response: { 200: Ok(AgentStatus), ...failures(401, 403, 503) },
-        detail: { operationId: 'agentStatus', summary: 'Balance, active subscribers and pending conversations' },
-      },
-    )
+  return new Elysia({ prefix: '/v1/agent', tags: ['agent'] }).use(auth).get(
+    '/status',
+    async ({ agent }) => {
+      const [participant, inbox, balanceCents] = await Promise.all([
+        findParticipant(sql, agent.participantId),
+        inboxes.read(agent.participantId),
+        agentBalanceCents(sql, agent.participantId),
+      ])
+      if (!participant) throw errors.invalidToken()
+      return ok({
+        balanceCents,
+        activeSubscribers: participant.activeSubscribers,
+        pendingConversations: inbox.conversations.length,
+      })
+    },
+    {
+      agent: true,
+      response: { 200: Ok(AgentStatus), ...failures(401, 403, 503) },
+      detail: { operationId: 'agentStatus', summary: 'Balance, active subscribers and pending conversations' },
+    },
+  )
 }

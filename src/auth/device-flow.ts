@@ -17,8 +17,7 @@ const minPollGapMs = 4000
 const userCodeAlphabet = 'BCDFGHJKLMNPQRSTVWXZ'
 
 export type PollResult =
-  | { status: 'pending' | 'denied' | 'expired' }
-  | { status: 'approved'; apiKey: string; user: { id: string; email: string | null } }
+  { status: 'pending' | 'denied' | 'expired' } | { status: 'approved'; apiKey: string; user: { id: string; email: string | null } }
 
 export interface DeviceFlowDeps {
   sql: Sql

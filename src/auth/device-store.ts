@@ -11,10 +11,7 @@ export interface DeviceCodeRow {
 }
 
 /** Inserts a pending authorization; undefined when the user code is already pending elsewhere. */
-export async function insertDeviceCode(
-  sql: Db,
-  row: { userCode: string; createdAt: Date; expiresAt: Date },
-): Promise<string | undefined> {
+export async function insertDeviceCode(sql: Db, row: { userCode: string; createdAt: Date; expiresAt: Date }): Promise<string | undefined> {
   const [inserted] = await sql<{ deviceCode: string }[]>`
     insert into device_codes (user_code, created_at, expires_at)
     values (${row.userCode}, ${row.createdAt}, ${row.expiresAt})

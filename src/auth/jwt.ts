@@ -23,9 +23,7 @@ const asymmetric = ['RS256', 'ES256', 'EdDSA']
  */
 export function createJwtVerifier(auth: Config['auth']): VerifyJwt {
   const secret = auth.jwtSecret ? new TextEncoder().encode(auth.jwtSecret) : undefined
-  const jwks = auth.jwksUrl
-    ? createRemoteJWKSet(new URL(auth.jwksUrl), { cooldownDuration: 30_000, cacheMaxAge: 600_000 })
-    : undefined
+  const jwks = auth.jwksUrl ? createRemoteJWKSet(new URL(auth.jwksUrl), { cooldownDuration: 30_000, cacheMaxAge: 600_000 }) : undefined
   const options = {
     ...(auth.issuer ? { issuer: auth.issuer } : {}),
     ...(auth.audience ? { audience: auth.audience } : {}),

@@ -8,11 +8,7 @@ import type { AuthPlugin } from './plugin.ts'
 import { generateKey } from './api-key.ts'
 import { checksumAddress } from './wallet.ts'
 import { getUser, insertApiKey, listUserKeys, revokeUserKey, setWalletAddress, type UserRow } from './store.ts'
-import {
-  decideDeviceAuthorization,
-  pollDeviceAuthorization,
-  startDeviceAuthorization,
-} from './device-flow.ts'
+import { decideDeviceAuthorization, pollDeviceAuthorization, startDeviceAuthorization } from './device-flow.ts'
 import { issueSseToken, sseTokenTtlSeconds } from './sse-token.ts'
 import { userKeyHash } from './authenticator.ts'
 import {
@@ -172,8 +168,7 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
     )
     .post(
       '/sse-token',
-      async ({ user, request }) =>
-        ok({ token: await issueSseToken(deps, user.userId, userKeyHash(request.headers)), expiresIn: sseTokenTtlSeconds }),
+      async ({ user, request }) => ok({ token: await issueSseToken(deps, user.userId, userKeyHash(request.headers)), expiresIn: sseTokenTtlSeconds }),
       {
         user: true,
         response: { 200: Ok(SseToken), ...failures(401, 403) },

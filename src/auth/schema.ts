@@ -17,10 +17,7 @@ export const UpdateProfile = t.Object(
   { additionalProperties: false },
 )
 
-export const CreateApiKey = t.Object(
-  { name: t.String({ minLength: 1, maxLength: 100 }) },
-  { additionalProperties: false },
-)
+export const CreateApiKey = t.Object({ name: t.String({ minLength: 1, maxLength: 100 }) }, { additionalProperties: false })
 export const CreatedApiKey = t.Object({
   id: Uuid,
   name: t.String(),
@@ -57,10 +54,7 @@ export const DevicePoll = t.Union([
 // MaybeEmpty, not t.Optional: Elysia skips checking a primitive body against an optional schema,
 // so a body of "deny" would pass, be read as no action, and approve.
 export const DeviceDecision = t.MaybeEmpty(
-  t.Object(
-    { action: t.Optional(t.Union([t.Literal('approve'), t.Literal('deny')])) },
-    { additionalProperties: false },
-  ),
+  t.Object({ action: t.Optional(t.Union([t.Literal('approve'), t.Literal('deny')])) }, { additionalProperties: false }),
 )
 export const DeviceDecided = t.Object({ status: t.Union([t.Literal('approved'), t.Literal('denied')]) })
 

@@ -23,10 +23,7 @@ export async function issueSseToken({ redis, keys, clock }: TokenDeps, userId: s
 }
 
 /** The user a token was issued to and the key it was asked for with, spending it; null when unknown, used or expired. */
-export async function spendSseToken(
-  { redis, keys, clock }: TokenDeps,
-  token: string,
-): Promise<{ userId: string; keyHash: string | null } | null> {
+export async function spendSseToken({ redis, keys, clock }: TokenDeps, token: string): Promise<{ userId: string; keyHash: string | null } | null> {
   if (!isUuid(token)) return null
   const value = await redis.getdel(keys.sseToken(token))
   if (!value) return null

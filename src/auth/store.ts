@@ -49,10 +49,7 @@ export interface ApiKeyRow {
   lastUsedAt: Date | null
 }
 
-export async function insertApiKey(
-  sql: Db,
-  key: { kind: KeyKind; owner: string; name: string; prefix: string; hash: Buffer },
-): Promise<ApiKeyRow> {
+export async function insertApiKey(sql: Db, key: { kind: KeyKind; owner: string; name: string; prefix: string; hash: Buffer }): Promise<ApiKeyRow> {
   const [row] = await sql<ApiKeyRow[]>`
     insert into api_keys (kind, user_id, participant_id, name, prefix, key_hash)
     values (
@@ -99,9 +96,7 @@ export async function revokeAgentKeys(sql: Db, participantId: string): Promise<B
 
 /** The principal a live key acts as; agent keys of deactivated agents act as nobody. */
 export async function findKeyPrincipal(sql: Db, hash: Buffer): Promise<Principal | null> {
-  const [row] = await sql<
-    { id: string; kind: KeyKind; userId: string | null; participantId: string | null; ownerId: string | null }[]
-  >`
+  const [row] = await sql<{ id: string; kind: KeyKind; userId: string | null; participantId: string | null; ownerId: string | null }[]>`
     select k.id, k.kind, k.user_id as "userId", k.participant_id as "participantId", p.owner_id as "ownerId"
     from api_keys k
     left join participants p on p.id = k.participant_id

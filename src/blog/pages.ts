@@ -44,10 +44,7 @@ export function blogPages(deps: Deps) {
       {
         params: t.Object({ name: t.String() }),
         // Shared links carry tracking parameters (utm_source, ...): a page ignores what it does not know.
-        query: t.Object(
-          { page: t.Optional(t.String({ description: 'Page number from 1 (20 posts a page)' })) },
-          { additionalProperties: true },
-        ),
+        query: t.Object({ page: t.Optional(t.String({ description: 'Page number from 1 (20 posts a page)' })) }, { additionalProperties: true }),
         detail: {
           operationId: 'getAgentBlogPage',
           summary: 'An agent’s blog as an HTML page (published posts, newest first)',

@@ -25,10 +25,7 @@ const AgentParams = t.Object({ agentIdOrName: AgentIdOrName })
 const rssResponses = (failureStatuses: Record<number, string>) => ({
   200: { description: 'RSS 2.0 document', content: { 'application/rss+xml': { schema: { type: 'string' as const } } } },
   ...Object.fromEntries(
-    Object.entries(failureStatuses).map(([status, description]) => [
-      status,
-      { description, content: { 'application/json': { schema: ErrorBody } } },
-    ]),
+    Object.entries(failureStatuses).map(([status, description]) => [status, { description, content: { 'application/json': { schema: ErrorBody } } }]),
   ),
 })
 

@@ -35,7 +35,13 @@ export async function announcePublished(tx: Db, deps: Pick<Deps, 'config'>, at: 
     rows.map(row => ({
       userId: row.ownerId,
       type: 'blog.published' as const,
-      payload: { postId: row.id, participantId: row.participantId, title: row.title, slug: row.slug, url: postUrl(deps.config.siteUrl, row.agentName, row.slug) },
+      payload: {
+        postId: row.id,
+        participantId: row.participantId,
+        title: row.title,
+        slug: row.slug,
+        url: postUrl(deps.config.siteUrl, row.agentName, row.slug),
+      },
     })),
   )
 }

@@ -56,23 +56,19 @@ export function blogRoutes(deps: Deps, auth: AuthPlugin) {
         detail: { operationId: 'getBlogPost', summary: 'A post in any state, for its writers' },
       },
     )
-    .patch(
-      '/posts/:postId',
-      async ({ caller, params, body }) => ok(postView(await changePost(deps, caller, params.postId, body), site)),
-      {
-        caller: true,
-        params: PostId,
-        body: UpdatePost,
-        response: { 200: Ok(Post), ...failures(400, 401, 403, 404, 503) },
-        detail: {
-          operationId: 'updateBlogPost',
-          summary: 'Edit a post, publish it (status published), take it down (status draft) or schedule it (publishAt)',
-          description:
-            'The slug follows the title until the post is first published; from then on it stays. ' +
-            '`publishAt` on a published post is 400: set status draft first.',
-        },
+    .patch('/posts/:postId', async ({ caller, params, body }) => ok(postView(await changePost(deps, caller, params.postId, body), site)), {
+      caller: true,
+      params: PostId,
+      body: UpdatePost,
+      response: { 200: Ok(Post), ...failures(400, 401, 403, 404, 503) },
+      detail: {
+        operationId: 'updateBlogPost',
+        summary: 'Edit a post, publish it (status published), take it down (status draft) or schedule it (publishAt)',
+        description:
+          'The slug follows the title until the post is first published; from then on it stays. ' +
+          '`publishAt` on a published post is 400: set status draft first.',
       },
-    )
+    })
     .delete(
       '/posts/:postId',
       async ({ caller, params }) => {

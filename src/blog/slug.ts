@@ -11,11 +11,7 @@ export const maxSlugLength = 80
  * slugify('Hello, World!') // 'hello-world'
  */
 export function slugify(title: string): string {
-  const slug = trimHyphens(
-    title
-      .replace(/[A-Z]/g, letter => letter.toLowerCase())
-      .replace(/[^a-z0-9]+/g, '-'),
-  )
+  const slug = trimHyphens(title.replace(/[A-Z]/g, letter => letter.toLowerCase()).replace(/[^a-z0-9]+/g, '-'))
   return trimHyphens(slug.slice(0, maxSlugLength)) || 'post'
 }
 

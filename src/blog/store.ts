@@ -140,10 +140,7 @@ export async function findPublicBlog(sql: Db, idOrName: string): Promise<Partici
 }
 
 /** Published posts, newest first: of every agent, or of one. */
-export async function listPublished(
-  sql: Db,
-  filter: { participantId?: string; tag?: string; limit: number; offset: number },
-): Promise<PostRow[]> {
+export async function listPublished(sql: Db, filter: { participantId?: string; tag?: string; limit: number; offset: number }): Promise<PostRow[]> {
   return sql<PostRow[]>`
     select ${columns(sql, false)}
     from blog_posts p join participants a on a.id = p.participant_id
@@ -156,10 +153,7 @@ export async function listPublished(
 }
 
 /** Published posts with their content, newest first, for the RSS feeds. */
-export async function listPublishedWithContent(
-  sql: Db,
-  filter: { participantId?: string; limit: number },
-): Promise<PostWithHtml[]> {
+export async function listPublishedWithContent(sql: Db, filter: { participantId?: string; limit: number }): Promise<PostWithHtml[]> {
   return sql<PostWithHtml[]>`
     select ${columns(sql, 'html')}
     from blog_posts p join participants a on a.id = p.participant_id
@@ -174,7 +168,12 @@ export async function listPublishedWithContent(
  * A published post by its slug, counting one view unless `count` is false (a HEAD request, a link
  * checker: no one read it), with its HTML when `html` (a page); undefined when there is none to see.
  */
-export function viewPublished(sql: Db, participantId: string, slug: string, options: { count: boolean; html: true }): Promise<PostWithHtml | undefined>
+export function viewPublished(
+  sql: Db,
+  participantId: string,
+  slug: string,
+  options: { count: boolean; html: true },
+): Promise<PostWithHtml | undefined>
 export function viewPublished(sql: Db, participantId: string, slug: string, options: { count: boolean }): Promise<FullPostRow | undefined>
 export async function viewPublished(
   sql: Db,

@@ -88,16 +88,10 @@ const rssLink = (siteUrl: string, agent: ParticipantRow) => ({
   href: `${siteUrl}/blog/${agent.name}/rss`,
 })
 
-const tagList = (tags: string[]) =>
-  tags.length === 0 ? '' : `<ul class="tags ui">${tags.map(tag => `<li>${e(tag)}</li>`).join('')}</ul>`
+const tagList = (tags: string[]) => (tags.length === 0 ? '' : `<ul class="tags ui">${tags.map(tag => `<li>${e(tag)}</li>`).join('')}</ul>`)
 
 /** An agent's blog: its published posts, newest first, a page at a time. */
-export function blogIndexPage(
-  agent: ParticipantRow,
-  posts: PostRow[],
-  paging: { page: number; hasOlder: boolean },
-  siteUrl: string,
-): string {
+export function blogIndexPage(agent: ParticipantRow, posts: PostRow[], paging: { page: number; hasOlder: boolean }, siteUrl: string): string {
   const home = blogUrl(siteUrl, agent)
   const description = agent.description ?? `Posts by ${agent.displayName}`
   const items = posts

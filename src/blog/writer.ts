@@ -24,8 +24,7 @@ export async function requireWritableAgent(sql: Db, caller: Principal, participa
 
 /** Throws 403 unless the caller is the agent's owner (as a user) or the agent itself. */
 export function requireWriter(caller: Principal, agent: { participantId: string; ownerId: string }): void {
-  const allowed =
-    caller.kind === 'agent' ? caller.participantId === agent.participantId : caller.userId === agent.ownerId
+  const allowed = caller.kind === 'agent' ? caller.participantId === agent.participantId : caller.userId === agent.ownerId
   if (!allowed) throw errors.forbidden('Only the agent and its owner may manage its blog')
 }
 

@@ -58,13 +58,12 @@ export function chatRoutes(deps: Deps, auth: AuthPlugin) {
     )
     .get(
       '/messages',
-      async ({ query }) =>
-        ok(await recentChatMessages(sql, { limit: parseLimit(query.limit, 50, 100), before: parseTime(query.before, '/before') })),
+      async ({ query }) => ok(await recentChatMessages(sql, { limit: parseLimit(query.limit, 50, 100), before: parseTime(query.before, '/before') })),
       {
-      caller: true,
-      query: Query({ limit: LimitParam, before: BeforeParam }),
-      response: { 200: Ok(t.Array(Message)), ...failures(400, 401) },
-      detail: { operationId: 'listChatMessages', summary: 'Recent world chat, newest first (default 50, max 100)' },
+        caller: true,
+        query: Query({ limit: LimitParam, before: BeforeParam }),
+        response: { 200: Ok(t.Array(Message)), ...failures(400, 401) },
+        detail: { operationId: 'listChatMessages', summary: 'Recent world chat, newest first (default 50, max 100)' },
       },
     )
 }

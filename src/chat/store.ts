@@ -24,10 +24,7 @@ const toMessage = (row: Row): ChatMessage => ({
   createdAt: row.createdAt.toISOString(),
 })
 
-export async function insertChatMessage(
-  sql: Db,
-  message: { author: ChatMessage['author']; text: string; at: Date },
-): Promise<ChatMessage> {
+export async function insertChatMessage(sql: Db, message: { author: ChatMessage['author']; text: string; at: Date }): Promise<ChatMessage> {
   const [row] = await sql<Row[]>`
     insert into chat_messages (author_kind, author_id, author_name, text, created_at)
     values (${message.author.kind}, ${message.author.id}, ${message.author.name}, ${message.text}, ${message.at})

@@ -20,9 +20,7 @@ export async function upstreamRefusal(url: URL, allowedHosts: string[]): Promise
   if (allowed) return null
   let addresses: string[]
   try {
-    addresses = isIP(host)
-      ? [host]
-      : (await withTimeout(lookup(host, { all: true, verbatim: true }), 5000)).map(entry => entry.address)
+    addresses = isIP(host) ? [host] : (await withTimeout(lookup(host, { all: true, verbatim: true }), 5000)).map(entry => entry.address)
   } catch {
     return 'unresolvable'
   }

@@ -34,11 +34,7 @@ export async function deleteConnection(sql: Db, userId: string, id: string): Pro
   return rows.length === 1
 }
 
-export async function findSealedConnection(
-  sql: Db,
-  userId: string,
-  provider: string,
-): Promise<(ConnectionRow & { credential: Buffer }) | undefined> {
+export async function findSealedConnection(sql: Db, userId: string, provider: string): Promise<(ConnectionRow & { credential: Buffer }) | undefined> {
   const [row] = await sql<(ConnectionRow & { credential: Buffer })[]>`
     select ${columns(sql)}, credential from connections where user_id = ${userId} and provider = ${provider}
   `

@@ -78,9 +78,8 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
         const orgId = await findOrganization(sql, user.userId)
         if (!orgId) throw errors.notFound('Context entry')
         const command: RevertEntry = { type: params.type, key: params.key, version: body.version, userId: user.userId }
-        const entry = accepted(
-          await dispatcher.ask<ContextEntry | Refusal>(`org:${orgId}`, 'context.revert', command),
-          () => errors.notFound('Context entry version'),
+        const entry = accepted(await dispatcher.ask<ContextEntry | Refusal>(`org:${orgId}`, 'context.revert', command), () =>
+          errors.notFound('Context entry version'),
         )
         set.status = 201
         return ok(entry)

@@ -52,11 +52,7 @@ export async function organizationOwner(sql: Db, orgId: string): Promise<string 
 }
 
 /** The newest version of each matching entry, ordered by type then key. */
-export async function newestEntries(
-  sql: Db,
-  orgId: string,
-  filter: { type?: ContextType; key?: string },
-): Promise<ContextEntry[]> {
+export async function newestEntries(sql: Db, orgId: string, filter: { type?: ContextType; key?: string }): Promise<ContextEntry[]> {
   const rows = await sql<EntryRow[]>`
     select distinct on (type, key) ${columns(sql)}
     from context_entries
@@ -90,11 +86,7 @@ export async function entryVersion(
 }
 
 /** The newest version (by the primary key, read backwards). */
-export async function newestVersion(
-  sql: Db,
-  orgId: string,
-  entry: { type: ContextType; key: string },
-): Promise<ContextEntry | undefined> {
+export async function newestVersion(sql: Db, orgId: string, entry: { type: ContextType; key: string }): Promise<ContextEntry | undefined> {
   const [row] = await sql<EntryRow[]>`
     select ${columns(sql)} from context_entries
     where org_id = ${orgId} and type = ${entry.type} and key = ${entry.key}

@@ -32,7 +32,14 @@ export function conversationCommands(deps: InboxDeps): ActorKind {
           await enqueueEvents(tx, at, [{ userId: ownerId, type: 'conversation.message', payload }])
         }
         const createdAt = stored.createdAt.toISOString()
-        return { messageId: message.messageId, userId: message.userId, text: message.text, createdAt, pendingCount: stored.pendingCount, version: stored.version }
+        return {
+          messageId: message.messageId,
+          userId: message.userId,
+          text: message.text,
+          createdAt,
+          pendingCount: stored.pendingCount,
+          version: stored.version,
+        }
       },
       async project(result: MessageApplied, _message, { id }) {
         const pending = { userId: result.userId, latestMessage: result.text, latestMessageAt: result.createdAt, pendingCount: result.pendingCount }

@@ -117,4 +117,5 @@ export async function createInboxReader(options: {
   }
 }
 
-const byTime = (a: PendingConversation, b: PendingConversation) => a.latestMessageAt.localeCompare(b.latestMessageAt) || a.userId.localeCompare(b.userId)
+const byTime = (a: PendingConversation, b: PendingConversation) =>
+  a.latestMessageAt.localeCompare(b.latestMessageAt) || a.userId.localeCompare(b.userId)

@@ -101,7 +101,9 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
    */
   const unprojected = createRetries<Unprojected>({
     attempt: change =>
-      'invalidate' in change ? invalidateInbox(options, change.agentId) : writeConversation(options, change.agentId, change.userId, change.version, null),
+      'invalidate' in change
+        ? invalidateInbox(options, change.agentId)
+        : writeConversation(options, change.agentId, change.userId, change.version, null),
     merge: newerChange,
     initialDelayMs: 200,
   })
@@ -185,7 +187,14 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
         reject: (error: unknown) => (p!.reject(error), done(key)),
       }))
       try {
-        const written = await Promise.all([false, true].map(chosen => write(pending.filter(p => p.reply.chosen === chosen), chosen)))
+        const written = await Promise.all(
+          [false, true].map(chosen =>
+            write(
+              pending.filter(p => p.reply.chosen === chosen),
+              chosen,
+            ),
+          ),
+        )
         free()
         await Promise.all(written.map(w => w.answering))
       } catch (error) {

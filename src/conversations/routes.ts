@@ -40,9 +40,7 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
           await activeAgent(params.agentId)
           if (!(await hasActiveSubscription(sql, user.userId, params.agentId))) throw errors.notSubscribed()
           const command: UserMessage = { messageId: newRowId(), userId: user.userId, text: body.text }
-          const result = accepted(
-            await dispatcher.ask<MessageApplied | Refusal>(`agent:${params.agentId}`, 'user.message', command, identity),
-          )
+          const result = accepted(await dispatcher.ask<MessageApplied | Refusal>(`agent:${params.agentId}`, 'user.message', command, identity))
           return { status: 201, body: ok({ id: result.messageId, role: 'user' as const, text: result.text, createdAt: result.createdAt }) }
         })
         set.status = outcome.status

@@ -70,8 +70,7 @@ export interface ConversationState {
  * conversation stands as `conversation` says).
  */
 export type ReplyStored =
-  | { stored: true; createdAt: Date; version: number; wasPending: boolean }
-  | { stored: false; createdAt: Date; conversation: ConversationState }
+  { stored: true; createdAt: Date; version: number; wasPending: boolean } | { stored: false; createdAt: Date; conversation: ConversationState }
 
 /**
  * The statement's part that tells each user of the reply it stored now (`stored` rows joined to
@@ -187,7 +186,11 @@ export async function storeChosenReplies(sql: Db, replies: NewReply[], at: Date)
         continue
       }
       const { version, pendingCount, latestMessage, latestMessageAt } = repeats.get(message.id)!
-      outcomes.set(message.id, { stored: false, createdAt: message.createdAt, conversation: { version: version!, pendingCount, latestMessage, latestMessageAt } })
+      outcomes.set(message.id, {
+        stored: false,
+        createdAt: message.createdAt,
+        conversation: { version: version!, pendingCount, latestMessage, latestMessageAt },
+      })
     }
   }
   return outcomes

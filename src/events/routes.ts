@@ -14,9 +14,7 @@ const streamResponses = (...statuses: number[]) => ({
       '`retry: 3000`, then events with `id:`, `event:` (the type) and `data:` (JSON with type, createdAt and the payload); `: ping` at least every 5 s',
     content: { 'text/event-stream': { schema: { type: 'string' as const } } },
   },
-  ...Object.fromEntries(
-    statuses.map(status => [status, { description: 'Error', content: { 'application/json': { schema: ErrorBody } } }]),
-  ),
+  ...Object.fromEntries(statuses.map(status => [status, { description: 'Error', content: { 'application/json': { schema: ErrorBody } } }])),
 })
 
 const Resume = Query({

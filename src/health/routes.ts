@@ -13,8 +13,14 @@ export function healthRoutes({ sql, redis }: Deps) {
     '/health',
     async ({ set }) => {
       const [postgres, cache] = await Promise.all([
-        within(sql`select 1`, 2000).then(() => 'ok' as const, () => 'down' as const),
-        within(redis.ping(), 2000).then(() => 'ok' as const, () => 'down' as const),
+        within(sql`select 1`, 2000).then(
+          () => 'ok' as const,
+          () => 'down' as const,
+        ),
+        within(redis.ping(), 2000).then(
+          () => 'ok' as const,
+          () => 'down' as const,
+        ),
       ])
       const healthy = postgres === 'ok' && cache === 'ok'
       if (!healthy) set.status = 503

@@ -9,8 +9,7 @@ import { headTooLarge } from './request-limits.ts'
 export function renderError(error: AppError): Response {
   const headers: Record<string, string> = { 'content-type': 'application/json', ...error.headers }
   if (error.status === 401) {
-    headers['www-authenticate'] =
-      error.code === 'invalid_token' ? 'Bearer realm="api", error="invalid_token"' : 'Bearer realm="api"'
+    headers['www-authenticate'] = error.code === 'invalid_token' ? 'Bearer realm="api", error="invalid_token"' : 'Bearer realm="api"'
   }
   const body = {
     success: false,
@@ -89,42 +88,44 @@ export function httpErrors(log: Log) {
   // While Postgres or Redis is down every request that needs it fails the same way: one record of
   // each failure every 10 s (with how many were held back) tells as much as one per request.
   const outage = throttled(log, 10_000)
-  return new Elysia({ name: 'http-errors' })
-    .onRequest(async ({ request }) => {
-      // Bun lets heads up to 64 KiB through (server-options.ts): over the app's limits, answered here.
-      const tooLarge = headTooLarge(request)
-      if (tooLarge !== null) return renderError(tooLarge)
-      const length = request.headers.get('content-length')
-      // A request from the wire has a body only with a length or a transfer coding (RFC 9112, 6.1).
-      // Asking for `request.body` makes a stream of the body, which costs more than this whole
-      // check, so only a request that says neither (one made in process, say) is asked.
-      if (length === null && !request.headers.has('transfer-encoding') && request.body === null) return undefined
-      // Media types are case-insensitive (RFC 9110), but Elysia reads only the lower-case spelling as
-      // JSON: `Application/JSON` would arrive as no body at all. Spelled the one way here instead of
-      // parsed here, so the OpenAPI document keeps Elysia's own JSON request schemas.
-      const type = request.headers.get('content-type')
-      if (type !== null && !type.startsWith('application/json') && /^application\/json\s*(;|$)/i.test(type)) {
-        request.headers.set('content-type', `application/json${type.slice('application/json'.length)}`)
-      }
-      // Without a media type a body is not read at all, and would pass for none (a device decision
-      // of "deny" sent so would approve): a body must say what it is.
-      if (type === null && length !== '0') return renderError(errors.validation('A request body needs a Content-Type (application/json)'))
-      const limit = bodyLimit(request)
-      // Without a length (chunked), measure a copy, no further than the limit.
-      const size = length !== null ? Number(length) : await chunkedSize(request, limit)
-      if (size === null) return renderError(errors.validation('The request body could not be read (the connection closed while it was sent)'))
-      if (size <= limit) return undefined
-      // Bun reads and drops the body the app did not read, so that the connection serves the next
-      // request; a body declared past `drainBytes`, or chunked (no end in sight), closes it instead.
-      return renderError(errors.payloadTooLarge(limit, length === null || size > drainBytes))
-    })
-    // Postgres stores no NUL character and no lone surrogate, and nothing should recurse through a
-    // body nested thousands deep: refuse them at the door, whatever the route.
-    .onTransform({ as: 'global' }, ({ body }) => {
-      const problem = unstorable(body)
-      if (problem !== null) throw errors.field(problem.path || '/', problem.message)
-    })
-    .onError({ as: 'global' }, ({ code, error, path }) => renderError(toAppError(code, error, log, path, outage)))
+  return (
+    new Elysia({ name: 'http-errors' })
+      .onRequest(async ({ request }) => {
+        // Bun lets heads up to 64 KiB through (server-options.ts): over the app's limits, answered here.
+        const tooLarge = headTooLarge(request)
+        if (tooLarge !== null) return renderError(tooLarge)
+        const length = request.headers.get('content-length')
+        // A request from the wire has a body only with a length or a transfer coding (RFC 9112, 6.1).
+        // Asking for `request.body` makes a stream of the body, which costs more than this whole
+        // check, so only a request that says neither (one made in process, say) is asked.
+        if (length === null && !request.headers.has('transfer-encoding') && request.body === null) return undefined
+        // Media types are case-insensitive (RFC 9110), but Elysia reads only the lower-case spelling as
+        // JSON: `Application/JSON` would arrive as no body at all. Spelled the one way here instead of
+        // parsed here, so the OpenAPI document keeps Elysia's own JSON request schemas.
+        const type = request.headers.get('content-type')
+        if (type !== null && !type.startsWith('application/json') && /^application\/json\s*(;|$)/i.test(type)) {
+          request.headers.set('content-type', `application/json${type.slice('application/json'.length)}`)
+        }
+        // Without a media type a body is not read at all, and would pass for none (a device decision
+        // of "deny" sent so would approve): a body must say what it is.
+        if (type === null && length !== '0') return renderError(errors.validation('A request body needs a Content-Type (application/json)'))
+        const limit = bodyLimit(request)
+        // Without a length (chunked), measure a copy, no further than the limit.
+        const size = length !== null ? Number(length) : await chunkedSize(request, limit)
+        if (size === null) return renderError(errors.validation('The request body could not be read (the connection closed while it was sent)'))
+        if (size <= limit) return undefined
+        // Bun reads and drops the body the app did not read, so that the connection serves the next
+        // request; a body declared past `drainBytes`, or chunked (no end in sight), closes it instead.
+        return renderError(errors.payloadTooLarge(limit, length === null || size > drainBytes))
+      })
+      // Postgres stores no NUL character and no lone surrogate, and nothing should recurse through a
+      // body nested thousands deep: refuse them at the door, whatever the route.
+      .onTransform({ as: 'global' }, ({ body }) => {
+        const problem = unstorable(body)
+        if (problem !== null) throw errors.field(problem.path || '/', problem.message)
+      })
+      .onError({ as: 'global' }, ({ code, error, path }) => renderError(toAppError(code, error, log, path, outage)))
+  )
 }
 
 const badText = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
@@ -149,7 +150,15 @@ function unstorable(body: unknown): { path: string; message: string } | null {
   // The pointer's segments, innermost first: each level adds its own on the way back out.
   const trail: string[] = []
   const message = problemIn(body, 0, trail, { items: maxBodyBytes })
-  return message === null ? null : { path: trail.reverse().map(segment => `/${segment}`).join(''), message }
+  return message === null
+    ? null
+    : {
+        path: trail
+          .reverse()
+          .map(segment => `/${segment}`)
+          .join(''),
+        message,
+      }
 }
 
 function problemIn(value: unknown, depth: number, trail: string[], budget: { items: number }): string | null {
@@ -168,17 +177,17 @@ function problemIn(value: unknown, depth: number, trail: string[], budget: { ite
     if ((budget.items -= value.length) < 0) return tooManyItemsMessage
     for (let i = 0; i < value.length; i++) {
       const found = problemIn(value[i], depth + 1, trail, budget)
-      if (found !== null) return trail.push(String(i)), found
+      if (found !== null) return (trail.push(String(i)), found)
     }
     return null
   }
   const keys = Object.keys(value)
   for (const key of keys) {
-    if (badText.test(key)) return trail.push(key.replace(/[^\x20-\x7e]/g, '?')), badTextMessage
+    if (badText.test(key)) return (trail.push(key.replace(/[^\x20-\x7e]/g, '?')), badTextMessage)
   }
   for (const key of keys) {
     const found = problemIn((value as Record<string, unknown>)[key], depth + 1, trail, budget)
-    if (found !== null) return trail.push(key), found
+    if (found !== null) return (trail.push(key), found)
   }
   return null
 }

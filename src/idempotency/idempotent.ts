@@ -119,10 +119,13 @@ export async function idempotentCommand(
   const mine = { reservation, at }
   // One command id per reservation: a repeat in flight resends it (applied once), a key used again
   // after its window or after a refusal is a new command.
-  const commandId = createHash('sha256').update(JSON.stringify([request.subject, key, reservation])).digest('hex')
-  const lease = options.inFlight === 'refuse' && options.leaseMs !== undefined
-    ? keepLease({ sql, clock }, request.subject, key, mine, options.leaseMs)
-    : undefined
+  const commandId = createHash('sha256')
+    .update(JSON.stringify([request.subject, key, reservation]))
+    .digest('hex')
+  const lease =
+    options.inFlight === 'refuse' && options.leaseMs !== undefined
+      ? keepLease({ sql, clock }, request.subject, key, mine, options.leaseMs)
+      : undefined
   let outcome: Outcome
   try {
     outcome = await send({ commandId, requestHash: hash, reservedAt: at })
@@ -213,7 +216,13 @@ async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now
  * renewal that finds the reservation taken over stops renewing; one that fails (Postgres away) is
  * tried again at the next tick: the lease lapses only if none lands for a whole `leaseMs`.
  */
-function keepLease({ sql, clock }: { sql: Sql; clock: Clock }, subject: string, key: string, mine: { at: Date; reservation: string }, leaseMs: number) {
+function keepLease(
+  { sql, clock }: { sql: Sql; clock: Clock },
+  subject: string,
+  key: string,
+  mine: { at: Date; reservation: string },
+  leaseMs: number,
+) {
   let renewing: Promise<void> | undefined
   const renew = async () => {
     const now = clock.now()
@@ -259,7 +268,9 @@ function checkKey(key: string) {
 }
 
 function requestHash({ method, path, body }: IdempotentRequest): Buffer {
-  return createHash('sha256').update(JSON.stringify([method, path, canonical(body)])).digest()
+  return createHash('sha256')
+    .update(JSON.stringify([method, path, canonical(body)]))
+    .digest()
 }
 
 function canonical(value: unknown): unknown {

@@ -119,17 +119,19 @@ export interface InvoiceRow {
   subscriptionId: string | null
   periodStart: Date | null
   periodEnd: Date | null
-  lines: { kind: 'subscription' | 'overage' | 'config_purchase'; description: string; quantity: number; unitPriceCents: number; amountCents: number }[]
+  lines: {
+    kind: 'subscription' | 'overage' | 'config_purchase'
+    description: string
+    quantity: number
+    unitPriceCents: number
+    amountCents: number
+  }[]
   totalCents: number
   status: 'issued'
   issuedAt: Date
 }
 
-export async function listInvoices(
-  sql: Db,
-  userId: string,
-  page: { limit: number; before: Date | undefined },
-): Promise<InvoiceRow[]> {
+export async function listInvoices(sql: Db, userId: string, page: { limit: number; before: Date | undefined }): Promise<InvoiceRow[]> {
   return sql<InvoiceRow[]>`
     select i.id, i.number, i.participant_id as "participantId", i.subscription_id as "subscriptionId",
       i.period_start as "periodStart", i.period_end as "periodEnd", i.total_cents as "totalCents", i.status,

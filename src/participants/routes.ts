@@ -8,22 +8,8 @@ import type { AuthPlugin } from '../auth/plugin.ts'
 import type { Principal } from '../auth/principal.ts'
 import { generateKey } from '../auth/api-key.ts'
 import { insertApiKey, revokeAgentKeys } from '../auth/store.ts'
-import {
-  CreateParticipant,
-  CreatedParticipant,
-  Deactivated,
-  Participant,
-  RotatedKey,
-  UpdateParticipant,
-} from './schema.ts'
-import {
-  deactivateParticipant,
-  findParticipant,
-  insertParticipant,
-  listOwnedParticipants,
-  updateParticipant,
-  type ParticipantRow,
-} from './store.ts'
+import { CreateParticipant, CreatedParticipant, Deactivated, Participant, RotatedKey, UpdateParticipant } from './schema.ts'
+import { deactivateParticipant, findParticipant, insertParticipant, listOwnedParticipants, updateParticipant, type ParticipantRow } from './store.ts'
 import { requireOwnedParticipant } from './ownership.ts'
 
 /** A rating summary: the mean to two decimals, null with no reviews. */
@@ -156,7 +142,10 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
         user: true,
         params: AgentId,
         response: { 200: Ok(Deactivated), ...failures(400, 401, 403, 404) },
-        detail: { operationId: 'deactivateParticipant', summary: 'Deactivate an agent: key stops, subscriptions end (invoiced for their last period), pages 404, data stays' },
+        detail: {
+          operationId: 'deactivateParticipant',
+          summary: 'Deactivate an agent: key stops, subscriptions end (invoiced for their last period), pages 404, data stays',
+        },
       },
     )
 }

@@ -20,10 +20,7 @@ export const Participant = t.Object({
 })
 export type Participant = typeof Participant.static
 
-export const CreatedParticipant = t.Composite([
-  Participant,
-  t.Object({ apiKey: t.String({ description: 'sk_agt_...; shown this once' }) }),
-])
+export const CreatedParticipant = t.Composite([Participant, t.Object({ apiKey: t.String({ description: 'sk_agt_...; shown this once' }) })])
 
 const Name = t.String({
   pattern: '^[a-z0-9][a-z0-9-]{1,30}[a-z0-9]$',
@@ -43,10 +40,7 @@ export const UpdateParticipant = t.Object(
     displayName: t.Optional(DisplayName),
     description: t.Optional(t.Union([Description, t.Null()])),
     settings: t.Optional(
-      t.Object(
-        { blogEnabled: t.Optional(t.Boolean()), blogAutoPublish: t.Optional(t.Boolean()) },
-        { additionalProperties: false },
-      ),
+      t.Object({ blogEnabled: t.Optional(t.Boolean()), blogAutoPublish: t.Optional(t.Boolean()) }, { additionalProperties: false }),
     ),
   },
   { additionalProperties: false },

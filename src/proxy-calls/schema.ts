@@ -6,14 +6,7 @@ export const ProxyCall = t.Object(
   {
     userId: Uuid,
     provider: t.String({ pattern: '^[a-z0-9][a-z0-9_.-]{0,63}$' }),
-    method: t.Union([
-      t.Literal('GET'),
-      t.Literal('POST'),
-      t.Literal('PUT'),
-      t.Literal('PATCH'),
-      t.Literal('DELETE'),
-      t.Literal('HEAD'),
-    ]),
+    method: t.Union([t.Literal('GET'), t.Literal('POST'), t.Literal('PUT'), t.Literal('PATCH'), t.Literal('DELETE'), t.Literal('HEAD')]),
     path: t.String({ pattern: '^/', maxLength: 2048, description: 'Appended to the connection’s base URL' }),
     query: t.Optional(t.Record(t.String(), t.Union([t.String(), t.Number(), t.Boolean()]), { maxProperties: 100 })),
     headers: t.Optional(

@@ -42,11 +42,10 @@ export function createRateLimiter(redis: Redis, keys: Keys, clock: Clock, limits
   const run = async (rule: RateLimitName, subject: string, take: number, need = 1) => {
     const { capacity, perSeconds } = limits[rule]
     const rate = capacity / (perSeconds * 1000)
-    const [allowed, waitMs] = (await tokenBucket(
-      redis,
-      [keys.rateLimit(rule, subject)],
-      [capacity, rate, clock.now().getTime(), need, take],
-    )) as [number, number]
+    const [allowed, waitMs] = (await tokenBucket(redis, [keys.rateLimit(rule, subject)], [capacity, rate, clock.now().getTime(), need, take])) as [
+      number,
+      number,
+    ]
     if (allowed !== 1) throw errors.rateLimited(Math.max(1, Math.ceil(waitMs / 1000)))
   }
   return {

@@ -36,17 +36,11 @@ export async function sendServiceRequest(
     serviceTag: body.serviceTag ?? null,
     input: body.input,
   }
-  return accepted(
-    await dispatcher.ask<OpenServiceRequest | Refusal>(`agent:${targetAgent.id}`, 'service.request', command, identity),
-  )
+  return accepted(await dispatcher.ask<OpenServiceRequest | Refusal>(`agent:${targetAgent.id}`, 'service.request', command, identity))
 }
 
 /** A request `agentId` sent or received (a pending one past its time reads as expired); 404 otherwise. */
-export async function readServiceRequest(
-  { sql, clock }: Deps,
-  agentId: string,
-  requestId: string,
-): Promise<typeof ServiceRequest.static> {
+export async function readServiceRequest({ sql, clock }: Deps, agentId: string, requestId: string): Promise<typeof ServiceRequest.static> {
   const row = await findServiceRequest(sql, requestId)
   if (!row || (row.fromAgentId !== agentId && row.targetAgentId !== agentId)) {
     throw errors.notFound('Service request')
@@ -74,8 +68,7 @@ export async function answerServiceRequest(
   identity: CommandIdentity,
 ): Promise<Answered> {
   const answer: Answer = { requestId: body.requestId, output: body.output, success: body.success }
-  return accepted(
-    await dispatcher.ask<Answered | Refusal>(`agent:${agentId}`, 'service.respond', answer, identity),
-    () => errors.notFound('Service request'),
+  return accepted(await dispatcher.ask<Answered | Refusal>(`agent:${agentId}`, 'service.respond', answer, identity), () =>
+    errors.notFound('Service request'),
   )
 }

@@ -40,10 +40,7 @@ export async function findServiceRequest(sql: Db, id: string): Promise<ServiceRe
 }
 
 /** Answers a pending, unexpired request; false when it was answered or expired before. */
-export async function respondToRequest(
-  sql: Db,
-  answer: { id: string; output: string; success: boolean; at: Date },
-): Promise<boolean> {
+export async function respondToRequest(sql: Db, answer: { id: string; output: string; success: boolean; at: Date }): Promise<boolean> {
   const rows = await sql`
     update service_requests
     set status = ${answer.success ? 'completed' : 'failed'}, output = ${answer.output},

@@ -95,7 +95,10 @@ export async function startPostgresServer(options: { maxConnections?: number } =
           restarted = true
           return { downAt, upAt: await polled }
         },
-        output: () => Bun.file(log).text().catch(() => ''),
+        output: () =>
+          Bun.file(log)
+            .text()
+            .catch(() => ''),
         stop,
       }
     }

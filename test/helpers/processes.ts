@@ -33,4 +33,3 @@ export async function exitWithin(proc: Subprocess, ms: number): Promise<number |
   if (result === 'timeout') throw new Error(`process ${proc.pid} still running after ${ms} ms`)
   return result
 }
-

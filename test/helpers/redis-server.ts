@@ -39,11 +39,14 @@ export async function startRedisServer(): Promise<RedisServer> {
   const up = async () => {
     // `everysec` suffices: the restart that keeps data is Redis's own shutdown, which writes the file out.
     const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes']
-    proc = Bun.spawn(['redis-server', ...args, '--appendfsync', 'everysec', '--maxmemory-policy', 'noeviction', '--daemonize', 'no', '--logfile', ''], {
-      stdin: 'ignore',
-      stdout: 'pipe',
-      stderr: 'pipe',
-    })
+    proc = Bun.spawn(
+      ['redis-server', ...args, '--appendfsync', 'everysec', '--maxmemory-policy', 'noeviction', '--daemonize', 'no', '--logfile', ''],
+      {
+        stdin: 'ignore',
+        stdout: 'pipe',
+        stderr: 'pipe',
+      },
+    )
     const keep = async (stream: ReadableStream<Uint8Array>) => {
       for await (const chunk of stream) log = (log + new TextDecoder().decode(chunk)).slice(-20_000)
     }

@@ -59,7 +59,16 @@ sending = false
 const senderStopped = await outcome(sender, 2000)
 const busyDuring = [...new Set(seen.filter(code => code !== 'ok'))]
 
-console.log(JSON.stringify({ uncaught, idleAfter, busyAnswered: seen.length - seen.filter(code => code !== 'ok').length, busyDuring, busyAfter, senderStopped }))
+console.log(
+  JSON.stringify({
+    uncaught,
+    idleAfter,
+    busyAnswered: seen.length - seen.filter(code => code !== 'ok').length,
+    busyDuring,
+    busyAfter,
+    senderStopped,
+  }),
+)
 await admin.end()
 await Promise.race([sql.end({ timeout: 1 }), Bun.sleep(2000)])
 process.exit(0)

@@ -157,7 +157,13 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
                 priceCents: config.priceCents,
                 at,
               })
-              const sale = { purchaseId: created, configId: config.id, participantId: config.participantId, userId: user.userId, priceCents: config.priceCents }
+              const sale = {
+                purchaseId: created,
+                configId: config.id,
+                participantId: config.participantId,
+                userId: user.userId,
+                priceCents: config.priceCents,
+              }
               await enqueueEvents(tx, at, [
                 { userId: config.ownerId, type: 'config.purchased', payload: sale },
                 { userId: user.userId, type: 'invoice.issued', payload: { invoiceId, totalCents: config.priceCents } },

@@ -75,4 +75,3 @@ export const MyConfig = t.Object({
   content: t.String({ description: 'The content as it is now' }),
   purchasedAt: Timestamp,
 })
-

@@ -49,12 +49,7 @@ export async function findConfig(sql: Db, id: string, reader: string | null): Pr
   return row
 }
 
-export async function listConfigs(
-  sql: Db,
-  participantId: string,
-  reader: string | null,
-  includeInactive: boolean,
-): Promise<ConfigRow[]> {
+export async function listConfigs(sql: Db, participantId: string, reader: string | null, includeInactive: boolean): Promise<ConfigRow[]> {
   return sql<ConfigRow[]>`
     select ${columns(sql, reader)}
     from config_listings c join participants a on a.id = c.participant_id

@@ -83,8 +83,7 @@ export async function updatePlan(sql: Db, id: string, patch: UpdatePlan, at: Dat
   if (patch.overagePerCallCents !== undefined) changes.overage_per_call_cents = patch.overagePerCallCents
   if (Object.keys(changes).length === 0) return
   await sql`update plans set ${sql(changes)}, updated_at = ${at} where id = ${id}`
-  const termsChanged =
-    patch.monthlyPriceCents !== undefined || patch.includedProxyCalls !== undefined || patch.overagePerCallCents !== undefined
+  const termsChanged = patch.monthlyPriceCents !== undefined || patch.includedProxyCalls !== undefined || patch.overagePerCallCents !== undefined
   if (termsChanged) await recordTerms(sql, id, at)
 }
 

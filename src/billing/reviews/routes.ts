@@ -32,8 +32,7 @@ export function reviewRoutes(deps: Deps, auth: AuthPlugin) {
           // The agent's row lock serialises its reviews, so the aggregate never races.
           const participant = await requireParticipant(tx, body.participantId, { lock: true })
           if (participant.ownerId === user.userId) throw errors.cannotReviewOwnAgent()
-          const customer =
-            (await hasSubscribed(tx, user.userId, participant.id)) || (await hasBoughtFrom(tx, user.userId, participant.id))
+          const customer = (await hasSubscribed(tx, user.userId, participant.id)) || (await hasBoughtFrom(tx, user.userId, participant.id))
           if (!customer) throw errors.notACustomer()
           const previous = await findReview(tx, participant.id, user.userId)
           // An update without `comment` keeps the comment; an explicit null clears it.

@@ -40,12 +40,7 @@ export async function insertReview(
   return row!
 }
 
-export async function updateReview(
-  sql: Db,
-  previous: ReviewRow,
-  change: { rating: number; comment: string | null },
-  at: Date,
-): Promise<ReviewRow> {
+export async function updateReview(sql: Db, previous: ReviewRow, change: { rating: number; comment: string | null }, at: Date): Promise<ReviewRow> {
   const [row] = await sql<ReviewRow[]>`
     update reviews set rating = ${change.rating}, comment = ${change.comment}, updated_at = ${at}
     where id = ${previous.id}
@@ -58,11 +53,7 @@ export async function updateReview(
   return row!
 }
 
-export async function listReviews(
-  sql: Db,
-  participantId: string,
-  page: { limit: number; before: Date | undefined },
-): Promise<ReviewRow[]> {
+export async function listReviews(sql: Db, participantId: string, page: { limit: number; before: Date | undefined }): Promise<ReviewRow[]> {
   return sql<ReviewRow[]>`
     select ${columns(sql)} from reviews
     where participant_id = ${participantId}

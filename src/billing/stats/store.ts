@@ -15,11 +15,7 @@ export interface AgentStatsRow {
 }
 
 /** Revenue is what was invoiced; calls are usage events counted in the calendar month. */
-export async function agentStats(
-  sql: Db,
-  ownerId: string,
-  month: { start: Date; end: Date },
-): Promise<AgentStatsRow[]> {
+export async function agentStats(sql: Db, ownerId: string, month: { start: Date; end: Date }): Promise<AgentStatsRow[]> {
   return sql<AgentStatsRow[]>`
     select
       a.id as "participantId", a.name, a.active_subscribers as "activeSubscribers",

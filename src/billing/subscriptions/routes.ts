@@ -98,7 +98,10 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
         const page = { limit: parseLimit(query.limit, 50, 100), before: parseTime(query.before, '/before') }
         const rows = await listSubscriptions(sql, user.userId, page, clock.now())
         // Calls metered but not yet counted by the worker are in the live counters.
-        const live = await liveCounts(deps, rows.map(row => ({ subscriptionId: row.id, periodIndex: row.periodIndex })))
+        const live = await liveCounts(
+          deps,
+          rows.map(row => ({ subscriptionId: row.id, periodIndex: row.periodIndex })),
+        )
         return ok(rows.map((row, i) => subscriptionView({ ...row, proxyCalls: Math.max(row.proxyCalls, live[i] ?? 0) })))
       },
       {

@@ -90,12 +90,7 @@ export async function ensurePeriods(sql: Db, at: Date, subscriptions: string | s
   return rows.length
 }
 
-export async function findSubscription(
-  sql: Db,
-  id: string,
-  userId: string,
-  now: Date,
-): Promise<SubscriptionRow | undefined> {
+export async function findSubscription(sql: Db, id: string, userId: string, now: Date): Promise<SubscriptionRow | undefined> {
   await ensurePeriods(sql, now, id)
   const [row] = await sql<SubscriptionRow[]>`
     select * from (${view(sql)}) v where v.id = ${id} and v.user_id = ${userId}
@@ -115,7 +110,11 @@ export async function listSubscriptions(
     order by created_at desc, id desc
     limit ${page.limit}
   `
-  await ensurePeriods(sql, now, ids.map(row => row.id))
+  await ensurePeriods(
+    sql,
+    now,
+    ids.map(row => row.id),
+  )
   return sql<SubscriptionRow[]>`
     select * from (${view(sql)}) v
     where v.id = any(${ids.map(row => row.id)}::uuid[])
@@ -169,11 +168,7 @@ export async function hasActiveSubscription(sql: Db, userId: string, participant
 }
 
 /** The user's active subscription to the agent, if any. */
-export async function activeSubscription(
-  sql: Db,
-  userId: string,
-  participantId: string,
-): Promise<{ id: string; startedAt: Date } | undefined> {
+export async function activeSubscription(sql: Db, userId: string, participantId: string): Promise<{ id: string; startedAt: Date } | undefined> {
   const [row] = await sql<{ id: string; startedAt: Date }[]>`
     select id, started_at as "startedAt" from subscriptions
     where user_id = ${userId} and participant_id = ${participantId} and status = 'active'
