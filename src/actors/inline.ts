@@ -149,8 +149,15 @@ export function createInlineRunner(options: InlineOptions): InlineRunner {
         log.debug('inline actor batch rolled back; its commands go to the mailboxes', { actors: holds.length, ...errorFields(error) })
         return void (await Promise.all(holds.map(hold => mail(batch.get(hold.actor)!))))
       }
-      // The commit may or may not have happened: answer as for any outage, never apply it again.
+      // The commit may or may not have happened: answer as for any outage, never apply it again, and
+      // repair what its projections would have changed.
       log.warn('inline actor batch failed', { actors: holds.length, ...errorFields(error) })
+      for (const hold of holds) {
+        for (const { command } of batch.get(hold.actor)!) {
+          const context = { actor: hold.actor, id: hold.actor.slice(hold.kind.length + 1), commandId: command.commandId, at: options.clock.now() }
+          repairs.add(kinds[hold.kind]?.[command.type], context)
+        }
+      }
       for (const p of pending) p.reject(errors.unavailable('The command could not be applied; it may have been'))
     }
   }
