@@ -181,10 +181,12 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
     perKey: 1,
     run: async (batch, free, done) => {
       // Each conversation goes on to its next reply once this one is answered (or failed).
+      const unsettled = new Set(batch.keys())
+      const settle = (key: string) => unsettled.delete(key) && (done(key), true)
       const pending = [...batch].map(([key, [p]]) => ({
         reply: p!.reply,
-        resolve: (replied: Replied | null) => (p!.resolve(replied), done(key)),
-        reject: (error: unknown) => (p!.reject(error), done(key)),
+        resolve: (replied: Replied | null) => settle(key) && p!.resolve(replied),
+        reject: (error: unknown) => settle(key) && p!.reject(error),
       }))
       try {
         const written = await Promise.all(
@@ -201,7 +203,9 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
         log.error('reply batch failed', { replies: pending.length, ...errorFields(error) })
       }
       // Every reply has been answered by now; should one not have been, it fails rather than hang.
-      for (const p of pending) p.reject(errors.unavailable('The reply could not be stored; it may have been'))
+      if (unsettled.size === 0) return
+      const failure = errors.unavailable('The reply could not be stored; it may have been')
+      for (const p of pending) p.reject(failure)
     },
   })
 
