@@ -43,7 +43,7 @@ const kinds: ActorKinds = {
         throw new Error('a bug in the handler')
       },
     },
-    // Applied, but its projection always fails (not an outage): it ends dead-lettered, then repaired.
+    // Applied, but its projection always fails (not an outage): the actor's Redis state is repaired instead.
     unprojectable: {
       async apply(tx, _payload, { id }) {
         await tx`insert into actor_log (actor, n) values (${id}, 7)`

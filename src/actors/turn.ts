@@ -63,7 +63,7 @@ export class BatchFailed extends Error {
  * actors side by side (their statements pipelined on the one connection), and records them as
  * applied in one statement. Throws `BatchFailed`, having changed nothing, if any command fails.
  */
-export async function applyBatch(sql: Sql, clock: Clock, kinds: ActorKinds, actors: BatchActor[]): Promise<BatchOutcome> {
+async function applyBatch(sql: Sql, clock: Clock, kinds: ActorKinds, actors: BatchActor[]): Promise<BatchOutcome> {
   // One order for every batch, so two batches' fence upserts never wait on each other in a cycle.
   const held = [...actors].sort((a, b) => (a.actor < b.actor ? -1 : a.actor > b.actor ? 1 : 0))
   return sql.begin(async tx => {
@@ -215,7 +215,7 @@ async function recordApplied(tx: TxSql, rows: AppliedRecord[]) {
  * first result, projected again only for the same entry (its holder died before acknowledging it).
  * Another entry with an old id is a repeat sent later; projecting it would undo newer state.
  */
-export function repeatOf(previous: { entryId: string; result: unknown } | undefined, entryId: string, reused: boolean) {
+function repeatOf(previous: { entryId: string; result: unknown } | undefined, entryId: string, reused: boolean) {
   if (reused) return { result: { refused: 'idempotency_key_reused' } as unknown, project: false }
   return { result: previous?.result ?? null, project: previous?.entryId === entryId }
 }
