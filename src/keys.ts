@@ -33,9 +33,8 @@ export function createKeys(prefix: string) {
       openStreams: (userId: string) => `${prefix}events:open:${userId}`,
     },
     agent: (agentId: string) => ({
-      // Pending conversations: user id -> entry; and the version each conversation was last written at.
+      // Pending conversations: user id -> entry.
       inbox: `${prefix}{actor:agent:${agentId}}:inbox`,
-      versions: `${prefix}{actor:agent:${agentId}}:inbox-versions`,
       requests: `${prefix}{actor:agent:${agentId}}:requests`,
       built: `${prefix}{actor:agent:${agentId}}:inbox-built`,
     }),

@@ -1,22 +1,24 @@
-/** An agent's reply to a user, as the agent API takes it: written by this process's reply writer (replies.ts). */
-import { newRowId, rowIdFor } from '../ids.ts'
+/** An agent's reply to a user, as the agent API takes it: a command of the agent's actor (commands.ts). */
+import { newRowId } from '../ids.ts'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
+import { accepted } from '../actors/refusal.ts'
+import type { Refusal } from '../actors/types.ts'
 import type { CommandIdentity } from '../idempotency/idempotent.ts'
-import type { Replied } from './replies.ts'
+import type { AgentReply, Replied } from './commands.ts'
 import type { PostReply } from './schema.ts'
 
-/** Stores the reply; 404 when the user never wrote to the agent. */
+/** Stores the reply; 404 when the user never wrote to the agent, 403 when they may no longer be written to. */
 export async function replyAsAgent(
-  { replies }: Deps,
+  { dispatcher }: Deps,
   agentId: string,
   body: typeof PostReply.static,
-  { commandId, reservedAt }: CommandIdentity,
-): Promise<Replied> {
-  // Every repeat under one reservation stores (or finds) the same message.
-  const chosen = commandId !== undefined && reservedAt !== undefined
-  const messageId = chosen ? rowIdFor(reservedAt, commandId) : newRowId()
-  const replied = await replies.send({ agentId, userId: body.userId, text: body.text, messageId, chosen })
-  if (!replied) throw errors.notFound('Conversation')
-  return replied
+  identity: CommandIdentity,
+): Promise<Omit<Replied, 'answered'>> {
+  const command: AgentReply = { messageId: newRowId(), userId: body.userId, text: body.text }
+  const { messageId, userId, text, createdAt } = accepted(
+    await dispatcher.ask<Replied | Refusal>(`agent:${agentId}`, 'agent.reply', command, identity),
+    () => errors.notFound('Conversation'),
+  )
+  return { messageId, userId, text, createdAt }
 }
