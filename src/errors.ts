@@ -83,6 +83,7 @@ export const errors = {
   upstreamTimeout: () => new AppError(504, 'upstream_timeout', 'The upstream did not answer in time'),
   upstreamRefused: () =>
     new AppError(403, 'forbidden', 'The connection’s address is not allowed: it resolves to a private, loopback or link-local address'),
-  unavailable: (message = 'A backing service is unavailable; try again') => new AppError(503, 'unavailable', message),
+  unavailable: (message = 'A backing service is unavailable; try again', retryAfterSeconds?: number) =>
+    new AppError(503, 'unavailable', message, undefined, retryAfterSeconds === undefined ? undefined : { 'retry-after': String(retryAfterSeconds) }),
   internal: () => new AppError(500, 'internal', 'Something went wrong on our side'),
 }

@@ -7,6 +7,7 @@ import type { Sql } from '../db.ts'
 import type { Clock } from '../clock.ts'
 import { createHolder } from '../actors/hold.ts'
 import { hintRuntimes } from '../actors/hints.ts'
+import { errors } from '../errors.ts'
 import { openRequests } from '../service-requests/store.ts'
 import { pendingConversations, type PendingConversation } from './store.ts'
 import { rebuildInbox, type AgentInbox, type OpenServiceRequest } from './inbox.ts'
@@ -22,6 +23,9 @@ export interface InboxReader {
  * Reads inboxes: from process memory when nothing changed since, else in one Redis round trip. An
  * inbox Redis lost (no "built" marker) is rebuilt from Postgres while holding the agent's actor, so
  * nothing changes meanwhile; if someone else holds the actor, this poll is answered from Postgres.
+ * Rebuilds are bounded: `rebuilds` at once, `waitingRebuilds` more waiting for a turn (polls of one
+ * agent share its rebuild); beyond that a poll is 503 with Retry-After, as after Redis lost every
+ * inbox and every agent polls at once.
  */
 export async function createInboxReader(options: {
   sql: Sql
@@ -31,6 +35,8 @@ export async function createInboxReader(options: {
   clock: Clock
   ttlMs?: number
   maxEntries?: number
+  rebuilds?: number
+  waitingRebuilds?: number
 }): Promise<InboxReader> {
   const { sql, redis, keys, pubsub, clock } = options
   const ttlMs = options.ttlMs ?? 30_000
@@ -38,6 +44,7 @@ export async function createInboxReader(options: {
   const holder = createHolder(redis, keys, `inbox:${randomUUID()}`, 5000)
   const cache = new Map<string, { inbox: AgentInbox; expires: number }>()
   const rebuilding = new Map<string, Promise<AgentInbox>>()
+  const turns = createTurns(options.rebuilds ?? 8, options.waitingRebuilds ?? 500)
   // Bumped by every change announcement: a read that overlaps one must not be cached.
   let epoch = 0
 
@@ -70,6 +77,15 @@ export async function createInboxReader(options: {
   }
 
   const rebuild = async (agentId: string): Promise<AgentInbox> => {
+    await turns.take()
+    try {
+      return await rebuildHeld(agentId)
+    } finally {
+      turns.give()
+    }
+  }
+
+  const rebuildHeld = async (agentId: string): Promise<AgentInbox> => {
     const actor = `agent:${agentId}`
     const [taken] = await holder.take([actor], -1)
     const hold = typeof taken === 'object' && !(taken instanceof Error) ? taken : undefined
@@ -113,6 +129,25 @@ export async function createInboxReader(options: {
       return inbox
     },
     close: changes.stop,
+  }
+}
+
+/** At most `running` at once and `waiting` more in line; beyond, 503 with Retry-After. */
+function createTurns(running: number, waiting: number) {
+  let active = 0
+  const line: (() => void)[] = []
+  return {
+    async take() {
+      if (active < running) return void active++
+      if (line.length >= waiting) throw errors.unavailable('Inboxes are being rebuilt; try again', 1)
+      // The turn is handed over by `give`, `active` unchanged.
+      await new Promise<void>(resolve => line.push(resolve))
+    },
+    give() {
+      const next = line.shift()
+      if (next) next()
+      else active--
+    },
   }
 }
 

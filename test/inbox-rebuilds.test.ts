@@ -1,0 +1,83 @@
+/** Rebuilding agents' inboxes after Redis lost them: bounded per process, every poll answered or told when to retry. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import type { Sql } from '../src/db.ts'
+import { AppError } from '../src/errors.ts'
+import { deleteByPrefix } from '../src/redis.ts'
+import { createInboxReader, type InboxReader } from '../src/conversations/inbox-reader.ts'
+import { seedAgents, type SeededAgent } from '../bench/lib/seed-agents.ts'
+import { createTestContext, type TestContext } from './helpers/context.ts'
+
+let ctx: TestContext
+let agents: SeededAgent[]
+
+beforeAll(async () => {
+  ctx = await createTestContext({ relay: false })
+  agents = await seedAgents(ctx.deps.sql, { agents: 1000, pendingEvery: 10, repliers: 0 })
+})
+afterAll(() => ctx.close())
+
+/** The same connections, counting the statements in flight at once (a rebuild runs two). */
+function counting(sql: Sql) {
+  const seen = { inFlight: 0, peak: 0 }
+  const counted = new Proxy(sql, {
+    apply(target, self, args) {
+      const query = Reflect.apply(target, self, args) as Promise<unknown>
+      seen.inFlight++
+      seen.peak = Math.max(seen.peak, seen.inFlight)
+      query.then(
+        () => seen.inFlight--,
+        () => seen.inFlight--,
+      )
+      return query
+    },
+  })
+  return { sql: counted, seen }
+}
+
+describe('inboxes rebuilt after Redis lost them, 1,000 agents polling', () => {
+  test('run a few at a time; polls beyond the line are 503 with Retry-After; every inbox comes back as Postgres has it', async () => {
+    const { sql, seen } = counting(ctx.deps.sql)
+    // No memory cache (ttl 0): every poll reads Redis, as processes do once their copies lapse.
+    const reader: InboxReader = await createInboxReader({ ...ctx.deps, sql, ttlMs: 0, rebuilds: 4, waitingRebuilds: 100 })
+    try {
+      const refused: AppError[] = []
+      const polled = new Map<string, number>()
+      /** Each agent polls `rounds` times; a refused poll waits and polls again. */
+      const pollAll = (rounds: number) =>
+        Promise.all(
+          agents.map(async agent => {
+            for (let round = 0; round < rounds;) {
+              try {
+                polled.set(agent.id, (await reader.read(agent.id)).conversations.length)
+                round++
+              } catch (error) {
+                if (!(error instanceof AppError)) throw error
+                refused.push(error)
+                await Bun.sleep(20)
+              }
+            }
+          }),
+        )
+
+      await pollAll(1)
+      const built = seen.peak
+      // Redis loses everything while the agents poll on.
+      const polling = pollAll(5)
+      await Bun.sleep(5)
+      await deleteByPrefix(ctx.deps.redis, ctx.config.redisPrefix)
+      await polling
+      await pollAll(1)
+
+      expect(built).toBeLessThanOrEqual(8)
+      expect(seen.peak).toBeLessThanOrEqual(8)
+      expect(refused.length).toBeGreaterThan(0)
+      const told = (error: AppError) => error.status === 503 && error.code === 'unavailable' && error.headers?.['retry-after'] === '1'
+      expect(refused.filter(error => !told(error))).toEqual([])
+      for (const agent of agents) expect(polled.get(agent.id)).toBe(agent.pending ? 1 : 0)
+      const builtMarkers = await Promise.all(agents.map(agent => ctx.deps.redis.exists(ctx.deps.keys.agent(agent.id).built)))
+      expect(builtMarkers.every(marker => marker === 1)).toBe(true)
+    } finally {
+      await reader.close()
+    }
+  }, 60_000)
+})
