@@ -67,6 +67,22 @@ export async function seedAgents(sql: Sql, options: SeedOptions): Promise<Seeded
       select gen_random_uuid(), participant_id, user_id, 'user', 'Could you summarise yesterday''s report?', ${askedAt}
       from unnest(${talking.map(a => a.id)}::uuid[], ${talking.map(a => a.userId!)}::uuid[]) as t (participant_id, user_id)
     `
+    // Each talking agent's user subscribes to it (an agent writes only to its subscribers, or answers a waiting message).
+    await tx`
+      insert into plans (participant_id, name, monthly_price_cents, included_proxy_calls, overage_per_call_cents, created_at, updated_at)
+      select id, 'Bench', 1000, 1000, 1, ${askedAt}, ${askedAt} from unnest(${talking.map(a => a.id)}::uuid[]) as t (id)
+    `
+    await tx`
+      insert into plan_terms (plan_id, effective_from, monthly_price_cents, included_proxy_calls, overage_per_call_cents)
+      select id, created_at, monthly_price_cents, included_proxy_calls, overage_per_call_cents
+      from plans where participant_id = any(${talking.map(a => a.id)}::uuid[])
+    `
+    await tx`
+      insert into subscriptions (user_id, participant_id, plan_id, status, started_at, created_at)
+      select t.user_id, p.participant_id, p.id, 'active', ${askedAt}, ${askedAt}
+      from unnest(${talking.map(a => a.id)}::uuid[], ${talking.map(a => a.userId!)}::uuid[]) as t (participant_id, user_id)
+      join plans p on p.participant_id = t.participant_id
+    `
   })
   return agents
 }
@@ -88,8 +104,8 @@ export async function seedWaitingConversations(sql: Sql, agents: SeededAgent[], 
   await sql.begin(async tx => {
     await tx`insert into users (id, provider_id) select id, 'bench-waiting-' || id from unnest(${userIds}::uuid[]) as t (id)`
     await tx`
-      insert into conversations (participant_id, user_id, latest_user_message, latest_user_message_at, pending_count, version)
-      select a, u, 'Are you there?', ${askedAt}, 1, 1
+      insert into conversations (participant_id, user_id, latest_user_message, latest_user_message_at, pending_count)
+      select a, u, 'Are you there?', ${askedAt}, 1
       from unnest(${agents.map(a => a.id)}::uuid[]) as a, unnest(${userIds}::uuid[]) as u
     `
     await tx`
