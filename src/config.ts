@@ -42,6 +42,8 @@ export type RateRule = Static<typeof RateRule>
 /** The limits every rate-limited action gets unless RATE_LIMITS overrides them. */
 export const defaultRateLimits = {
   deviceCodeCreate: { capacity: 10, perSeconds: 60 },
+  // polls of device codes from one address: a device polls every 5 s, so a few devices at once behind one address
+  deviceCodePoll: { capacity: 60, perSeconds: 60 },
   deviceCodeApprove: { capacity: 30, perSeconds: 60 },
   deviceCodeMisses: { capacity: 10, perSeconds: 3600 },
   apiKeyCreate: { capacity: 20, perSeconds: 3600 },

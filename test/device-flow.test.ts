@@ -10,6 +10,7 @@ function rateLimits(overrides: Record<string, { capacity: number; perSeconds: nu
   const plenty = { capacity: 10000, perSeconds: 1 }
   return JSON.stringify({
     deviceCodeCreate: plenty,
+    deviceCodePoll: plenty,
     deviceCodeApprove: plenty,
     deviceCodeMisses: plenty,
     apiKeyCreate: plenty,
@@ -262,6 +263,78 @@ describe('delivery under concurrency', () => {
   })
 })
 
+/** The keys under a test's Redis prefix, without it, sorted. */
+async function redisKeys(c: TestContext): Promise<string[]> {
+  const found = await c.deps.redis.keys(`${c.config.redisPrefix}*`)
+  return found.map(key => key.slice(c.config.redisPrefix.length)).sort()
+}
+
+describe('polls of codes that do not exist', () => {
+  test('500 polls of random codes write nothing to Postgres or Redis but the address’s one bucket', async () => {
+    const c = await createTestContext({ relay: false })
+    try {
+      const [before] = await c.deps.sql`select count(*)::int as n from device_codes`
+      const keysBefore = await redisKeys(c)
+      const results = await Promise.all(Array.from({ length: 500 }, () => poll(crypto.randomUUID(), c)))
+      for (const res of results) expectError(res, 404, 'not_found')
+      expect((await redisKeys(c)).filter(key => !keysBefore.includes(key))).toEqual(['rl:deviceCodePoll:ip:local'])
+      const [after] = await c.deps.sql`select count(*)::int as n from device_codes`
+      expect(after).toEqual(before!)
+    } finally {
+      await c.close()
+    }
+  })
+
+  test('a poll of a code that exists is still gated: polling it again at once is slow_down', async () => {
+    const { deviceCode } = await start()
+    expect((await poll(deviceCode)).status).toBe(200)
+    expect(await ctx.deps.redis.exists(ctx.deps.keys.devicePoll(deviceCode))).toBe(1)
+    expectError(await poll(deviceCode), 429, 'slow_down')
+  })
+})
+
+describe('poll rate limit', () => {
+  const limits = { RATE_LIMITS: rateLimits({ deviceCodePoll: { capacity: 3, perSeconds: 60 } }) }
+
+  test('the 4th poll from one address within its bucket is 429 rate_limited with Retry-After, whatever code it names', async () => {
+    const limited = await createTestContext({ env: limits })
+    try {
+      const real = await start(limited)
+      for (let i = 0; i < 2; i++) expectError(await poll(crypto.randomUUID(), limited), 404, 'not_found')
+      expect((await poll(real.deviceCode, limited)).body.data).toEqual({ status: 'pending' })
+      limited.clock.advance(5000)
+      const refused = await poll(real.deviceCode, limited)
+      expectError(refused, 429, 'rate_limited')
+      const seconds = expectRetryAfter(refused)
+      expect(seconds).toBeLessThanOrEqual(20)
+      expectError(await poll(crypto.randomUUID(), limited), 429, 'rate_limited')
+      limited.clock.advance(seconds * 1000)
+      expect((await poll(real.deviceCode, limited)).body.data).toEqual({ status: 'pending' })
+    } finally {
+      await limited.close()
+    }
+  })
+
+  test('behind a trusted proxy each client address has its own bucket; the header is not believed from others', async () => {
+    const limited = await createTestContext({ env: { ...limits, TRUSTED_PROXIES: '127.0.0.1' } })
+    const server = limited.app.listen({ port: 0, hostname: '127.0.0.1' })
+    const get = (forwardedFor: string) =>
+      fetch(`http://127.0.0.1:${server.server!.port}/v1/auth/device-codes/${crypto.randomUUID()}`, {
+        headers: { 'x-forwarded-for': forwardedFor },
+      }).then(res => res.status)
+    try {
+      for (let i = 0; i < 3; i++) expect(await get('203.0.113.5')).toBe(404)
+      expect(await get('203.0.113.5')).toBe(429)
+      // What the client wrote itself is to the left of what the proxy appended: not a new bucket.
+      expect(await get('198.51.100.1, 203.0.113.5')).toBe(429)
+      expect(await get('203.0.113.6')).toBe(404)
+    } finally {
+      await server.stop()
+      await limited.close()
+    }
+  })
+})
+
 describe('approval misses', () => {
   let limited: TestContext
 
@@ -287,12 +360,17 @@ describe('approval misses', () => {
     expect((await pollLater(real.deviceCode, limited)).body.data.user.id).toBe(other.id)
   })
 
-  test('thirty approvals of one code at once all succeed as one, and cost the user nothing', async () => {
+  test('approvals of one code at once succeed as one; those past the budget in flight are told to retry; none costs a miss', async () => {
     const user = await signUp(limited)
     const { deviceCode, userCode } = await start(limited)
+    // Each click is charged a miss until it is known to be a hit, so no more than the budget (10) are looked at together.
     const clicks = await Promise.all(Array.from({ length: 30 }, () => decide(user, userCode, undefined, limited)))
-    expect(clicks.map(click => click.status)).toEqual(Array.from({ length: 30 }, () => 200))
-    expect(clicks.every(click => click.body.data.status === 'approved')).toBe(true)
+    const approved = clicks.filter(click => click.status === 200)
+    expect(approved.length).toBeGreaterThanOrEqual(1)
+    expect(approved.length).toBeLessThanOrEqual(10)
+    expect(approved.every(click => click.body.data.status === 'approved')).toBe(true)
+    for (const click of clicks) if (click.status !== 200) expectError(click, 429, 'rate_limited')
+    expect((await decide(user, userCode, undefined, limited)).body.data).toEqual({ status: 'approved' })
     expect((await pollLater(deviceCode, limited)).body.data.user.id).toBe(user.id)
     // None of them was a miss: the next code is approved, not refused.
     const next = await start(limited)
@@ -302,6 +380,43 @@ describe('approval misses', () => {
     const third = await start(limited)
     expect((await decide(user, third.userCode, undefined, limited)).status).toBe(200)
     expectError(await decide(other, third.userCode, undefined, limited), 404, 'not_found')
+    // Every hit gave back what it was charged: the whole budget of misses is left.
+    for (let i = 0; i < 10; i++) expectError(await decide(user, 'BBBB-BBBB', undefined, limited), 404, 'not_found')
+    expectError(await decide(user, 'BBBB-BBBB', undefined, limited), 429, 'rate_limited')
+  })
+
+  test('fifty guesses at once spend the miss budget before they are looked at: at most 10 are tried', async () => {
+    const user = await signUp(limited)
+    // A user key: the cache answers for it at once, so all fifty reach the budget together.
+    const key = await limited.call('POST', '/v1/auth/api-keys', { token: user.token, body: { name: 'guesser' } })
+    const guesser = { ...user, token: key.body.data.key as string }
+    // 45 wrong codes, then 5 real ones: a guess that is looked at is a 404 (a miss) or a 200 (a hit).
+    const real = await Promise.all(Array.from({ length: 5 }, () => start(limited)))
+    const wrong = Array.from({ length: 45 }, (_, i) => `BBBB-${'BCDFGHJKLMNPQRSTVWXZ'[i % 20]}${'BCDF'[Math.floor(i / 20)]}BB`)
+    const results = await Promise.all([...wrong, ...real.map(r => r.userCode)].map(code => decide(guesser, code, undefined, limited)))
+    const tried = results.filter(res => res.status === 404 || res.status === 200)
+    expect(tried.length).toBeLessThanOrEqual(10)
+    expect(results.filter(res => res.status === 404).length).toBeGreaterThanOrEqual(5)
+    for (const res of results) {
+      if (res.status === 404 || res.status === 200) continue
+      expectError(res, 429, 'rate_limited')
+      expectRetryAfter(res)
+    }
+    // A real code refused was not approved: it is still pending.
+    for (const [i, { deviceCode }] of real.entries()) {
+      if (results[45 + i]!.status === 429) expect((await poll(deviceCode, limited)).body.data).toEqual({ status: 'pending' })
+    }
+    expectError(await decide(guesser, 'BBBB-BBBB', undefined, limited), 429, 'rate_limited')
+  })
+
+  test('a hit gives back the miss it was charged: 10 misses after any number of hits are still 404', async () => {
+    const user = await signUp(limited)
+    for (let i = 0; i < 5; i++) {
+      const { userCode } = await start(limited)
+      expect((await decide(user, userCode, undefined, limited)).status).toBe(200)
+    }
+    for (let i = 0; i < 10; i++) expectError(await decide(user, 'BBBB-BBBB', undefined, limited), 404, 'not_found')
+    expectError(await decide(user, 'BBBB-BBBB', undefined, limited), 429, 'rate_limited')
   })
 
   test('approvals that succeed are not misses', async () => {

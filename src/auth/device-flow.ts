@@ -48,23 +48,14 @@ export async function startDeviceAuthorization({ sql, clock, siteUrl }: DeviceFl
 }
 
 export async function pollDeviceAuthorization(deps: DeviceFlowDeps, deviceCode: string): Promise<PollResult> {
-  const { sql, redis, keys, clock } = deps
-  if (!isUuid(deviceCode.toLowerCase())) throw errors.notFound('Device code')
+  const { sql, clock } = deps
+  const code = deviceCode.toLowerCase()
+  if (!isUuid(code)) throw errors.notFound('Device code')
   const now = clock.now()
-  const previous = (await redis.call(
-    'set',
-    keys.devicePoll(deviceCode.toLowerCase()),
-    String(now.getTime()),
-    'PX',
-    String(deviceCodeTtlSeconds * 1000),
-    'GET',
-  )) as string | null
-  if (previous !== null && now.getTime() - Number(previous) < minPollGapMs) {
-    throw errors.slowDown(pollIntervalSeconds)
-  }
-
-  const row = await findDeviceCode(sql, deviceCode)
+  // Read before anything is written: a poll of a code that does not exist (a guess) leaves no trace.
+  const row = await findDeviceCode(sql, code)
   if (!row || row.status === 'delivered') throw errors.notFound('Device code')
+  await gatePoll(deps, code, now)
   if (row.status === 'denied') return { status: 'denied' }
   // An approval is collected within the code's lifetime or not at all (RFC 8628 3.5, expired_token).
   if (row.expiresAt <= now) return { status: 'expired' }
@@ -93,6 +84,13 @@ export async function decideDeviceAuthorization(
   const status = action === 'approve' ? 'approved' : 'denied'
   const decided = await decideDeviceCode(sql, code, { status, userId, at: clock.now() })
   return decided ? status : null
+}
+
+/** Records this poll of an existing code; 429 `slow_down` when the previous one was under 4 s ago. */
+async function gatePoll({ redis, keys }: DeviceFlowDeps, deviceCode: string, now: Date): Promise<void> {
+  const previous = (await redis.call('set', keys.devicePoll(deviceCode), String(now.getTime()), 'PX', String(deviceCodeTtlSeconds * 1000), 'GET')) as
+    string | null
+  if (previous !== null && now.getTime() - Number(previous) < minPollGapMs) throw errors.slowDown(pollIntervalSeconds)
 }
 
 function randomUserCode(): string {

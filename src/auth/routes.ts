@@ -133,26 +133,34 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
         },
       },
     )
-    .get('/device-codes/:deviceCode', async ({ params }) => ok(await pollDeviceAuthorization(device, params.deviceCode)), {
-      params: t.Object({ deviceCode: t.String({ maxLength: 64 }) }),
-      response: { 200: Ok(DevicePoll), ...failures(404, 429) },
-      detail: {
-        operationId: 'pollDeviceAuthorization',
-        summary: 'Poll a device authorization; an approval is delivered once, then the code is spent',
-        security: [],
+    .get(
+      '/device-codes/:deviceCode',
+      async ({ params, request, server }) => {
+        // Per address, as there is no credential: the caller's budget, whatever code it names.
+        await rateLimiter.take('deviceCodePoll', `ip:${addressBucket(clientIp(server, request))}`)
+        return ok(await pollDeviceAuthorization(device, params.deviceCode))
       },
-    })
+      {
+        params: t.Object({ deviceCode: t.String({ maxLength: 64 }) }),
+        response: { 200: Ok(DevicePoll), ...failures(404, 429) },
+        detail: {
+          operationId: 'pollDeviceAuthorization',
+          summary: 'Poll a device authorization; an approval is delivered once, then the code is spent',
+          security: [],
+        },
+      },
+    )
     .patch(
       '/device-codes/:userCode',
       async ({ user, params, body }) => {
         const subject = `user:${user.userId}`
         await rateLimiter.take('deviceCodeApprove', subject)
-        await rateLimiter.check('deviceCodeMisses', subject)
+        // Every guess is charged a miss before it is looked at (atomically, so guesses sent at once
+        // cannot all pass a check made before any was charged); a hit is given it back.
+        await rateLimiter.take('deviceCodeMisses', subject)
         const status = await decideDeviceAuthorization(device, user.userId, params.userCode, body?.action ?? 'approve')
-        if (!status) {
-          await rateLimiter.take('deviceCodeMisses', subject)
-          throw errors.notFound('User code')
-        }
+        if (!status) throw errors.notFound('User code')
+        await rateLimiter.refund('deviceCodeMisses', subject)
         return ok({ status })
       },
       {

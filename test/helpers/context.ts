@@ -60,6 +60,7 @@ export function testConfig(env: Record<string, string> = {}): Config {
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'error',
     RATE_LIMITS: JSON.stringify({
       deviceCodeCreate: { capacity: 10000, perSeconds: 1 },
+      deviceCodePoll: { capacity: 10000, perSeconds: 1 },
       deviceCodeApprove: { capacity: 10000, perSeconds: 1 },
       apiKeyCreate: { capacity: 10000, perSeconds: 1 },
       participantCreate: { capacity: 10000, perSeconds: 1 },
