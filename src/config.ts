@@ -13,6 +13,7 @@ const Env = T.Object({
   AUTH_JWKS_URL: T.Optional(T.String({ pattern: '^https?://' })),
   AUTH_ISSUER: T.Optional(T.String({ minLength: 1 })),
   AUTH_AUDIENCE: T.Optional(T.String({ minLength: 1 })),
+  AUTH_MAX_TOKEN_AGE: T.Integer({ minimum: 60, default: 86_400 }),
   CONNECTIONS_KEY: T.Optional(T.String({ pattern: '^([0-9a-fA-F]{64}|[A-Za-z0-9+/]{43}=)$' })),
   PROXY_ALLOWED_HOSTS: T.String({ default: '' }),
   TRUSTED_PROXIES: T.String({ default: '' }),
@@ -76,6 +77,8 @@ export interface Config {
     jwksUrl: string | undefined
     issuer: string | undefined
     audience: string | undefined
+    /** The longest lifetime (seconds from `iat`, or from now without one, to `exp`) a JWT may have. */
+    maxTokenAgeSeconds: number
   }
   connectionsKey: Buffer | undefined
   proxyAllowedHosts: string[]
@@ -148,6 +151,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     jwksUrl: e.AUTH_JWKS_URL,
     issuer: e.AUTH_ISSUER,
     audience: e.AUTH_AUDIENCE,
+    maxTokenAgeSeconds: e.AUTH_MAX_TOKEN_AGE,
   }
   if (e.NODE_ENV === 'production') {
     if (!auth.jwtSecret && !auth.jwksUrl) {

@@ -137,6 +137,62 @@ describe('JWT bearer (HS256)', () => {
   })
 })
 
+describe('JWT lifetime', () => {
+  const newSub = () => `life-${randomBytes(4).toString('hex')}`
+  const hour = 3600
+  const accepted = async (claims: Record<string, unknown>, c: TestContext = ctx) => {
+    const res = await c.call('GET', '/v1/auth/me', { token: await hs256({ sub: newSub(), ...claims }) })
+    if (res.status === 200) return true
+    expect401(res, 'invalid_token')
+    return false
+  }
+
+  test('a token without exp is 401 invalid_token, and creates no user', async () => {
+    const sub = newSub()
+    for (const claims of [{ sub }, { sub, iat: nowSeconds() }, { sub, iat: nowSeconds(), nbf: nowSeconds() }]) {
+      expect401(await ctx.call('GET', '/v1/auth/me', { token: await hs256(claims) }), 'invalid_token')
+    }
+    const [row] = await ctx.deps.sql`select count(*)::int as n from users where provider_id = ${sub}`
+    expect(row).toEqual({ n: 0 })
+  })
+
+  test('a lifetime (exp - iat) over AUTH_MAX_TOKEN_AGE, 24 h by default, is refused; up to it is accepted', async () => {
+    const now = nowSeconds()
+    expect(await accepted({ iat: now, exp: now + 24 * hour })).toBe(true)
+    expect(await accepted({ iat: now, exp: now + 24 * hour + 1 })).toBe(false)
+    expect(await accepted({ iat: now, exp: now + 10 * 365 * 24 * hour })).toBe(false)
+    // Issued long ago with a far exp: not a way around the limit.
+    expect(await accepted({ iat: now - 30 * hour, exp: now + hour })).toBe(false)
+  })
+
+  test('without iat the lifetime is counted from now', async () => {
+    const now = nowSeconds()
+    expect(await accepted({ exp: now + 23 * hour })).toBe(true)
+    expect(await accepted({ exp: now + 25 * hour })).toBe(false)
+  })
+
+  test('iat or nbf in the future is refused past 60 s of clock skew, accepted within it', async () => {
+    const now = nowSeconds()
+    expect(await accepted({ iat: now + 30, exp: now + hour })).toBe(true)
+    expect(await accepted({ iat: now + 120, exp: now + hour })).toBe(false)
+    expect(await accepted({ iat: now, nbf: now + 30, exp: now + hour })).toBe(true)
+    expect(await accepted({ iat: now, nbf: now + 120, exp: now + hour })).toBe(false)
+    expect(await accepted({ iat: 'yesterday', exp: now + hour })).toBe(false)
+  })
+
+  test('AUTH_MAX_TOKEN_AGE sets the limit', async () => {
+    const short = await createTestContext({ env: { AUTH_MAX_TOKEN_AGE: '3600' } })
+    try {
+      const now = nowSeconds()
+      expect(await accepted({ iat: now, exp: now + hour }, short)).toBe(true)
+      expect(await accepted({ iat: now, exp: now + 2 * hour }, short)).toBe(false)
+      expect(await accepted({ exp: now + 2 * hour }, short)).toBe(false)
+    } finally {
+      await short.close()
+    }
+  })
+})
+
 describe('JWT bearer (remote JWKS)', () => {
   let jwks: ReturnType<typeof Bun.serve>
   let idp: TestContext

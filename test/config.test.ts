@@ -33,7 +33,7 @@ describe('loadConfig', () => {
       redisUrl: 'redis://127.0.0.1:6379',
       redisPrefix: 'am:',
       siteUrl: 'http://localhost:3000',
-      auth: { jwtSecret: undefined, jwksUrl: undefined, issuer: undefined, audience: undefined },
+      auth: { jwtSecret: undefined, jwksUrl: undefined, issuer: undefined, audience: undefined, maxTokenAgeSeconds: 86_400 },
       connectionsKey: undefined,
       proxyAllowedHosts: [],
       trustedProxies: [],
@@ -100,6 +100,13 @@ describe('loadConfig', () => {
     }
     expect(configError({ CONNECTIONS_KEY: randomBytes(16).toString('hex') }).message).toContain('CONNECTIONS_KEY')
     expect(configError({ CONNECTIONS_KEY: randomBytes(31).toString('base64') }).message).toContain('CONNECTIONS_KEY')
+  })
+
+  test('AUTH_MAX_TOKEN_AGE is whole seconds, at least 60', () => {
+    expect(loadConfig({ AUTH_MAX_TOKEN_AGE: '3600' }).auth.maxTokenAgeSeconds).toBe(3600)
+    for (const value of ['59', '0', '1h', '3600.5', '-1']) {
+      expect(configError({ AUTH_MAX_TOKEN_AGE: value }).message).toContain('AUTH_MAX_TOKEN_AGE')
+    }
   })
 
   test('PROXY_ALLOWED_HOSTS is split on commas, trimmed, lower-cased, empty entries dropped', () => {

@@ -117,6 +117,24 @@ describe('the service as a process', () => {
     for (const { proc } of both) expect(await exitWithin(proc, 15_000)).toBe(0)
   }, 30_000)
 
+  test('the token CLI signs tokens that expire, by default after AUTH_MAX_TOKEN_AGE, and refuses a --ttl past it', async () => {
+    const env = environment({ url: 'postgres://unused@127.0.0.1/unused' }, { AUTH_MAX_TOKEN_AGE: '7200' })
+    const claims = async (args: string[]) => {
+      const cli = start(['src/cli/token.ts', '--sub', 'alice', ...args], env)
+      expect(await exitWithin(cli.proc, 10_000)).toBe(0)
+      return JSON.parse(Buffer.from((await cli.stdout).trim().split('.')[1]!, 'base64url').toString()) as { iat: number; exp: number }
+    }
+    const byDefault = await claims([])
+    expect(byDefault.exp - byDefault.iat).toBe(7200)
+    const short = await claims(['--ttl', '60'])
+    expect(short.exp - short.iat).toBe(60)
+    for (const ttl of ['7201', '0', '1h']) {
+      const refused = start(['src/cli/token.ts', '--sub', 'alice', '--ttl', ttl], env)
+      expect(await exitWithin(refused.proc, 10_000)).toBe(2)
+      expect(await refused.stderr).toContain('AUTH_MAX_TOKEN_AGE')
+    }
+  }, 30_000)
+
   test('`start` serves a token from the CLI, and SIGTERM lets an open request finish before exiting 0', async () => {
     const database = await emptyDatabase()
     const port = await freePort()

@@ -14,8 +14,13 @@ export type VerifyJwt = (token: string) => Promise<TokenClaims>
 
 const asymmetric = ['RS256', 'ES256', 'EdDSA']
 
+/** How far the issuer's clock may be from ours, for `exp`, `nbf` and `iat`. */
+export const clockSkewSeconds = 60
+
 /**
  * Builds the verifier for the configured algorithms only: a token signed any other way is refused.
+ * A token must carry `exp`, and live no longer than `AUTH_MAX_TOKEN_AGE` (from `iat`, or from now
+ * without one); `nbf` and `iat` may not be in the future, each within the clock skew.
  *
  * @example
  * const verify = createJwtVerifier(config.auth)
@@ -27,7 +32,8 @@ export function createJwtVerifier(auth: Config['auth']): VerifyJwt {
   const options = {
     ...(auth.issuer ? { issuer: auth.issuer } : {}),
     ...(auth.audience ? { audience: auth.audience } : {}),
-    clockTolerance: 5,
+    requiredClaims: ['exp'],
+    clockTolerance: clockSkewSeconds,
   }
 
   return async token => {
@@ -50,6 +56,7 @@ export function createJwtVerifier(auth: Config['auth']): VerifyJwt {
       if (isJwksUnreachable(error)) throw errors.unavailable('The identity provider keys could not be fetched')
       throw errors.invalidToken()
     }
+    checkLifetime(payload, auth.maxTokenAgeSeconds)
     if (typeof payload.sub !== 'string' || payload.sub.length === 0 || payload.sub.length > 255) {
       throw errors.invalidToken('The token has no subject')
     }
@@ -60,6 +67,16 @@ export function createJwtVerifier(auth: Config['auth']): VerifyJwt {
       walletAddress: typeof payload.wallet_address === 'string' ? checksumAddress(payload.wallet_address) : null,
     }
   }
+}
+
+/** Past what jose checks: `iat` not in the future, and no lifetime longer than the configured maximum. */
+function checkLifetime(payload: JWTPayload, maxAgeSeconds: number) {
+  const now = Date.now() / 1000
+  // jose has checked that exp is there and that exp and iat, when present, are numbers.
+  const exp = payload.exp!
+  if (payload.iat !== undefined && payload.iat > now + clockSkewSeconds) throw errors.invalidToken('The token is issued in the future')
+  const lifetime = payload.iat !== undefined ? exp - payload.iat : exp - now - clockSkewSeconds
+  if (lifetime > maxAgeSeconds) throw errors.invalidToken('The token lives longer than this service accepts (AUTH_MAX_TOKEN_AGE)')
 }
 
 function isJwksUnreachable(error: unknown): boolean {
