@@ -82,7 +82,11 @@ export const errors = {
   upstreamTooLarge: () => new AppError(502, 'upstream_too_large', 'The upstream response was over 1 MiB'),
   upstreamTimeout: () => new AppError(504, 'upstream_timeout', 'The upstream did not answer in time'),
   upstreamRefused: () =>
-    new AppError(403, 'forbidden', 'The connection’s address is not allowed: it resolves to a private, loopback or link-local address'),
+    new AppError(
+      403,
+      'forbidden',
+      'The connection’s address is not allowed: it resolves to a private, loopback, link-local or other special-purpose address',
+    ),
   unavailable: (message = 'A backing service is unavailable; try again', retryAfterSeconds?: number) =>
     new AppError(503, 'unavailable', message, undefined, retryAfterSeconds === undefined ? undefined : { 'retry-after': String(retryAfterSeconds) }),
   internal: () => new AppError(500, 'internal', 'Something went wrong on our side'),

@@ -190,9 +190,20 @@ describe('connected accounts and proxy calls', () => {
     for (const address of ['::ffff:127.0.0.1', '::ffff:7f00:1', '::ffff:a00:1', '::a00:1', '::ffff:c0a8:101']) {
       expect(isInternal(address)).toBe(true)
     }
-    expect(isInternal('::ffff:808:808')).toBe(false)
+    // A public IPv4 address written as IPv4-mapped IPv6 is refused too: the whole range is special (issue 24).
+    expect(isInternal('::ffff:808:808')).toBe(true)
     const user = await signUp(ctx)
-    for (const baseUrl of ['https://[::ffff:a00:1]:6443', 'https://[::ffff:7f00:1]', `https://1.1.1.1/${'é'.repeat(400)}`]) {
+    for (const baseUrl of [
+      'https://[::ffff:a00:1]:6443',
+      'https://[::ffff:7f00:1]',
+      `https://1.1.1.1/${'é'.repeat(400)}`,
+      // 6to4, Teredo, site-local, discard-only, NAT64: each was accepted before issue 24
+      'https://[2002:7f00:1::1]',
+      'https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]',
+      'https://[fec0::1]',
+      'https://[100::1]',
+      'https://[64:ff9b::a00:1]',
+    ]) {
       expectError(
         await ctx.call('POST', '/v1/connections', { token: user.token, body: { provider: 'p', baseUrl, credential: 'x' } }),
         400,

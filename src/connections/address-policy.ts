@@ -1,13 +1,14 @@
-/** Which upstream addresses proxy calls may reach: https only, and no private, loopback or link-local address, unless allow-listed. */
+/** Which upstream addresses proxy calls may reach: https only, and only public unicast addresses, unless allow-listed. */
 import { lookup } from 'node:dns/promises'
 import { isIP } from 'node:net'
+import ipaddr from 'ipaddr.js'
 
 export type Refusal = 'scheme' | 'userinfo' | 'private' | 'unresolvable'
 
 export const refusalMessages: Record<Refusal, string> = {
   scheme: 'must be https (http only for hosts in PROXY_ALLOWED_HOSTS)',
   userinfo: 'must not carry a user name or password',
-  private: 'resolves to a private, loopback or link-local address',
+  private: 'resolves to a private, loopback, link-local or other special-purpose address',
   unresolvable: 'does not resolve',
 }
 
@@ -27,42 +28,28 @@ export async function upstreamRefusal(url: URL, allowedHosts: string[]): Promise
   return addresses.length === 0 ? 'unresolvable' : addresses.some(isInternal) ? 'private' : null
 }
 
-/** Loopback, private, link-local, shared, unspecified, multicast and reserved ranges, v4 and v6. */
+// IANA allocates global unicast IPv6 only from 2000::/3; the rest of the space is reserved or special.
+const globalUnicastV6 = ipaddr.parseCIDR('2000::/3')
+
+/**
+ * Whether an address is anything but public unicast: every range of IANA's IPv4 and IPv6
+ * special-purpose registries, by ipaddr.js's table (private, shared, loopback, link-local,
+ * documentation, benchmarking, unique local, site local, discard, multicast, reserved), and
+ * everything outside 2000::/3. Each IPv6 form that carries an IPv4 address (IPv4-mapped,
+ * IPv4-compatible, 6to4, Teredo, NAT64) is refused whatever the IPv4 address: what it reaches is
+ * decided by a translator or relay, not by the address. What is not an address is refused too.
+ */
 export function isInternal(address: string): boolean {
-  const mapped = /^::(?:ffff:)?(\d+\.\d+\.\d+\.\d+)$/i.exec(address)
-  if (mapped) return isInternal(mapped[1]!)
-  // The same IPv4-mapped or -compatible address in hex, as URL parsing writes it: ::ffff:7f00:1.
-  const hex = /^::(?:ffff:)?([0-9a-f]{1,4}):([0-9a-f]{1,4})$/i.exec(address)
-  if (hex) {
-    const high = parseInt(hex[1]!, 16)
-    const low = parseInt(hex[2]!, 16)
-    return isInternal(`${high >> 8}.${high & 255}.${low >> 8}.${low & 255}`)
+  // Only an address as DNS and URLs write it: ipaddr.js also reads inet_aton's forms (`1.2.3`, `0x7f.1`).
+  if (isIP(address) === 0) return true
+  let parsed: ipaddr.IPv4 | ipaddr.IPv6
+  try {
+    parsed = ipaddr.parse(address)
+  } catch {
+    return true
   }
-  if (isIP(address) === 4) {
-    const [a, b] = address.split('.').map(Number) as [number, number]
-    return (
-      a === 0 ||
-      a === 10 ||
-      a === 127 ||
-      (a === 100 && b >= 64 && b <= 127) ||
-      (a === 169 && b === 254) ||
-      (a === 172 && b >= 16 && b <= 31) ||
-      (a === 192 && b === 168) ||
-      (a === 192 && b === 0) ||
-      (a === 198 && (b === 18 || b === 19)) ||
-      a >= 224
-    )
-  }
-  const v6 = address.toLowerCase()
-  return (
-    v6 === '::' ||
-    v6 === '::1' ||
-    /^f[cd]/.test(v6) ||
-    /^fe[89ab]/.test(v6) ||
-    v6.startsWith('ff') ||
-    v6.startsWith('64:ff9b:') ||
-    v6.startsWith('2001:db8')
-  )
+  if (parsed.kind() === 'ipv6' && !parsed.match(globalUnicastV6)) return true
+  return parsed.range() !== 'unicast'
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
