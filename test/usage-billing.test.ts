@@ -177,6 +177,43 @@ describe('proxy calls', () => {
     expect(await counted(ctx, s.subscriptionId, 0)).toBe(0)
   })
 
+  test('encoded slashes, backslashes and dot segments in any spelling are 400 before the upstream is called', async () => {
+    const s = await setup()
+    const calls = upstream.received.length
+    for (const path of [
+      '/..%2fadmin',
+      '/..%2Fadmin',
+      '/%2e%2e%2fadmin',
+      '/echo%2f..%2f..%2fadmin',
+      '/x%5c..%5cadmin',
+      '/x%5C..',
+      '/a\\..\\admin',
+      '/./echo',
+      '/echo/.',
+      '/a/../echo',
+      '/%2e/echo',
+      '/.%2e/admin',
+      '/%2E%2e/admin',
+      '/..;/admin',
+      '/%2e%2e;x=1/admin',
+      '/%252e%252e/admin',
+      '/%252fadmin',
+      '/%25252fadmin',
+    ]) {
+      const refused = expectError(await proxy(s, { path }), 400, 'validation_failed')
+      expect({ path, at: refused.details[0].path }).toEqual({ path, at: '/path' })
+    }
+    expect(upstream.received.length).toBe(calls)
+    expect(await counted(ctx, s.subscriptionId, 0)).toBe(0)
+
+    // Dots inside a segment and other encodings are not dot segments or separators: they go through as written.
+    for (const path of ['/echo', '/...', '/.well-known', '/a..b', '/file.txt', '/echo%20x', '/a%3Bb']) {
+      const res = await proxy(s, { path })
+      expect(res.status).toBe(200)
+      expect(upstream.received.at(-1)!.path).toBe(`/api${path}`)
+    }
+  })
+
   test('an unreachable upstream is 502, a 5 MiB body is 502, a hanging one is 504 after about 10 s', async () => {
     const s = await setup()
     const closed = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: () => new Response('') })

@@ -11,6 +11,7 @@ import { openCredential } from '../connections/credential-box.ts'
 import { upstreamRefusal } from '../connections/address-policy.ts'
 import { meterCall, type Usage } from '../metering/meter.ts'
 import { forward } from './forward.ts'
+import { checkProxyPath } from './path-policy.ts'
 import type { ProxyCall } from './schema.ts'
 
 /** How long a proxy call's Idempotency-Key reservation lasts unless renewed (every third of it while the call runs). */
@@ -49,6 +50,7 @@ export interface ProxyResult {
 
 export async function proxyCall(deps: Deps, agent: AgentPrincipal, call: ProxyCall, eventId: string): Promise<ProxyResult> {
   const { sql, config, clock } = deps
+  checkProxyPath(call.path)
   const subscription = await activeSubscription(sql, call.userId, agent.participantId)
   if (!subscription) throw errors.notSubscribed()
   const connection = await findSealedConnection(sql, call.userId, call.provider)
