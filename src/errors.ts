@@ -35,6 +35,11 @@ export const errors = {
   notACustomer: () => new AppError(403, 'not_a_customer', 'Only customers of this agent may review it'),
   blogDisabled: () => new AppError(403, 'blog_disabled', 'Blog is not enabled'),
   confidenceNotAllowed: () => new AppError(403, 'confidence_not_allowed', 'Agents may write only derived or suggested entries'),
+  // The same refusal as a user_provided confidence: a claim of the user's own word, made through the source.
+  userProvenanceNotAllowed: () =>
+    new AppError(403, 'confidence_not_allowed', 'Agents may not claim the user’s provenance; only the user’s own credential writes it', [
+      { path: '/source/method', message: 'must not be "user", "user_provided" or "revert:v<N>"' },
+    ]),
   cannotSubscribeOwnAgent: () => new AppError(403, 'cannot_subscribe_own_agent', 'You cannot subscribe to your own agent'),
   cannotReviewOwnAgent: () => new AppError(403, 'cannot_review_own_agent', 'You cannot review your own agent'),
   cannotBuyOwnConfig: () => new AppError(403, 'cannot_buy_own_config', 'You cannot buy your own config'),

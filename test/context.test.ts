@@ -189,6 +189,13 @@ describe('bad input writes nothing', () => {
       expectError(await agentWrite(a!, body), 400, 'validation_failed')
     }
     expectError(await agentWrite(a!, { ...base, confidence: 'user_provided' }), 403, 'confidence_not_allowed')
+    // Nor the user's provenance, in any spelling: only the user's own credential writes it.
+    for (const method of ['user', 'User', ' USER ', 'ｕｓｅｒ', 'user_provided', 'User-Provided', 'revert:v1', 'Revert: V12']) {
+      for (const confidence of [undefined, 'derived', 'suggested']) {
+        const refused = expectError(await agentWrite(a!, { ...base, confidence, source: { method } }), 403, 'confidence_not_allowed')
+        expect(refused.details[0].path).toBe('/source/method')
+      }
+    }
     expectError(await ctx.call('PUT', '/v1/context/unknown/k', { token: user.token, body: { data: {} } }), 400, 'validation_failed')
     expectError(await ctx.call('PUT', '/v1/context/custom/k', { token: user.token, body: { data: [] } }), 400, 'validation_failed')
     // 3 KiB of JSON text, 75 KiB as stored: over the route's 64 KiB, under the database's own bound.
@@ -207,6 +214,24 @@ describe('bad input writes nothing', () => {
     const stored = await agentWrite(a!, { ...base, key: 'numbers', data: numbers })
     expect(stored.status).toBe(201)
     expect(stored.body.data.data).toEqual(numbers)
+  })
+
+  test('an agent describes its own method freely; the user’s provenance comes only from the user’s credential', async () => {
+    const user = await signUp(ctx)
+    const {
+      agents: [a],
+    } = await hire(user, 1)
+    const written = await agentWrite(a!, {
+      userId: user.id,
+      type: 'tone',
+      key: 'voice',
+      data: { formal: true },
+      source: { method: 'asked the user in chat' },
+    })
+    expect(written.status).toBe(201)
+    expect(written.body.data).toMatchObject({ source: { method: 'asked the user in chat' }, author: { kind: 'agent', id: a!.id } })
+    const own = await ctx.call('PUT', '/v1/context/tone/voice', { token: user.token, body: { data: { formal: false } } })
+    expect(own.body.data).toMatchObject({ version: 2, source: { method: 'user' }, author: { kind: 'user', id: user.id } })
   })
 
   test('user endpoints: unknown entries and versions are 404; credentials are checked', async () => {

@@ -3,7 +3,7 @@ import type { ActorKind, Refusal } from '../actors/types.ts'
 import type { TxSql } from '../db.ts'
 import { enqueueEvents } from '../events/outbox.ts'
 import { hasActiveSubscription } from '../billing/subscriptions/store.ts'
-import type { ContextEntry, ContextType } from './schema.ts'
+import { revertSourceMethod, type ContextEntry, type ContextType } from './schema.ts'
 import { entryVersion, insertVersion, newestVersion, organizationOwner } from './store.ts'
 
 export interface WriteEntry {
@@ -56,7 +56,7 @@ export function contextCommands(): ActorKind {
           key: revert.key,
           data: target.data,
           confidence: target.confidence,
-          source: { method: `revert:v${revert.version}` },
+          source: { method: revertSourceMethod(revert.version) },
           version: newest.version + 1,
           author: { kind: 'user', id: revert.userId },
           at,

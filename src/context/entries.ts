@@ -5,7 +5,7 @@ import { accepted } from '../actors/refusal.ts'
 import type { Refusal } from '../actors/types.ts'
 import { hasActiveSubscription } from '../billing/subscriptions/store.ts'
 import type { WriteEntry } from './commands.ts'
-import type { AgentWrite, ContextEntry, ContextType } from './schema.ts'
+import { userSourceMethod, type AgentWrite, type ContextEntry, type ContextType } from './schema.ts'
 import { ensureOrganization, findOrganization, newestEntries } from './store.ts'
 
 const maxDataBytes = 64 * 1024
@@ -65,10 +65,24 @@ export async function readEntriesAsAgent(
   return orgId ? await newestEntries(sql, orgId, { type: filter.type, key: filter.key }) : []
 }
 
-/** An agent's version of a subscriber's entry (derived, or suggested by default; never user_provided). */
+/**
+ * Whether a source method is one only the user's own credential writes (`user`, `revert:v<N>`), or
+ * `user_provided`, read regardless of case, width, spaces and punctuation: `USER`, ` user `,
+ * `Revert: V2`. Any other description of how a value was obtained is the agent's to give.
+ */
+export function claimsUserProvenance(method: string): boolean {
+  const folded = method
+    .normalize('NFKC')
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N}]/gu, '')
+  return folded === userSourceMethod || folded === 'userprovided' || /^revertv[0-9]+$/.test(folded)
+}
+
+/** An agent's version of a subscriber's entry (derived, or suggested by default; never user_provided, nor the user's provenance). */
 export async function writeEntryAsAgent(deps: Deps, agentId: string, body: typeof AgentWrite.static): Promise<ContextEntry> {
   checkSizes(body.data, body.source)
   if (body.confidence === 'user_provided') throw errors.confidenceNotAllowed()
+  if (body.source && claimsUserProvenance(body.source.method)) throw errors.userProvenanceNotAllowed()
   if (!(await hasActiveSubscription(deps.sql, body.userId, agentId))) throw errors.notSubscribed()
   return writeEntry(deps, body.userId, {
     type: body.type,

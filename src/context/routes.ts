@@ -8,7 +8,7 @@ import { accepted } from '../actors/refusal.ts'
 import type { Refusal } from '../actors/types.ts'
 import type { RevertEntry } from './commands.ts'
 import { checkSizes, writeEntry } from './entries.ts'
-import { ContextEntries, ContextEntry, ContextKey, ContextTypeParam, Revert, UserWrite } from './schema.ts'
+import { ContextEntries, ContextEntry, ContextKey, ContextTypeParam, Revert, UserWrite, userSourceMethod } from './schema.ts'
 import { entryVersions, findOrganization, newestEntries } from './store.ts'
 
 const EntryPath = t.Object({ type: ContextTypeParam, key: ContextKey })
@@ -56,7 +56,7 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
             key: params.key,
             data: body.data,
             confidence: 'user_provided',
-            source: { method: 'user' },
+            source: { method: userSourceMethod },
             author: { kind: 'user', id: user.userId },
           }),
         )

@@ -23,6 +23,10 @@ export type ContextType = typeof ContextTypeParam.static
 export const ContextKey = t.String({ pattern: '^[A-Za-z0-9_.:-]{1,100}$', description: '1 to 100 of A-Z a-z 0-9 _ . : -' })
 export const Confidence = t.Union([t.Literal('user_provided'), t.Literal('derived'), t.Literal('suggested')])
 
+/** The `source.method` of a version the user wrote with their own credential; a revert's is `revert:v<N>`. */
+export const userSourceMethod = 'user'
+export const revertSourceMethod = (version: number) => `revert:v${version}`
+
 export const ContextData = t.Record(t.String(), t.Unknown(), { description: 'A JSON object of at most 64 KiB' })
 export const Source = t.Object(
   { method: t.String({ minLength: 1, maxLength: 200, description: 'How the value was obtained' }) },
