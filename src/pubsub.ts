@@ -17,6 +17,12 @@ export interface PubSub {
   listener(channel: string, handler: Handler): Listener
   /** Called after the subscriber reconnects and listens again: messages may have been missed, caches must forget. */
   onReconnect(handler: () => void): void
+  /**
+   * Whether messages published now reach this process: false from the moment the subscriber's
+   * connection drops until it listens again and the reconnect handlers have run. Meanwhile a cache
+   * that pub/sub keeps honest must not be trusted.
+   */
+  listening(): boolean
   close(): Promise<void>
 }
 
@@ -25,10 +31,14 @@ export function createPubSub(subscriber: Redis): PubSub {
   const reconnectHandlers: (() => void)[] = []
   // Usually connected before it gets here: then its next 'ready' is already a reconnect.
   let connectedOnce = subscriber.status === 'ready'
+  let listening = connectedOnce
 
   subscriber.on('message', (channel: string, message: string) => {
     const set = handlers.get(channel)
     if (set) for (const handler of set) handler(message)
+  })
+  subscriber.on('close', () => {
+    listening = false
   })
   subscriber.on('ready', () => {
     if (connectedOnce) {
@@ -39,12 +49,15 @@ export function createPubSub(subscriber: Redis): PubSub {
         subscriber.ping().then(
           () => {
             for (const handler of reconnectHandlers) handler()
+            listening = subscriber.status === 'ready'
           },
           () => {
             // Gone again: the next 'ready' runs the handlers.
           },
         ),
       )
+    } else {
+      listening = true
     }
     connectedOnce = true
   })
@@ -95,6 +108,7 @@ export function createPubSub(subscriber: Redis): PubSub {
     onReconnect(handler) {
       reconnectHandlers.push(handler)
     },
+    listening: () => listening,
     async close() {
       handlers.clear()
       await subscriber.quit().catch(() => subscriber.disconnect())

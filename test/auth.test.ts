@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createHash, randomBytes } from 'node:crypto'
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from 'jose'
+import { startRedisServer } from './helpers/redis-server.ts'
+import { until } from './helpers/until.ts'
 import {
   createAgent,
   createTestContext,
@@ -523,6 +525,22 @@ describe('key storage', () => {
   })
 })
 
+/** Calls `request` (on another instance) until it is refused; returns how long that took, or a time past 1 s. */
+async function msUntilRefused(request: () => Promise<CallResult>): Promise<number> {
+  const started = performance.now()
+  for (;;) {
+    const res = await request()
+    const elapsed = performance.now() - started
+    if (res.status === 401) {
+      expect401(res, 'invalid_token')
+      return elapsed
+    }
+    expect(res.status).toBe(200)
+    if (elapsed > 1000) return elapsed
+    await Bun.sleep(10)
+  }
+}
+
 describe('revocation across instances sharing Redis', () => {
   let a: TestContext
   let b: TestContext
@@ -537,22 +555,6 @@ describe('revocation across instances sharing Redis', () => {
     await b.close()
     await a.close()
   })
-
-  /** Calls `request` on instance B until it is refused; returns how long that took. */
-  async function msUntilRefused(request: () => Promise<CallResult>): Promise<number> {
-    const started = performance.now()
-    for (;;) {
-      const res = await request()
-      const elapsed = performance.now() - started
-      if (res.status === 401) {
-        expect401(res, 'invalid_token')
-        return elapsed
-      }
-      expect(res.status).toBe(200)
-      if (elapsed > 1000) return elapsed
-      await Bun.sleep(10)
-    }
-  }
 
   test('the instances share one database and one key-revocation channel', () => {
     expect(b.config.databaseUrl).toBe(a.config.databaseUrl)
@@ -590,4 +592,58 @@ describe('revocation across instances sharing Redis', () => {
     expect(elapsed).toBeLessThan(1000)
     expect((await b.call('GET', path, { apiKey: rotated.body.data.apiKey })).status).toBe(200)
   })
+})
+
+describe('revocation when Redis cannot take the eviction', () => {
+  /** Two instances on one database and one Redis key space; `env` for both. */
+  async function pair(env: Record<string, string> = {}) {
+    const a = await createTestContext({ env })
+    const b = await createTestContext({ database: a.database, env: { ...env, REDIS_PREFIX: a.config.redisPrefix } })
+    const owner = await signUp(a)
+    const newKey = async (name: string) => (await a.call('POST', '/v1/auth/api-keys', { token: owner.token, body: { name } })).body.data
+    const outboxEmpty = async () => (await a.deps.sql<{ n: number }[]>`select count(*)::int as n from outbox`)[0]!.n === 0
+    return { a, b, owner, newKey, outboxEmpty, close: async () => (await b.close(), await a.close()) }
+  }
+
+  test('a key revoked on an instance cut off from Redis is refused by the others within 1 s: the revocation travels through the outbox', async () => {
+    const { a, b, owner, newKey, outboxEmpty, close } = await pair()
+    try {
+      const created = await newKey('cut-off')
+      expect((await b.call('GET', '/v1/auth/me', { token: created.key })).status).toBe(200)
+      // A's connection for commands closes for good: its publish of the eviction fails, as does its own relay.
+      a.deps.redis.disconnect()
+      expect(await a.deps.redis.publish(a.deps.keys.channels.keyRevoked, 'probe').catch(() => 'failed')).toBe('failed')
+
+      const revoked = await a.call('DELETE', `/v1/auth/api-keys/${created.id}`, { token: owner.token })
+      expect(revoked.status).toBe(200)
+      expect(await msUntilRefused(() => b.call('GET', '/v1/auth/me', { token: created.key }))).toBeLessThan(1000)
+      await until(outboxEmpty, 5000)
+    } finally {
+      await close()
+    }
+  })
+
+  test('while an instance cannot hear evictions it checks every key in Postgres: a key revoked meanwhile is refused at once', async () => {
+    const redis = await startRedisServer()
+    const { a, b, owner, newKey, outboxEmpty, close } = await pair({ REDIS_URL: redis.url })
+    try {
+      const [doomed, kept] = [await newKey('doomed'), await newKey('kept')]
+      for (const key of [doomed.key, kept.key]) expect((await b.call('GET', '/v1/auth/me', { token: key })).status).toBe(200)
+
+      await redis.down({ keepData: true })
+      await until(async () => !b.deps.pubsub.listening(), 5000)
+      expect((await a.call('DELETE', `/v1/auth/api-keys/${doomed.id}`, { token: owner.token })).status).toBe(200)
+      expect401(await b.call('GET', '/v1/auth/me', { token: doomed.key }), 'invalid_token')
+      expect((await b.call('GET', '/v1/auth/me', { token: kept.key })).status).toBe(200)
+
+      await redis.up()
+      await until(async () => b.deps.pubsub.listening(), 10_000)
+      expect401(await b.call('GET', '/v1/auth/me', { token: doomed.key }), 'invalid_token')
+      expect((await b.call('GET', '/v1/auth/me', { token: kept.key })).status).toBe(200)
+      await until(outboxEmpty, 10_000)
+    } finally {
+      await close()
+      await redis.close()
+    }
+  }, 30_000)
 })

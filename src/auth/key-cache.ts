@@ -1,4 +1,9 @@
-/** The in-process key cache: key hash -> principal, evicted on every instance by pub/sub on revocation. */
+/**
+ * The in-process key cache: key hash -> principal, evicted on every instance by pub/sub on
+ * revocation, and trusted only while pub/sub is: while this process's subscriber is away, every key
+ * is checked in Postgres. A revocation also travels through the outbox (written by the revoking
+ * statement, src/auth/store.ts), so it reaches every instance even when its own publish fails.
+ */
 import type { Sql } from '../db.ts'
 import type { Redis } from '../redis.ts'
 import type { PubSub } from '../pubsub.ts'
@@ -16,7 +21,10 @@ export interface KeyCache {
    * undefined when only `lookup` can tell. Counts as a use of the key, as `lookup` does.
    */
   peek(hashHex: string): Principal | null | undefined
-  /** Evicts keys here and, through Redis, on every other instance. Call after the revoking commit. */
+  /**
+   * Evicts keys here and, through Redis, at once on every other instance; a failed publish is logged
+   * (the outbox relay announces the revocation again). Call after the revoking commit.
+   */
   revoke(hashes: Buffer[]): Promise<void>
   /** Writes the buffered last-used times. */
   flushUsage(): Promise<void>
@@ -64,7 +72,7 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
   const load = async (hex: string) => {
     const started = epoch
     const principal = await findKeyPrincipal(sql, Buffer.from(hex, 'hex'))
-    if (epoch === started) {
+    if (epoch === started && pubsub.listening()) {
       if (entries.size >= maxEntries) {
         const oldest = entries.keys().next().value
         if (oldest !== undefined) entries.delete(oldest)
@@ -87,6 +95,7 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
 
   return {
     peek(hex) {
+      if (!pubsub.listening()) return undefined
       const hit = entries.get(hex)
       if (!hit || hit.expires <= Date.now()) return undefined
       if (hit.principal?.keyId) used.add(hit.principal.keyId)
@@ -95,7 +104,10 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
     async lookup(hex) {
       const hit = entries.get(hex)
       let principal: Principal | null
-      if (hit && hit.expires > Date.now()) {
+      if (!pubsub.listening()) {
+        // Evictions cannot reach this process now: what memory holds may have been revoked since.
+        principal = await findKeyPrincipal(sql, Buffer.from(hex, 'hex'))
+      } else if (hit && hit.expires > Date.now()) {
         principal = hit.principal
       } else {
         let inflight = pending.get(hex)
@@ -112,10 +124,12 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
       return principal
     },
     async revoke(hashes) {
-      for (const hash of hashes) {
-        const hex = hash.toString('hex')
-        evict(hex)
-        await redis.publish(channel, hex)
+      const hexes = hashes.map(hash => hash.toString('hex'))
+      for (const hex of hexes) evict(hex)
+      try {
+        await Promise.all(hexes.map(hex => redis.publish(channel, hex)))
+      } catch (error) {
+        log.warn('could not announce a key revocation; the outbox relay will', errorFields(error))
       }
     },
     flushUsage,

@@ -3,6 +3,7 @@ import type { Db } from '../db.ts'
 import type { KeyKind } from './api-key.ts'
 import type { TokenClaims } from './jwt.ts'
 import type { Principal } from './principal.ts'
+import { keyRevokedType } from '../events/outbox.ts'
 
 export interface UserRow {
   id: string
@@ -74,22 +75,38 @@ export async function listUserKeys(sql: Db, userId: string): Promise<ApiKeyRow[]
   `
 }
 
-/** Revokes one of the user's live keys; returns its hash (to evict from caches) or undefined. */
+/**
+ * Revokes one of the user's live keys; returns its hash (to evict from caches) or undefined. The
+ * same statement puts the revocation in the outbox: every instance hears of it once it commits,
+ * even when the caller's own announcement (KeyCache.revoke) cannot reach Redis.
+ */
 export async function revokeUserKey(sql: Db, userId: string, keyId: string): Promise<Buffer | undefined> {
   const [row] = await sql<{ keyHash: Buffer }[]>`
-    update api_keys set revoked_at = now()
-    where id = ${keyId} and user_id = ${userId} and kind = 'user' and revoked_at is null
-    returning key_hash as "keyHash"
+    with revoked as (
+      update api_keys set revoked_at = now()
+      where id = ${keyId} and user_id = ${userId} and kind = 'user' and revoked_at is null
+      returning key_hash
+    ), announced as (
+      insert into outbox (user_id, type, data)
+      select null, ${keyRevokedType}, encode(key_hash, 'hex') from revoked
+    )
+    select key_hash as "keyHash" from revoked
   `
   return row?.keyHash
 }
 
-/** Revokes an agent's live key(s); returns their hashes. */
+/** Revokes an agent's live key(s), each put in the outbox as revokeUserKey does; returns their hashes. */
 export async function revokeAgentKeys(sql: Db, participantId: string): Promise<Buffer[]> {
   const rows = await sql<{ keyHash: Buffer }[]>`
-    update api_keys set revoked_at = now()
-    where participant_id = ${participantId} and kind = 'agent' and revoked_at is null
-    returning key_hash as "keyHash"
+    with revoked as (
+      update api_keys set revoked_at = now()
+      where participant_id = ${participantId} and kind = 'agent' and revoked_at is null
+      returning key_hash
+    ), announced as (
+      insert into outbox (user_id, type, data)
+      select null, ${keyRevokedType}, encode(key_hash, 'hex') from revoked
+    )
+    select key_hash as "keyHash" from revoked
   `
   return rows.map(row => row.keyHash)
 }

@@ -28,6 +28,12 @@ export interface NewEvent {
   payload: Record<string, unknown>
 }
 
+/**
+ * Not an event for a stream: the hex SHA-256 of a revoked API key, which the relay announces on the
+ * key-revoked channel so every API process evicts it (written by src/auth/store.ts's revocations).
+ */
+export const keyRevokedType = 'key.revoked'
+
 /** The JSON clients receive: type, createdAt (the change's time), then the payload's fields. */
 export function eventData(type: EventType, at: Date, payload: Record<string, unknown>): string {
   return JSON.stringify({ type, createdAt: at.toISOString(), ...payload })

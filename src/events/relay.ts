@@ -1,6 +1,6 @@
 /**
  * The outbox relay: moves committed events, oldest first, to the recipients' capped Redis Streams and
- * announces them to every API process, deleting each row once Redis took it and retrying until it
+ * announces them (and API key revocations, so that caches evict them) to every API process, deleting each row once Redis took it and retrying until it
  * does. Any number of relays may run (one per worker process): a pass holds a transaction-scoped
  * advisory lock, so one relay moves events at a time and none sends an event twice on purpose.
  * Delivery is at least once: a relay that dies between Redis and its commit leaves those rows to be
@@ -11,6 +11,7 @@ import type { Sql } from '../db.ts'
 import type { Keys } from '../keys.ts'
 import type { Log } from '../log.ts'
 import { errorFields } from '../log.ts'
+import { keyRevokedType } from './outbox.ts'
 
 /** Kept per stream for replay: the last 1,000 events (and at most 24 h, enforced when replaying). */
 export const streamLength = 1000
@@ -87,6 +88,8 @@ export async function relayPass(deps: RelayDeps, batch: number): Promise<Pass | 
     // user's later events is sent, so each stream receives them in order.
     const chains = new Map<string | null, Promise<unknown>>()
     const appended = rows.map(row => {
+      // A revocation is announced to the API processes, on its own: it has no stream and no order.
+      if (row.type === keyRevokedType) return redis.publish(keys.channels.keyRevoked, row.data)
       const stream = row.userId ? keys.events.user(row.userId) : keys.events.chat
       const next = (chains.get(row.userId) ?? Promise.resolve()).then(() => append(redis, [stream], [keys.channels.events, row.type, row.data]))
       chains.set(row.userId, next)
