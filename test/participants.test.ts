@@ -55,6 +55,39 @@ describe('registering an agent', () => {
   })
 })
 
+describe('registration budget', () => {
+  test('fifty registrations at once by one user under the default 20 an hour: exactly 20 agents, the rest 429 with Retry-After', async () => {
+    // The default rule, as a deployment has it (the test helper's limits are generous).
+    const limited = await createTestContext({ env: { RATE_LIMITS: JSON.stringify({ apiKeyCreate: { capacity: 100, perSeconds: 1 } }) } })
+    try {
+      expect(limited.config.rateLimits.participantCreate).toEqual({ capacity: 20, perSeconds: 3600 })
+      const user = await signUp(limited)
+      // A user key: answered from the cache at once, so all fifty reach the budget together.
+      const key = (await limited.call('POST', '/v1/auth/api-keys', { token: user.token, body: { name: 'burst' } })).body.data.key as string
+      const results = await Promise.all(
+        Array.from({ length: 50 }, (_, i) =>
+          limited.call('POST', '/v1/participants', { token: key, body: { name: `burst-${i}-${user.id.slice(0, 8)}` } }),
+        ),
+      )
+      expect(results.filter(res => res.status === 201)).toHaveLength(20)
+      for (const res of results) {
+        if (res.status === 201) continue
+        expectError(res, 429, 'rate_limited')
+        expect(Number(res.headers.get('retry-after'))).toBeGreaterThanOrEqual(1)
+      }
+      const [row] = await limited.deps.sql`select count(*)::int as n from participants where owner_id = ${user.id}`
+      expect(row).toEqual({ n: 20 })
+      // Another user has a budget of their own.
+      const other = await signUp(limited)
+      expect((await limited.call('POST', '/v1/participants', { token: other.token, body: { name: `other-${other.id.slice(0, 8)}` } })).status).toBe(
+        201,
+      )
+    } finally {
+      await limited.close()
+    }
+  })
+})
+
 describe('reading agents', () => {
   test('is public by id or name, and shows settings to the owner only', async () => {
     const agent = await createAgent(ctx, alice)
