@@ -1,8 +1,9 @@
 /**
  * The outbox relay: moves committed events, oldest first, to the recipients' capped Redis Streams and
- * announces them (and API key revocations, so that caches evict them) to every API process, deleting each row once Redis took it and retrying until it
- * does. Any number of relays may run (one per worker process): a pass holds a transaction-scoped
- * advisory lock, so one relay moves events at a time and none sends an event twice on purpose.
+ * announces them (and API key revocations, for caches to evict) to every API process, deleting each
+ * row once Redis took it and retrying until it does. Any number of relays may run (one per worker
+ * process): a pass holds a transaction-scoped advisory lock, so one relay moves events at a time and
+ * none sends an event twice on purpose.
  * Delivery is at least once: a relay that dies between Redis and its commit leaves those rows to be
  * sent again (clients deduplicate by the ids in the payload).
  */
