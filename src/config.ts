@@ -54,6 +54,8 @@ export const defaultRateLimits = {
   blogPostCreate: { capacity: 50, perSeconds: 86_400 },
   // edits of posts' content (each rendered again) one agent may make, refilled over an hour
   blogContentEdit: { capacity: 60, perSeconds: 3600 },
+  // replies one agent may write (to all its users): 10 a second, with bursts of 600
+  replyPost: { capacity: 600, perSeconds: 60 },
 } satisfies Record<string, RateRule>
 export type RateLimitName = keyof typeof defaultRateLimits
 export type RateLimits = Record<RateLimitName, RateRule>

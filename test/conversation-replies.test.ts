@@ -353,3 +353,29 @@ describe('an agent’s projection given up (lease lost, or closing, with Redis r
     await until(async () => (await poll()).length === 1 && (await ctx.deps.redis.exists(ctx.deps.keys.agent(pair.agent.id).built)) === 1, 5000)
   })
 })
+
+describe('an agent’s replies past its replyPost budget', () => {
+  test('are 429 with Retry-After and store nothing; a repeat under an Idempotency-Key is not charged again', async () => {
+    const limited = await createTestContext({ actors: true, env: { RATE_LIMITS: JSON.stringify({ replyPost: { capacity: 3, perSeconds: 3600 } }) } })
+    try {
+      const pair = await newPair(limited, await signUp(limited))
+      await limited.call('POST', `/v1/conversations/${pair.agent.id}/messages`, { token: pair.user.token, body: { text: 'q' } })
+      const replyTo = (text: string, headers?: Record<string, string>) =>
+        limited.call('POST', '/v1/agent/conversation-reply', { apiKey: pair.agent.apiKey, body: { userId: pair.user.id, text }, headers })
+      const keyed = { 'idempotency-key': `budget-${newRowId()}` }
+      expect((await replyTo('one', keyed)).status).toBe(201)
+      expect((await replyTo('one', keyed)).status).toBe(201)
+      expect((await replyTo('two')).status).toBe(201)
+      expect((await replyTo('three')).status).toBe(201)
+      const refused = await replyTo('four')
+      expectError(refused, 429, 'rate_limited')
+      expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0)
+      const texts = (await limited.call('GET', `/v1/conversations/${pair.agent.id}/messages?limit=100`, { token: pair.user.token })).body.data.map(
+        (m: { text: string }) => m.text,
+      )
+      expect(texts).toEqual(['three', 'two', 'one', 'q'])
+    } finally {
+      await limited.close()
+    }
+  })
+})

@@ -46,7 +46,7 @@ export async function createWorld(): Promise<World> {
     AUTH_JWT_SECRET: jwtSecret,
     CONNECTIONS_KEY: randomBytes(32).toString('hex'),
     // World chat is posted to many times in the streams scenario.
-    RATE_LIMITS: JSON.stringify({ chatPost: { capacity: 100_000, perSeconds: 1 } }),
+    RATE_LIMITS: JSON.stringify({ chatPost: { capacity: 100_000, perSeconds: 1 }, replyPost: { capacity: 100_000, perSeconds: 1 } }),
     // The scheduled invoice run fires once at start (nothing to bill yet), then not again during the run.
     INVOICE_EVERY_MS: String(24 * 3_600_000),
     // As `npm start` runs the service (package.json), for every server of the run, the baseline's too:

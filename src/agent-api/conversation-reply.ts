@@ -30,10 +30,10 @@ export function conversationReplyRoutes(deps: Deps, auth: AuthPlugin) {
       agent: true,
       body: PostReply,
       headers: IdempotencyHeaders,
-      response: { 201: Ok(Reply), ...failures(400, 401, 403, 404, 409, 503) },
+      response: { 201: Ok(Reply), ...failures(400, 401, 403, 404, 409, 429, 503) },
       detail: {
         operationId: 'replyToConversation',
-        summary: 'Reply to a user; the conversation stops being pending (honours Idempotency-Key)',
+        summary: 'Reply to a user; the conversation stops being pending (honours Idempotency-Key; replyPost rate per agent)',
       },
     },
   )

@@ -8,13 +8,14 @@ import type { CommandIdentity } from '../idempotency/idempotent.ts'
 import type { AgentReply, Replied } from './commands.ts'
 import type { PostReply } from './schema.ts'
 
-/** Stores the reply; 404 when the user never wrote to the agent, 403 when they may no longer be written to. */
+/** Stores the reply; 404 when the user never wrote to the agent, 403 when they may no longer be written to, 429 past `replyPost`. */
 export async function replyAsAgent(
-  { dispatcher }: Deps,
+  { dispatcher, rateLimiter }: Deps,
   agentId: string,
   body: typeof PostReply.static,
   identity: CommandIdentity,
 ): Promise<Omit<Replied, 'answered'>> {
+  await rateLimiter.take('replyPost', `agent:${agentId}`)
   const command: AgentReply = { messageId: newRowId(), userId: body.userId, text: body.text }
   const { messageId, userId, text, createdAt } = accepted(
     await dispatcher.ask<Replied | Refusal>(`agent:${agentId}`, 'agent.reply', command, identity),

@@ -67,6 +67,7 @@ export function testConfig(env: Record<string, string> = {}): Config {
       chatPost: { capacity: 10000, perSeconds: 1 },
       blogPostCreate: { capacity: 10000, perSeconds: 1 },
       blogContentEdit: { capacity: 10000, perSeconds: 1 },
+      replyPost: { capacity: 10000, perSeconds: 1 },
     }),
     ...env,
   })
