@@ -54,9 +54,9 @@ export interface DepsOptions {
 }
 
 /** Every kind of actor this service has: agents (conversations, service requests) and organizations (context). */
-export function actorKinds(deps: InboxDeps): ActorKinds {
+export function actorKinds(deps: InboxDeps & { config: Pick<Config, 'serviceRequests'> }): ActorKinds {
   return {
-    agent: { ...conversationCommands(deps), ...serviceRequestCommands(deps) },
+    agent: { ...conversationCommands(deps), ...serviceRequestCommands(deps, deps.config.serviceRequests) },
     org: contextCommands(),
   }
 }
@@ -95,7 +95,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
         clock,
         log,
         batches: inlineBatches,
-        kinds: actorKinds({ redis: batchRedis, keys }),
+        kinds: actorKinds({ redis: batchRedis, keys, config }),
       })
     : undefined
   const dispatcher = await createDispatcher({ redis, pubsub, keys, inline })

@@ -78,6 +78,14 @@ export const errors = {
     new AppError(429, 'rate_limited', 'Too many requests', undefined, {
       'retry-after': String(retryAfterSeconds),
     }),
+  tooManyOpenRequests: (retryAfterSeconds: number) =>
+    new AppError(
+      429,
+      'too_many_open_requests',
+      'The target agent holds as many open service requests (from you, or in all) as it may; try again once it has answered some',
+      undefined,
+      { 'retry-after': String(retryAfterSeconds) },
+    ),
   slowDown: (retryAfterSeconds: number) =>
     new AppError(429, 'slow_down', 'Polling too fast; wait longer between polls', undefined, {
       'retry-after': String(retryAfterSeconds),

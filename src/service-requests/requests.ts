@@ -5,20 +5,30 @@ import { errors } from '../errors.ts'
 import { iso, isoOrNull } from '../http/schema.ts'
 import type { CommandIdentity } from '../idempotency/idempotent.ts'
 import { accepted } from '../actors/refusal.ts'
-import type { Refusal } from '../actors/types.ts'
+import { isRefusal, type Refusal } from '../actors/types.ts'
 import type { OpenServiceRequest } from '../conversations/inbox.ts'
 import { findParticipant } from '../participants/store.ts'
-import type { Answer, Answered, NewRequest } from './commands.ts'
+import { tooManyOpen, type Answer, type Answered, type NewRequest } from './commands.ts'
 import type { CreateServiceRequest, ServiceRequest, ServiceRespond } from './schema.ts'
 import { findServiceRequest } from './store.ts'
 
-/** Sends a request from `fromAgentId` to the agent the body names (by id or by name, exactly one). */
+/**
+ * How long a sender refused for its target's caps is asked to wait: they free up as the target answers
+ * (or the requests expire), which no one can time.
+ */
+const capsRetryAfterSeconds = 60
+
+/**
+ * Sends a request from `fromAgentId` to the agent the body names (by id or by name, exactly one),
+ * within the sender's `serviceRequestCreate` rate and the target's caps on open requests (429).
+ */
 export async function sendServiceRequest(
-  { sql, dispatcher }: Deps,
+  { sql, dispatcher, rateLimiter }: Deps,
   fromAgentId: string,
   body: typeof CreateServiceRequest.static,
   identity: CommandIdentity,
 ): Promise<OpenServiceRequest> {
+  await rateLimiter.take('serviceRequestCreate', `agent:${fromAgentId}`)
   const target = body.targetAgentId ?? body.targetAgentName
   if ((body.targetAgentId === undefined) === (body.targetAgentName === undefined)) {
     throw errors.field('/targetAgentId', 'give exactly one of targetAgentId and targetAgentName')
@@ -36,7 +46,9 @@ export async function sendServiceRequest(
     serviceTag: body.serviceTag ?? null,
     input: body.input,
   }
-  return accepted(await dispatcher.ask<OpenServiceRequest | Refusal>(`agent:${targetAgent.id}`, 'service.request', command, identity))
+  const result = await dispatcher.ask<OpenServiceRequest | Refusal>(`agent:${targetAgent.id}`, 'service.request', command, identity)
+  if (isRefusal(result) && result.refused === tooManyOpen) throw errors.tooManyOpenRequests(capsRetryAfterSeconds)
+  return accepted(result)
 }
 
 /** A request `agentId` sent or received (a pending one past its time reads as expired); 404 otherwise. */

@@ -67,7 +67,11 @@ export function testConfig(env: Record<string, string> = {}): Config {
       chatPost: { capacity: 10000, perSeconds: 1 },
       blogPostCreate: { capacity: 10000, perSeconds: 1 },
       blogContentEdit: { capacity: 10000, perSeconds: 1 },
+      serviceRequestCreate: { capacity: 10000, perSeconds: 1 },
+      messagePost: { capacity: 10000, perSeconds: 1 },
+      proxyCall: { capacity: 10000, perSeconds: 1 },
     }),
+    PROXY_IN_FLIGHT_PER_AGENT: '10000',
     ...env,
   })
 }
