@@ -86,6 +86,10 @@ export const errors = {
       undefined,
       { 'retry-after': String(retryAfterSeconds) },
     ),
+  tooManyInFlight: (retryAfterSeconds: number) =>
+    new AppError(429, 'rate_limited', 'Too many of your calls are in progress; try again when one has finished', undefined, {
+      'retry-after': String(retryAfterSeconds),
+    }),
   slowDown: (retryAfterSeconds: number) =>
     new AppError(429, 'slow_down', 'Polling too fast; wait longer between polls', undefined, {
       'retry-after': String(retryAfterSeconds),

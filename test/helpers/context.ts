@@ -72,6 +72,8 @@ export function testConfig(env: Record<string, string> = {}): Config {
       proxyCall: { capacity: 10000, perSeconds: 1 },
     }),
     PROXY_IN_FLIGHT_PER_AGENT: '10000',
+    // A reservation, not memory in use: the most every proxy call might buffer.
+    PROXY_BUFFER_BYTES: String(1024 ** 3),
     ...env,
   })
 }
