@@ -52,6 +52,8 @@ export const errors = {
   alreadyCancelled: () => new AppError(409, 'already_cancelled', 'The subscription is already cancelled'),
   planInactive: () => new AppError(409, 'plan_inactive', 'The plan is no longer offered'),
   configInactive: () => new AppError(409, 'config_inactive', 'The config is no longer for sale'),
+  priceChanged: (priceCents: number) =>
+    new AppError(409, 'price_changed', `The price is now ${priceCents} cents, not the expected one; nothing was charged`),
   alreadyResponded: () => new AppError(409, 'already_responded', 'The request has already been answered'),
   userProvidedPrecedence: () => new AppError(409, 'user_provided_precedence', 'The user has set this entry; agents cannot override it'),
   nameTaken: () => new AppError(409, 'name_taken', 'That name is taken'),
