@@ -1,8 +1,8 @@
 /**
  * How a change of a plan's terms reaches its existing subscribers: each is told at once (`plan.changed`
  * on their stream), and a rise is billed only from the period after their next one, so a whole period
- * lies between the notice and the first invoice at the new terms. Lower prices and more included calls
- * apply from their next period. `ensurePeriods` (subscriptions/store.ts) bills by the same rule.
+ * at the old terms lies between the notice and the first period at the new ones. Lower prices and more
+ * included calls apply from their next period. `ensurePeriods` (subscriptions/store.ts) bills by the same rule.
  */
 import type { Db } from '../../db.ts'
 
