@@ -29,6 +29,10 @@ const Env = T.Object({
   INVOICE_EVERY_MS: T.Integer({ minimum: 1000, default: 3_600_000 }),
   QUEUE_LOCK_MS: T.Integer({ minimum: 1000, default: 30_000 }),
   ACTORS_INLINE: T.Union([T.Literal('on'), T.Literal('off')], { default: 'on' }),
+  SERVICE_REQUESTS_OPEN_MAX: T.Integer({ minimum: 1, default: 100 }),
+  SERVICE_REQUESTS_OPEN_BYTES: T.Integer({ minimum: 1024, default: 1_048_576 }),
+  PROXY_IN_FLIGHT_PER_AGENT: T.Integer({ minimum: 1, default: 10 }),
+  PROXY_BUFFER_BYTES: T.Integer({ minimum: 1_048_576, default: 67_108_864 }),
 })
 
 const RateRule = T.Object(
@@ -56,6 +60,12 @@ export const defaultRateLimits = {
   blogContentEdit: { capacity: 60, perSeconds: 3600 },
   // replies one agent may write (to all its users): 10 a second, with bursts of 600
   replyPost: { capacity: 600, perSeconds: 60 },
+  // service requests one agent may send (to any agents), up to 50,000 characters each
+  serviceRequestCreate: { capacity: 30, perSeconds: 60 },
+  // messages one user may write to agents they subscribe to
+  messagePost: { capacity: 30, perSeconds: 60 },
+  // proxy calls one agent may make (for all its subscribers)
+  proxyCall: { capacity: 600, perSeconds: 60 },
 } satisfies Record<string, RateRule>
 export type RateLimitName = keyof typeof defaultRateLimits
 export type RateLimits = Record<RateLimitName, RateRule>
@@ -97,6 +107,21 @@ export interface Config {
   queueLockMs: number
   /** Whether an API process applies the commands of idle actors itself instead of through their mailboxes. */
   actorsInline: boolean
+  /** What open service requests addressed to one agent may add up to; a sender may hold a quarter of each. */
+  serviceRequests: ServiceRequestCaps
+  proxy: {
+    /** Proxy calls one agent may have in flight at once, across every API process. */
+    inFlightPerAgent: number
+    /** Upstream response bytes one process may hold buffered at once, over all its proxy calls. */
+    bufferBytes: number
+  }
+}
+
+export interface ServiceRequestCaps {
+  /** Open (pending, unexpired) requests. */
+  maxOpen: number
+  /** Bytes of their inputs as the inbox holds them (JSON strings, UTF-8). */
+  maxOpenBytes: number
 }
 
 /** A configuration problem worth one line on stderr and a non-zero exit. */
@@ -183,6 +208,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     invoiceEveryMs: e.INVOICE_EVERY_MS,
     queueLockMs: e.QUEUE_LOCK_MS,
     actorsInline: e.ACTORS_INLINE === 'on',
+    serviceRequests: { maxOpen: e.SERVICE_REQUESTS_OPEN_MAX, maxOpenBytes: e.SERVICE_REQUESTS_OPEN_BYTES },
+    proxy: { inFlightPerAgent: e.PROXY_IN_FLIGHT_PER_AGENT, bufferBytes: e.PROXY_BUFFER_BYTES },
   }
 }
 

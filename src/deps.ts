@@ -10,6 +10,8 @@ import { createJwtVerifier } from './auth/jwt.ts'
 import { createKeyCache } from './auth/key-cache.ts'
 import { createAuthenticator, type Authenticator } from './auth/authenticator.ts'
 import { createRateLimiter, type RateLimiter } from './rate-limit/token-bucket.ts'
+import { createInFlightLimiter, type InFlightLimiter } from './rate-limit/in-flight.ts'
+import { createBufferBudget, type BufferBudget } from './proxy-calls/buffer-budget.ts'
 import { createDispatcher, type Dispatcher } from './actors/dispatcher.ts'
 import { createInlineRunner } from './actors/inline.ts'
 import { createMarkdownRenderer, type MarkdownRenderer } from './blog/render.ts'
@@ -33,6 +35,10 @@ export interface Deps {
   log: Log
   authenticator: Authenticator
   rateLimiter: RateLimiter
+  /** Limits how many operations of one subject run at once, across processes. */
+  inFlight: InFlightLimiter
+  /** Upstream answers this process's proxy calls may hold at once. */
+  proxyBuffers: BufferBudget
   /** Sends commands to agent and organization actors. */
   dispatcher: Dispatcher
   inboxes: InboxReader
@@ -54,9 +60,9 @@ export interface DepsOptions {
 }
 
 /** Every kind of actor this service has: agents (conversations, service requests) and organizations (context). */
-export function actorKinds(deps: InboxDeps): ActorKinds {
+export function actorKinds(deps: InboxDeps & { config: Pick<Config, 'serviceRequests'> }): ActorKinds {
   return {
-    agent: { ...conversationCommands(deps), ...serviceRequestCommands(deps) },
+    agent: { ...conversationCommands(deps), ...serviceRequestCommands(deps, deps.config.serviceRequests) },
     org: contextCommands(),
   }
 }
@@ -81,6 +87,8 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const keyCache = await createKeyCache({ sql, redis, pubsub, channel: keys.channels.keyRevoked, clock, log })
   const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache)
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
+  const inFlight = createInFlightLimiter(redis, keys, clock)
+  const proxyBuffers = createBufferBudget(config.proxy.bufferBytes)
   // Commands of idle actors are applied here, in batches whose Redis calls share writes on a
   // connection of their own with auto-pipelining, and whose transactions have Postgres connections of
   // their own (one per batch in flight): a batch never waits behind requests' queries, nor they
@@ -95,7 +103,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
         clock,
         log,
         batches: inlineBatches,
-        kinds: actorKinds({ redis: batchRedis, keys }),
+        kinds: actorKinds({ redis: batchRedis, keys, config }),
       })
     : undefined
   const dispatcher = await createDispatcher({ redis, pubsub, keys, inline })
@@ -115,6 +123,8 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
     log,
     authenticator,
     rateLimiter,
+    inFlight,
+    proxyBuffers,
     dispatcher,
     inboxes,
     queues,

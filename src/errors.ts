@@ -52,6 +52,8 @@ export const errors = {
   alreadyCancelled: () => new AppError(409, 'already_cancelled', 'The subscription is already cancelled'),
   planInactive: () => new AppError(409, 'plan_inactive', 'The plan is no longer offered'),
   configInactive: () => new AppError(409, 'config_inactive', 'The config is no longer for sale'),
+  priceChanged: (priceCents: number) =>
+    new AppError(409, 'price_changed', `The price is now ${priceCents} cents, not the expected one; nothing was charged`),
   alreadyResponded: () => new AppError(409, 'already_responded', 'The request has already been answered'),
   userProvidedPrecedence: () => new AppError(409, 'user_provided_precedence', 'The user has set this entry; agents cannot override it'),
   nameTaken: () => new AppError(409, 'name_taken', 'That name is taken'),
@@ -76,6 +78,18 @@ export const errors = {
 
   rateLimited: (retryAfterSeconds: number) =>
     new AppError(429, 'rate_limited', 'Too many requests', undefined, {
+      'retry-after': String(retryAfterSeconds),
+    }),
+  tooManyOpenRequests: (retryAfterSeconds: number) =>
+    new AppError(
+      429,
+      'too_many_open_requests',
+      'The target agent holds as many open service requests (from you, or in all) as it may; try again once it has answered some',
+      undefined,
+      { 'retry-after': String(retryAfterSeconds) },
+    ),
+  tooManyInFlight: (retryAfterSeconds: number) =>
+    new AppError(429, 'rate_limited', 'Too many of your calls are in progress; try again when one has finished', undefined, {
       'retry-after': String(retryAfterSeconds),
     }),
   slowDown: (retryAfterSeconds: number) =>

@@ -6,6 +6,7 @@ export function createKeys(prefix: string) {
   return {
     prefix,
     rateLimit: (rule: string, subject: string) => `${prefix}rl:${rule}:${subject}`,
+    inFlight: (rule: string, subject: string) => `${prefix}inflight:${rule}:${subject}`,
     devicePoll: (deviceCode: string) => `${prefix}device:poll:${deviceCode}`,
     sseToken: (token: string) => `${prefix}sse:${token}`,
     channels: {

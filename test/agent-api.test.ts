@@ -393,3 +393,40 @@ describe('Idempotency-Key after an answer that never came', () => {
     }
   }, 30_000)
 })
+
+describe('the messagePost budget', () => {
+  test('a user past it gets 429 rate_limited with Retry-After, whichever agent they write to, and nothing is stored', async () => {
+    const narrow = await createTestContext({
+      actors: true,
+      env: { RATE_LIMITS: JSON.stringify({ participantCreate: { capacity: 10000, perSeconds: 1 }, messagePost: { capacity: 3, perSeconds: 3600 } }) },
+    })
+    try {
+      const owner = await signUp(narrow)
+      const first = await newPair(narrow, owner)
+      const write = (agent: TestAgent, text: string) =>
+        narrow.call('POST', `/v1/conversations/${agent.id}/messages`, { token: first.user.token, body: { text } })
+      for (const text of ['one', 'two', 'three']) expect((await write(first.agent, text)).status).toBe(201)
+      const refused = await write(first.agent, 'four')
+      expectError(refused, 429, 'rate_limited')
+      expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0)
+
+      // The same user, subscribed to another agent: the budget is the user's.
+      const other = await createAgent(narrow, owner)
+      const plan = await narrow.call('POST', '/v1/billing/plans', {
+        token: owner.token,
+        body: { participantId: other.id, name: 'Basic', monthlyPriceCents: 100, includedProxyCalls: 10, overagePerCallCents: 1 },
+      })
+      await narrow.call('POST', '/v1/billing/subscriptions', { token: first.user.token, body: { planId: plan.body.data.id } })
+      expectError(await write(other, 'elsewhere'), 429, 'rate_limited')
+      const [row] = await narrow.deps.sql`select count(*)::int as n from messages where user_id = ${first.user.id}`
+      expect(row!.n).toBe(3)
+
+      // Another user has a bucket of their own.
+      const second = await newPair(narrow, owner)
+      const theirs = await narrow.call('POST', `/v1/conversations/${second.agent.id}/messages`, { token: second.user.token, body: { text: 'hi' } })
+      expect(theirs.status).toBe(201)
+    } finally {
+      await narrow.close()
+    }
+  })
+})

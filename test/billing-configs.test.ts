@@ -168,6 +168,29 @@ describe('purchases', () => {
     expect(row!.n).toBe(1)
   })
 
+  test('expectedPriceCents: another price is 409 price_changed and charges nothing; the price expected is charged', async () => {
+    const config = await newConfig({ priceCents: 500 })
+    const buyer = await signUp(ctx)
+    const buy = (body?: unknown) => ctx.call('POST', `/v1/billing/configs/${config.id}/purchase`, { token: buyer.token, body })
+    await ctx.call('PATCH', `/v1/billing/configs/${config.id}`, { token: owner.token, body: { priceCents: 100_000 } })
+    const refused = expectError(await buy({ expectedPriceCents: 500 }), 409, 'price_changed')
+    expect(refused.message).toContain('100000')
+    for (const body of [{ expectedPriceCents: -1 }, { expectedPriceCents: '500' }, { expectedPriceCents: 1.5 }, { price: 500 }, 'deny']) {
+      expectError(await buy(body), 400, 'validation_failed')
+    }
+    const [nothing] = await ctx.deps.sql`
+      select (select count(*)::int from config_purchases where user_id = ${buyer.id}) as purchases,
+        (select count(*)::int from invoices where user_id = ${buyer.id}) as invoices
+    `
+    expect(nothing).toEqual({ purchases: 0, invoices: 0 })
+
+    const bought = await buy({ expectedPriceCents: 100_000 })
+    expect(bought.status).toBe(201)
+    expect(bought.body.data.priceCents).toBe(100_000)
+    // An empty object, like no body, asks for no check.
+    expect((await ctx.call('POST', `/v1/billing/configs/${(await newConfig()).id}/purchase`, { token: buyer.token, body: {} })).status).toBe(201)
+  })
+
   test('Idempotency-Key replays the first 201', async () => {
     const config = await newConfig()
     const buyer = await signUp(ctx)

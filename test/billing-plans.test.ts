@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import { until } from './helpers/until.ts'
+import { runInvoices } from '../src/invoices/run.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -127,5 +129,134 @@ describe('plans', () => {
     expect((await ctx.call('GET', `/v1/billing/plans/${agent.id}`, { apiKey: agent.apiKey })).status).toBe(200)
     expectError(await ctx.call('GET', '/v1/billing/plans/00000000-0000-4000-8000-000000000000', { token: other.token }), 404, 'not_found')
     expectError(await ctx.call('GET', '/v1/billing/plans/not-a-uuid', { token: other.token }), 400, 'validation_failed')
+  })
+})
+
+describe('a change of a plan’s terms for its existing subscribers', () => {
+  const at = (iso: string) => ctx.clock.freeze(new Date(iso))
+  const subscribe = async (planId: string) => {
+    const user = await signUp(ctx)
+    const res = await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId } })
+    expect(res.status).toBe(201)
+    return { user, subscriptionId: res.body.data.id as string }
+  }
+  /** The `plan.changed` events on the user's stream, once `count` are there. */
+  const planChanges = async (userId: string, count: number) => {
+    let found: any[] = []
+    await until(async () => {
+      const entries = await ctx.deps.redis.xrange(ctx.deps.keys.events.user(userId), '-', '+')
+      found = entries.map(([, fields]) => ({ type: fields[1], data: JSON.parse(fields[3]!) })).filter(event => event.type === 'plan.changed')
+      return found.length >= count
+    }, 5000)
+    return found.map(event => event.data)
+  }
+  const invoiced = async (userId: string) =>
+    (
+      await ctx.deps.sql<{ periodStart: Date; totalCents: number }[]>`
+      select period_start as "periodStart", total_cents as "totalCents" from invoices where user_id = ${userId} order by period_start
+    `
+    ).map(row => [row.periodStart.toISOString(), row.totalCents])
+
+  test('a rise is billed from the period after the one that follows its notice (plan.changed), a drop from the next', async () => {
+    const mine = await createAgent(ctx, owner)
+    at('2025-01-10T12:00:00.000Z')
+    const plan = (
+      await ctx.call('POST', '/v1/billing/plans', {
+        token: owner.token,
+        body: planBody(mine.id, { monthlyPriceCents: 1000, includedProxyCalls: 0, overagePerCallCents: 0 }),
+      })
+    ).body.data
+    const a = await subscribe(plan.id)
+    at('2025-01-30T12:00:00.000Z')
+    const b = await subscribe(plan.id)
+    const gone = await subscribe(plan.id)
+    await ctx.call('DELETE', `/v1/billing/subscriptions/${gone.subscriptionId}`, { token: gone.user.token })
+    try {
+      // In A's first period (to Feb 10) and B's (to Feb 28).
+      at('2025-02-05T00:00:00.000Z')
+      expect((await ctx.call('PATCH', `/v1/billing/plans/${plan.id}`, { token: owner.token, body: { monthlyPriceCents: 5000 } })).status).toBe(200)
+      // In A's third period (Mar 10 to Apr 10) and B's second (Feb 28 to Mar 30).
+      at('2025-03-15T00:00:00.000Z')
+      expect((await ctx.call('PATCH', `/v1/billing/plans/${plan.id}`, { token: owner.token, body: { monthlyPriceCents: 2000 } })).status).toBe(200)
+    } finally {
+      ctx.clock.set(new Date())
+    }
+
+    const terms = (monthlyPriceCents: number) => ({ monthlyPriceCents, includedProxyCalls: 0, overagePerCallCents: 0 })
+    const told = (subscriptionId: string, changes: [number, number, string, string][]) =>
+      changes.map(([from, to, createdAt, effectiveFrom]) => ({
+        type: 'plan.changed',
+        createdAt,
+        planId: plan.id,
+        planName: 'Pro',
+        participantId: mine.id,
+        subscriptionId,
+        previous: terms(from),
+        terms: terms(to),
+        effectiveFrom,
+      }))
+    expect(await planChanges(a.user.id, 2)).toEqual(
+      told(a.subscriptionId, [
+        [1000, 5000, '2025-02-05T00:00:00.000Z', '2025-03-10T12:00:00.000Z'],
+        [5000, 2000, '2025-03-15T00:00:00.000Z', '2025-04-10T12:00:00.000Z'],
+      ]),
+    )
+    expect(await planChanges(b.user.id, 2)).toEqual(
+      told(b.subscriptionId, [
+        [1000, 5000, '2025-02-05T00:00:00.000Z', '2025-03-30T12:00:00.000Z'],
+        [5000, 2000, '2025-03-15T00:00:00.000Z', '2025-03-30T12:00:00.000Z'],
+      ]),
+    )
+    expect(await ctx.deps.sql`select 1 from outbox where user_id = ${gone.user.id} and type = 'plan.changed'`).toHaveLength(0)
+    expect(await ctx.deps.redis.xlen(ctx.deps.keys.events.user(gone.user.id))).toBe(0)
+
+    await runInvoices({ ...ctx.deps, metering: ctx.deps.queues.metering }, new Date('2025-05-11T00:00:00.000Z'))
+    expect(await invoiced(a.user.id)).toEqual([
+      ['2025-01-10T12:00:00.000Z', 1000],
+      ['2025-02-10T12:00:00.000Z', 1000],
+      ['2025-03-10T12:00:00.000Z', 5000],
+      ['2025-04-10T12:00:00.000Z', 2000],
+    ])
+    // B was told of the drop before the rise reached it: it never pays the higher price.
+    expect(await invoiced(b.user.id)).toEqual([
+      ['2025-01-30T12:00:00.000Z', 1000],
+      ['2025-02-28T12:00:00.000Z', 1000],
+      ['2025-03-30T12:00:00.000Z', 2000],
+    ])
+  })
+
+  test('fewer included calls or a higher overage is a rise; with a lower monthly price each term takes its own date', async () => {
+    const mine = await createAgent(ctx, owner)
+    at('2025-06-01T00:00:00.000Z')
+    const plan = (
+      await ctx.call('POST', '/v1/billing/plans', {
+        token: owner.token,
+        body: planBody(mine.id, { monthlyPriceCents: 1000, includedProxyCalls: 100, overagePerCallCents: 5 }),
+      })
+    ).body.data
+    const a = await subscribe(plan.id)
+    try {
+      at('2025-06-10T00:00:00.000Z')
+      const body = { monthlyPriceCents: 800, includedProxyCalls: 10, overagePerCallCents: 100_000 }
+      expect((await ctx.call('PATCH', `/v1/billing/plans/${plan.id}`, { token: owner.token, body })).status).toBe(200)
+      // A name alone changes no terms: nobody is told.
+      expect((await ctx.call('PATCH', `/v1/billing/plans/${plan.id}`, { token: owner.token, body: { name: 'Pro' } })).status).toBe(200)
+    } finally {
+      ctx.clock.set(new Date())
+    }
+    const [change] = await planChanges(a.user.id, 1)
+    expect(change.effectiveFrom).toBe('2025-08-01T00:00:00.000Z')
+    await runInvoices({ ...ctx.deps, metering: ctx.deps.queues.metering }, new Date('2025-09-01T00:01:01.000Z'))
+    const periods = await ctx.deps.sql`
+      select period_start as "start", monthly_price_cents as monthly, included_proxy_calls as included, overage_per_call_cents as overage
+      from subscription_periods where subscription_id = ${a.subscriptionId} order by period_index
+    `
+    expect(periods.map(p => [p.start.toISOString(), p.monthly, p.included, p.overage])).toEqual([
+      ['2025-06-01T00:00:00.000Z', 1000, 100, 5],
+      ['2025-07-01T00:00:00.000Z', 800, 100, 5],
+      ['2025-08-01T00:00:00.000Z', 800, 10, 100_000],
+      ['2025-09-01T00:00:00.000Z', 800, 10, 100_000],
+    ])
+    expect((await planChanges(a.user.id, 1)).length).toBe(1)
   })
 })

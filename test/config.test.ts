@@ -148,6 +148,29 @@ describe('loadConfig', () => {
     expect(configError({ RATE_LIMITS: '[]' }).message).toContain('RATE_LIMITS')
   })
 
+  test('the budgets of service requests and proxy calls: documented defaults, whole numbers within bounds', () => {
+    const config = loadConfig({})
+    expect(config.serviceRequests).toEqual({ maxOpen: 100, maxOpenBytes: 1_048_576 })
+    expect(config.proxy).toEqual({ inFlightPerAgent: 10, bufferBytes: 64 * 1024 * 1024 })
+    expect(config.rateLimits).toMatchObject({
+      serviceRequestCreate: { capacity: 30, perSeconds: 60 },
+      messagePost: { capacity: 30, perSeconds: 60 },
+      proxyCall: { capacity: 600, perSeconds: 60 },
+    })
+    const narrowed = loadConfig({ SERVICE_REQUESTS_OPEN_MAX: '8', SERVICE_REQUESTS_OPEN_BYTES: '40000', PROXY_IN_FLIGHT_PER_AGENT: '2' })
+    expect(narrowed.serviceRequests).toEqual({ maxOpen: 8, maxOpenBytes: 40_000 })
+    expect(narrowed.proxy.inFlightPerAgent).toBe(2)
+    for (const [name, value] of <[string, string][]>[
+      ['SERVICE_REQUESTS_OPEN_MAX', '0'],
+      ['SERVICE_REQUESTS_OPEN_BYTES', '1.5'],
+      ['PROXY_IN_FLIGHT_PER_AGENT', '-1'],
+      // less than one call's answer
+      ['PROXY_BUFFER_BYTES', '1000'],
+    ]) {
+      expect(configError({ [name]: value }).message).toContain(name)
+    }
+  })
+
   test('a ConfigError message is one line', () => {
     for (const env of [{ PORT: 'x' }, { RATE_LIMITS: '{' }, { ...production, AUTH_JWT_SECRET: undefined }]) {
       expect(configError(env).message).not.toContain('\n')

@@ -106,3 +106,108 @@ describe('service requests between agents', () => {
     expect((await requestsOf(y)).map((r: { input: string }) => r.input)).toEqual(['for y'])
   })
 })
+
+describe('budgets of service requests', () => {
+  let narrow: TestContext
+  beforeAll(async () => {
+    narrow = await createTestContext({
+      actors: true,
+      env: {
+        // The helper's generous rules, but a sender may send 12 an hour; 8 open requests (40,000 bytes) per target.
+        RATE_LIMITS: JSON.stringify({
+          participantCreate: { capacity: 10000, perSeconds: 1 },
+          serviceRequestCreate: { capacity: 12, perSeconds: 3600 },
+        }),
+        SERVICE_REQUESTS_OPEN_MAX: '8',
+        SERVICE_REQUESTS_OPEN_BYTES: '40000',
+      },
+    })
+  })
+  afterAll(() => narrow.close())
+
+  const send = (from: TestAgent, target: TestAgent, input: string) =>
+    narrow.call('POST', '/v1/agent/service-requests', { apiKey: from.apiKey, body: { targetAgentId: target.id, input } })
+  const agent = async () => createAgent(narrow, await signUp(narrow))
+  const stored = async (target: TestAgent) =>
+    (await narrow.deps.sql`select count(*)::int as n from service_requests where target_participant_id = ${target.id}`)[0]!.n
+  const expectCapped = (result: Awaited<ReturnType<typeof send>>) => {
+    expectError(result, 429, 'too_many_open_requests')
+    expect(result.headers.get('retry-after')).toMatch(/^[1-9][0-9]*$/)
+  }
+
+  test('a sender past its serviceRequestCreate rate gets 429 rate_limited with Retry-After, and nothing is stored', async () => {
+    const [from, target] = [await agent(), await agent()]
+    for (let i = 0; i < 12; i++) {
+      const result = await send(from, target, `job ${i}`)
+      expect(result.status).toBe(201)
+      // Answered, so that the target's caps stay out of the way.
+      await narrow.call('POST', '/v1/agent/service-respond', {
+        apiKey: target.apiKey,
+        body: { requestId: result.body.data.requestId, output: 'done', success: true },
+      })
+    }
+    const refused = await send(from, target, 'one too many')
+    expectError(refused, 429, 'rate_limited')
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0)
+    expect(await stored(target)).toBe(12)
+    // Other senders have buckets of their own.
+    expect((await send(await agent(), target, 'another sender')).status).toBe(201)
+  })
+
+  test('a target holds at most 8 open requests, a sender a quarter of them; answering one makes room', async () => {
+    const target = await agent()
+    const senders = [await agent(), await agent(), await agent(), await agent(), await agent()]
+    const first = await send(senders[0]!, target, 'a')
+    expect(first.status).toBe(201)
+    expect((await send(senders[0]!, target, 'b')).status).toBe(201)
+    expectCapped(await send(senders[0]!, target, 'c'))
+    for (const sender of senders.slice(1, 4)) {
+      for (const input of ['a', 'b']) expect((await send(sender, target, input)).status).toBe(201)
+    }
+    expectCapped(await send(senders[4]!, target, 'no room'))
+    expect(await stored(target)).toBe(8)
+    expect((await narrow.call('GET', '/v1/agent/events', { apiKey: target.apiKey })).body.data.serviceRequests).toHaveLength(8)
+
+    const answered = await narrow.call('POST', '/v1/agent/service-respond', {
+      apiKey: target.apiKey,
+      body: { requestId: first.body.data.requestId, output: 'done', success: true },
+    })
+    expect(answered.status).toBe(200)
+    expect((await send(senders[4]!, target, 'room now')).status).toBe(201)
+    expectCapped(await send(senders[4]!, target, 'full again'))
+  })
+
+  test('the bytes of open inputs are capped as the inbox holds them: UTF-8 JSON strings, 10,000 a sender, 40,000 a target', async () => {
+    const target = await agent()
+    const senders = [await agent(), await agent(), await agent(), await agent(), await agent()]
+    // 9,000 characters are 9,002 bytes as a JSON string; 4,000 "é" are 8,002 bytes.
+    expect((await send(senders[0]!, target, 'x'.repeat(9000))).status).toBe(201)
+    expectCapped(await send(senders[0]!, target, 'x'.repeat(1000)))
+    expect((await send(senders[1]!, target, 'é'.repeat(4000))).status).toBe(201)
+    expectCapped(await send(senders[1]!, target, 'é'.repeat(1000)))
+    // Escapes count as what they take: 1,000 tabs are 2,002 bytes.
+    expectCapped(await send(senders[1]!, target, '\t'.repeat(1000)))
+    expect((await send(senders[2]!, target, 'x'.repeat(9000))).status).toBe(201)
+    expect((await send(senders[3]!, target, 'x'.repeat(9000))).status).toBe(201)
+    // 35,008 held: 4,992 more bytes fit, 4,998 do not, though only 4 of 8 requests are open.
+    expectCapped(await send(senders[4]!, target, 'x'.repeat(4996)))
+    expect((await send(senders[4]!, target, 'x'.repeat(4990))).status).toBe(201)
+
+    const k = narrow.deps.keys.agent(target.id)
+    const held = Object.values(await narrow.deps.redis.hgetall(k.requests)).map(entry => JSON.parse(entry).input as string)
+    expect(held.reduce((sum, input) => sum + Buffer.byteLength(JSON.stringify(input)), 0)).toBeLessThanOrEqual(40_000)
+  })
+
+  test('expired requests no longer count', async () => {
+    const [from, target] = [await agent(), await agent()]
+    expect((await send(from, target, 'a')).status).toBe(201)
+    expect((await send(from, target, 'b')).status).toBe(201)
+    expectCapped(await send(from, target, 'c'))
+    narrow.clock.advance(24 * 3_600_000 + 1000)
+    try {
+      expect((await send(from, target, 'c')).status).toBe(201)
+    } finally {
+      narrow.clock.set(new Date())
+    }
+  })
+})

@@ -108,13 +108,14 @@ async function seedEndedPeriods(ctx: TestContext, count: number, at: Date): Prom
       select id, 'Bulk ' || name, 1000, 3, 10, ${at}::timestamptz - interval '1 year', ${at}::timestamptz - interval '1 year'
       from participants where owner_id = ${owner!.id}
     `
-    // The terms history: the original price, and a rise six weeks before `at` for half of the plans.
+    // The terms history: the original price, and a rise ten weeks before `at` for half of the plans, in
+    // the subscribers' first period, so that it is billed from their third (a rise waits a whole period).
     await tx`
       insert into plan_terms (plan_id, effective_from, monthly_price_cents, included_proxy_calls, overage_per_call_cents)
       select p.id, p.created_at, 1000, 3, 10 from plans p join participants a on a.id = p.participant_id
       where a.owner_id = ${owner!.id}
       union all
-      select p.id, ${at}::timestamptz - interval '6 weeks', 1500, 5, 7 from plans p join participants a on a.id = p.participant_id
+      select p.id, ${at}::timestamptz - interval '10 weeks', 1500, 5, 7 from plans p join participants a on a.id = p.participant_id
       where a.owner_id = ${owner!.id} and right(a.name, 1) in ('1', '3', '5', '7', '9')
     `
     await tx`

@@ -317,7 +317,8 @@ describe('invoices', () => {
       [5, 2],
     ])
     expect(await counted(ctx, s.subscriptionId, 5)).toBe(5)
-    // The price changes mid-period: this period keeps its terms, the next one gets the new ones.
+    // The terms change mid-period: this period keeps its terms, the next one gets the more included calls
+    // (the higher price waits a period more: test/billing-plans.test.ts).
     await ctx.call('PATCH', `/v1/billing/plans/${s.planId}`, { token: owner.token, body: { monthlyPriceCents: 2000, includedProxyCalls: 50 } })
     const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
     const end = new Date(sub.currentPeriodEnd)

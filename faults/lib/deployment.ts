@@ -84,6 +84,8 @@ export async function startDeployment(
     // A killed worker's metering jobs come back after this, not after the default 30 s.
     QUEUE_LOCK_MS: '5000',
     SHUTDOWN_TIMEOUT_MS: '5000',
+    // Each load user writes every 300 ms, past the default messagePost budget of a person.
+    RATE_LIMITS: JSON.stringify({ messagePost: { capacity: 10_000, perSeconds: 1 } }),
   }
   const ports = [await freePort(), await freePort()]
   const slots = new Map<string, { role: Role; env: Record<string, string>; process?: ServiceProcess; starts: number }>([

@@ -10,6 +10,8 @@ const refusals: Record<string, () => AppError> = {
   user_provided_precedence: () => errors.userProvidedPrecedence(),
   not_subscribed: () => errors.notSubscribed(),
   invalid_input: () => errors.validation('The request holds a value that cannot be stored'),
+  // The target's open requests free up as it answers (or they expire), which no one can time.
+  too_many_open_requests: () => errors.tooManyOpenRequests(60),
 }
 
 /** The result, or the matching AppError thrown for a refusal. */

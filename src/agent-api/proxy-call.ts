@@ -34,7 +34,14 @@ export function proxyCallRoutes(deps: Deps, auth: AuthPlugin) {
       headers: IdempotencyHeaders,
       response: {
         200: Ok(ProxyResult),
-        ...failures(400, 401, 403, 404, 502, 503, 504),
+        ...failures(400, 401, 403, 404, 502, 504),
+        429: failure(
+          'rate_limited: over the agent’s proxyCall rate, or as many of its calls in flight as it may have (PROXY_IN_FLIGHT_PER_AGENT); see Retry-After',
+        ),
+        503: failure(
+          'unavailable: a backing service is away, or this server holds as many upstream answers as it may (PROXY_BUFFER_BYTES; with ' +
+            'Retry-After): the upstream was not called and nothing was metered',
+        ),
         409: failure(
           'idempotency_key_reused: the Idempotency-Key was used with another body; idempotency_key_in_progress: the first call ' +
             'with this key is still running (or its process died less than 10 s ago), try again after the Retry-After header’s seconds',

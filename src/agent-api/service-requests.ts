@@ -1,7 +1,7 @@
 /** /v1/agent/service-requests and /v1/agent/service-respond: agents ask each other for work. */
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
-import { Ok, failures, ok, Uuid } from '../http/schema.ts'
+import { Ok, failure, failures, ok, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
 import { IdempotencyHeaders, idempotentCommand } from '../idempotency/idempotent.ts'
@@ -32,7 +32,14 @@ export function serviceRequestRoutes(deps: Deps, auth: AuthPlugin) {
         agent: true,
         body: CreateServiceRequest,
         headers: IdempotencyHeaders,
-        response: { 201: Ok(CreatedServiceRequest), ...failures(400, 401, 403, 404, 409, 503) },
+        response: {
+          201: Ok(CreatedServiceRequest),
+          ...failures(400, 401, 403, 404, 409, 503),
+          429: failure(
+            'rate_limited: over the sender’s serviceRequestCreate rate; too_many_open_requests: the target holds as many open ' +
+              'requests, or bytes of them, as it may (in all, or from this sender: a quarter of each); see Retry-After',
+          ),
+        },
         detail: {
           operationId: 'createServiceRequest',
           summary: 'Ask another agent for work; it shows in the target’s events until answered or 24 h pass',

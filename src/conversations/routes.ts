@@ -16,7 +16,7 @@ import { Message, PostMessage } from './schema.ts'
 import { listMessages } from './store.ts'
 
 export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
-  const { sql, dispatcher } = deps
+  const { sql, dispatcher, rateLimiter } = deps
 
   const activeAgent = async (agentId: string) => {
     const agent = await findParticipant(sql, agentId)
@@ -37,6 +37,7 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
           body,
         }
         const outcome = await idempotentCommand(deps, request, async identity => {
+          await rateLimiter.take('messagePost', principalSubject(user))
           await activeAgent(params.agentId)
           if (!(await hasActiveSubscription(sql, user.userId, params.agentId))) throw errors.notSubscribed()
           const command: UserMessage = { messageId: newRowId(), userId: user.userId, text: body.text }
@@ -51,10 +52,10 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
         params: t.Object({ agentId: Uuid }),
         body: PostMessage,
         headers: IdempotencyHeaders,
-        response: { 201: Ok(Message), ...failures(400, 401, 403, 404, 409, 503) },
+        response: { 201: Ok(Message), ...failures(400, 401, 403, 404, 409, 429, 503) },
         detail: {
           operationId: 'sendMessage',
-          summary: 'Write to an agent you subscribe to (honours Idempotency-Key)',
+          summary: 'Write to an agent you subscribe to (honours Idempotency-Key; messagePost rate per user)',
         },
       },
     )

@@ -16,6 +16,8 @@ export type EventType =
   | 'service.completed'
   | 'service.failed'
   | 'invoice.issued'
+  // recorded set-based by src/billing/plans/price-change.ts
+  | 'plan.changed'
   | 'usage.threshold'
   | 'blog.published'
   | 'context.updated'

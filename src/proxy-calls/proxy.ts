@@ -4,13 +4,13 @@ import type { Deps } from '../deps.ts'
 import { AppError, errors } from '../errors.ts'
 import { newRowId } from '../ids.ts'
 import type { CommandIdentity, CommandOptions } from '../idempotency/idempotent.ts'
-import type { AgentPrincipal } from '../auth/principal.ts'
+import { principalSubject, type AgentPrincipal } from '../auth/principal.ts'
 import { activeSubscription } from '../billing/subscriptions/store.ts'
 import { findSealedConnection } from '../connections/store.ts'
 import { openCredential } from '../connections/credential-box.ts'
 import { upstreamRefusal } from '../connections/address-policy.ts'
 import { meterCall, type Usage } from '../metering/meter.ts'
-import { forward } from './forward.ts'
+import { forward, maxResponseBytes, upstreamTimeoutMs } from './forward.ts'
 import { checkProxyPath } from './path-policy.ts'
 import type { ProxyCall } from './schema.ts'
 
@@ -48,9 +48,27 @@ export interface ProxyResult {
   usage: Usage
 }
 
+/** How long a call's place among its agent's calls in flight outlives a process that died mid-call: past any call's end. */
+export const inFlightLeaseMs = 3 * upstreamTimeoutMs
+
+/**
+ * A proxy call within its agent's budgets: the `proxyCall` rate and `PROXY_IN_FLIGHT_PER_AGENT` calls
+ * at once across processes (429 `rate_limited`), and this process's `PROXY_BUFFER_BYTES` (503).
+ */
 export async function proxyCall(deps: Deps, agent: AgentPrincipal, call: ProxyCall, eventId: string): Promise<ProxyResult> {
-  const { sql, config, clock } = deps
   checkProxyPath(call.path)
+  const subject = principalSubject(agent)
+  await deps.rateLimiter.take('proxyCall', subject)
+  const exit = await deps.inFlight.enter({ name: 'proxyCall', max: deps.config.proxy.inFlightPerAgent, leaseMs: inFlightLeaseMs }, subject)
+  try {
+    return await callUpstream(deps, agent, call, eventId)
+  } finally {
+    await exit()
+  }
+}
+
+async function callUpstream(deps: Deps, agent: AgentPrincipal, call: ProxyCall, eventId: string): Promise<ProxyResult> {
+  const { sql, config, clock } = deps
   const subscription = await activeSubscription(sql, call.userId, agent.participantId)
   if (!subscription) throw errors.notSubscribed()
   const connection = await findSealedConnection(sql, call.userId, call.provider)
@@ -70,17 +88,24 @@ export async function proxyCall(deps: Deps, agent: AgentPrincipal, call: ProxyCa
   }
   headers.authorization = `Bearer ${openCredential(config.connectionsKey!, connection.credential, connection.id)}`
 
-  const occurredAt = clock.now()
-  let response
+  // The most a call may buffer is reserved before the upstream is asked, so a refusal (503) leaves
+  // nothing done: no upstream reached, nothing metered, the Idempotency-Key free for a retry.
+  const release = deps.proxyBuffers.reserve(maxResponseBytes)
   try {
-    response = await forward({ url, method: call.method, headers, body })
-  } catch (error) {
-    // It reached the upstream, only the answer failed us: the call counts all the same.
-    if (reachedUpstream(error)) await meterCall(deps, { eventId, subscription, occurredAt })
-    throw error
+    const occurredAt = clock.now()
+    let response
+    try {
+      response = await forward({ url, method: call.method, headers, body })
+    } catch (error) {
+      // It reached the upstream, only the answer failed us: the call counts all the same.
+      if (reachedUpstream(error)) await meterCall(deps, { eventId, subscription, occurredAt })
+      throw error
+    }
+    const usage = await meterCall(deps, { eventId, subscription, occurredAt })
+    return { status: response.status, headers: { 'content-type': response.contentType }, body: response.body, usage }
+  } finally {
+    release()
   }
-  const usage = await meterCall(deps, { eventId, subscription, occurredAt })
-  return { status: response.status, headers: { 'content-type': response.contentType }, body: response.body, usage }
 }
 
 /** Failures that came after the request was sent: the upstream has it. */

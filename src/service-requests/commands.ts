@@ -3,7 +3,8 @@ import type { ActorKind, Refusal } from '../actors/types.ts'
 import { enqueueEvents } from '../events/outbox.ts'
 import { participantOwner } from '../participants/store.ts'
 import { inboxRepair, putOpenRequest, removeOpenRequest, type InboxDeps, type OpenServiceRequest } from '../conversations/inbox.ts'
-import { findServiceRequest, insertServiceRequest, respondToRequest } from './store.ts'
+import type { ServiceRequestCaps } from '../config.ts'
+import { findServiceRequest, insertServiceRequest, openLoad, respondToRequest, type OpenLoad } from './store.ts'
 
 export const requestLifetimeMs = 24 * 3_600_000
 
@@ -21,11 +22,30 @@ export interface Answered {
   fromAgentId: string
 }
 
-export function serviceRequestCommands(deps: InboxDeps): ActorKind {
+/** The refusal of a request that would take its target's open requests, or its sender's share of them, past the caps. */
+
+/**
+ * Whether one more request of `bytes` fits under the caps: the target's open requests, and the
+ * sender's share of them (a quarter of each cap, so one sender cannot fill a target's inbox alone).
+ */
+export function fitsUnderCaps(load: OpenLoad, bytes: number, caps: ServiceRequestCaps): boolean {
+  const share = { maxOpen: Math.max(1, Math.floor(caps.maxOpen / 4)), maxOpenBytes: Math.floor(caps.maxOpenBytes / 4) }
+  return (
+    load.count + 1 <= caps.maxOpen &&
+    load.bytes + bytes <= caps.maxOpenBytes &&
+    load.fromCount + 1 <= share.maxOpen &&
+    load.fromBytes + bytes <= share.maxOpenBytes
+  )
+}
+
+export function serviceRequestCommands(deps: InboxDeps, caps: ServiceRequestCaps): ActorKind {
   const repair = inboxRepair(deps)
   return {
     'service.request': {
-      async apply(tx, request: NewRequest, { id, at }): Promise<OpenServiceRequest> {
+      async apply(tx, request: NewRequest, { id, at }): Promise<OpenServiceRequest | Refusal> {
+        // The actor applies this agent's commands one at a time, so the count cannot change under us.
+        const load = await openLoad(tx, id, request.fromAgentId, at)
+        if (!fitsUnderCaps(load, Buffer.byteLength(JSON.stringify(request.input)), caps)) return { refused: 'too_many_open_requests' }
         const expiresAt = new Date(at.getTime() + requestLifetimeMs)
         await insertServiceRequest(tx, {
           id: request.requestId,

@@ -12,13 +12,17 @@ import type { Answer, Answered, NewRequest } from './commands.ts'
 import type { CreateServiceRequest, ServiceRequest, ServiceRespond } from './schema.ts'
 import { findServiceRequest } from './store.ts'
 
-/** Sends a request from `fromAgentId` to the agent the body names (by id or by name, exactly one). */
+/**
+ * Sends a request from `fromAgentId` to the agent the body names (by id or by name, exactly one),
+ * within the sender's `serviceRequestCreate` rate and the target's caps on open requests (429).
+ */
 export async function sendServiceRequest(
-  { sql, dispatcher }: Deps,
+  { sql, dispatcher, rateLimiter }: Deps,
   fromAgentId: string,
   body: typeof CreateServiceRequest.static,
   identity: CommandIdentity,
 ): Promise<OpenServiceRequest> {
+  await rateLimiter.take('serviceRequestCreate', `agent:${fromAgentId}`)
   const target = body.targetAgentId ?? body.targetAgentName
   if ((body.targetAgentId === undefined) === (body.targetAgentName === undefined)) {
     throw errors.field('/targetAgentId', 'give exactly one of targetAgentId and targetAgentName')

@@ -39,6 +39,31 @@ export async function findServiceRequest(sql: Db, id: string): Promise<ServiceRe
   return row
 }
 
+export interface OpenLoad {
+  /** Open requests addressed to the target, and the bytes of their inputs as JSON strings. */
+  count: number
+  bytes: number
+  /** Those of them from one sender. */
+  fromCount: number
+  fromBytes: number
+}
+
+/**
+ * What the open (pending, unexpired) requests addressed to `targetAgentId` add up to, all of them and
+ * those from `fromAgentId`. Inputs are measured as the inbox in Redis holds them: JSON strings, UTF-8.
+ */
+export async function openLoad(sql: Db, targetAgentId: string, fromAgentId: string, now: Date): Promise<OpenLoad> {
+  const [row] = await sql<OpenLoad[]>`
+    select count(*)::int as count,
+      coalesce(sum(octet_length(to_json(input)::text)), 0)::bigint as bytes,
+      count(*) filter (where from_participant_id = ${fromAgentId})::int as "fromCount",
+      coalesce(sum(octet_length(to_json(input)::text)) filter (where from_participant_id = ${fromAgentId}), 0)::bigint as "fromBytes"
+    from service_requests
+    where target_participant_id = ${targetAgentId} and status = 'pending' and expires_at > ${now}
+  `
+  return row!
+}
+
 /** Answers a pending, unexpired request; false when it was answered or expired before. */
 export async function respondToRequest(sql: Db, answer: { id: string; output: string; success: boolean; at: Date }): Promise<boolean> {
   const rows = await sql`

@@ -68,7 +68,13 @@ export function testConfig(env: Record<string, string> = {}): Config {
       blogPostCreate: { capacity: 10000, perSeconds: 1 },
       blogContentEdit: { capacity: 10000, perSeconds: 1 },
       replyPost: { capacity: 10000, perSeconds: 1 },
+      serviceRequestCreate: { capacity: 10000, perSeconds: 1 },
+      messagePost: { capacity: 10000, perSeconds: 1 },
+      proxyCall: { capacity: 10000, perSeconds: 1 },
     }),
+    PROXY_IN_FLIGHT_PER_AGENT: '10000',
+    // A reservation, not memory in use: the most every proxy call might buffer.
+    PROXY_BUFFER_BYTES: String(1024 ** 3),
     ...env,
   })
 }

@@ -2,7 +2,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps.ts'
 import { errors } from '../../errors.ts'
-import { Ok, failures, iso, ok, Uuid } from '../../http/schema.ts'
+import { Ok, failure, failures, iso, ok, Uuid } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
 import type { Principal } from '../../auth/principal.ts'
 import { principalSubject } from '../../auth/principal.ts'
@@ -10,7 +10,7 @@ import { IdempotencyHeaders, idempotent } from '../../idempotency/idempotent.ts'
 import { requireOwnedParticipant, requireParticipant } from '../../participants/ownership.ts'
 import { issuePurchaseInvoice } from '../../invoices/store.ts'
 import { enqueueEvents } from '../../events/outbox.ts'
-import { ConfigListing, CreateConfig, DeactivatedConfig, MyConfig, Purchase, UpdateConfig } from './schema.ts'
+import { ConfigListing, CreateConfig, DeactivatedConfig, MyConfig, Purchase, PurchaseRequest, UpdateConfig } from './schema.ts'
 import {
   deactivateConfig,
   findConfig,
@@ -129,7 +129,8 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
     )
     .post(
       '/configs/:configId/purchase',
-      async ({ user, params, headers, set }) => {
+      async ({ user, params, body, headers, set }) => {
+        const expectedPriceCents = body?.expectedPriceCents
         const outcome = await idempotent(
           deps,
           {
@@ -137,7 +138,7 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
             key: headers['idempotency-key'],
             method: 'POST',
             path: `/v1/billing/configs/${params.configId}/purchase`,
-            body: null,
+            body: expectedPriceCents === undefined ? null : { expectedPriceCents },
           },
           async tx => {
             const config = await findConfig(tx, params.configId, user.userId)
@@ -146,6 +147,8 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
             if (bought) return { status: 200, body: ok(purchaseView(bought)) }
             if (config.ownerId === user.userId) throw errors.cannotBuyOwnConfig()
             if (!config.active) throw errors.configInactive()
+            // Checked against the price read in this transaction, which is the price charged.
+            if (expectedPriceCents !== undefined && expectedPriceCents !== config.priceCents) throw errors.priceChanged(config.priceCents)
             const at = clock.now()
             const created = await insertPurchase(tx, { configId: config.id, userId: user.userId, priceCents: config.priceCents }, at)
             if (created) {
@@ -179,11 +182,21 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
       {
         user: true,
         params: t.Object({ configId: Uuid }),
+        body: PurchaseRequest,
         headers: IdempotencyHeaders,
-        response: { 201: Ok(Purchase), 200: Ok(Purchase), ...failures(400, 401, 403, 404, 409) },
+        response: {
+          201: Ok(Purchase),
+          200: Ok(Purchase),
+          ...failures(400, 401, 403, 404),
+          409: failure(
+            'config_inactive: no longer for sale; price_changed: the listing’s price is not the expectedPriceCents sent (nothing charged); ' +
+              'idempotency_key_reused',
+          ),
+        },
         detail: {
           operationId: 'purchaseConfig',
-          summary: 'Buy a config and get its content: 201 the first time, 200 with the same purchase after',
+          summary:
+            'Buy a config and get its content: 201 the first time, 200 with the same purchase after. Send expectedPriceCents to be charged that or nothing',
         },
       },
     )

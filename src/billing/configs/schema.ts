@@ -55,6 +55,18 @@ export type UpdateConfig = typeof UpdateConfig.static
 
 export const DeactivatedConfig = t.Object({ id: Uuid, active: t.Literal(false) })
 
+// MaybeEmpty, not t.Optional: a purchase may come with no body at all (the interface's "no body").
+export const PurchaseRequest = t.MaybeEmpty(
+  t.Object(
+    {
+      expectedPriceCents: t.Optional(
+        Int({ minimum: 0, maximum: 10_000_000, description: 'The price the buyer agreed to; a listing priced otherwise now is 409 price_changed' }),
+      ),
+    },
+    { additionalProperties: false },
+  ),
+)
+
 export const Purchase = t.Object({
   purchaseId: Uuid,
   configId: Uuid,

@@ -6,6 +6,7 @@ import { Ok, failures, iso, ok, Uuid } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
 import { requireOwnedParticipant, requireParticipant } from '../../participants/ownership.ts'
 import { CreatePlan, DeactivatedPlan, Plan, UpdatePlan } from './schema.ts'
+import { announcePlanChange } from './price-change.ts'
 import { deactivatePlan, findPlan, insertPlan, listPlans, updatePlan, type PlanRow } from './store.ts'
 
 export const planView = (row: PlanRow): Plan => ({
@@ -63,8 +64,12 @@ export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
     .patch(
       '/:planId',
       async ({ user, params, body }) => {
-        await ownedPlan(params.planId, user.userId)
-        await sql.begin(tx => updatePlan(tx, params.planId, body, clock.now()))
+        const plan = await ownedPlan(params.planId, user.userId)
+        await sql.begin(async tx => {
+          const at = clock.now()
+          const change = await updatePlan(tx, params.planId, body, at)
+          if (change) await announcePlanChange(tx, { id: plan.id, name: body.name ?? plan.name, participantId: plan.participantId }, change, at)
+        })
         // Its agent may have been deactivated meanwhile: then there is no plan to show.
         const updated = await findPlan(sql, params.planId)
         if (!updated) throw errors.notFound('Plan')
@@ -77,7 +82,9 @@ export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
         response: { 200: Ok(Plan), ...failures(400, 401, 403, 404) },
         detail: {
           operationId: 'updatePlan',
-          summary: 'Change a plan; price changes reach existing subscribers from their next period',
+          summary:
+            'Change a plan. Existing subscribers are told at once (plan.changed); a rise reaches them from the period after their next, ' +
+            'lower prices and more included calls from their next',
         },
       },
     )

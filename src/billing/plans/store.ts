@@ -1,6 +1,7 @@
 /** SQL for billing plans. */
 import type { Db } from '../../db.ts'
 import type { CreatePlan, UpdatePlan } from './schema.ts'
+import { sameTerms, type PlanTerms } from './price-change.ts'
 
 export interface PlanRow {
   id: string
@@ -74,17 +75,34 @@ export async function listPlans(sql: Db, participantId: string, includeInactive:
   `
 }
 
-export async function updatePlan(sql: Db, id: string, patch: UpdatePlan, at: Date): Promise<void> {
+/**
+ * Applies the patch, with the plan's row locked so that concurrent changes follow one another; returns
+ * the terms before and after when they changed, for the caller to announce in the same transaction.
+ */
+export async function updatePlan(sql: Db, id: string, patch: UpdatePlan, at: Date): Promise<{ previous: PlanTerms; terms: PlanTerms } | undefined> {
+  const [previous] = await sql<PlanTerms[]>`
+    select monthly_price_cents as "monthlyPriceCents", included_proxy_calls as "includedProxyCalls",
+      overage_per_call_cents as "overagePerCallCents"
+    from plans where id = ${id}
+    for update
+  `
+  if (!previous) return undefined
   const changes: Record<string, unknown> = {}
   if (patch.name !== undefined) changes.name = patch.name
   if (patch.description !== undefined) changes.description = patch.description
   if (patch.monthlyPriceCents !== undefined) changes.monthly_price_cents = patch.monthlyPriceCents
   if (patch.includedProxyCalls !== undefined) changes.included_proxy_calls = patch.includedProxyCalls
   if (patch.overagePerCallCents !== undefined) changes.overage_per_call_cents = patch.overagePerCallCents
-  if (Object.keys(changes).length === 0) return
+  if (Object.keys(changes).length === 0) return undefined
   await sql`update plans set ${sql(changes)}, updated_at = ${at} where id = ${id}`
-  const termsChanged = patch.monthlyPriceCents !== undefined || patch.includedProxyCalls !== undefined || patch.overagePerCallCents !== undefined
-  if (termsChanged) await recordTerms(sql, id, at)
+  const terms: PlanTerms = {
+    monthlyPriceCents: patch.monthlyPriceCents ?? previous.monthlyPriceCents,
+    includedProxyCalls: patch.includedProxyCalls ?? previous.includedProxyCalls,
+    overagePerCallCents: patch.overagePerCallCents ?? previous.overagePerCallCents,
+  }
+  if (sameTerms(previous, terms)) return undefined
+  await recordTerms(sql, id, at)
+  return { previous, terms }
 }
 
 export async function deactivatePlan(sql: Db, id: string, at: Date): Promise<void> {
