@@ -133,8 +133,8 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
         },
       },
     )
-    .get('/device-codes/:deviceCode', async ({ params }) => ok(await pollDeviceAuthorization(device, params.deviceCode)), {
-      params: t.Object({ deviceCode: t.String({ maxLength: 64 }) }),
+    .get('/device-codes/:code', async ({ params }) => ok(await pollDeviceAuthorization(device, params.code)), {
+      params: t.Object({ code: t.String({ maxLength: 64, description: 'The device code (deviceCode) the flow started with' }) }),
       response: { 200: Ok(DevicePoll), ...failures(404, 429) },
       detail: {
         operationId: 'pollDeviceAuthorization',
@@ -143,12 +143,12 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
       },
     })
     .patch(
-      '/device-codes/:userCode',
+      '/device-codes/:code',
       async ({ user, params, body }) => {
         const subject = `user:${user.userId}`
         await rateLimiter.take('deviceCodeApprove', subject)
         await rateLimiter.check('deviceCodeMisses', subject)
-        const status = await decideDeviceAuthorization(device, user.userId, params.userCode, body?.action ?? 'approve')
+        const status = await decideDeviceAuthorization(device, user.userId, params.code, body?.action ?? 'approve')
         if (!status) {
           await rateLimiter.take('deviceCodeMisses', subject)
           throw errors.notFound('User code')
@@ -157,7 +157,9 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
       },
       {
         user: true,
-        params: t.Object({ userCode: t.String({ maxLength: 16 }) }),
+        params: t.Object({
+          code: t.String({ maxLength: 16, description: 'The user code (userCode) the device shows, with or without its hyphen, in any case' }),
+        }),
         body: DeviceDecision,
         response: { 200: Ok(DeviceDecided), ...failures(400, 401, 403, 404, 429) },
         detail: {

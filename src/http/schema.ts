@@ -54,6 +54,8 @@ export const Int = (options?: IntegerOptions) => Type.Integer(options)
 
 /** Lower-case, as the service writes them (the `uuid` format is registered so: src/http/formats.ts). */
 export const Uuid = t.String({ format: 'uuid', description: 'A UUID in lower case' })
+/** A UUID that says whose it is (a path parameter, say). */
+export const UuidOf = (description: string) => t.String({ format: 'uuid', description })
 export const Timestamp = t.String({ format: 'date-time', description: 'ISO 8601 UTC with milliseconds' })
 export const NullableTimestamp = t.Union([Timestamp, t.Null()])
 
