@@ -4,6 +4,7 @@ import { openapi } from '@elysiajs/openapi'
 import type { Deps } from './deps.ts'
 import { httpErrors } from './http/error-handler.ts'
 import { registerFormats } from './http/formats.ts'
+import { routeMethods } from './http/route-methods.ts'
 import { authPlugin } from './auth/plugin.ts'
 import { authRoutes } from './auth/routes.ts'
 import { devicePage } from './auth/device-page.ts'
@@ -24,9 +25,10 @@ import { blogPages } from './blog/pages.ts'
 export function createApp(deps: Deps) {
   registerFormats()
   const auth = authPlugin(deps.authenticator)
+  const routes = routeMethods()
   // Unknown fields are refused (400), not silently dropped: a typo should not look like success.
-  return new Elysia({ normalize: false })
-    .use(httpErrors(deps.log))
+  const app = new Elysia({ normalize: false })
+    .use(httpErrors(deps.log, routes))
     .use(
       openapi({
         path: '/swagger',
@@ -89,6 +91,8 @@ export function createApp(deps: Deps) {
     .use(blogRoutes(deps, auth))
     .use(publicBlogRoutes(deps))
     .use(blogPages(deps))
+  routes.index(app.routes)
+  return app
 }
 
 export type App = ReturnType<typeof createApp>

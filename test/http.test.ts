@@ -47,17 +47,68 @@ describe('framework-level errors', () => {
     expectError(await ctx.call('POST', '/nowhere', { body: {} }), 404, 'not_found')
   })
 
-  test('a wrong method on a known path is 404 or 405 in the same envelope', async () => {
-    for (const [method, path] of [
-      ['PUT', '/v1/auth/me'],
-      ['DELETE', '/health'],
-      ['PUT', '/v1/participants'],
+  test('a wrong method on a known path is 405 method_not_allowed in the envelope, with Allow', async () => {
+    const id = crypto.randomUUID()
+    for (const [method, path, allow] of [
+      ['PUT', '/v1/auth/me', 'GET, HEAD, OPTIONS, PATCH'],
+      ['DELETE', '/health', 'GET, HEAD, OPTIONS'],
+      ['PUT', '/v1/participants', 'GET, HEAD, OPTIONS, POST'],
+      ['PUT', `/v1/participants/${id}`, 'DELETE, GET, HEAD, OPTIONS, PATCH'],
+      ['GET', `/v1/participants/${id}/api-key/`, 'OPTIONS, POST'],
+      ['POST', '/@somebody/blog', 'GET, HEAD, OPTIONS'],
     ] as const) {
       const res = await ctx.call(method, path, { token: alice.token, body: {} })
-      expect([404, 405]).toContain(res.status)
-      expectError(res, res.status, 'not_found')
+      const error = expectError(res, 405, 'method_not_allowed')
       expectClean(res)
+      expect(res.headers.get('allow'), `${method} ${path}`).toBe(allow)
+      expect(error.message).toBe(`This path does not take ${method}; it takes ${allow}`)
     }
+    // A method no route takes anywhere, and a path the service does not have, are told apart.
+    expectError(await ctx.call('PUT', '/v1/no-such-thing', { body: {} }), 404, 'not_found')
+    expect((await ctx.call('TRACE', '/health')).headers.get('allow')).toBe('GET, HEAD, OPTIONS')
+  })
+
+  test('HEAD answers where GET does, without a body; OPTIONS says which methods a path takes', async () => {
+    const head = await ctx.app.handle(new Request('http://test.local/health', { method: 'HEAD' }))
+    expect(head.status).toBe(200)
+    expect(await head.text()).toBe('')
+    expectError(await ctx.call('HEAD', '/v1/auth/device-codes'), 405, 'method_not_allowed')
+
+    const options = await ctx.call('OPTIONS', '/v1/auth/me')
+    expect(options.status).toBe(204)
+    expect(options.headers.get('allow')).toBe('GET, HEAD, OPTIONS, PATCH')
+    expect(options.body).toBe('')
+    expect((await ctx.call('OPTIONS', `/blog/${alice.id}/posts/some-slug`)).headers.get('allow')).toBe('GET, HEAD, OPTIONS')
+    expectError(await ctx.call('OPTIONS', '/v1/no-such-thing'), 404, 'not_found')
+  })
+
+  test('a form, multipart or text body is 415 unsupported_media_type naming JSON, and creates nothing', async () => {
+    const name = `form-${Math.random().toString(36).slice(2, 10)}`
+    const multipart = new FormData()
+    multipart.append('name', name)
+    const bodies: [string | URLSearchParams | FormData, Record<string, string>][] = [
+      [new URLSearchParams({ name }), {}],
+      [multipart, {}],
+      [JSON.stringify({ name }), { 'content-type': 'text/plain' }],
+      [JSON.stringify({ name }), {}],
+    ]
+    for (const [body, headers] of bodies) {
+      const response = await ctx.app.handle(
+        new Request('http://test.local/v1/participants', { method: 'POST', headers: { authorization: `Bearer ${alice.token}`, ...headers }, body }),
+      )
+      const result = { status: response.status, headers: response.headers, body: await response.json() }
+      const error = expectError(result, 415, 'unsupported_media_type')
+      expect(error.message).toBe('The request body must be JSON, sent with Content-Type: application/json')
+      expectClean(result)
+    }
+    expect((await ctx.call('GET', `/v1/participants/${name}`)).status).toBe(404)
+    // The route is looked at first: no such path is 404, a wrong method 405, whatever the body.
+    const form = (method: string, path: string) =>
+      ctx.app.handle(new Request(`http://test.local${path}`, { method, body: new URLSearchParams({ name }) }))
+    expect((await form('POST', '/v1/no-such-thing')).status).toBe(404)
+    expect((await form('PUT', '/v1/participants')).status).toBe(405)
+    // No body at all needs no media type.
+    expect((await ctx.call('POST', '/v1/auth/sse-token', { token: alice.token })).status).toBe(200)
   })
 
   test('a malformed JSON body is 400 invalid_json, before authentication', async () => {
