@@ -293,13 +293,13 @@ describe('health', () => {
 })
 
 describe('OpenAPI document', () => {
-  // The document is checked field by field below.
+  // The document is checked field by field below, with its references resolved.
   let doc: any
 
   beforeAll(async () => {
     const res = await ctx.call('GET', '/swagger/json')
     expect(res.status).toBe(200)
-    doc = res.body
+    doc = await SwaggerParser.dereference(structuredClone(res.body))
   })
 
   const operations = () =>
@@ -311,7 +311,7 @@ describe('OpenAPI document', () => {
 
   test('is a valid OpenAPI 3 document', async () => {
     expect(doc.openapi).toMatch(/^3\./)
-    await SwaggerParser.validate(structuredClone(doc))
+    await SwaggerParser.validate((await ctx.call('GET', '/swagger/json')).body)
   })
 
   test('every operation has a unique operationId, tags and a schema for every declared status', () => {
@@ -324,13 +324,15 @@ describe('OpenAPI document', () => {
       expect(operation.tags?.length, where).toBeGreaterThan(0)
       const statuses = Object.keys(operation.responses ?? {})
       expect(statuses.length, where).toBeGreaterThan(0)
-      // JSON everywhere, but the public blog pages are HTML and its feeds RSS.
+      // JSON everywhere, but the public blog pages are HTML (their 404 too) and its feeds RSS; what the
+      // HTTP layer refuses before a page is made (a URL too long, say) is the JSON envelope.
+      const page = path.startsWith('/@') || path === '/device'
       for (const status of statuses) {
         const content = operation.responses[status].content ?? {}
         const types = Object.keys(content)
         expect(types, `${where} ${status}`).toHaveLength(1)
         const allowed =
-          path.startsWith('/@') || path === '/device'
+          page && (Number(status) < 400 || status === '404')
             ? ['text/html']
             : path.startsWith('/v1/events/') && status === '200'
               ? ['text/event-stream']
@@ -339,7 +341,8 @@ describe('OpenAPI document', () => {
         expect(content[types[0]!].schema, `${where} ${status}`).toBeObject()
       }
       // /health answers 503 with its own report (what is down), and an HTML page its 404 as a page.
-      for (const status of statuses.filter(status => Number(status) >= 400 && path !== '/health' && !path.startsWith('/@'))) {
+      const ownFailure = (status: string) => (path === '/health' && status === '503') || (page && status === '404')
+      for (const status of statuses.filter(status => Number(status) >= 400 && !ownFailure(status))) {
         const schema = operation.responses[status].content['application/json'].schema
         expect(schema.required, `${where} ${status}`).toEqual(expect.arrayContaining(['success', 'statusCode', 'error', 'message']))
       }
@@ -408,13 +411,26 @@ describe('OpenAPI document', () => {
     expect(doc.paths).not.toHaveProperty('/swagger/json')
   })
 
-  test('GET /swagger serves the HTML reference', async () => {
+  test('GET /swagger serves the HTML reference, its script and styles from the service itself', async () => {
     const response = await ctx.app.handle(new Request('http://test.local/swagger'))
     expect(response.status).toBe(200)
     expect(response.headers.get('content-type')).toContain('text/html')
     const html = await response.text()
-    expect(html).toContain('<!DOCTYPE html>')
-    expect(html).toContain('swagger/json')
+    expect(html).toStartWith('<!doctype html>')
+    const sources = [...html.matchAll(/(?:src|href)="([^"]+)"/g)].map(match => match[1]!)
+    expect(sources.sort()).toEqual([
+      '/swagger/assets/favicon-32x32.png',
+      '/swagger/assets/init.js',
+      '/swagger/assets/swagger-ui-bundle.js',
+      '/swagger/assets/swagger-ui.css',
+    ])
+    for (const source of sources) {
+      const asset = await ctx.app.handle(new Request(`http://test.local${source}`))
+      expect(asset.status, source).toBe(200)
+      expect((await asset.arrayBuffer()).byteLength, source).toBeGreaterThan(0)
+    }
+    expect(await (await ctx.app.handle(new Request('http://test.local/swagger/assets/init.js'))).text()).toContain("url: '/swagger/json'")
+    expectError(await ctx.call('GET', '/swagger/assets/package.json'), 404, 'not_found')
   })
 })
 
