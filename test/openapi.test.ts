@@ -1,5 +1,8 @@
 /** The OpenAPI document as generators read it: unique paths, named schemas, JSON bodies, security, and every failure a route answers. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import SwaggerParser from '@apidevtools/swagger-parser'
 import { createAgent, createTestContext, signUp, type CallResult, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 
@@ -212,5 +215,44 @@ describe('failures', () => {
     }
     // The probes reached the failures they are meant to reach.
     expect([...seen].sort()).toEqual(expect.arrayContaining(['400', '401', '403', '404', '415']))
+  }, 60_000)
+})
+
+describe('redocly lint', () => {
+  /**
+   * Two warnings the URLs themselves make: /blog/posts/{postId} and /blog/{agentIdOrName}/posts (or
+   * /rss) would both match /blog/posts/posts. The contract fixes both URLs, and no agent may be named
+   * `posts` or `manage` (docs/limits.md), so the service never meets the ambiguity; the rule cannot
+   * know that. Only these two are let through, by rule and place.
+   */
+  const contractAmbiguities = ['no-ambiguous-paths #/paths/~1blog~1{agentIdOrName}~1posts', 'no-ambiguous-paths #/paths/~1blog~1{agentIdOrName}~1rss']
+
+  test('finds no error and no warning of its recommended rules (and no schema example that does not fit)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'openapi-lint-'))
+    try {
+      writeFileSync(join(dir, 'openapi.json'), JSON.stringify(doc))
+      writeFileSync(join(dir, 'redocly.yaml'), 'extends:\n  - recommended\nrules:\n  no-invalid-schema-examples: error\n')
+      const child = Bun.spawn(['node', require.resolve('@redocly/cli/bin/cli.js'), 'lint', 'openapi.json', '--format=json'], {
+        cwd: dir,
+        env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', NO_COLOR: '1' },
+        stdout: 'pipe',
+        stderr: 'pipe',
+      })
+      const [output, errors] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited])
+      let report: { problems: { ruleId: string; severity: string; message: string; location: { pointer: string }[] }[] }
+      try {
+        report = JSON.parse(output)
+      } catch {
+        throw new Error(`redocly lint printed no report: ${output.slice(0, 500)} ${errors.slice(-1000)}`)
+      }
+      const found = report.problems.map(problem => `${problem.ruleId} ${problem.location[0]?.pointer}`)
+      const unexpected = report.problems
+        .filter(problem => !contractAmbiguities.includes(`${problem.ruleId} ${problem.location[0]?.pointer}`))
+        .map(problem => `${problem.severity} ${problem.ruleId} at ${problem.location.map(place => place.pointer).join(', ')}: ${problem.message}`)
+      expect(unexpected).toEqual([])
+      expect(found.sort()).toEqual(contractAmbiguities)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   }, 60_000)
 })
