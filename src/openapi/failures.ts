@@ -39,7 +39,10 @@ export const failureResponses: Record<string, Response> = {
   UnsupportedMediaType: failure('unsupported_media_type: a body must be JSON, sent with Content-Type: application/json'),
   HeadersTooLarge: failure('headers_too_large: the request line and headers are over 16 KiB'),
   Internal: failure('internal: something went wrong on our side'),
-  Unavailable: failure('unavailable: PostgreSQL or Redis cannot be reached right now; retry'),
+  Unavailable: {
+    ...failure('unavailable: PostgreSQL or Redis cannot be reached, or the service is too busy, right now; retry'),
+    headers: { 'Retry-After': { description: 'Seconds to wait, when the service knows', schema: { type: 'integer', minimum: 0 } } },
+  },
 }
 
 /** Operations that reach neither PostgreSQL nor Redis, so are never 503. */
@@ -65,6 +68,9 @@ export function addFailures(operation: Operation): void {
   if (!offline.has(operation.operationId)) add(503, 'Unavailable')
   for (const [status, response] of Object.entries(responses)) {
     if (status === '429' && !response.$ref) response.headers = { 'Retry-After': retryAfter, ...response.headers }
+    if (status === '503' && response.content?.['application/json']?.schema.$ref === envelope.$ref) {
+      response.headers = { ...failureResponses.Unavailable!.headers, ...response.headers }
+    }
     if (status === '401' && !response.$ref) response.headers = { ...failureResponses.Unauthorized!.headers, ...response.headers }
   }
 }
