@@ -107,8 +107,10 @@ describe('framework-level errors', () => {
       ctx.app.handle(new Request(`http://test.local${path}`, { method, body: new URLSearchParams({ name }) }))
     expect((await form('POST', '/v1/no-such-thing')).status).toBe(404)
     expect((await form('PUT', '/v1/participants')).status).toBe(405)
-    // No body at all needs no media type.
+    // No body at all needs no media type, and a route that takes no body does not read one, whatever its type.
     expect((await ctx.call('POST', '/v1/auth/sse-token', { token: alice.token })).status).toBe(200)
+    const unread = await ctx.call('POST', '/v1/auth/sse-token', { token: alice.token, rawBody: 'hello', headers: { 'content-type': 'text/plain' } })
+    expect(unread.status).toBe(200)
   })
 
   test('a malformed JSON body is 400 invalid_json, before authentication', async () => {

@@ -129,10 +129,10 @@ export function httpErrors(log: Log, routes: RouteMethods) {
         // Bun reads and drops the body the app did not read, so that the connection serves the next
         // request; a body declared past `drainBytes`, or chunked (no end in sight), closes it instead.
         if (size > limit) return renderError(errors.payloadTooLarge(limit, length === null || size > drainBytes))
-        // Anything but JSON is refused unread, on a route that exists (else the router's 404 or 405
-        // says more): a form would be read as one, and a body without a media type not at all, so it
-        // would pass for none (a device decision of "deny" sent so would approve).
-        if (size > 0 && !(type !== null && isJson(type)) && routes.takes(request.method, pathOf(request.url))) {
+        // On a route that takes a body, anything but JSON is refused unread (elsewhere the router's 404
+        // or 405 says more, or the body is not read): a form would be read as one, and a body without a
+        // media type not at all, so it would pass for none (a device decision of "deny" sent so would approve).
+        if (size > 0 && !(type !== null && isJson(type)) && routes.takesBody(request.method, pathOf(request.url))) {
           return renderError(errors.unsupportedMediaType())
         }
         return undefined

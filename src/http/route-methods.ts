@@ -1,8 +1,10 @@
-/** Which methods each path takes: the 405's Allow header, answers to OPTIONS, and what a body is checked for. */
+/** Which methods each path takes: the 405's Allow header, answers to OPTIONS, and which routes take a body. */
 
 export interface Route {
   method: string
   path: string
+  /** The route's schemas; one with a `body` schema takes a body. */
+  hooks?: { body?: unknown }
 }
 
 export interface RouteMethods {
@@ -10,8 +12,8 @@ export interface RouteMethods {
   index(routes: readonly Route[]): void
   /** The methods a path takes (HEAD wherever GET is, and OPTIONS), or null when no route has the path. */
   allowed(path: string): string[] | null
-  /** Whether some route takes this method on this path. */
-  takes(method: string, path: string): boolean
+  /** Whether the route for this method and path takes a body. */
+  takesBody(method: string, path: string): boolean
 }
 
 /**
@@ -24,34 +26,35 @@ export interface RouteMethods {
  * routes.allowed('/v1/participants/0b4c...') // ['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH']
  */
 export function routeMethods(): RouteMethods {
-  let patterns: { pattern: RegExp; methods: Set<string> }[] = []
-  const methodsOf = (path: string): Set<string> | null => {
+  let patterns: { pattern: RegExp; methods: Set<string>; bodies: Set<string> }[] = []
+  const methodsOf = (path: string, which: 'methods' | 'bodies'): Set<string> | null => {
     const trimmed = path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path
     let found: Set<string> | null = null
-    for (const { pattern, methods } of patterns) {
-      if (!pattern.test(trimmed)) continue
+    for (const entry of patterns) {
+      if (!entry.pattern.test(trimmed)) continue
       found ??= new Set()
-      for (const method of methods) found.add(method)
+      for (const method of entry[which]) found.add(method)
     }
     return found
   }
   return {
     index(routes) {
-      const byPath = new Map<string, Set<string>>()
-      for (const { method, path } of routes) {
-        const methods = byPath.get(path) ?? new Set<string>()
-        methods.add(method)
-        if (method === 'GET') methods.add('HEAD')
-        byPath.set(path, methods)
+      const byPath = new Map<string, { methods: Set<string>; bodies: Set<string> }>()
+      for (const { method, path, hooks } of routes) {
+        const entry = byPath.get(path) ?? { methods: new Set<string>(), bodies: new Set<string>() }
+        entry.methods.add(method)
+        if (method === 'GET') entry.methods.add('HEAD')
+        if (hooks?.body) entry.bodies.add(method)
+        byPath.set(path, entry)
       }
-      patterns = [...byPath].map(([path, methods]) => ({ pattern: toPattern(path), methods }))
+      patterns = [...byPath].map(([path, entry]) => ({ pattern: toPattern(path), ...entry }))
     },
     allowed(path) {
-      const methods = methodsOf(path)
+      const methods = methodsOf(path, 'methods')
       return methods ? [...methods, 'OPTIONS'].sort() : null
     },
-    takes(method, path) {
-      return methodsOf(path)?.has(method) ?? false
+    takesBody(method, path) {
+      return methodsOf(path, 'bodies')?.has(method) ?? false
     },
   }
 }
