@@ -1,9 +1,9 @@
 /** createApp(deps): the whole HTTP API as one Elysia instance, without listening. */
 import { Elysia } from 'elysia'
-import { openapi } from '@elysiajs/openapi'
 import type { Deps } from './deps.ts'
 import { httpErrors } from './http/error-handler.ts'
 import { registerFormats } from './http/formats.ts'
+import { routeMethods } from './http/route-methods.ts'
 import { authPlugin } from './auth/plugin.ts'
 import { authRoutes } from './auth/routes.ts'
 import { devicePage } from './auth/device-page.ts'
@@ -20,60 +20,15 @@ import { chatRoutes } from './chat/routes.ts'
 import { blogRoutes } from './blog/routes.ts'
 import { publicBlogRoutes } from './blog/public-routes.ts'
 import { blogPages } from './blog/pages.ts'
+import { openApiRoutes } from './openapi/routes.ts'
 
 export function createApp(deps: Deps) {
   registerFormats()
   const auth = authPlugin(deps.authenticator)
+  const routes = routeMethods()
   // Unknown fields are refused (400), not silently dropped: a typo should not look like success.
-  return new Elysia({ normalize: false })
-    .use(httpErrors(deps.log))
-    .use(
-      openapi({
-        path: '/swagger',
-        specPath: '/swagger/json',
-        provider: 'swagger-ui',
-        // Paths with a dot are documented too: /blog/feed.xml is an endpoint, not a static file.
-        exclude: { staticFile: false },
-        documentation: {
-          info: {
-            title: 'Agent Marketplace API',
-            version: '1.0.0',
-            description:
-              'Billing, identity, agent blog, the poll-based agent API, shared knowledge and event streams. ' +
-              'Success: `{success: true, data}`. Errors: `{success: false, statusCode, error, message, details?}`. ' +
-              'Every route also answers 414 `uri_too_long` for a path and query over 8 KiB, 431 `headers_too_large` for a request ' +
-              'line and headers over 16 KiB, and 413 `payload_too_large` for a body over its limit (1 MiB; 2 MiB for config listings).',
-          },
-          tags: [
-            { name: 'auth', description: 'Profile, API keys, device flow, SSE tokens' },
-            { name: 'participants', description: 'Agents and their settings' },
-            { name: 'billing', description: 'Plans, subscriptions, reviews, config listings, purchases, stats' },
-            { name: 'conversations', description: 'Subscribers writing to agents' },
-            { name: 'agent', description: 'The poll-based agent API (X-API-Key or Bearer sk_agt_)' },
-            { name: 'context', description: 'Shared, versioned organization knowledge' },
-            { name: 'connections', description: 'Connected accounts that agents act on through proxy calls' },
-            { name: 'events', description: 'Server-sent event streams' },
-            { name: 'chat', description: 'World chat' },
-            {
-              name: 'blog',
-              description: 'Agent blogs: writing (the owner by bearer, or the agent by its key), the public feed, posts, RSS and HTML pages',
-            },
-            { name: 'operations', description: 'Health' },
-          ],
-          components: {
-            securitySchemes: {
-              bearer: {
-                type: 'http',
-                scheme: 'bearer',
-                description: 'A JWT from the identity provider, or an API key (sk_usr_... or sk_agt_...)',
-              },
-              apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key', description: 'An agent key (sk_agt_...)' },
-              sseToken: { type: 'apiKey', in: 'query', name: 'token', description: 'A one-use token from POST /v1/auth/sse-token' },
-            },
-          },
-        },
-      }),
-    )
+  const app = new Elysia({ normalize: false })
+    .use(httpErrors(deps.log, routes))
     .use(healthRoutes(deps))
     .use(authRoutes(deps, auth))
     .use(devicePage(deps))
@@ -89,6 +44,9 @@ export function createApp(deps: Deps) {
     .use(blogRoutes(deps, auth))
     .use(publicBlogRoutes(deps))
     .use(blogPages(deps))
+  const documented = app.use(openApiRoutes(() => app, deps.config.siteUrl))
+  routes.index(documented.routes)
+  return documented
 }
 
 export type App = ReturnType<typeof createApp>

@@ -33,7 +33,12 @@ export const errors = {
   agentOnly: () => new AppError(403, 'forbidden', 'This endpoint needs an agent key'),
   notSubscribed: () => new AppError(403, 'not_subscribed', 'An active subscription to this agent is required'),
   notACustomer: () => new AppError(403, 'not_a_customer', 'Only customers of this agent may review it'),
-  blogDisabled: () => new AppError(403, 'blog_disabled', 'Blog is not enabled'),
+  blogDisabled: () =>
+    new AppError(
+      403,
+      'blog_disabled',
+      'The agent’s blog is off: its owner turns it on with settings.blogEnabled true on PATCH /v1/participants/{id}',
+    ),
   confidenceNotAllowed: () => new AppError(403, 'confidence_not_allowed', 'Agents may write only derived or suggested entries'),
   // The same refusal as a user_provided confidence: a claim of the user's own word, made through the source.
   userProvenanceNotAllowed: () =>
@@ -46,7 +51,11 @@ export const errors = {
 
   notFound: (what = 'Resource') => new AppError(404, 'not_found', `${what} not found`),
   connectionNotFound: () => new AppError(404, 'connection_not_found', 'No connected account for that provider'),
-  methodNotAllowed: () => new AppError(405, 'not_found', 'No such route for this method'),
+  /** `allow`: the methods the path takes, for the Allow header. */
+  methodNotAllowed: (method: string, allow: string[]) =>
+    new AppError(405, 'method_not_allowed', `This path does not take ${method}; it takes ${allow.join(', ')}`, undefined, {
+      allow: allow.join(', '),
+    }),
 
   alreadySubscribed: () => new AppError(409, 'already_subscribed', 'You already have an active subscription to this agent'),
   alreadyCancelled: () => new AppError(409, 'already_cancelled', 'The subscription is already cancelled'),
@@ -73,6 +82,7 @@ export const errors = {
   /** `close`: the connection is closed after the answer instead of reading the rest of the body. */
   payloadTooLarge: (limit: number, close = false) =>
     new AppError(413, 'payload_too_large', `The request body is over ${limit} bytes`, undefined, close ? { connection: 'close' } : undefined),
+  unsupportedMediaType: () => new AppError(415, 'unsupported_media_type', 'The request body must be JSON, sent with Content-Type: application/json'),
   uriTooLong: (limit: number) => new AppError(414, 'uri_too_long', `The request URL (path and query) is over ${limit} bytes`),
   headersTooLarge: (limit: number) => new AppError(431, 'headers_too_large', `The request line and headers are over ${limit} bytes`),
 

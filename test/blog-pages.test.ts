@@ -1,10 +1,10 @@
 /** The public HTML blog and the RSS feeds: routing under /@name, markup and meta, XSS, 404 pages, a real browser. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { existsSync } from 'node:fs'
 import { XMLParser, XMLValidator } from 'fast-xml-parser'
-import { chromium } from 'playwright-core'
+import { chromium as playwright } from 'playwright-core'
 import { createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 import { blogAgent, setBlog, writePost } from './helpers/blog.ts'
+import { chromium, chromiumArgs } from './helpers/chromium.ts'
 import { renderMarkdown } from '../src/blog/markdown.ts'
 
 let ctx: TestContext
@@ -314,12 +314,8 @@ describe('content the renderer cannot take in time', () => {
   })
 })
 
-const chromiumPath = '/usr/bin/chromium'
-const hasChromium = existsSync(chromiumPath)
-if (!hasChromium) console.warn(`blog-pages: skipping the browser test, ${chromiumPath} is missing (apt-get install chromium)`)
-
 describe('in a real browser', () => {
-  test.skipIf(!hasChromium)(
+  test(
     'a published post shows its title and rendered content, and no script runs',
     async () => {
       const post = await writePost(ctx, agent, {
@@ -328,19 +324,7 @@ describe('in a real browser', () => {
         publish: true,
       })
       const server = ctx.app.listen({ port: 0, hostname: '127.0.0.1' })
-      const browser = await chromium.launch({
-        executablePath: chromiumPath,
-        args: [
-          '--headless',
-          '--no-sandbox',
-          '--disable-gpu',
-          '--disable-quic',
-          '--no-first-run',
-          '--disable-background-networking',
-          '--disable-component-update',
-          '--disable-sync',
-        ],
-      })
+      const browser = await playwright.launch({ executablePath: await chromium(), args: chromiumArgs })
       try {
         const page = await browser.newPage()
         const dialogs: string[] = []
@@ -366,6 +350,7 @@ describe('in a real browser', () => {
         await server.stop()
       }
     },
-    60_000,
+    // Installing Chromium, when it is missing, takes a while.
+    600_000,
   )
 })

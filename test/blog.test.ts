@@ -112,11 +112,14 @@ describe('who may write', () => {
 
   test('blog not enabled: 403 blog_disabled for create, update and delete; writers still read', async () => {
     const quiet = await createAgent(ctx, owner)
-    expectError(
+    const refused = expectError(
       await ctx.call('POST', '/blog/posts', { token: owner.token, body: { participantId: quiet.id, title: 't', content: 'x' } }),
       403,
       'blog_disabled',
     )
+    // It says what to do: the setting, and where it is changed.
+    expect(refused.message).toContain('settings.blogEnabled')
+    expect(refused.message).toContain('PATCH /v1/participants/{id}')
     expectError(await ctx.call('POST', '/blog/posts', { apiKey: quiet.apiKey, body: { title: 't', content: 'x' } }), 403, 'blog_disabled')
     await setBlog(ctx, owner, quiet, { blogEnabled: true })
     const post = await writePost(ctx, quiet, { title: 'Before the switch' })

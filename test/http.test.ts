@@ -47,17 +47,70 @@ describe('framework-level errors', () => {
     expectError(await ctx.call('POST', '/nowhere', { body: {} }), 404, 'not_found')
   })
 
-  test('a wrong method on a known path is 404 or 405 in the same envelope', async () => {
-    for (const [method, path] of [
-      ['PUT', '/v1/auth/me'],
-      ['DELETE', '/health'],
-      ['PUT', '/v1/participants'],
+  test('a wrong method on a known path is 405 method_not_allowed in the envelope, with Allow', async () => {
+    const id = crypto.randomUUID()
+    for (const [method, path, allow] of [
+      ['PUT', '/v1/auth/me', 'GET, HEAD, OPTIONS, PATCH'],
+      ['DELETE', '/health', 'GET, HEAD, OPTIONS'],
+      ['PUT', '/v1/participants', 'GET, HEAD, OPTIONS, POST'],
+      ['PUT', `/v1/participants/${id}`, 'DELETE, GET, HEAD, OPTIONS, PATCH'],
+      ['GET', `/v1/participants/${id}/api-key/`, 'OPTIONS, POST'],
+      ['POST', '/@somebody/blog', 'GET, HEAD, OPTIONS'],
     ] as const) {
       const res = await ctx.call(method, path, { token: alice.token, body: {} })
-      expect([404, 405]).toContain(res.status)
-      expectError(res, res.status, 'not_found')
+      const error = expectError(res, 405, 'method_not_allowed')
       expectClean(res)
+      expect(res.headers.get('allow'), `${method} ${path}`).toBe(allow)
+      expect(error.message).toBe(`This path does not take ${method}; it takes ${allow}`)
     }
+    // A method no route takes anywhere, and a path the service does not have, are told apart.
+    expectError(await ctx.call('PUT', '/v1/no-such-thing', { body: {} }), 404, 'not_found')
+    expect((await ctx.call('TRACE', '/health')).headers.get('allow')).toBe('GET, HEAD, OPTIONS')
+  })
+
+  test('HEAD answers where GET does, without a body; OPTIONS says which methods a path takes', async () => {
+    const head = await ctx.app.handle(new Request('http://test.local/health', { method: 'HEAD' }))
+    expect(head.status).toBe(200)
+    expect(await head.text()).toBe('')
+    expectError(await ctx.call('HEAD', '/v1/auth/device-codes'), 405, 'method_not_allowed')
+
+    const options = await ctx.call('OPTIONS', '/v1/auth/me')
+    expect(options.status).toBe(204)
+    expect(options.headers.get('allow')).toBe('GET, HEAD, OPTIONS, PATCH')
+    expect(options.body).toBe('')
+    expect((await ctx.call('OPTIONS', `/blog/${alice.id}/posts/some-slug`)).headers.get('allow')).toBe('GET, HEAD, OPTIONS')
+    expectError(await ctx.call('OPTIONS', '/v1/no-such-thing'), 404, 'not_found')
+  })
+
+  test('a form, multipart or text body is 415 unsupported_media_type naming JSON, and creates nothing', async () => {
+    const name = `form-${Math.random().toString(36).slice(2, 10)}`
+    const multipart = new FormData()
+    multipart.append('name', name)
+    const bodies: [string | URLSearchParams | FormData, Record<string, string>][] = [
+      [new URLSearchParams({ name }), {}],
+      [multipart, {}],
+      [JSON.stringify({ name }), { 'content-type': 'text/plain' }],
+      [JSON.stringify({ name }), {}],
+    ]
+    for (const [body, headers] of bodies) {
+      const response = await ctx.app.handle(
+        new Request('http://test.local/v1/participants', { method: 'POST', headers: { authorization: `Bearer ${alice.token}`, ...headers }, body }),
+      )
+      const result = { status: response.status, headers: response.headers, body: await response.json() }
+      const error = expectError(result, 415, 'unsupported_media_type')
+      expect(error.message).toBe('The request body must be JSON, sent with Content-Type: application/json')
+      expectClean(result)
+    }
+    expect((await ctx.call('GET', `/v1/participants/${name}`)).status).toBe(404)
+    // The route is looked at first: no such path is 404, a wrong method 405, whatever the body.
+    const form = (method: string, path: string) =>
+      ctx.app.handle(new Request(`http://test.local${path}`, { method, body: new URLSearchParams({ name }) }))
+    expect((await form('POST', '/v1/no-such-thing')).status).toBe(404)
+    expect((await form('PUT', '/v1/participants')).status).toBe(405)
+    // No body at all needs no media type, and a route that takes no body does not read one, whatever its type.
+    expect((await ctx.call('POST', '/v1/auth/sse-token', { token: alice.token })).status).toBe(200)
+    const unread = await ctx.call('POST', '/v1/auth/sse-token', { token: alice.token, rawBody: 'hello', headers: { 'content-type': 'text/plain' } })
+    expect(unread.status).toBe(200)
   })
 
   test('a malformed JSON body is 400 invalid_json, before authentication', async () => {
@@ -242,13 +295,13 @@ describe('health', () => {
 })
 
 describe('OpenAPI document', () => {
-  // The document is checked field by field below.
+  // The document is checked field by field below, with its references resolved.
   let doc: any
 
   beforeAll(async () => {
     const res = await ctx.call('GET', '/swagger/json')
     expect(res.status).toBe(200)
-    doc = res.body
+    doc = await SwaggerParser.dereference(structuredClone(res.body))
   })
 
   const operations = () =>
@@ -260,7 +313,7 @@ describe('OpenAPI document', () => {
 
   test('is a valid OpenAPI 3 document', async () => {
     expect(doc.openapi).toMatch(/^3\./)
-    await SwaggerParser.validate(structuredClone(doc))
+    await SwaggerParser.validate((await ctx.call('GET', '/swagger/json')).body)
   })
 
   test('every operation has a unique operationId, tags and a schema for every declared status', () => {
@@ -273,13 +326,15 @@ describe('OpenAPI document', () => {
       expect(operation.tags?.length, where).toBeGreaterThan(0)
       const statuses = Object.keys(operation.responses ?? {})
       expect(statuses.length, where).toBeGreaterThan(0)
-      // JSON everywhere, but the public blog pages are HTML and its feeds RSS.
+      // JSON everywhere, but the public blog pages are HTML (their 404 too) and its feeds RSS; what the
+      // HTTP layer refuses before a page is made (a URL too long, say) is the JSON envelope.
+      const page = path.startsWith('/@') || path === '/device'
       for (const status of statuses) {
         const content = operation.responses[status].content ?? {}
         const types = Object.keys(content)
         expect(types, `${where} ${status}`).toHaveLength(1)
         const allowed =
-          path.startsWith('/@') || path === '/device'
+          page && (Number(status) < 400 || status === '404')
             ? ['text/html']
             : path.startsWith('/v1/events/') && status === '200'
               ? ['text/event-stream']
@@ -288,7 +343,8 @@ describe('OpenAPI document', () => {
         expect(content[types[0]!].schema, `${where} ${status}`).toBeObject()
       }
       // /health answers 503 with its own report (what is down), and an HTML page its 404 as a page.
-      for (const status of statuses.filter(status => Number(status) >= 400 && path !== '/health' && !path.startsWith('/@'))) {
+      const ownFailure = (status: string) => (path === '/health' && status === '503') || (page && status === '404')
+      for (const status of statuses.filter(status => Number(status) >= 400 && !ownFailure(status))) {
         const schema = operation.responses[status].content['application/json'].schema
         expect(schema.required, `${where} ${status}`).toEqual(expect.arrayContaining(['success', 'statusCode', 'error', 'message']))
       }
@@ -321,13 +377,14 @@ describe('OpenAPI document', () => {
       '/v1/auth/api-keys': ['get', 'post'],
       '/v1/auth/api-keys/{id}': ['delete'],
       '/v1/auth/device-codes': ['post'],
-      '/v1/auth/device-codes/{deviceCode}': ['get'],
-      '/v1/auth/device-codes/{userCode}': ['patch'],
+      '/v1/auth/device-codes/{code}': ['get', 'patch'],
       '/v1/auth/sse-token': ['post'],
       '/v1/participants': ['get', 'post'],
-      '/v1/participants/{idOrName}': ['get'],
-      '/v1/participants/{agent_id}': ['patch', 'delete'],
-      '/v1/participants/{agent_id}/api-key': ['post'],
+      '/v1/participants/{id}': ['get', 'patch', 'delete'],
+      '/v1/participants/{id}/api-key': ['post'],
+      '/v1/billing/plans/{id}': ['get', 'patch', 'delete'],
+      '/v1/billing/configs/{id}': ['get', 'patch', 'delete'],
+      '/v1/billing/configs/{id}/purchase': ['post'],
       '/blog/posts': ['post'],
       '/blog/posts/{postId}': ['get', 'patch', 'delete'],
       '/blog/manage/{agentId}': ['get'],
@@ -356,13 +413,26 @@ describe('OpenAPI document', () => {
     expect(doc.paths).not.toHaveProperty('/swagger/json')
   })
 
-  test('GET /swagger serves the HTML reference', async () => {
+  test('GET /swagger serves the HTML reference, its script and styles from the service itself', async () => {
     const response = await ctx.app.handle(new Request('http://test.local/swagger'))
     expect(response.status).toBe(200)
     expect(response.headers.get('content-type')).toContain('text/html')
     const html = await response.text()
-    expect(html).toContain('<!DOCTYPE html>')
-    expect(html).toContain('swagger/json')
+    expect(html).toStartWith('<!doctype html>')
+    const sources = [...html.matchAll(/(?:src|href)="([^"]+)"/g)].map(match => match[1]!)
+    expect(sources.sort()).toEqual([
+      '/swagger/assets/favicon-32x32.png',
+      '/swagger/assets/init.js',
+      '/swagger/assets/swagger-ui-bundle.js',
+      '/swagger/assets/swagger-ui.css',
+    ])
+    for (const source of sources) {
+      const asset = await ctx.app.handle(new Request(`http://test.local${source}`))
+      expect(asset.status, source).toBe(200)
+      expect((await asset.arrayBuffer()).byteLength, source).toBeGreaterThan(0)
+    }
+    expect(await (await ctx.app.handle(new Request('http://test.local/swagger/assets/init.js'))).text()).toContain("url: '/swagger/json'")
+    expectError(await ctx.call('GET', '/swagger/assets/package.json'), 404, 'not_found')
   })
 })
 

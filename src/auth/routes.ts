@@ -134,14 +134,14 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
       },
     )
     .get(
-      '/device-codes/:deviceCode',
+      '/device-codes/:code',
       async ({ params, request, server }) => {
         // Per address, as there is no credential: the caller's budget, whatever code it names.
         await rateLimiter.take('deviceCodePoll', `ip:${addressBucket(clientIp(server, request))}`)
-        return ok(await pollDeviceAuthorization(device, params.deviceCode))
+        return ok(await pollDeviceAuthorization(device, params.code))
       },
       {
-        params: t.Object({ deviceCode: t.String({ maxLength: 64 }) }),
+        params: t.Object({ code: t.String({ maxLength: 64, description: 'The device code (deviceCode) the flow started with' }) }),
         response: { 200: Ok(DevicePoll), ...failures(404, 429) },
         detail: {
           operationId: 'pollDeviceAuthorization',
@@ -151,21 +151,23 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
       },
     )
     .patch(
-      '/device-codes/:userCode',
+      '/device-codes/:code',
       async ({ user, params, body }) => {
         const subject = `user:${user.userId}`
         await rateLimiter.take('deviceCodeApprove', subject)
         // Every guess is charged a miss before it is looked at (atomically, so guesses sent at once
         // cannot all pass a check made before any was charged); a hit is given it back.
         await rateLimiter.take('deviceCodeMisses', subject)
-        const status = await decideDeviceAuthorization(device, user.userId, params.userCode, body?.action ?? 'approve')
+        const status = await decideDeviceAuthorization(device, user.userId, params.code, body?.action ?? 'approve')
         if (!status) throw errors.notFound('User code')
         await rateLimiter.refund('deviceCodeMisses', subject)
         return ok({ status })
       },
       {
         user: true,
-        params: t.Object({ userCode: t.String({ maxLength: 16 }) }),
+        params: t.Object({
+          code: t.String({ maxLength: 16, description: 'The user code (userCode) the device shows, with or without its hyphen, in any case' }),
+        }),
         body: DeviceDecision,
         response: { 200: Ok(DeviceDecided), ...failures(400, 401, 403, 404, 429) },
         detail: {

@@ -60,7 +60,7 @@ export function blogRoutes(deps: Deps, auth: AuthPlugin) {
       caller: true,
       params: PostId,
       body: UpdatePost,
-      response: { 200: Ok(Post), ...failures(400, 401, 403, 404, 503) },
+      response: { 200: Ok(Post), ...failures(400, 401, 403, 404, 429, 503) },
       detail: {
         operationId: 'updateBlogPost',
         summary: 'Edit a post, publish it (status published), take it down (status draft) or schedule it (publishAt)',

@@ -45,11 +45,36 @@ const postFields = {
   updatedAt: Timestamp,
 }
 
-export const Post = t.Object({ ...postFields, content: t.String() })
+export const Post = t.Object(
+  { ...postFields, content: t.String() },
+  {
+    $id: 'Post',
+    description: 'A blog post, with its Markdown content',
+    examples: [
+      {
+        id: '3d4e5f60-7182-4a3b-9c4d-5e6f708192a3',
+        participantId: '0b7c5a62-3f0e-4d7e-9a51-2c1d8e4f6a10',
+        agentName: 'research-bot',
+        title: 'What RAG gets wrong',
+        slug: 'what-rag-gets-wrong',
+        content: '# What RAG gets wrong\n\nThree things...',
+        excerpt: 'Three things retrieval misses',
+        tags: ['rag', 'llm'],
+        status: 'published',
+        publishAt: null,
+        publishedAt: '2026-11-22T10:00:00.000Z',
+        viewCount: 42,
+        url: 'https://marketplace.example.com/@research-bot/blog/what-rag-gets-wrong',
+        createdAt: '2026-11-22T09:00:00.000Z',
+        updatedAt: '2026-11-22T10:00:00.000Z',
+      },
+    ],
+  },
+)
 export type Post = typeof Post.static
 
 /** A post in a list: everything but the content. */
-export const PostSummary = t.Object(postFields, { description: 'A post without its content' })
+export const PostSummary = t.Object(postFields, { $id: 'PostSummary', description: 'A post without its content' })
 export type PostSummary = typeof PostSummary.static
 
 export const CreatePost = t.Object(
@@ -63,6 +88,7 @@ export const CreatePost = t.Object(
     publishAt: t.Optional(PublishAt),
   },
   {
+    $id: 'CreatePost',
     additionalProperties: false,
     description:
       'participantId is required with a user credential and may be left out with the agent’s own key. ' +
@@ -85,18 +111,21 @@ export const UpdatePost = t.Object(
     ),
     publishAt: t.Optional(PublishAt),
   },
-  { additionalProperties: false, description: 'Any of these; status and publishAt not together' },
+  { $id: 'UpdatePost', additionalProperties: false, description: 'Any of these; status and publishAt not together' },
 )
 export type UpdatePost = typeof UpdatePost.static
 
-export const DeletedPost = t.Object({ id: Uuid, deleted: t.Literal(true) })
+export const DeletedPost = t.Object({ id: Uuid, deleted: t.Literal(true) }, { $id: 'DeletedPost', description: 'The post is deleted' })
 
 export const ReactionType = t.Union([t.Literal('like'), t.Literal('insightful'), t.Literal('helpful')])
 export type ReactionType = typeof ReactionType.static
 
-export const React = t.Object({ type: ReactionType }, { additionalProperties: false })
+export const React = t.Object({ type: ReactionType }, { $id: 'Reaction', description: 'A reaction to a published post', additionalProperties: false })
 
-export const ReactionCounts = t.Object({ like: Int(), insightful: Int(), helpful: Int(), total: Int() })
+export const ReactionCounts = t.Object(
+  { like: Int(), insightful: Int(), helpful: Int(), total: Int() },
+  { $id: 'ReactionCounts', description: 'How many of each reaction a post has' },
+)
 export type ReactionCounts = typeof ReactionCounts.static
 
 export const OffsetParam = t.Optional(t.String({ description: 'Integer from 0: how many posts to skip', examples: ['0'] }))

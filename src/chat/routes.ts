@@ -10,16 +10,19 @@ import { errors } from '../errors.ts'
 import { IdempotencyHeaders, idempotent } from '../idempotency/idempotent.ts'
 import { insertChatMessage, recentChatMessages, type ChatMessage } from './store.ts'
 
-const Message = t.Object({
-  id: Uuid,
-  author: t.Object({
-    kind: t.Union([t.Literal('user'), t.Literal('agent')]),
+const Message = t.Object(
+  {
     id: Uuid,
-    name: t.String({ description: 'An agent’s name, or user- and the first 8 characters of the user’s id' }),
-  }),
-  text: t.String(),
-  createdAt: Timestamp,
-})
+    author: t.Object({
+      kind: t.Union([t.Literal('user'), t.Literal('agent')]),
+      id: Uuid,
+      name: t.String({ description: 'An agent’s name, or user- and the first 8 characters of the user’s id' }),
+    }),
+    text: t.String(),
+    createdAt: Timestamp,
+  },
+  { $id: 'ChatMessage', description: 'A world chat message; users appear as user- and the first 8 characters of their id' },
+)
 
 export function chatRoutes(deps: Deps, auth: AuthPlugin) {
   const { sql, clock, rateLimiter } = deps
@@ -50,7 +53,10 @@ export function chatRoutes(deps: Deps, auth: AuthPlugin) {
       },
       {
         caller: true,
-        body: t.Object({ text: t.String({ minLength: 1, maxLength: 500 }) }, { additionalProperties: false }),
+        body: t.Object(
+          { text: t.String({ minLength: 1, maxLength: 500 }) },
+          { $id: 'PostChatMessage', description: 'What to say in world chat', additionalProperties: false },
+        ),
         headers: IdempotencyHeaders,
         response: { 201: Ok(Message), ...failures(400, 401, 429) },
         detail: { operationId: 'postChatMessage', summary: 'Say something in world chat (10 a minute per author)' },

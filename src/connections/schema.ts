@@ -2,13 +2,28 @@
 import { t } from 'elysia'
 import { Timestamp, Uuid } from '../http/schema.ts'
 
-export const Connection = t.Object({
-  id: Uuid,
-  provider: t.String(),
-  baseUrl: t.String(),
-  label: t.Union([t.String(), t.Null()]),
-  createdAt: Timestamp,
-})
+export const Connection = t.Object(
+  {
+    id: Uuid,
+    provider: t.String(),
+    baseUrl: t.String(),
+    label: t.Union([t.String(), t.Null()]),
+    createdAt: Timestamp,
+  },
+  {
+    $id: 'Connection',
+    description: 'A connected account (its credential is never shown)',
+    examples: [
+      {
+        id: '8c9d0e1f-2a3b-4c5d-8e6f-7a8b9c0d1e2f',
+        provider: 'github',
+        baseUrl: 'https://api.github.com',
+        label: 'Work account',
+        createdAt: '2026-11-22T10:00:00.000Z',
+      },
+    ],
+  },
+)
 
 export const CreateConnection = t.Object(
   {
@@ -23,7 +38,10 @@ export const CreateConnection = t.Object(
     }),
     label: t.Optional(t.String({ maxLength: 100 })),
   },
-  { additionalProperties: false },
+  { $id: 'CreateConnection', description: 'An account to connect; the credential is stored encrypted', additionalProperties: false },
 )
 
-export const DeletedConnection = t.Object({ id: Uuid, deleted: t.Literal(true) })
+export const DeletedConnection = t.Object(
+  { id: Uuid, deleted: t.Literal(true) },
+  { $id: 'DeletedConnection', description: 'The connection and its credential are gone' },
+)

@@ -33,19 +33,37 @@ export const Source = t.Object(
   { additionalProperties: true, description: 'At most 4 KiB' },
 )
 
-export const ContextEntry = t.Object({
-  type: ContextTypeParam,
-  key: t.String(),
-  data: ContextData,
-  confidence: Confidence,
-  version: Int({ minimum: 1 }),
-  source: t.Union([Source, t.Null()]),
-  author: t.Object({ kind: t.Union([t.Literal('agent'), t.Literal('user')]), id: Uuid }),
-  createdAt: Timestamp,
-})
+export const ContextEntry = t.Object(
+  {
+    type: ContextTypeParam,
+    key: t.String(),
+    data: ContextData,
+    confidence: Confidence,
+    version: Int({ minimum: 1 }),
+    source: t.Union([Source, t.Null()]),
+    author: t.Object({ kind: t.Union([t.Literal('agent'), t.Literal('user')]), id: Uuid }),
+    createdAt: Timestamp,
+  },
+  {
+    $id: 'ContextEntry',
+    description: 'One version of a shared knowledge entry of an organization',
+    examples: [
+      {
+        type: 'brand',
+        key: 'voice',
+        data: { tone: 'warm', avoid: ['jargon'] },
+        confidence: 'derived',
+        version: 3,
+        source: { method: 'inferred from posts' },
+        author: { kind: 'agent', id: '0b7c5a62-3f0e-4d7e-9a51-2c1d8e4f6a10' },
+        createdAt: '2026-11-22T10:00:00.000Z',
+      },
+    ],
+  },
+)
 export type ContextEntry = typeof ContextEntry.static
 
-export const ContextEntries = t.Object({ entries: t.Array(ContextEntry) })
+export const ContextEntries = t.Object({ entries: t.Array(ContextEntry) }, { $id: 'ContextEntries', description: 'Context entries' })
 
 export const AgentWrite = t.Object(
   {
@@ -56,8 +74,14 @@ export const AgentWrite = t.Object(
     confidence: t.Optional(Confidence),
     source: t.Optional(Source),
   },
-  { additionalProperties: false },
+  { $id: 'AgentContextWrite', description: 'A new version of an entry, written by an agent (derived or suggested)', additionalProperties: false },
 )
 
-export const UserWrite = t.Object({ data: ContextData }, { additionalProperties: false })
-export const Revert = t.Object({ version: Int({ minimum: 1 }) }, { additionalProperties: false })
+export const UserWrite = t.Object(
+  { data: ContextData },
+  { $id: 'UserContextWrite', description: 'The entry’s new data, set by the user (user_provided)', additionalProperties: false },
+)
+export const Revert = t.Object(
+  { version: Int({ minimum: 1 }) },
+  { $id: 'RevertContext', description: 'The version whose data and confidence become the newest', additionalProperties: false },
+)

@@ -3,7 +3,10 @@ import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 
 const Status = t.Union([t.Literal('ok'), t.Literal('down')])
-const Health = t.Object({ status: t.Union([t.Literal('ok'), t.Literal('unavailable')]), postgres: Status, redis: Status })
+const Health = t.Object(
+  { status: t.Union([t.Literal('ok'), t.Literal('unavailable')]), postgres: Status, redis: Status },
+  { $id: 'Health', description: 'Whether this process reaches PostgreSQL and Redis; 503 names what is down' },
+)
 
 const within = <T>(promise: Promise<T>, ms: number) =>
   Promise.race([promise, new Promise<never>((_, reject) => setTimeout(() => reject(new Error('timeout')), ms))])

@@ -5,6 +5,7 @@ import { errorFields, throttled, type Log } from '../log.ts'
 import { isBadInput, isConnectionError } from '../db.ts'
 import { isRedisUnavailable } from '../redis.ts'
 import { headTooLarge } from './request-limits.ts'
+import type { RouteMethods } from './route-methods.ts'
 
 export function renderError(error: AppError): Response {
   const headers: Record<string, string> = { 'content-type': 'application/json', ...error.headers }
@@ -25,8 +26,15 @@ export function renderError(error: AppError): Response {
  * Maps anything thrown to the AppError a client should see; logs what is our fault, and backing
  * services being unreachable through `outage` (every request fails alike then: see httpErrors).
  */
-export function toAppError(code: unknown, error: unknown, log: Log, path: string, outage: ReturnType<typeof throttled>): AppError {
+export function toAppError(
+  code: unknown,
+  error: unknown,
+  log: Log,
+  request: { method: string; path: string; routes: RouteMethods },
+  outage: ReturnType<typeof throttled>,
+): AppError {
   if (error instanceof AppError) return error
+  const { path } = request
   if (error instanceof ValidationError) {
     if (error.type === 'response') {
       log.error('response failed its own schema', { path, ...errorFields(error) })
@@ -35,8 +43,11 @@ export function toAppError(code: unknown, error: unknown, log: Log, path: string
     return errors.validation(`The ${parts[error.type] ?? 'request'} ${error.type === 'body' ? 'is' : 'are'} not valid`, validationDetails(error))
   }
   switch (code) {
-    case 'NOT_FOUND':
-      return errors.notFound('Route')
+    case 'NOT_FOUND': {
+      // A path the service has, asked with a method it does not take: 405, saying which it takes.
+      const allowed = request.routes.allowed(path)
+      return allowed ? errors.methodNotAllowed(request.method, allowed) : errors.notFound('Route')
+    }
     case 'PARSE':
       return errors.invalidJson()
     case 'INVALID_FILE_TYPE':
@@ -80,11 +91,14 @@ function validationDetails(error: ValidationError): ErrorDetail[] {
 }
 
 /**
- * The global error handler and the body size limit, as one plugin. Bodies are capped per route
- * family (config listings carry files, so they get more). JSON is parsed by Elysia's own parser, so
- * the OpenAPI document keeps every request schema; its parse failures render as `invalid_json`.
+ * The global error handler, the body size limit and the body's media type, as one plugin. Bodies are
+ * capped per route family (config listings carry files, so they get more), and are JSON: no route
+ * takes another media type. JSON is parsed by Elysia's own parser, so the OpenAPI document keeps
+ * every request schema; its parse failures render as `invalid_json`. `routes` knows which methods
+ * each path takes (indexed once every route is registered): OPTIONS is answered from it, and a
+ * wrong method is 405.
  */
-export function httpErrors(log: Log) {
+export function httpErrors(log: Log, routes: RouteMethods) {
   // While Postgres or Redis is down every request that needs it fails the same way: one record of
   // each failure every 10 s (with how many were held back) tells as much as one per request.
   const outage = throttled(log, 10_000)
@@ -94,6 +108,7 @@ export function httpErrors(log: Log) {
         // Bun lets heads up to 64 KiB through (server-options.ts): over the app's limits, answered here.
         const tooLarge = headTooLarge(request)
         if (tooLarge !== null) return renderError(tooLarge)
+        if (request.method === 'OPTIONS') return options(request, routes)
         const length = request.headers.get('content-length')
         // A request from the wire has a body only with a length or a transfer coding (RFC 9112, 6.1).
         // Asking for `request.body` makes a stream of the body, which costs more than this whole
@@ -103,20 +118,24 @@ export function httpErrors(log: Log) {
         // JSON: `Application/JSON` would arrive as no body at all. Spelled the one way here instead of
         // parsed here, so the OpenAPI document keeps Elysia's own JSON request schemas.
         const type = request.headers.get('content-type')
-        if (type !== null && !type.startsWith('application/json') && /^application\/json\s*(;|$)/i.test(type)) {
+        if (type !== null && !type.startsWith('application/json') && isJson(type)) {
           request.headers.set('content-type', `application/json${type.slice('application/json'.length)}`)
         }
-        // Without a media type a body is not read at all, and would pass for none (a device decision
-        // of "deny" sent so would approve): a body must say what it is.
-        if (type === null && length !== '0') return renderError(errors.validation('A request body needs a Content-Type (application/json)'))
+        if (length === '0') return undefined
         const limit = bodyLimit(request)
         // Without a length (chunked), measure a copy, no further than the limit.
         const size = length !== null ? Number(length) : await chunkedSize(request, limit)
         if (size === null) return renderError(errors.validation('The request body could not be read (the connection closed while it was sent)'))
-        if (size <= limit) return undefined
         // Bun reads and drops the body the app did not read, so that the connection serves the next
         // request; a body declared past `drainBytes`, or chunked (no end in sight), closes it instead.
-        return renderError(errors.payloadTooLarge(limit, length === null || size > drainBytes))
+        if (size > limit) return renderError(errors.payloadTooLarge(limit, length === null || size > drainBytes))
+        // On a route that takes a body, anything but JSON is refused unread (elsewhere the router's 404
+        // or 405 says more, or the body is not read): a form would be read as one, and a body without a
+        // media type not at all, so it would pass for none (a device decision of "deny" sent so would approve).
+        if (size > 0 && !(type !== null && isJson(type)) && routes.takesBody(request.method, pathOf(request.url))) {
+          return renderError(errors.unsupportedMediaType())
+        }
+        return undefined
       })
       // Postgres stores no NUL character and no lone surrogate, and nothing should recurse through a
       // body nested thousands deep: refuse them at the door, whatever the route.
@@ -124,8 +143,25 @@ export function httpErrors(log: Log) {
         const problem = unstorable(body)
         if (problem !== null) throw errors.field(problem.path || '/', problem.message)
       })
-      .onError({ as: 'global' }, ({ code, error, path }) => renderError(toAppError(code, error, log, path, outage)))
+      .onError({ as: 'global' }, ({ code, error, path, request }) =>
+        renderError(toAppError(code, error, log, { method: request.method, path, routes }, outage)),
+      )
   )
+}
+
+const isJson = (type: string) => /^application\/json\s*(;|$)/i.test(type)
+
+/** The path of a request's URL, without parsing all of it. */
+const pathOf = (url: string) => {
+  const start = url.indexOf('/', url.indexOf('//') + 2)
+  const query = url.indexOf('?', start)
+  return query === -1 ? url.slice(start) : url.slice(start, query)
+}
+
+/** OPTIONS on a path the service has: which methods it takes (no route answers OPTIONS itself). */
+function options(request: Request, routes: RouteMethods): Response | undefined {
+  const allowed = routes.allowed(pathOf(request.url))
+  return allowed ? new Response(null, { status: 204, headers: { allow: allowed.join(', ') } }) : undefined
 }
 
 const badText = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
@@ -135,21 +171,18 @@ export const maxJsonDepth = 64
 
 const badTextMessage = 'must not contain NUL characters or unpaired surrogates'
 const tooDeepMessage = `must not nest objects and arrays more than ${maxJsonDepth} deep`
-const fileMessage = 'must be a value, not a file (send JSON)'
-const notJsonMessage = 'must be JSON (send Content-Type: application/json)'
-const tooManyItemsMessage = 'must not hold more array items than a body can have bytes'
 
 /**
- * The first thing in a body that Postgres could not store (a NUL or a lone surrogate in a string or
- * a key), that nests deeper than `maxJsonDepth`, or that is a file (a multipart body's file part),
- * with its JSON pointer; null when there is none.
+ * The first thing in a (JSON) body that Postgres could not store (a NUL or a lone surrogate in a
+ * string or a key), or that nests deeper than `maxJsonDepth`, with its JSON pointer; null when there
+ * is none.
  * An object's keys are looked at before its values. The walk goes no deeper than `maxJsonDepth`, so
  * no body can exhaust the call stack, and it builds the pointer only for what it finds.
  */
 function unstorable(body: unknown): { path: string; message: string } | null {
   // The pointer's segments, innermost first: each level adds its own on the way back out.
   const trail: string[] = []
-  const message = problemIn(body, 0, trail, { items: maxBodyBytes })
+  const message = problemIn(body, 0, trail)
   return message === null
     ? null
     : {
@@ -161,22 +194,13 @@ function unstorable(body: unknown): { path: string; message: string } | null {
       }
 }
 
-function problemIn(value: unknown, depth: number, trail: string[], budget: { items: number }): string | null {
+function problemIn(value: unknown, depth: number, trail: string[]): string | null {
   if (typeof value === 'string') return badText.test(value) ? badTextMessage : null
   if (value === null || typeof value !== 'object') return null
-  // A file part of a multipart body: no route takes files, and one would pass for an empty object.
-  if (value instanceof Blob) return fileMessage
-  // Anything else a body parser makes that JSON does not (an octet stream's bytes): it too would pass
-  // for an empty object.
-  const prototype = Object.getPrototypeOf(value)
-  if (prototype !== Object.prototype && prototype !== null && !Array.isArray(value)) return notJsonMessage
   if (depth === maxJsonDepth) return tooDeepMessage
   if (Array.isArray(value)) {
-    // A form field named `a[4294967294]` makes an array that long with one item: JSON cannot hold
-    // more items than its bytes, so no body may count more, however its arrays are spread.
-    if ((budget.items -= value.length) < 0) return tooManyItemsMessage
     for (let i = 0; i < value.length; i++) {
-      const found = problemIn(value[i], depth + 1, trail, budget)
+      const found = problemIn(value[i], depth + 1, trail)
       if (found !== null) return (trail.push(String(i)), found)
     }
     return null
@@ -186,7 +210,7 @@ function problemIn(value: unknown, depth: number, trail: string[], budget: { ite
     if (badText.test(key)) return (trail.push(key.replace(/[^\x20-\x7e]/g, '?')), badTextMessage)
   }
   for (const key of keys) {
-    const found = problemIn((value as Record<string, unknown>)[key], depth + 1, trail, budget)
+    const found = problemIn((value as Record<string, unknown>)[key], depth + 1, trail)
     if (found !== null) return (trail.push(key), found)
   }
   return null

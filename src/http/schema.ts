@@ -4,15 +4,41 @@ import type { TProperties } from '@sinclair/typebox'
 import { Type, type IntegerOptions } from '@sinclair/typebox'
 import { errors } from '../errors.ts'
 
+export const ErrorDetail = t.Object(
+  {
+    path: t.String({ description: 'JSON pointer to the value, in the body or among the path or query parameters' }),
+    message: t.String({ description: 'What is wrong with it' }),
+  },
+  { $id: 'ErrorDetail', description: 'One problem of a request that is not valid', examples: [{ path: '/rating', message: 'must be <= 5' }] },
+)
+
 export const ErrorBody = t.Object(
   {
     success: t.Literal(false),
-    statusCode: Type.Integer(),
-    error: t.String({ description: 'Stable snake_case code' }),
-    message: t.String(),
-    details: t.Optional(t.Array(t.Object({ path: t.String(), message: t.String() }))),
+    statusCode: Type.Integer({ description: 'The HTTP status, repeated' }),
+    error: t.String({ description: 'Stable snake_case code: what a client branches on' }),
+    message: t.String({ description: 'One human sentence; what to do, where that is not obvious' }),
+    details: t.Optional(t.Array(ErrorDetail, { description: 'With validation_failed: each problem found (at most 20)' })),
   },
-  { description: 'Error envelope' },
+  {
+    $id: 'ErrorEnvelope',
+    description: 'What every failure answers with',
+    examples: [
+      {
+        success: false,
+        statusCode: 403,
+        error: 'blog_disabled',
+        message: 'The agent’s blog is off: its owner turns it on with settings.blogEnabled true on PATCH /v1/participants/{id}',
+      },
+      {
+        success: false,
+        statusCode: 400,
+        error: 'validation_failed',
+        message: 'The request body is not valid',
+        details: [{ path: '/rating', message: 'must be <= 5' }],
+      },
+    ],
+  },
 )
 
 /** The success envelope around a payload schema. */
@@ -54,6 +80,8 @@ export const Int = (options?: IntegerOptions) => Type.Integer(options)
 
 /** Lower-case, as the service writes them (the `uuid` format is registered so: src/http/formats.ts). */
 export const Uuid = t.String({ format: 'uuid', description: 'A UUID in lower case' })
+/** A UUID that says whose it is (a path parameter, say). */
+export const UuidOf = (description: string) => t.String({ format: 'uuid', description })
 export const Timestamp = t.String({ format: 'date-time', description: 'ISO 8601 UTC with milliseconds' })
 export const NullableTimestamp = t.Union([Timestamp, t.Null()])
 

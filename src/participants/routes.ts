@@ -3,7 +3,7 @@ import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
 import { uniqueViolation } from '../db.ts'
-import { Ok, failures, iso, ok, Uuid } from '../http/schema.ts'
+import { Ok, failures, iso, ok, UuidOf } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import type { Principal } from '../auth/principal.ts'
 import { generateKey } from '../auth/api-key.ts'
@@ -33,7 +33,7 @@ export function participantView(row: ParticipantRow, viewer: Principal | null): 
   }
 }
 
-const AgentId = t.Object({ agent_id: Uuid })
+const AgentId = t.Object({ id: UuidOf('The agent’s id') })
 const reservedNames = new Set(['posts', 'manage'])
 
 export function participantRoutes(deps: Deps, auth: AuthPlugin) {
@@ -79,24 +79,24 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
       detail: { operationId: 'listMyParticipants', summary: 'The caller’s agents' },
     })
     .get(
-      '/:idOrName',
+      '/:id',
       async ({ viewer, params }) => {
-        const row = await findParticipant(sql, params.idOrName)
+        const row = await findParticipant(sql, params.id)
         if (!row) throw errors.notFound('Participant')
         return ok(participantView(row, viewer))
       },
       {
         viewer: true,
-        params: t.Object({ idOrName: t.String({ maxLength: 64 }) }),
+        params: t.Object({ id: t.String({ maxLength: 64, description: 'The agent’s id, or its name' }) }),
         response: { 200: Ok(Participant), ...failures(401, 404) },
         detail: { operationId: 'getParticipant', summary: 'An agent by id or name (public)' },
       },
     )
     .patch(
-      '/:agent_id',
+      '/:id',
       async ({ user, params, body }) => {
-        await requireOwnedParticipant(sql, params.agent_id, user.userId)
-        return ok(participantView(await updateParticipant(sql, params.agent_id, body), user))
+        await requireOwnedParticipant(sql, params.id, user.userId)
+        return ok(participantView(await updateParticipant(sql, params.id, body), user))
       },
       {
         user: true,
@@ -107,18 +107,18 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
       },
     )
     .post(
-      '/:agent_id/api-key',
+      '/:id/api-key',
       async ({ user, params, set }) => {
         const { key, hash, prefix } = generateKey('agent')
         const { revoked, createdAt } = await sql.begin(async tx => {
-          await requireOwnedParticipant(tx, params.agent_id, user.userId, { lock: true })
-          const revoked = await revokeAgentKeys(tx, params.agent_id)
-          const row = await insertApiKey(tx, { kind: 'agent', owner: params.agent_id, name: 'Agent key', prefix, hash })
+          await requireOwnedParticipant(tx, params.id, user.userId, { lock: true })
+          const revoked = await revokeAgentKeys(tx, params.id)
+          const row = await insertApiKey(tx, { kind: 'agent', owner: params.id, name: 'Agent key', prefix, hash })
           return { revoked, createdAt: row.createdAt }
         })
         await authenticator.keys.revoke(revoked)
         set.status = 201
-        return ok({ participantId: params.agent_id, apiKey: key, createdAt: iso(createdAt) })
+        return ok({ participantId: params.id, apiKey: key, createdAt: iso(createdAt) })
       },
       {
         user: true,
@@ -128,15 +128,15 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
       },
     )
     .delete(
-      '/:agent_id',
+      '/:id',
       async ({ user, params }) => {
         const revoked = await sql.begin(async tx => {
-          await requireOwnedParticipant(tx, params.agent_id, user.userId, { lock: true })
-          await deactivateParticipant(tx, params.agent_id, clock.now())
-          return revokeAgentKeys(tx, params.agent_id)
+          await requireOwnedParticipant(tx, params.id, user.userId, { lock: true })
+          await deactivateParticipant(tx, params.id, clock.now())
+          return revokeAgentKeys(tx, params.id)
         })
         await authenticator.keys.revoke(revoked)
-        return ok({ id: params.agent_id, active: false as const })
+        return ok({ id: params.id, active: false as const })
       },
       {
         user: true,

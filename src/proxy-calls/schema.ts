@@ -19,19 +19,25 @@ export const ProxyCall = t.Object(
     ),
     body: t.Optional(t.Unknown({ description: 'A string is sent as is; anything else as JSON' })),
   },
-  { additionalProperties: false },
+  { $id: 'ProxyCall', description: 'A call on a subscriber’s connected account, made with its stored credential', additionalProperties: false },
 )
 export type ProxyCall = typeof ProxyCall.static
 
-export const Usage = t.Object({
-  periodCalls: Int({ description: 'Calls in the current period, this one included' }),
-  includedProxyCalls: Int(),
-  overageCalls: Int(),
-})
+export const Usage = t.Object(
+  {
+    periodCalls: Int({ description: 'Calls in the current period, this one included' }),
+    includedProxyCalls: Int(),
+    overageCalls: Int(),
+  },
+  { $id: 'ProxyUsage', description: 'The subscription’s proxy calls in the current period' },
+)
 
-export const ProxyResult = t.Object({
-  status: Int({ description: 'The upstream’s status, not ours' }),
-  headers: t.Object({ 'content-type': t.Union([t.String(), t.Null()]) }),
-  body: t.Unknown(),
-  usage: Usage,
-})
+export const ProxyResult = t.Object(
+  {
+    status: Int({ description: 'The upstream’s status, not ours' }),
+    headers: t.Object({ 'content-type': t.Union([t.String(), t.Null()]) }),
+    body: t.Unknown(),
+    usage: Usage,
+  },
+  { $id: 'ProxyResult', description: 'The upstream’s answer (its status, not ours) and the usage after the call' },
+)

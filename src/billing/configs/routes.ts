@@ -2,7 +2,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps.ts'
 import { errors } from '../../errors.ts'
-import { Ok, failure, failures, iso, ok, Uuid } from '../../http/schema.ts'
+import { Ok, failure, failures, iso, ok, UuidOf } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
 import type { Principal } from '../../auth/principal.ts'
 import { principalSubject } from '../../auth/principal.ts'
@@ -53,6 +53,8 @@ const purchaseView = (row: PurchaseRow): Purchase => ({
   purchasedAt: iso(row.purchasedAt),
 })
 
+const ConfigId = t.Object({ id: UuidOf('The listing’s id (configId)') })
+
 export function configRoutes(deps: Deps, auth: AuthPlugin) {
   const { sql, clock } = deps
 
@@ -81,16 +83,16 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
       },
     )
     .get(
-      '/configs/:participantId',
+      '/configs/:id',
       async ({ caller, params }) => {
-        const participant = await requireParticipant(sql, params.participantId)
+        const participant = await requireParticipant(sql, params.id)
         const isOwner = caller.kind === 'user' && caller.userId === participant.ownerId
         const rows = await listConfigs(sql, participant.id, readerId(caller), isOwner)
         return ok(rows.map(row => configView(row, caller)))
       },
       {
         caller: true,
-        params: t.Object({ participantId: Uuid }),
+        params: t.Object({ id: UuidOf('The agent’s id (participantId)') }),
         response: { 200: Ok(t.Array(ConfigListing)), ...failures(400, 401, 404) },
         detail: {
           operationId: 'listConfigs',
@@ -99,36 +101,36 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
       },
     )
     .patch(
-      '/configs/:configId',
+      '/configs/:id',
       async ({ user, params, body }) => {
-        await ownedConfig(params.configId, user.userId)
-        await updateConfig(sql, params.configId, body, clock.now())
-        return ok(configView((await findConfig(sql, params.configId, user.userId))!, user))
+        await ownedConfig(params.id, user.userId)
+        await updateConfig(sql, params.id, body, clock.now())
+        return ok(configView((await findConfig(sql, params.id, user.userId))!, user))
       },
       {
         user: true,
-        params: t.Object({ configId: Uuid }),
+        params: ConfigId,
         body: UpdateConfig,
         response: { 200: Ok(ConfigListing), ...failures(400, 401, 403, 404, 413) },
         detail: { operationId: 'updateConfig', summary: 'Change a listing (owner)' },
       },
     )
     .delete(
-      '/configs/:configId',
+      '/configs/:id',
       async ({ user, params }) => {
-        await ownedConfig(params.configId, user.userId)
-        await deactivateConfig(sql, params.configId, clock.now())
-        return ok({ id: params.configId, active: false as const })
+        await ownedConfig(params.id, user.userId)
+        await deactivateConfig(sql, params.id, clock.now())
+        return ok({ id: params.id, active: false as const })
       },
       {
         user: true,
-        params: t.Object({ configId: Uuid }),
+        params: ConfigId,
         response: { 200: Ok(DeactivatedConfig), ...failures(400, 401, 403, 404) },
         detail: { operationId: 'deactivateConfig', summary: 'Take a listing off sale; buyers keep it' },
       },
     )
     .post(
-      '/configs/:configId/purchase',
+      '/configs/:id/purchase',
       async ({ user, params, body, headers, set }) => {
         const expectedPriceCents = body?.expectedPriceCents
         const outcome = await idempotent(
@@ -137,11 +139,11 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
             subject: principalSubject(user),
             key: headers['idempotency-key'],
             method: 'POST',
-            path: `/v1/billing/configs/${params.configId}/purchase`,
+            path: `/v1/billing/configs/${params.id}/purchase`,
             body: expectedPriceCents === undefined ? null : { expectedPriceCents },
           },
           async tx => {
-            const config = await findConfig(tx, params.configId, user.userId)
+            const config = await findConfig(tx, params.id, user.userId)
             if (!config) throw errors.notFound('Config')
             const bought = await findPurchase(tx, config.id, user.userId)
             if (bought) return { status: 200, body: ok(purchaseView(bought)) }
@@ -181,7 +183,7 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
       },
       {
         user: true,
-        params: t.Object({ configId: Uuid }),
+        params: ConfigId,
         body: PurchaseRequest,
         headers: IdempotencyHeaders,
         response: {

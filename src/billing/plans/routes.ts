@@ -2,7 +2,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps.ts'
 import { errors } from '../../errors.ts'
-import { Ok, failures, iso, ok, Uuid } from '../../http/schema.ts'
+import { Ok, failures, iso, ok, UuidOf } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
 import { requireOwnedParticipant, requireParticipant } from '../../participants/ownership.ts'
 import { CreatePlan, DeactivatedPlan, Plan, UpdatePlan } from './schema.ts'
@@ -21,6 +21,8 @@ export const planView = (row: PlanRow): Plan => ({
   createdAt: iso(row.createdAt),
   updatedAt: iso(row.updatedAt),
 })
+
+const PlanId = t.Object({ id: UuidOf('The plan’s id') })
 
 export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
   const ownedPlan = async (planId: string, userId: string) => {
@@ -48,36 +50,36 @@ export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
       },
     )
     .get(
-      '/:participantId',
+      '/:id',
       async ({ caller, params }) => {
-        const participant = await requireParticipant(sql, params.participantId)
+        const participant = await requireParticipant(sql, params.id)
         const isOwner = caller.kind === 'user' && caller.userId === participant.ownerId
         return ok((await listPlans(sql, participant.id, isOwner)).map(planView))
       },
       {
         caller: true,
-        params: t.Object({ participantId: Uuid }),
+        params: t.Object({ id: UuidOf('The agent’s id (participantId)') }),
         response: { 200: Ok(t.Array(Plan)), ...failures(400, 401, 404) },
         detail: { operationId: 'listPlans', summary: 'An agent’s active plans (the owner also sees inactive ones)' },
       },
     )
     .patch(
-      '/:planId',
+      '/:id',
       async ({ user, params, body }) => {
-        const plan = await ownedPlan(params.planId, user.userId)
+        const plan = await ownedPlan(params.id, user.userId)
         await sql.begin(async tx => {
           const at = clock.now()
-          const change = await updatePlan(tx, params.planId, body, at)
+          const change = await updatePlan(tx, params.id, body, at)
           if (change) await announcePlanChange(tx, { id: plan.id, name: body.name ?? plan.name, participantId: plan.participantId }, change, at)
         })
         // Its agent may have been deactivated meanwhile: then there is no plan to show.
-        const updated = await findPlan(sql, params.planId)
+        const updated = await findPlan(sql, params.id)
         if (!updated) throw errors.notFound('Plan')
         return ok(planView(updated))
       },
       {
         user: true,
-        params: t.Object({ planId: Uuid }),
+        params: PlanId,
         body: UpdatePlan,
         response: { 200: Ok(Plan), ...failures(400, 401, 403, 404) },
         detail: {
@@ -89,15 +91,15 @@ export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
       },
     )
     .delete(
-      '/:planId',
+      '/:id',
       async ({ user, params }) => {
-        await ownedPlan(params.planId, user.userId)
-        await deactivatePlan(sql, params.planId, clock.now())
-        return ok({ id: params.planId, active: false as const })
+        await ownedPlan(params.id, user.userId)
+        await deactivatePlan(sql, params.id, clock.now())
+        return ok({ id: params.id, active: false as const })
       },
       {
         user: true,
-        params: t.Object({ planId: Uuid }),
+        params: PlanId,
         response: { 200: Ok(DeactivatedPlan), ...failures(400, 401, 403, 404) },
         detail: {
           operationId: 'deactivatePlan',

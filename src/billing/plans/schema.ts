@@ -10,14 +10,34 @@ const terms = {
   overagePerCallCents: Int({ minimum: 0, maximum: 100_000 }),
 }
 
-export const Plan = t.Object({
-  id: Uuid,
-  participantId: Uuid,
-  ...terms,
-  active: t.Boolean(),
-  createdAt: Timestamp,
-  updatedAt: Timestamp,
-})
+export const Plan = t.Object(
+  {
+    id: Uuid,
+    participantId: Uuid,
+    ...terms,
+    active: t.Boolean(),
+    createdAt: Timestamp,
+    updatedAt: Timestamp,
+  },
+  {
+    $id: 'Plan',
+    description: 'What subscribing to an agent costs, and the proxy calls it includes',
+    examples: [
+      {
+        id: '7d1e2f3a-4b5c-4d6e-8f90-a1b2c3d4e5f6',
+        participantId: '0b7c5a62-3f0e-4d7e-9a51-2c1d8e4f6a10',
+        name: 'Pro',
+        description: 'For teams',
+        monthlyPriceCents: 2900,
+        includedProxyCalls: 1000,
+        overagePerCallCents: 2,
+        active: true,
+        createdAt: '2026-11-22T10:00:00.000Z',
+        updatedAt: '2026-11-22T10:00:00.000Z',
+      },
+    ],
+  },
+)
 export type Plan = typeof Plan.static
 
 export const CreatePlan = t.Object(
@@ -29,7 +49,7 @@ export const CreatePlan = t.Object(
     includedProxyCalls: terms.includedProxyCalls,
     overagePerCallCents: terms.overagePerCallCents,
   },
-  { additionalProperties: false },
+  { $id: 'CreatePlan', description: 'A new plan for an agent you own', additionalProperties: false },
 )
 export type CreatePlan = typeof CreatePlan.static
 
@@ -41,8 +61,11 @@ export const UpdatePlan = t.Object(
     includedProxyCalls: t.Optional(terms.includedProxyCalls),
     overagePerCallCents: t.Optional(terms.overagePerCallCents),
   },
-  { additionalProperties: false, description: 'Any of the creation fields but participantId' },
+  { $id: 'UpdatePlan', additionalProperties: false, description: 'Any of the creation fields but participantId' },
 )
 export type UpdatePlan = typeof UpdatePlan.static
 
-export const DeactivatedPlan = t.Object({ id: Uuid, active: t.Literal(false) })
+export const DeactivatedPlan = t.Object(
+  { id: Uuid, active: t.Literal(false) },
+  { $id: 'DeactivatedPlan', description: 'The plan takes no new subscriptions; existing ones go on' },
+)

@@ -1,0 +1,86 @@
+/**
+ * The failures every operation documents: those a route declares itself (`failures(...)` in its
+ * schema), and those the HTTP layer answers for whole classes of routes, added here by rule.
+ */
+import type { Schema } from './components.ts'
+
+export interface Operation {
+  operationId: string
+  security?: Record<string, string[]>[]
+  parameters?: { name: string; in: string; required?: boolean; schema?: Schema }[]
+  requestBody?: { required?: boolean; content: Record<string, { schema: Schema }> }
+  responses: Record<string, Response>
+  [key: string]: unknown
+}
+
+export interface Response {
+  description: string
+  headers?: Record<string, unknown>
+  content?: Record<string, { schema: Schema }>
+  $ref?: string
+}
+
+const envelope = { $ref: '#/components/schemas/ErrorEnvelope' }
+
+/** What the HTTP layer answers, shared by the operations as `components.responses`. */
+export const failureResponses: Record<string, Response> = {
+  BadRequest: failure('validation_failed (details name each problem), invalid_json or invalid_cursor: the request is not valid'),
+  Unauthorized: {
+    ...failure('unauthorized: a credential is needed; invalid_token: the credential is invalid, expired or revoked'),
+    headers: {
+      'WWW-Authenticate': { description: 'Bearer realm="api", with error="invalid_token" for a bad credential', schema: { type: 'string' } },
+    },
+  },
+  Conflict: failure(
+    'idempotency_key_reused: the Idempotency-Key came with another request; idempotency_key_in_progress: its first request is still running, retry after Retry-After',
+  ),
+  PayloadTooLarge: failure('payload_too_large: the body is over its limit (1 MiB; 2 MiB for config listings)'),
+  UriTooLong: failure('uri_too_long: the path and query are over 8 KiB'),
+  UnsupportedMediaType: failure('unsupported_media_type: a body must be JSON, sent with Content-Type: application/json'),
+  HeadersTooLarge: failure('headers_too_large: the request line and headers are over 16 KiB'),
+  Internal: failure('internal: something went wrong on our side'),
+  Unavailable: {
+    ...failure('unavailable: PostgreSQL or Redis cannot be reached, or the service is too busy, right now; retry'),
+    headers: { 'Retry-After': { description: 'Seconds to wait, when the service knows', schema: { type: 'integer', minimum: 0 } } },
+  },
+}
+
+/** Operations that reach neither PostgreSQL nor Redis, so are never 503. */
+const offline = new Set(['devicePage'])
+
+const retryAfter = { description: 'Seconds to wait before trying again', schema: { type: 'integer', minimum: 0 } }
+
+/** Adds the failures the HTTP layer can answer with to one operation, and the headers its own failures carry. */
+export function addFailures(operation: Operation): void {
+  const { responses } = operation
+  const add = (status: number, name: keyof typeof failureResponses) => {
+    responses[status] ??= { $ref: `#/components/responses/${name}` } as Response
+  }
+  const constrained = (operation.parameters ?? []).some(parameter => parameter.required || isConstrained(parameter.schema))
+  if (operation.requestBody || constrained) add(400, 'BadRequest')
+  if (operation.security?.some(requirement => Object.keys(requirement).length > 0)) add(401, 'Unauthorized')
+  if (operation.parameters?.some(parameter => parameter.in === 'header' && parameter.name === 'idempotency-key')) add(409, 'Conflict')
+  add(413, 'PayloadTooLarge')
+  add(414, 'UriTooLong')
+  if (operation.requestBody) add(415, 'UnsupportedMediaType')
+  add(431, 'HeadersTooLarge')
+  add(500, 'Internal')
+  if (!offline.has(operation.operationId)) add(503, 'Unavailable')
+  for (const [status, response] of Object.entries(responses)) {
+    if (status === '429' && !response.$ref) response.headers = { 'Retry-After': retryAfter, ...response.headers }
+    if (status === '503' && response.content?.['application/json']?.schema.$ref === envelope.$ref) {
+      response.headers = { ...failureResponses.Unavailable!.headers, ...response.headers }
+    }
+    if (status === '401' && !response.$ref) response.headers = { ...failureResponses.Unauthorized!.headers, ...response.headers }
+  }
+}
+
+/** Whether a parameter's schema can refuse a value (a bare string takes anything). */
+function isConstrained(schema: Schema | undefined): boolean {
+  if (!schema) return false
+  return Object.keys(schema).some(key => !['type', 'description', 'examples', 'default'].includes(key)) || schema.type !== 'string'
+}
+
+function failure(description: string): Response {
+  return { description, content: { 'application/json': { schema: envelope } } }
+}

@@ -1,0 +1,262 @@
+/** The OpenAPI document as generators read it: unique paths, named schemas, JSON bodies, security, and every failure a route answers. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import SwaggerParser from '@apidevtools/swagger-parser'
+import { createAgent, createTestContext, signUp, type CallResult, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+
+let ctx: TestContext
+let user: TestUser
+let agent: TestAgent
+// The document as served, and with its references resolved.
+let doc: any
+let resolved: any
+
+beforeAll(async () => {
+  ctx = await createTestContext()
+  user = await signUp(ctx)
+  agent = await createAgent(ctx, user)
+  doc = (await ctx.call('GET', '/swagger/json')).body
+  resolved = await SwaggerParser.dereference(structuredClone(doc))
+})
+afterAll(() => ctx.close())
+
+const methods = ['get', 'put', 'post', 'patch', 'delete']
+const operations = (document: any) =>
+  Object.entries<Record<string, any>>(document.paths).flatMap(([path, item]) =>
+    Object.entries<any>(item)
+      .filter(([method]) => methods.includes(method))
+      .map(([method, operation]) => ({ path, method, operation, where: `${method.toUpperCase()} ${path}` })),
+  )
+
+describe('paths', () => {
+  test('no two paths differ only by the names of their parameters', () => {
+    const shapes = new Map<string, string>()
+    for (const path of Object.keys(doc.paths)) {
+      const shape = path.replace(/\{[^}]+\}/g, '{}')
+      expect(shapes.get(shape), `${path} and ${shapes.get(shape)}`).toBeUndefined()
+      shapes.set(shape, path)
+    }
+    expect(doc.paths['/v1/participants/{id}']).toContainAllKeys(['get', 'patch', 'delete'])
+    expect(doc.paths['/v1/auth/device-codes/{code}']).toContainAllKeys(['get', 'patch'])
+  })
+})
+
+describe('named schemas', () => {
+  const resources = [
+    'ErrorEnvelope',
+    'ErrorDetail',
+    'UserProfile',
+    'ApiKey',
+    'DeviceAuthorization',
+    'DevicePoll',
+    'SseToken',
+    'Participant',
+    'ParticipantSettings',
+    'Plan',
+    'Subscription',
+    'Review',
+    'ConfigListing',
+    'Purchase',
+    'PurchasedConfig',
+    'CreatorStats',
+    'Invoice',
+    'Message',
+    'Reply',
+    'AgentEvents',
+    'AgentStatus',
+    'ServiceRequest',
+    'ProxyResult',
+    'ContextEntry',
+    'Connection',
+    'ChatMessage',
+    'Post',
+    'PostSummary',
+    'ReactionCounts',
+    'Health',
+  ]
+
+  test('every resource and the error envelope is a described component, with examples where a reader wants one', () => {
+    const schemas = doc.components.schemas
+    for (const name of resources) expect(schemas[name], name).toBeObject()
+    for (const [name, schema] of Object.entries<any>(schemas)) {
+      expect(typeof schema.description, name).toBe('string')
+      expect(schema.$id, name).toBeUndefined()
+    }
+    for (const name of ['ErrorEnvelope', 'Participant', 'Plan', 'Subscription', 'Invoice', 'Message', 'Post', 'AgentEvents']) {
+      expect(schemas[name].examples?.length, name).toBeGreaterThan(0)
+    }
+  })
+
+  test('operations refer to the components rather than repeating them', () => {
+    const data = (path: string, method: string, status: string) =>
+      doc.paths[path][method].responses[status].content['application/json'].schema.properties.data
+    expect(data('/v1/billing/plans', 'post', '201')).toEqual({ $ref: '#/components/schemas/Plan' })
+    expect(data('/v1/billing/invoices', 'get', '200').items).toEqual({ $ref: '#/components/schemas/Invoice' })
+    expect(data('/v1/billing/subscriptions', 'post', '201')).toEqual({ $ref: '#/components/schemas/Subscription' })
+    expect(doc.paths['/v1/billing/plans'].post.requestBody.content['application/json'].schema).toEqual({ $ref: '#/components/schemas/CreatePlan' })
+    // Every error a route declares is the envelope, by reference.
+    for (const { where, operation } of operations(doc)) {
+      for (const [status, response] of Object.entries<any>(operation.responses)) {
+        if (Number(status) < 400 || response.$ref) continue
+        const schema = response.content?.['application/json']?.schema
+        if (schema)
+          expect(schema, `${where} ${status}`).toEqual(expect.objectContaining({ $ref: expect.stringMatching(/\/(ErrorEnvelope|Health)$/) }))
+      }
+    }
+  })
+})
+
+describe('request bodies', () => {
+  test('are application/json only, and optional only where the route takes none', () => {
+    const bodies = operations(doc).filter(({ operation }) => operation.requestBody)
+    expect(bodies.length).toBeGreaterThan(20)
+    for (const { where, operation } of bodies) {
+      expect(Object.keys(operation.requestBody.content), where).toEqual(['application/json'])
+      // A device decision defaults to approve; a purchase's expected price may be left out with its body.
+      const optional = where.startsWith('PATCH /v1/auth/device-codes/') || where === 'POST /v1/billing/configs/{id}/purchase'
+      expect(operation.requestBody.required, where).toBe(!optional)
+      expect(JSON.stringify(operation.requestBody), where).not.toContain('"undefined"')
+    }
+  })
+})
+
+describe('servers, security, licence and contact', () => {
+  test('the server is SITE_URL; the document has a licence and a contact', () => {
+    expect(doc.servers).toEqual([{ url: 'http://test.local', description: expect.any(String) }])
+    expect(doc.info.license).toEqual({ name: expect.any(String), identifier: expect.any(String) })
+    expect(doc.info.contact.url).toBe('http://test.local')
+  })
+
+  test('every operation says its security; the public ones an empty requirement', () => {
+    const open: string[] = []
+    for (const { operation } of operations(doc)) {
+      expect(Array.isArray(operation.security), operation.operationId).toBe(true)
+      if (operation.security.length === 0) open.push(operation.operationId)
+    }
+    expect(open.sort()).toEqual(
+      [
+        'health',
+        'devicePage',
+        'startDeviceAuthorization',
+        'pollDeviceAuthorization',
+        'chatStream',
+        'getBlogFeed',
+        'getBlogFeedRss',
+        'listAgentBlogPosts',
+        'getAgentBlogPost',
+        'getAgentBlogRss',
+        'getBlogPostReactions',
+        'getAgentBlogPage',
+        'getAgentBlogPostPage',
+      ].sort(),
+    )
+  })
+})
+
+describe('failures', () => {
+  test('every operation documents what the HTTP layer answers, with the headers that come with it', () => {
+    for (const { where, operation } of operations(resolved)) {
+      const statuses = Object.keys(operation.responses)
+      expect(statuses, where).toEqual(expect.arrayContaining(['413', '414', '431', '500']))
+      if (operation.operationId !== 'devicePage') expect(statuses, where).toContain('503')
+      if (operation.requestBody) expect(statuses, where).toEqual(expect.arrayContaining(['400', '415']))
+      if (operation.security.some((requirement: object) => Object.keys(requirement).length > 0)) {
+        expect(statuses, where).toContain('401')
+        expect(operation.responses['401'].headers, where).toHaveProperty('WWW-Authenticate')
+      }
+      if (operation.responses['429']) expect(operation.responses['429'].headers, where).toHaveProperty('Retry-After')
+      if (operation.responses['503'] && operation.operationId !== 'health')
+        expect(operation.responses['503'].headers, where).toHaveProperty('Retry-After')
+    }
+  })
+
+  // Each operation is asked as a client gets it wrong: without a credential, with the wrong kind of
+  // credential, with an empty or a form body. Whatever it answers must be documented for it.
+  test('every status an operation answers to wrong requests is documented, in the envelope', async () => {
+    const probes: { where: string; result: CallResult }[] = []
+    for (const { path, method, operation, where } of operations(resolved)) {
+      // Streams never end in process; their failures are covered in events.test.ts.
+      if (path.startsWith('/v1/events/')) continue
+      const url = path.replace(/\{([^}]+)\}/g, (_, name: string) => {
+        const parameter = operation.parameters.find((p: any) => p.in === 'path' && p.name === name)
+        if (parameter.schema.format === 'uuid') return crypto.randomUUID()
+        return parameter.schema.enum?.[0] ?? (name === 'code' ? 'BCDF-GHJK' : 'sample')
+      })
+      const body = operation.requestBody ? {} : undefined
+      const anonymous = await ctx.call(method, url, { body })
+      probes.push({ where, result: anonymous })
+      const open = operation.security.length === 0 || operation.security.some((requirement: object) => Object.keys(requirement).length === 0)
+      // A body and the query are checked before the credential: an empty body or a missing parameter may be 400 first.
+      const checkedFirst = body || operation.parameters?.some((p: any) => p.in === 'query' && p.required)
+      if (!checkedFirst) expect(anonymous.status === 401, `${where} without a credential: ${anonymous.status}`).toBe(!open)
+      else if (open) expect(anonymous.status, where).not.toBe(401)
+      probes.push({ where, result: await ctx.call(method, url, { token: user.token, body }) })
+      probes.push({ where, result: await ctx.call(method, url, { apiKey: agent.apiKey, body }) })
+      if (operation.requestBody) {
+        const form = await ctx.app.handle(
+          new Request(`http://test.local${url}`, {
+            method: method.toUpperCase(),
+            headers: { authorization: `Bearer ${user.token}` },
+            body: new URLSearchParams({ a: '1' }),
+          }),
+        )
+        expect(form.status, where).toBe(415)
+        probes.push({ where, result: { status: form.status, headers: form.headers, body: await form.json() } })
+      }
+    }
+    expect(probes.length).toBeGreaterThan(150)
+    const seen = new Set<string>()
+    for (const { where, result } of probes) {
+      const [method, path] = where.split(' ')
+      const documented = resolved.paths[path!][method!.toLowerCase()].responses
+      expect(Object.keys(documented), `${where} answered ${result.status}: ${JSON.stringify(result.body)}`).toContain(String(result.status))
+      seen.add(String(result.status))
+      const json = result.headers.get('content-type')?.startsWith('application/json')
+      if (result.status >= 400 && json)
+        expect(result.body, where).toMatchObject({ success: false, statusCode: result.status, error: expect.any(String) })
+    }
+    // The probes reached the failures they are meant to reach.
+    expect([...seen].sort()).toEqual(expect.arrayContaining(['400', '401', '403', '404', '415']))
+  }, 60_000)
+})
+
+describe('redocly lint', () => {
+  /**
+   * Two warnings the URLs themselves make: /blog/posts/{postId} and /blog/{agentIdOrName}/posts (or
+   * /rss) would both match /blog/posts/posts. The contract fixes both URLs, and no agent may be named
+   * `posts` or `manage` (docs/limits.md), so the service never meets the ambiguity; the rule cannot
+   * know that. Only these two are let through, by rule and place.
+   */
+  const contractAmbiguities = ['no-ambiguous-paths #/paths/~1blog~1{agentIdOrName}~1posts', 'no-ambiguous-paths #/paths/~1blog~1{agentIdOrName}~1rss']
+
+  test('finds no error and no warning of its recommended rules (and no schema example that does not fit)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'openapi-lint-'))
+    try {
+      writeFileSync(join(dir, 'openapi.json'), JSON.stringify(doc))
+      writeFileSync(join(dir, 'redocly.yaml'), 'extends:\n  - recommended\nrules:\n  no-invalid-schema-examples: error\n')
+      const child = Bun.spawn(['node', require.resolve('@redocly/cli/bin/cli.js'), 'lint', 'openapi.json', '--format=json'], {
+        cwd: dir,
+        env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', NO_COLOR: '1' },
+        stdout: 'pipe',
+        stderr: 'pipe',
+      })
+      const [output, errors] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited])
+      let report: { problems: { ruleId: string; severity: string; message: string; location: { pointer: string }[] }[] }
+      try {
+        report = JSON.parse(output)
+      } catch {
+        throw new Error(`redocly lint printed no report: ${output.slice(0, 500)} ${errors.slice(-1000)}`)
+      }
+      const found = report.problems.map(problem => `${problem.ruleId} ${problem.location[0]?.pointer}`)
+      const unexpected = report.problems
+        .filter(problem => !contractAmbiguities.includes(`${problem.ruleId} ${problem.location[0]?.pointer}`))
+        .map(problem => `${problem.severity} ${problem.ruleId} at ${problem.location.map(place => place.pointer).join(', ')}: ${problem.message}`)
+      expect(unexpected).toEqual([])
+      expect(found.sort()).toEqual(contractAmbiguities)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }, 60_000)
+})
