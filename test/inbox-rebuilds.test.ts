@@ -2,7 +2,6 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import type { Sql } from '../src/db.ts'
 import { AppError } from '../src/errors.ts'
-import { deleteByPrefix } from '../src/redis.ts'
 import { createInboxReader, type InboxReader } from '../src/conversations/inbox-reader.ts'
 import { seedAgents, type SeededAgent } from '../bench/lib/seed-agents.ts'
 import { createTestContext, type TestContext } from './helpers/context.ts'
@@ -15,6 +14,19 @@ beforeAll(async () => {
   agents = await seedAgents(ctx.deps.sql, { agents: 1000, pendingEvery: 10, repliers: 0 })
 })
 afterAll(() => ctx.close())
+
+/** Every key of the test's prefix gone at one instant, as when Redis restarts empty (one DEL: a deletion in steps would not be). */
+async function loseEverything() {
+  const found: string[] = []
+  let cursor = '0'
+  do {
+    const [next, keys] = await ctx.deps.redis.scan(cursor, 'MATCH', `${ctx.config.redisPrefix}*`, 'COUNT', 10_000)
+    cursor = next
+    found.push(...keys)
+  } while (cursor !== '0')
+  expect(found.length).toBeGreaterThan(1000)
+  await ctx.deps.redis.del(...found)
+}
 
 /** The same connections, counting the statements in flight at once (a rebuild runs two). */
 function counting(sql: Sql) {
@@ -42,11 +54,11 @@ describe('inboxes rebuilt after Redis lost them, 1,000 agents polling', () => {
     try {
       const refused: AppError[] = []
       const polled = new Map<string, number>()
-      /** Each agent polls `rounds` times; a refused poll waits and polls again. */
-      const pollAll = (rounds: number) =>
+      /** Each agent polls `rounds` times (and for as long as `more()` says); a refused poll waits and polls again. */
+      const pollAll = (rounds: number, more = () => false) =>
         Promise.all(
           agents.map(async agent => {
-            for (let round = 0; round < rounds;) {
+            for (let round = 0; round < rounds || more();) {
               try {
                 polled.set(agent.id, (await reader.read(agent.id)).conversations.length)
                 round++
@@ -61,10 +73,12 @@ describe('inboxes rebuilt after Redis lost them, 1,000 agents polling', () => {
 
       await pollAll(1)
       const built = seen.peak
-      // Redis loses everything while the agents poll on.
-      const polling = pollAll(5)
+      // Redis loses everything while the agents poll on (however long the deletion takes).
+      let deleted = false
+      const polling = pollAll(2, () => !deleted)
       await Bun.sleep(5)
-      await deleteByPrefix(ctx.deps.redis, ctx.config.redisPrefix)
+      await loseEverything()
+      deleted = true
       await polling
       await pollAll(1)
 
