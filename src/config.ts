@@ -2,6 +2,7 @@
 import { Type as T, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { trustedProxyList } from './http/client-ip.ts'
+import { defaultTimeouts, type MigrationTimeouts } from './migrate.ts'
 
 const Env = T.Object({
   PORT: T.Integer({ minimum: 0, maximum: 65535, default: 3000 }),
@@ -29,6 +30,8 @@ const Env = T.Object({
   INVOICE_EVERY_MS: T.Integer({ minimum: 1000, default: 3_600_000 }),
   QUEUE_LOCK_MS: T.Integer({ minimum: 1000, default: 30_000 }),
   ACTORS_INLINE: T.Union([T.Literal('on'), T.Literal('off')], { default: 'on' }),
+  MIGRATION_LOCK_TIMEOUT_MS: T.Integer({ minimum: 0, default: defaultTimeouts.lockTimeoutMs }),
+  MIGRATION_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, default: defaultTimeouts.statementTimeoutMs }),
 })
 
 const RateRule = T.Object(
@@ -95,6 +98,8 @@ export interface Config {
   queueLockMs: number
   /** Whether an API process applies the commands of idle actors itself instead of through their mailboxes. */
   actorsInline: boolean
+  /** The lock_timeout and statement_timeout of each migration (0: none), unless its file sets its own. */
+  migrationTimeouts: MigrationTimeouts
 }
 
 /** A configuration problem worth one line on stderr and a non-zero exit. */
@@ -181,6 +186,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     invoiceEveryMs: e.INVOICE_EVERY_MS,
     queueLockMs: e.QUEUE_LOCK_MS,
     actorsInline: e.ACTORS_INLINE === 'on',
+    migrationTimeouts: { lockTimeoutMs: e.MIGRATION_LOCK_TIMEOUT_MS, statementTimeoutMs: e.MIGRATION_STATEMENT_TIMEOUT_MS },
   }
 }
 

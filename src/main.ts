@@ -37,7 +37,7 @@ async function main() {
   try {
     const migrator = createSql(config.databaseUrl!, { max: 1 })
     try {
-      const applied = await migrate(migrator)
+      const applied = await migrate(migrator, undefined, config.migrationTimeouts)
       if (applied.length > 0) log.info('migrations applied', { applied })
     } finally {
       await migrator.end()
