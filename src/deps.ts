@@ -22,6 +22,7 @@ import { createInboxReader, type InboxReader } from './conversations/inbox-reade
 import { createQueues, type Queues } from './queues.ts'
 import { createEventHub, type EventHub } from './events/hub.ts'
 import { createBlogQueue, type BlogQueue } from './blog/queue.ts'
+import { createLifecycle, type Lifecycle } from './health/lifecycle.ts'
 
 export interface Deps {
   config: Config
@@ -44,6 +45,8 @@ export interface Deps {
   blogQueue: BlogQueue
   /** Renders posts' Markdown on a thread of its own, with a time limit. */
   markdown: MarkdownRenderer
+  /** Whether the process is shutting down (readiness fails then). */
+  lifecycle: Lifecycle
   close(): Promise<void>
 }
 
@@ -121,6 +124,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
     events,
     blogQueue,
     markdown,
+    lifecycle: createLifecycle(),
     async close() {
       await events.close()
       await markdown.close()

@@ -60,6 +60,7 @@ async function main() {
     if (stopping) return
     stopping = true
     log.info('shutting down', { signal })
+    deps?.lifecycle.drain()
     const force = setTimeout(() => {
       log.error('shutdown timed out; exiting')
       process.exit(1)
