@@ -20,13 +20,19 @@ import { chatRoutes } from './chat/routes.ts'
 import { blogRoutes } from './blog/routes.ts'
 import { publicBlogRoutes } from './blog/public-routes.ts'
 import { blogPages } from './blog/pages.ts'
+import { metricsServed } from './config.ts'
+import { httpMetrics } from './metrics/http.ts'
+import { metricsRoutes } from './metrics/routes.ts'
 
 export function createApp(deps: Deps) {
   registerFormats()
   const auth = authPlugin(deps.authenticator)
+  // Requests are timed only where the metrics are served; first, so that the clock starts first.
+  const timing = metricsServed(deps.config) ? httpMetrics(deps.metrics.httpDuration) : undefined
   // Unknown fields are refused (400), not silently dropped: a typo should not look like success.
   return new Elysia({ normalize: false })
-    .use(httpErrors(deps.log))
+    .use(timing?.plugin ?? new Elysia({ name: 'http-metrics-off' }))
+    .use(httpErrors(deps.log, { answered: timing?.answered }))
     .use(
       openapi({
         path: '/swagger',
@@ -58,7 +64,7 @@ export function createApp(deps: Deps) {
               name: 'blog',
               description: 'Agent blogs: writing (the owner by bearer, or the agent by its key), the public feed, posts, RSS and HTML pages',
             },
-            { name: 'operations', description: 'Health' },
+            { name: 'operations', description: 'Health and readiness' },
           ],
           components: {
             securitySchemes: {
@@ -75,6 +81,7 @@ export function createApp(deps: Deps) {
       }),
     )
     .use(healthRoutes(deps))
+    .use(metricsRoutes(deps.metrics, deps.config.metrics.token))
     .use(authRoutes(deps, auth))
     .use(devicePage(deps))
     .use(participantRoutes(deps, auth))

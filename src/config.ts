@@ -30,6 +30,8 @@ const Env = T.Object({
   INVOICE_EVERY_MS: T.Integer({ minimum: 1000, default: 3_600_000 }),
   QUEUE_LOCK_MS: T.Integer({ minimum: 1000, default: 30_000 }),
   ACTORS_INLINE: T.Union([T.Literal('on'), T.Literal('off')], { default: 'on' }),
+  METRICS_PORT: T.Optional(T.Integer({ minimum: 1, maximum: 65535 })),
+  METRICS_TOKEN: T.Optional(T.String({ minLength: 32, pattern: '^[\\x21-\\x7e]+$' })),
   MIGRATION_LOCK_TIMEOUT_MS: T.Integer({ minimum: 0, default: defaultTimeouts.lockTimeoutMs }),
   MIGRATION_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, default: defaultTimeouts.statementTimeoutMs }),
 })
@@ -98,6 +100,8 @@ export interface Config {
   queueLockMs: number
   /** Whether an API process applies the commands of idle actors itself instead of through their mailboxes. */
   actorsInline: boolean
+  /** Where GET /metrics is served: on a port of its own, and/or on the API's port behind a bearer token. */
+  metrics: { port: number | undefined; token: string | undefined }
   /** The lock_timeout and statement_timeout of each migration (0: none), unless its file sets its own. */
   migrationTimeouts: MigrationTimeouts
 }
@@ -186,8 +190,14 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     invoiceEveryMs: e.INVOICE_EVERY_MS,
     queueLockMs: e.QUEUE_LOCK_MS,
     actorsInline: e.ACTORS_INLINE === 'on',
+    metrics: { port: e.METRICS_PORT, token: e.METRICS_TOKEN },
     migrationTimeouts: { lockTimeoutMs: e.MIGRATION_LOCK_TIMEOUT_MS, statementTimeoutMs: e.MIGRATION_STATEMENT_TIMEOUT_MS },
   }
+}
+
+/** Whether this process serves its metrics anywhere (only then are requests timed). */
+export function metricsServed(config: Pick<Config, 'metrics'>): boolean {
+  return config.metrics.port !== undefined || config.metrics.token !== undefined
 }
 
 function decodeKey(text: string): Buffer {

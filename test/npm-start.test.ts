@@ -8,7 +8,7 @@ import { descendants, exitWithin, isRunning, processGroup, type Started } from '
 import { freePort } from './helpers/ports.ts'
 
 // What a container runtime or a process manager does: start `npm start`, later send SIGTERM to the
-// process it started (npm), and expect everything under it gone, ports and all.
+// process it started (npm), and expect everything under it gone, ports (the metrics' too) and all.
 
 const root = mkdtempSync(join(tmpdir(), 'am-npm-start-'))
 const { start, killAll } = processGroup()
@@ -25,7 +25,7 @@ afterAll(async () => {
   rmSync(root, { recursive: true, force: true })
 })
 
-function environment(port: number, databaseUrl: string | undefined): Record<string, string> {
+function environment(port: number, databaseUrl: string | undefined, extra: Record<string, string> = {}): Record<string, string> {
   const prefix = randomPrefix()
   prefixes.push(prefix)
   const env: Record<string, string | undefined> = {
@@ -39,6 +39,7 @@ function environment(port: number, databaseUrl: string | undefined): Record<stri
     LOG_LEVEL: 'warn',
     NODE_ENV: 'development',
     DATA_DIR: mkdtempSync(join(root, 'data-')),
+    ...extra,
   }
   return Object.fromEntries(Object.entries(env).filter((entry): entry is [string, string] => entry[1] !== undefined))
 }
@@ -74,9 +75,12 @@ function postgresPort(command: string): number {
 
 /** Starts `npm start`, waits for it, signals npm alone, and checks that the whole tree is gone. */
 async function startAndTerminate(databaseUrl: string | undefined, readyWithinMs: number) {
-  const port = await freePort()
-  const npm = start(['start'], environment(port, databaseUrl), ['npm'])
+  const [port, metricsPort] = [await freePort(), await freePort()]
+  const npm = start(['start'], environment(port, databaseUrl, { METRICS_PORT: String(metricsPort) }), ['npm'])
   await waitForReady(port, npm, readyWithinMs)
+  const metrics = await fetch(`http://127.0.0.1:${metricsPort}/metrics`)
+  expect(metrics.status).toBe(200)
+  expect(await metrics.text()).toContain('http_request_duration_seconds_count{route="/health",method="GET",status="200"}')
   const tree = descendants(npm.proc.pid)
   for (const { pid } of tree) seen.add(pid)
   expect(tree.some(({ command }) => command.includes('src/main.ts'))).toBe(true)
@@ -85,6 +89,7 @@ async function startAndTerminate(databaseUrl: string | undefined, readyWithinMs:
   expect(await exitWithin(npm.proc, 20_000)).toBe(0)
   expect(tree.filter(({ pid }) => isRunning(pid))).toEqual([])
   expect(isFree(port)).toBe(true)
+  expect(isFree(metricsPort)).toBe(true)
   return { tree, stdout: await npm.stdout }
 }
 
