@@ -21,15 +21,22 @@ import { blogRoutes } from './blog/routes.ts'
 import { publicBlogRoutes } from './blog/public-routes.ts'
 import { blogPages } from './blog/pages.ts'
 import { openApiRoutes } from './openapi/routes.ts'
+import { metricsServed } from './config.ts'
+import { httpMetrics } from './metrics/http.ts'
+import { metricsRoutes } from './metrics/routes.ts'
 
 export function createApp(deps: Deps) {
   registerFormats()
   const auth = authPlugin(deps.authenticator)
   const routes = routeMethods()
+  // Requests are timed only where the metrics are served; first, so that the clock starts first.
+  const timing = metricsServed(deps.config) ? httpMetrics(deps.metrics.httpDuration) : undefined
   // Unknown fields are refused (400), not silently dropped: a typo should not look like success.
   const app = new Elysia({ normalize: false })
-    .use(httpErrors(deps.log, routes))
+    .use(timing?.plugin ?? new Elysia({ name: 'http-metrics-off' }))
+    .use(httpErrors(deps.log, routes, timing?.answered))
     .use(healthRoutes(deps))
+    .use(metricsRoutes(deps.metrics, deps.config.metrics.token))
     .use(authRoutes(deps, auth))
     .use(devicePage(deps))
     .use(participantRoutes(deps, auth))

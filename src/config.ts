@@ -2,6 +2,7 @@
 import { Type as T, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { trustedProxyList } from './http/client-ip.ts'
+import { defaultTimeouts, type MigrationTimeouts } from './migrate.ts'
 
 const Env = T.Object({
   PORT: T.Integer({ minimum: 0, maximum: 65535, default: 3000 }),
@@ -33,6 +34,10 @@ const Env = T.Object({
   SERVICE_REQUESTS_OPEN_BYTES: T.Integer({ minimum: 1024, default: 1_048_576 }),
   PROXY_IN_FLIGHT_PER_AGENT: T.Integer({ minimum: 1, default: 10 }),
   PROXY_BUFFER_BYTES: T.Integer({ minimum: 1_048_576, default: 67_108_864 }),
+  METRICS_PORT: T.Optional(T.Integer({ minimum: 1, maximum: 65535 })),
+  METRICS_TOKEN: T.Optional(T.String({ minLength: 32, pattern: '^[\\x21-\\x7e]+$' })),
+  MIGRATION_LOCK_TIMEOUT_MS: T.Integer({ minimum: 0, default: defaultTimeouts.lockTimeoutMs }),
+  MIGRATION_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, default: defaultTimeouts.statementTimeoutMs }),
 })
 
 const RateRule = T.Object(
@@ -115,6 +120,10 @@ export interface Config {
     /** Upstream response bytes one process may hold buffered at once, over all its proxy calls. */
     bufferBytes: number
   }
+  /** Where GET /metrics is served: on a port of its own, and/or on the API's port behind a bearer token. */
+  metrics: { port: number | undefined; token: string | undefined }
+  /** The lock_timeout and statement_timeout of each migration (0: none), unless its file sets its own. */
+  migrationTimeouts: MigrationTimeouts
 }
 
 export interface ServiceRequestCaps {
@@ -210,7 +219,14 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     actorsInline: e.ACTORS_INLINE === 'on',
     serviceRequests: { maxOpen: e.SERVICE_REQUESTS_OPEN_MAX, maxOpenBytes: e.SERVICE_REQUESTS_OPEN_BYTES },
     proxy: { inFlightPerAgent: e.PROXY_IN_FLIGHT_PER_AGENT, bufferBytes: e.PROXY_BUFFER_BYTES },
+    metrics: { port: e.METRICS_PORT, token: e.METRICS_TOKEN },
+    migrationTimeouts: { lockTimeoutMs: e.MIGRATION_LOCK_TIMEOUT_MS, statementTimeoutMs: e.MIGRATION_STATEMENT_TIMEOUT_MS },
   }
+}
+
+/** Whether this process serves its metrics anywhere (only then are requests timed). */
+export function metricsServed(config: Pick<Config, 'metrics'>): boolean {
+  return config.metrics.port !== undefined || config.metrics.token !== undefined
 }
 
 function decodeKey(text: string): Buffer {

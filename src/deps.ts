@@ -1,5 +1,5 @@
 /** The dependencies every slice gets through createApp(deps): connections, caches, clock, log. */
-import type { Config } from './config.ts'
+import { metricsServed, type Config } from './config.ts'
 import { createSql, type Sql } from './db.ts'
 import { connectRedis, createRedis, type Redis } from './redis.ts'
 import { createPubSub, type PubSub } from './pubsub.ts'
@@ -24,6 +24,9 @@ import { createInboxReader, type InboxReader } from './conversations/inbox-reade
 import { createQueues, type Queues } from './queues.ts'
 import { createEventHub, type EventHub } from './events/hub.ts'
 import { createBlogQueue, type BlogQueue } from './blog/queue.ts'
+import { createLifecycle, type Lifecycle } from './health/lifecycle.ts'
+import { createMetrics, type Metrics } from './metrics/metrics.ts'
+import { registerCollectors } from './metrics/collectors.ts'
 
 export interface Deps {
   config: Config
@@ -50,6 +53,10 @@ export interface Deps {
   blogQueue: BlogQueue
   /** Renders posts' Markdown on a thread of its own, with a time limit. */
   markdown: MarkdownRenderer
+  /** The process's Prometheus metrics (served only where configured: config.metrics). */
+  metrics: Metrics
+  /** Whether the process is shutting down (readiness fails then). */
+  lifecycle: Lifecycle
   close(): Promise<void>
 }
 
@@ -112,6 +119,17 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const events = await createEventHub({ redis, pubsub, keys, log, isKeyLive: async hex => (await keyCache.lookup(hex)) !== null })
   const blogQueue = createBlogQueue({ redis, keys, clock, log })
   const markdown = createMarkdownRenderer({ log })
+  const metrics = createMetrics({ process: metricsServed(config) })
+  for (const connection of [redis, subscriber, batchRedis, queues.connection]) metrics.watchRedis(connection)
+  const readSources = registerCollectors(metrics.registry, {
+    sql,
+    redis,
+    keys,
+    openStreams: () => events.size,
+    queues: queues.all,
+    connections: metrics.connections,
+  })
+  metrics.readBeforeScrape(readSources)
 
   return {
     config,
@@ -131,6 +149,8 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
     events,
     blogQueue,
     markdown,
+    metrics,
+    lifecycle: createLifecycle(),
     async close() {
       await events.close()
       await markdown.close()

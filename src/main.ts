@@ -9,6 +9,7 @@ import { createApp } from './app.ts'
 import { serverOptions } from './http/server-options.ts'
 import type { EmbeddedDatabase } from './embedded-postgres.ts'
 import { startWorkers, type Workers } from '../workers/index.ts'
+import { serveMetrics } from './metrics/routes.ts'
 
 type Role = 'all' | 'api' | 'workers'
 
@@ -34,10 +35,11 @@ async function main() {
   let deps: Deps | undefined
   let workers: Workers | undefined
   let server: ReturnType<ReturnType<typeof createApp>['listen']> | undefined
+  let metricsServer: ReturnType<typeof serveMetrics> | undefined
   try {
     const migrator = createSql(config.databaseUrl!, { max: 1 })
     try {
-      const applied = await migrate(migrator)
+      const applied = await migrate(migrator, undefined, config.migrationTimeouts)
       if (applied.length > 0) log.info('migrations applied', { applied })
     } finally {
       await migrator.end()
@@ -49,7 +51,12 @@ async function main() {
       log.info('api listening', { port: server.server?.port, swagger: `${config.siteUrl}/swagger` })
     }
     if (role !== 'api') workers = await startWorkers(deps)
+    if (config.metrics.port !== undefined) {
+      metricsServer = serveMetrics(deps.metrics, { port: config.metrics.port, token: config.metrics.token })
+      log.info('metrics listening', { port: metricsServer.port })
+    }
   } catch (error) {
+    await metricsServer?.stop(true)
     await deps?.close().catch(() => {})
     await embedded?.stop().catch(() => {})
     throw error
@@ -60,6 +67,7 @@ async function main() {
     if (stopping) return
     stopping = true
     log.info('shutting down', { signal })
+    deps?.lifecycle.drain()
     const force = setTimeout(() => {
       log.error('shutdown timed out; exiting')
       process.exit(1)
@@ -70,6 +78,7 @@ async function main() {
       deps?.events.closeAll()
       await server?.stop()
       await workers?.close()
+      await metricsServer?.stop(true)
       await deps?.close()
       await embedded?.stop()
       clearTimeout(force)

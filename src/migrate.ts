@@ -1,4 +1,7 @@
-/** Forward-only migrations: numbered files in sql/, all pending ones in one transaction under a lock. */
+/**
+ * Forward-only migrations: numbered files in sql/ (sql/README.md), applied under a lock between
+ * processes, each within a lock_timeout and a statement_timeout.
+ */
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Sql } from './db.ts'
@@ -14,6 +17,39 @@ export interface Migration {
   text: string
 }
 
+export interface MigrationTimeouts {
+  /** How long a migration's statement waits for a lock before the migration fails; 0: for ever. */
+  lockTimeoutMs: number
+  /** How long one statement of a migration may run; 0: no limit. */
+  statementTimeoutMs: number
+}
+
+/**
+ * Waiting for a lock queues every later query on that table behind the migration, so the wait is
+ * short; a statement that runs for minutes at deploy is a surprise worth stopping.
+ */
+export const defaultTimeouts: MigrationTimeouts = { lockTimeoutMs: 5000, statementTimeoutMs: 600_000 }
+
+/** What a migration's first line (`-- migrate: ...`) asks for. */
+export interface MigrationOptions {
+  /** False for `no-transaction`: each statement is run and committed on its own. */
+  transaction: boolean
+  lockTimeoutMs?: number
+  statementTimeoutMs?: number
+}
+
+/** A migration that did not apply, named in the message. */
+export class MigrationError extends Error {
+  override name = 'MigrationError'
+  constructor(
+    readonly migration: string,
+    message: string,
+    options?: ErrorOptions,
+  ) {
+    super(message, options)
+  }
+}
+
 export function readMigrations(dir = migrationsDir): Migration[] {
   const files = readdirSync(dir)
     .filter(file => /^\d{5}_[a-z0-9_-]+\.sql$/.test(file))
@@ -21,37 +57,168 @@ export function readMigrations(dir = migrationsDir): Migration[] {
   return files.map((file, index) => {
     const id = Number(file.slice(0, 5))
     if (id !== index + 1) throw new Error(`migration ${file} breaks the sequence: expected number ${index + 1}`)
-    return { id, name: file, text: readFileSync(join(dir, file), 'utf8') }
+    const migration = { id, name: file, text: readFileSync(join(dir, file), 'utf8') }
+    migrationOptions(migration)
+    return migration
   })
 }
 
+/** Reads the first line's options: `-- migrate: no-transaction lock-timeout=0 statement-timeout=0`. */
+export function migrationOptions(migration: Migration): MigrationOptions {
+  const options: MigrationOptions = { transaction: true }
+  const header = /^-- migrate:(.*)$/m.exec(migration.text.split('\n', 1)[0]!)
+  if (!header) return options
+  for (const word of header[1]!.split(/[\s,]+/).filter(Boolean)) {
+    const [key, value] = word.split('=')
+    if (key === 'no-transaction' && value === undefined) options.transaction = false
+    else if ((key === 'lock-timeout' || key === 'statement-timeout') && /^\d+$/.test(value ?? '')) {
+      options[key === 'lock-timeout' ? 'lockTimeoutMs' : 'statementTimeoutMs'] = Number(value)
+    } else {
+      throw new MigrationError(migration.name, `migration ${migration.name}: unknown option "${word}" on its first line (see sql/README.md)`)
+    }
+  }
+  if (!options.transaction) statementsOf(migration)
+  return options
+}
+
 /**
- * Applies every pending migration, or none. Two processes starting together both succeed: the
- * second waits for the lock, then finds nothing left to do.
+ * Applies every pending migration. Consecutive migrations that run in a transaction share one: all
+ * of them apply, or none. A `no-transaction` migration commits what came before it and runs alone.
+ * Two processes starting together both succeed: the second waits for the lock, then finds nothing
+ * left to do. The lock is the session's, so it lasts across the transactions of one run.
  *
  * @example
  * const applied = await migrate(sql)
  */
-export async function migrate(sql: Sql, migrations = readMigrations()): Promise<string[]> {
-  return sql.begin(async tx => {
-    await tx`select pg_advisory_xact_lock(${lockId})`
-    await tx`
+export async function migrate(sql: Sql, migrations = readMigrations(), timeouts: MigrationTimeouts = defaultTimeouts): Promise<string[]> {
+  const session = await sql.reserve()
+  try {
+    await takeLock(session)
+    try {
+      return await applyPending(session, migrations, timeouts)
+    } finally {
+      await session`select pg_advisory_unlock(${lockId})`.catch(() => {})
+    }
+  } finally {
+    session.release()
+  }
+}
+
+/**
+ * Waits for the migration lock by trying again and again. A session waiting in pg_advisory_lock is a
+ * transaction, and `create index concurrently` waits for every transaction older than its build to
+ * end: a second process waiting so, while the first builds an index, is a deadlock.
+ */
+async function takeLock(session: Sql) {
+  for (;;) {
+    const [row] = await session<{ locked: boolean }[]>`select pg_try_advisory_lock(${lockId}) as locked`
+    if (row!.locked) return
+    await Bun.sleep(lockRetryMs)
+  }
+}
+
+const lockRetryMs = 100
+
+async function applyPending(session: Sql, migrations: Migration[], timeouts: MigrationTimeouts): Promise<string[]> {
+  await session`begin`
+  let inTransaction = true
+  try {
+    await session`
       create table if not exists migrations (
         id integer primary key,
         name text not null,
         applied_at timestamptz not null default now()
       )
     `
-    const [row] = await tx<{ max: number }[]>`select coalesce(max(id), 0)::int as max from migrations`
+    const [row] = await session<{ max: number }[]>`select coalesce(max(id), 0)::int as max from migrations`
     const current = row?.max ?? 0
     if (current > migrations.length) {
       throw new Error(`database is at migration ${current}, newer than this code (${migrations.length})`)
     }
     const pending = migrations.slice(current)
     for (const migration of pending) {
-      await tx.unsafe(migration.text)
-      await tx`insert into migrations (id, name) values (${migration.id}, ${migration.name})`
+      const options = migrationOptions(migration)
+      const limits = { ...timeouts, ...definedOnly(options) }
+      if (options.transaction && !inTransaction) {
+        await session`begin`
+        inTransaction = true
+      } else if (!options.transaction && inTransaction) {
+        await session`commit`
+        inTransaction = false
+      }
+      await apply(session, migration, options.transaction, limits)
     }
+    if (inTransaction) await session`commit`
     return pending.map(migration => migration.name)
-  })
+  } catch (error) {
+    if (inTransaction) await session`rollback`.catch(() => {})
+    throw error
+  }
+}
+
+/** Runs one migration and records it: in the open transaction, or statement by statement. */
+async function apply(session: Sql, migration: Migration, transaction: boolean, limits: MigrationTimeouts) {
+  // Set for the transaction (local), or for the session until reset below.
+  await session`
+    select set_config('lock_timeout', ${String(limits.lockTimeoutMs)}, ${transaction}),
+           set_config('statement_timeout', ${String(limits.statementTimeoutMs)}, ${transaction})
+  `
+  try {
+    if (transaction) await session.unsafe(migration.text)
+    else for (const statement of statementsOf(migration)) await session.unsafe(statement)
+  } catch (error) {
+    throw explained(migration, error, limits)
+  } finally {
+    if (!transaction) await session`reset lock_timeout`.then(() => session`reset statement_timeout`).catch(() => {})
+  }
+  await session`insert into migrations (id, name) values (${migration.id}, ${migration.name})`
+}
+
+/**
+ * A `no-transaction` migration's statements, each ending with a semicolon at the end of a line.
+ * Postgres runs several statements sent at once in one transaction, which `create index
+ * concurrently` refuses, so they go one by one; dollar-quoted bodies (which may hold such lines)
+ * are refused rather than split wrongly.
+ */
+function statementsOf(migration: Migration): string[] {
+  const body = migration.text
+    .split('\n')
+    .filter(line => !/^\s*--/.test(line))
+    .join('\n')
+  if (/\$[A-Za-z_0-9]*\$/.test(body)) {
+    throw new MigrationError(migration.name, `migration ${migration.name}: a no-transaction migration cannot hold dollar-quoted bodies`)
+  }
+  return body
+    .split(/;[ \t]*$/m)
+    .map(statement => statement.trim())
+    .filter(Boolean)
+}
+
+function explained(migration: Migration, error: unknown, limits: MigrationTimeouts): MigrationError {
+  const e = error as { code?: string; message?: string }
+  const message = e?.message ?? String(error)
+  if (e?.code === '55P03') {
+    return new MigrationError(
+      migration.name,
+      `migration ${migration.name} could not get its locks within lock_timeout (${limits.lockTimeoutMs} ms): another session holds ` +
+        'a conflicting lock (see pg_locks and pg_stat_activity). Migrate again when it is done, or raise MIGRATION_LOCK_TIMEOUT_MS',
+      { cause: error },
+    )
+  }
+  if (e?.code === '57014' && /statement timeout/.test(message)) {
+    return new MigrationError(
+      migration.name,
+      `migration ${migration.name} ran past statement_timeout (${limits.statementTimeoutMs} ms) and was stopped; raise ` +
+        'MIGRATION_STATEMENT_TIMEOUT_MS, or give the file its own statement-timeout (sql/README.md)',
+      { cause: error },
+    )
+  }
+  return new MigrationError(migration.name, `migration ${migration.name} failed: ${message}`, { cause: error })
+}
+
+function definedOnly(options: MigrationOptions): Partial<MigrationTimeouts> {
+  const limits: Partial<MigrationTimeouts> = {}
+  if (options.lockTimeoutMs !== undefined) limits.lockTimeoutMs = options.lockTimeoutMs
+  if (options.statementTimeoutMs !== undefined) limits.statementTimeoutMs = options.statementTimeoutMs
+  return limits
 }

@@ -3,7 +3,8 @@ import { Queue } from 'bullmq'
 import type { Config } from './config.ts'
 import type { Keys } from './keys.ts'
 import type { Log } from './log.ts'
-import { createRedis, reportQueueErrors } from './redis.ts'
+import { createRedis, reportQueueErrors, type Redis } from './redis.ts'
+import { blogQueueName } from './blog/queue.ts'
 
 export const queueNames = { metering: 'metering', invoices: 'invoices', maintenance: 'maintenance' } as const
 
@@ -11,6 +12,13 @@ export interface Queues {
   metering: Queue
   invoices: Queue
   maintenance: Queue
+  /**
+   * Every queue of the service, for reading (their counts): the three above and the blog queue, which
+   * the API adds to through deps.blogQueue (a connection that fails fast), not through this one.
+   */
+  all: Queue[]
+  /** The producers' connection (BullMQ's kind: a command waits for Redis to come back). */
+  connection: Redis
   close(): Promise<void>
 }
 
@@ -20,13 +28,17 @@ export function createQueues(config: Config, keys: Keys, log: Log): Queues {
   const metering = new Queue(queueNames.metering, options)
   const invoices = new Queue(queueNames.invoices, options)
   const maintenance = new Queue(queueNames.maintenance, options)
-  for (const queue of [metering, invoices, maintenance]) reportQueueErrors(queue, log, { queue: queue.name })
+  const blog = new Queue(blogQueueName, options)
+  const all = [metering, invoices, maintenance, blog]
+  for (const queue of all) reportQueueErrors(queue, log, { queue: queue.name })
   return {
     metering,
     invoices,
     maintenance,
+    all,
+    connection,
     async close() {
-      await Promise.all([metering.close(), invoices.close(), maintenance.close()])
+      await Promise.all(all.map(queue => queue.close()))
       await connection.quit().catch(() => connection.disconnect())
     },
   }

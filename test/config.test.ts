@@ -42,6 +42,8 @@ describe('loadConfig', () => {
       logLevel: 'info',
       rateLimits: defaultRateLimits,
       shutdownTimeoutMs: 10000,
+      metrics: { port: undefined, token: undefined },
+      migrationTimeouts: { lockTimeoutMs: 5000, statementTimeoutMs: 600_000 },
     })
   })
 
@@ -65,6 +67,22 @@ describe('loadConfig', () => {
   test('SHUTDOWN_TIMEOUT_MS is a whole number of milliseconds', () => {
     expect(loadConfig({ SHUTDOWN_TIMEOUT_MS: '2500' }).shutdownTimeoutMs).toBe(2500)
     expect(configError({ SHUTDOWN_TIMEOUT_MS: '1.5' }).message).toContain('SHUTDOWN_TIMEOUT_MS')
+  })
+
+  test('METRICS_PORT and METRICS_TOKEN say where metrics are served; a short token or a bad port is refused', () => {
+    const token = 'm'.repeat(32)
+    expect(loadConfig({ METRICS_PORT: '9464', METRICS_TOKEN: token }).metrics).toEqual({ port: 9464, token })
+    expect(configError({ METRICS_TOKEN: 'short' }).message).toContain('METRICS_TOKEN')
+    expect(configError({ METRICS_TOKEN: `${'m'.repeat(32)} x` }).message).toContain('METRICS_TOKEN')
+    expect(configError({ METRICS_PORT: '0' }).message).toContain('METRICS_PORT')
+  })
+
+  test('migration timeouts are whole milliseconds, 0 for none', () => {
+    expect(loadConfig({ MIGRATION_LOCK_TIMEOUT_MS: '0', MIGRATION_STATEMENT_TIMEOUT_MS: '60000' }).migrationTimeouts).toEqual({
+      lockTimeoutMs: 0,
+      statementTimeoutMs: 60_000,
+    })
+    expect(configError({ MIGRATION_LOCK_TIMEOUT_MS: '5s' }).message).toContain('MIGRATION_LOCK_TIMEOUT_MS')
   })
 
   test('refuses malformed URLs, a short JWT secret and an unknown LOG_LEVEL, naming the variable', () => {

@@ -272,6 +272,38 @@ describe('health', () => {
     expect(res.body).toEqual({ status: 'ok', postgres: 'ok', redis: 'ok' })
   })
 
+  test('GET /health/live is 200; GET /health/ready is 200 with Postgres, Redis and the migrations ok', async () => {
+    const live = await ctx.call('GET', '/health/live')
+    expect(live.status).toBe(200)
+    expect(live.body).toEqual({ success: true, data: { status: 'live' } })
+    const ready = await ctx.call('GET', '/health/ready')
+    expect(ready.status).toBe(200)
+    expect(ready.body).toEqual({ success: true, data: { status: 'ready', postgres: 'ok', redis: 'ok', migrations: 'applied' } })
+  })
+
+  test('GET /health/ready is 503 unavailable, naming each reason: pending migrations, draining, Redis, Postgres', async () => {
+    const broken = await createTestContext()
+    const reasons = async () => {
+      const res = await broken.call('GET', '/health/ready')
+      expectError(res, 503, 'unavailable')
+      return res.body.details.map((detail: { path: string }) => detail.path)
+    }
+    try {
+      await broken.deps.sql`delete from migrations where id = (select max(id) from migrations)`
+      expect(await reasons()).toEqual(['/migrations'])
+      broken.deps.lifecycle.drain()
+      expect(await reasons()).toEqual(['/migrations', '/draining'])
+      // Live as long as the process answers, draining or not.
+      expect((await broken.call('GET', '/health/live')).status).toBe(200)
+      broken.deps.redis.disconnect()
+      expect(await reasons()).toEqual(['/migrations', '/redis', '/draining'])
+      await broken.deps.sql.end()
+      expect(await reasons()).toEqual(['/postgres', '/redis', '/draining'])
+    } finally {
+      await broken.close()
+    }
+  })
+
   test('names Redis, then Postgres, as down with 503; a request needing Postgres is 503 unavailable without SQL', async () => {
     const broken = await createTestContext()
     try {
@@ -373,6 +405,8 @@ describe('OpenAPI document', () => {
   test('lists every route the service has today', () => {
     const expected: Record<string, string[]> = {
       '/health': ['get'],
+      '/health/live': ['get'],
+      '/health/ready': ['get'],
       '/v1/auth/me': ['get', 'patch'],
       '/v1/auth/api-keys': ['get', 'post'],
       '/v1/auth/api-keys/{id}': ['delete'],

@@ -3,7 +3,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createSql, type Sql } from '../src/db.ts'
-import { migrate, readMigrations } from '../src/migrate.ts'
+import { migrate, MigrationError, readMigrations } from '../src/migrate.ts'
+import { until } from './helpers/until.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 
 const root = mkdtempSync(join(tmpdir(), 'am-migrate-'))
@@ -94,7 +95,124 @@ describe('migrate', () => {
   })
 })
 
+/** Waits until a session of the database waits for a lock (pg_stat_activity), and returns its query. */
+async function lockWaiter(observer: Sql, database: TestDatabase): Promise<string> {
+  let query = ''
+  await until(async () => {
+    const [row] = await observer<{ query: string }[]>`
+      select query from pg_stat_activity where datname = ${database.name} and wait_event_type = 'Lock'`
+    query = row?.query ?? ''
+    return row !== undefined
+  }, 10_000)
+  return query
+}
+
+describe('migrate: locks and timeouts', () => {
+  test('a migration that cannot get its locks fails within lock_timeout, naming itself, and changes nothing', async () => {
+    const database = await emptyDatabase()
+    const [sql, holder] = [connect(database), connect(database)]
+    const dir = folder({
+      '00001_t.sql': 'create table t (id integer primary key);',
+      '00002_u.sql': 'create table u (id integer primary key);',
+      '00003_alter_t.sql': 'alter table t add column note text;',
+    })
+    await migrate(sql, readMigrations(dir).slice(0, 1))
+    // A reader's open transaction holds a lock that ALTER TABLE's conflicts with.
+    await holder`begin`
+    await holder`select * from t`
+    try {
+      const started = Date.now()
+      const failure = await migrate(sql, readMigrations(dir), { lockTimeoutMs: 200, statementTimeoutMs: 0 }).catch(error => error)
+      expect(failure).toBeInstanceOf(MigrationError)
+      expect(failure.migration).toBe('00003_alter_t.sql')
+      expect(failure.message).toContain('migration 00003_alter_t.sql could not get its locks within lock_timeout (200 ms)')
+      expect(Date.now() - started).toBeLessThan(5000)
+    } finally {
+      await holder`rollback`
+    }
+    // Its transaction (with 00002) rolled back; with the lock free, the same run goes through.
+    expect(await tableExists(sql, 'u')).toBe(false)
+    const [row] = await sql<{ count: number }[]>`select count(*)::int as count from migrations`
+    expect(row!.count).toBe(1)
+    expect(await migrate(sql, readMigrations(dir), { lockTimeoutMs: 200, statementTimeoutMs: 0 })).toEqual(['00002_u.sql', '00003_alter_t.sql'])
+  })
+
+  test('a statement past statement_timeout fails the migration, naming it', async () => {
+    const sql = connect(await emptyDatabase())
+    const dir = folder({ '00001_slow.sql': 'select pg_sleep(2);' })
+    const failure = await migrate(sql, readMigrations(dir), { lockTimeoutMs: 0, statementTimeoutMs: 100 }).catch(error => error)
+    expect(failure).toBeInstanceOf(MigrationError)
+    expect(failure.message).toContain('migration 00001_slow.sql ran past statement_timeout (100 ms)')
+  })
+
+  test("a file's first line sets its own timeouts", async () => {
+    const sql = connect(await emptyDatabase())
+    const dir = folder({ '00001_slow.sql': '-- migrate: statement-timeout=0\nselect pg_sleep(0.3);' })
+    expect(await migrate(sql, readMigrations(dir), { lockTimeoutMs: 0, statementTimeoutMs: 100 })).toEqual(['00001_slow.sql'])
+  })
+
+  test('a no-transaction migration builds an index concurrently: writers go on, a second migrator waits for the first', async () => {
+    const database = await emptyDatabase()
+    const [sql, other, writer, observer] = [connect(database), connect(database), connect(database), connect(database)]
+    const dir = folder({
+      '00001_t.sql': 'create table t (id integer primary key, x integer);\ninsert into t select n, n % 97 from generate_series(1, 20000) n;',
+      '00002_t_x.sql': [
+        '-- migrate: no-transaction lock-timeout=30000',
+        '-- An index left invalid by a failed build is dropped first, so that a second run builds it anew.',
+        'drop index concurrently if exists t_x;',
+        'create index concurrently t_x on t (x);',
+      ].join('\n'),
+    })
+    await migrate(sql, readMigrations(dir).slice(0, 1))
+    // An open writer: the build waits for it to finish, as `create index concurrently` does.
+    await writer`begin`
+    await writer`insert into t values (0, 0)`
+    const first = migrate(sql, readMigrations(dir))
+    expect(await lockWaiter(observer, database)).toContain('create index concurrently')
+    const second = migrate(other, readMigrations(dir))
+    try {
+      // A plain `create index` would hold a share lock (queued behind the writer) and block this insert.
+      await observer`set statement_timeout = 5000`
+      await observer`insert into t values (-1, 1)`
+      await observer`reset statement_timeout`
+    } finally {
+      await writer`commit`
+    }
+    const results = await Promise.all([first, second])
+    expect(results).toEqual([['00002_t_x.sql'], []])
+    const [index] = await sql<{ valid: boolean }[]>`
+      select indisvalid as valid from pg_index where indexrelid = 't_x'::regclass`
+    expect(index!.valid).toBe(true)
+    const rows = await sql<{ id: number }[]>`select id from migrations order by id`
+    expect(rows.map(row => row.id)).toEqual([1, 2])
+  })
+
+  test("a no-transaction migration's failure names it; what it did before stays, and it is not recorded", async () => {
+    const sql = connect(await emptyDatabase())
+    const dir = folder({
+      '00001_t.sql': 'create table t (id integer primary key);',
+      '00002_two.sql': '-- migrate: no-transaction\ncreate index concurrently t_id on t (id);\ncreate index concurrently broken on nowhere (id);',
+    })
+    const failure = await migrate(sql, readMigrations(dir)).catch(error => error)
+    expect(failure).toBeInstanceOf(MigrationError)
+    expect(failure.message).toContain('migration 00002_two.sql failed: relation "nowhere" does not exist')
+    expect(await tableExists(sql, 't_id')).toBe(true)
+    const rows = await sql<{ id: number }[]>`select id from migrations order by id`
+    expect(rows.map(row => row.id)).toEqual([1])
+  })
+})
+
 describe('readMigrations', () => {
+  test('an unknown option on the first line is an error naming the file', () => {
+    const dir = folder({ '00001_a.sql': '-- migrate: no-transactoin\nselect 1;' })
+    expect(() => readMigrations(dir)).toThrow('00001_a.sql: unknown option "no-transactoin"')
+  })
+
+  test('a no-transaction file with a dollar-quoted body is refused', () => {
+    const dir = folder({ '00001_a.sql': '-- migrate: no-transaction\ndo $$ begin perform 1; end $$;' })
+    expect(() => readMigrations(dir)).toThrow('00001_a.sql: a no-transaction migration cannot hold dollar-quoted bodies')
+  })
+
   test('reads numbered files in order and ignores other files', () => {
     const dir = folder({
       '00002_b.sql': 'select 2;',

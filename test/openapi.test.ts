@@ -138,6 +138,8 @@ describe('servers, security, licence and contact', () => {
     expect(open.sort()).toEqual(
       [
         'health',
+        'healthLive',
+        'healthReady',
         'devicePage',
         'startDeviceAuthorization',
         'pollDeviceAuthorization',

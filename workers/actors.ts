@@ -10,6 +10,7 @@ export function startActors(
   // A batch's leases, projections, replies and acknowledgements are issued together; on their own
   // connection with auto-pipelining they leave in a few writes instead of one write per command.
   const redis = deps.redis.duplicate({ enableAutoPipelining: true, connectionName: 'agent-marketplace:actors' })
+  deps.metrics.watchRedis(redis)
   const runtime = startActorRuntime({ sql, redis, keys, clock, log, kinds: actorKinds({ ...deps, redis }), ...options })
   return runtime.then(
     started => ({

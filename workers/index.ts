@@ -1,5 +1,5 @@
 /** Starts every BullMQ worker, their repeatable schedules, the outbox relay and the actor runtime; `close` lets running jobs finish. */
-import { Queue, Worker } from 'bullmq'
+import { Queue, Worker, type Job } from 'bullmq'
 import type { Deps } from '../src/deps.ts'
 import { createRedis, reportQueueErrors } from '../src/redis.ts'
 import { errorFields } from '../src/log.ts'
@@ -43,8 +43,13 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
     new Worker(queueNames.invoices, invoiceProcessor(deps), { ...options, ...held, concurrency: 1 }),
     blogWorker(deps, connection),
   ]
+  deps.metrics.watchRedis(connection)
   for (const worker of workers) {
-    worker.on('failed', (job, error) => log.warn('job failed', { queue: worker.name, job: job?.id, ...errorFields(error) }))
+    worker.on('completed', job => deps.metrics.jobFinished(worker.name, 'completed', runningMs(job)))
+    worker.on('failed', (job, error) => {
+      deps.metrics.jobFinished(worker.name, 'failed', job ? runningMs(job) : 0)
+      log.warn('job failed', { queue: worker.name, job: job?.id, ...errorFields(error) })
+    })
     reportQueueErrors(worker, log, { worker: worker.name })
   }
   const relay = startRelay(deps)
@@ -61,4 +66,10 @@ export async function startWorkers(deps: Deps): Promise<Workers> {
       await connection.quit().catch(() => connection.disconnect())
     },
   }
+}
+
+/** How long a job's attempt ran: from when a worker took it to when it finished. */
+function runningMs(job: Job): number {
+  const end = job.finishedOn ?? Date.now()
+  return job.processedOn === undefined ? 0 : end - job.processedOn
 }

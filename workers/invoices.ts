@@ -9,6 +9,14 @@ export function invoiceProcessor(deps: Deps) {
     const at = typeof job.data?.at === 'string' ? new Date(job.data.at) : clock.now()
     if (Number.isNaN(at.getTime())) throw new UnrecoverableError('invoice run with a bad time')
     if (isFutureRun(at, clock.now())) throw new UnrecoverableError('invoice run with a time in the future')
-    return runInvoices({ ...deps, metering: queues.metering }, at)
+    const run = deps.metrics.invoiceRun()
+    try {
+      const result = await runInvoices({ ...deps, metering: queues.metering }, at, { onProgress: run.progress })
+      run.end('completed')
+      return result
+    } catch (error) {
+      run.end('failed')
+      throw error
+    }
   }
 }

@@ -10,7 +10,7 @@ if (!config.databaseUrl) {
 }
 const sql = createSql(config.databaseUrl, { max: 1 })
 try {
-  const applied = await migrate(sql)
+  const applied = await migrate(sql, undefined, config.migrationTimeouts)
   console.log(applied.length === 0 ? 'migrate: up to date' : `migrate: applied ${applied.join(', ')}`)
 } catch (error) {
   console.error(`migrate: ${error instanceof Error ? error.message : String(error)}`)

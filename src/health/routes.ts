@@ -1,37 +1,92 @@
-/** GET /health: whether this process can reach Postgres and Redis right now. */
+/**
+ * Health for people and orchestrators: GET /health (can this process reach Postgres and Redis),
+ * GET /health/live (the process answers) and GET /health/ready (it should be sent traffic).
+ */
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
+import type { Sql } from '../db.ts'
+import { errors, type ErrorDetail } from '../errors.ts'
+import { failures, Ok, ok } from '../http/schema.ts'
+import { readMigrations } from '../migrate.ts'
 
 const Status = t.Union([t.Literal('ok'), t.Literal('down')])
 const Health = t.Object(
   { status: t.Union([t.Literal('ok'), t.Literal('unavailable')]), postgres: Status, redis: Status },
   { $id: 'Health', description: 'Whether this process reaches PostgreSQL and Redis; 503 names what is down' },
 )
+const Live = t.Object({ status: t.Literal('live') }, { $id: 'Live', description: 'The process answers' })
+const Ready = t.Object(
+  { status: t.Literal('ready'), postgres: t.Literal('ok'), redis: t.Literal('ok'), migrations: t.Literal('applied') },
+  { $id: 'Ready', description: 'The process should be sent traffic: PostgreSQL and Redis reachable, migrations applied, not draining' },
+)
+
+const checkMs = 2000
 
 const within = <T>(promise: Promise<T>, ms: number) =>
   Promise.race([promise, new Promise<never>((_, reject) => setTimeout(() => reject(new Error('timeout')), ms))])
 
-export function healthRoutes({ sql, redis }: Deps) {
-  return new Elysia({ tags: ['operations'] }).get(
-    '/health',
-    async ({ set }) => {
-      const [postgres, cache] = await Promise.all([
-        within(sql`select 1`, 2000).then(
-          () => 'ok' as const,
-          () => 'down' as const,
-        ),
-        within(redis.ping(), 2000).then(
-          () => 'ok' as const,
-          () => 'down' as const,
-        ),
-      ])
-      const healthy = postgres === 'ok' && cache === 'ok'
-      if (!healthy) set.status = 503
-      return { status: healthy ? ('ok' as const) : ('unavailable' as const), postgres, redis: cache }
-    },
-    {
-      response: { 200: Health, 503: Health },
-      detail: { operationId: 'health', summary: 'Liveness of Postgres and Redis', security: [] },
-    },
+const reachable = (check: Promise<unknown>) =>
+  within(check, checkMs).then(
+    () => 'ok' as const,
+    () => 'down' as const,
   )
+
+/** How far the database's migrations are: `down` when Postgres cannot be asked. */
+async function migrationState(sql: Sql, expected: number): Promise<'applied' | 'pending' | 'down'> {
+  try {
+    const [row] = await within(sql<{ max: number }[]>`select coalesce(max(id), 0)::int as max from migrations`, checkMs)
+    return row!.max >= expected ? 'applied' : 'pending'
+  } catch (error) {
+    // No migrations table yet: reachable, nothing applied. Anything else: Postgres cannot be asked.
+    return (error as { code?: string }).code === '42P01' ? 'pending' : 'down'
+  }
+}
+
+export function healthRoutes({ sql, redis, lifecycle }: Deps) {
+  // The migrations this code needs; a database that has more (a newer version migrated it) will do.
+  const expected = readMigrations().length
+  return new Elysia({ tags: ['operations'] })
+    .get(
+      '/health',
+      async ({ set }) => {
+        const [postgres, cache] = await Promise.all([reachable(sql`select 1`), reachable(redis.ping())])
+        const healthy = postgres === 'ok' && cache === 'ok'
+        if (!healthy) set.status = 503
+        return { status: healthy ? ('ok' as const) : ('unavailable' as const), postgres, redis: cache }
+      },
+      {
+        response: { 200: Health, 503: Health },
+        detail: { operationId: 'health', summary: 'Liveness of Postgres and Redis', security: [] },
+      },
+    )
+    .get('/health/live', () => ok({ status: 'live' as const }), {
+      response: { 200: Ok(Live) },
+      detail: {
+        operationId: 'healthLive',
+        summary: 'The process answers (for a liveness probe: restart it when this fails)',
+        security: [],
+      },
+    })
+    .get(
+      '/health/ready',
+      async () => {
+        const [migrations, cache] = await Promise.all([migrationState(sql, expected), reachable(redis.ping())])
+        const details: ErrorDetail[] = []
+        if (migrations === 'down') details.push({ path: '/postgres', message: 'Postgres is unreachable' })
+        if (migrations === 'pending') details.push({ path: '/migrations', message: 'Migrations are pending' })
+        if (cache === 'down') details.push({ path: '/redis', message: 'Redis is unreachable' })
+        if (lifecycle.draining) details.push({ path: '/draining', message: 'The process is shutting down' })
+        if (details.length > 0) throw errors.notReady(details)
+        return ok({ status: 'ready' as const, postgres: 'ok' as const, redis: 'ok' as const, migrations: 'applied' as const })
+      },
+      {
+        response: { 200: Ok(Ready), ...failures(503) },
+        detail: {
+          operationId: 'healthReady',
+          summary: 'Ready for traffic: Postgres and Redis reachable, migrations applied, not shutting down',
+          description: 'Otherwise 503 `unavailable`, with a detail for each reason.',
+          security: [],
+        },
+      },
+    )
 }

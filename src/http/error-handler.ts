@@ -6,6 +6,7 @@ import { isBadInput, isConnectionError } from '../db.ts'
 import { isRedisUnavailable } from '../redis.ts'
 import { headTooLarge } from './request-limits.ts'
 import type { RouteMethods } from './route-methods.ts'
+import type { Answered } from '../metrics/http.ts'
 
 export function renderError(error: AppError): Response {
   const headers: Record<string, string> = { 'content-type': 'application/json', ...error.headers }
@@ -96,57 +97,81 @@ function validationDetails(error: ValidationError): ErrorDetail[] {
  * takes another media type. JSON is parsed by Elysia's own parser, so the OpenAPI document keeps
  * every request schema; its parse failures render as `invalid_json`. `routes` knows which methods
  * each path takes (indexed once every route is registered): OPTIONS is answered from it, and a
- * wrong method is 405.
+ * wrong method is 405. `answered` is told of every request this plugin answers, refused at the door or failed (the
+ * request's metrics). Its hooks take only the context's fields they use (see metrics/http.ts).
  */
-export function httpErrors(log: Log, routes: RouteMethods) {
+export function httpErrors(log: Log, routes: RouteMethods, answered?: Answered) {
   // While Postgres or Redis is down every request that needs it fails the same way: one record of
   // each failure every 10 s (with how many were held back) tells as much as one per request.
   const outage = throttled(log, 10_000)
+  const failed = (code: string | number, error: unknown, path: string, request: Request) =>
+    toAppError(code, error, log, { method: request.method, path, routes }, outage)
   return (
     new Elysia({ name: 'http-errors' })
-      .onRequest(async ({ request }) => {
-        // Bun lets heads up to 64 KiB through (server-options.ts): over the app's limits, answered here.
-        const tooLarge = headTooLarge(request)
-        if (tooLarge !== null) return renderError(tooLarge)
-        if (request.method === 'OPTIONS') return options(request, routes)
-        const length = request.headers.get('content-length')
-        // A request from the wire has a body only with a length or a transfer coding (RFC 9112, 6.1).
-        // Asking for `request.body` makes a stream of the body, which costs more than this whole
-        // check, so only a request that says neither (one made in process, say) is asked.
-        if (length === null && !request.headers.has('transfer-encoding') && request.body === null) return undefined
-        // Media types are case-insensitive (RFC 9110), but Elysia reads only the lower-case spelling as
-        // JSON: `Application/JSON` would arrive as no body at all. Spelled the one way here instead of
-        // parsed here, so the OpenAPI document keeps Elysia's own JSON request schemas.
-        const type = request.headers.get('content-type')
-        if (type !== null && !type.startsWith('application/json') && isJson(type)) {
-          request.headers.set('content-type', `application/json${type.slice('application/json'.length)}`)
-        }
-        if (length === '0') return undefined
-        const limit = bodyLimit(request)
-        // Without a length (chunked), measure a copy, no further than the limit.
-        const size = length !== null ? Number(length) : await chunkedSize(request, limit)
-        if (size === null) return renderError(errors.validation('The request body could not be read (the connection closed while it was sent)'))
-        // Bun reads and drops the body the app did not read, so that the connection serves the next
-        // request; a body declared past `drainBytes`, or chunked (no end in sight), closes it instead.
-        if (size > limit) return renderError(errors.payloadTooLarge(limit, length === null || size > drainBytes))
-        // On a route that takes a body, anything but JSON is refused unread (elsewhere the router's 404
-        // or 405 says more, or the body is not read): a form would be read as one, and a body without a
-        // media type not at all, so it would pass for none (a device decision of "deny" sent so would approve).
-        if (size > 0 && !(type !== null && isJson(type)) && routes.takesBody(request.method, pathOf(request.url))) {
-          return renderError(errors.unsupportedMediaType())
-        }
-        return undefined
-      })
+      .onRequest(
+        answered
+          ? async ({ request, set }) => {
+              const refusal = await refusalOf(request, routes)
+              if (refusal !== undefined) answered(set, undefined, request, refusal.status)
+              return refusal
+            }
+          : ({ request }) => refusalOf(request, routes),
+      )
       // Postgres stores no NUL character and no lone surrogate, and nothing should recurse through a
       // body nested thousands deep: refuse them at the door, whatever the route.
       .onTransform({ as: 'global' }, ({ body }) => {
         const problem = unstorable(body)
         if (problem !== null) throw errors.field(problem.path || '/', problem.message)
       })
-      .onError({ as: 'global' }, ({ code, error, path, request }) =>
-        renderError(toAppError(code, error, log, { method: request.method, path, routes }, outage)),
+      .onError(
+        { as: 'global' },
+        answered
+          ? ({ code, error, path, set, route, request }) => {
+              const appError = failed(code, error, path, request)
+              answered(set, route, request, appError.status)
+              return renderError(appError)
+            }
+          : ({ code, error, path, request }) => renderError(failed(code, error, path, request)),
       )
   )
+}
+
+/**
+ * The answer to a request refused before routing (OPTIONS answered; its head or body too large, a
+ * body not JSON on a route that takes one), or none.
+ */
+async function refusalOf(request: Request, routes: RouteMethods): Promise<Response | undefined> {
+  // Bun lets heads up to 64 KiB through (server-options.ts): over the app's limits, answered here.
+  const tooLarge = headTooLarge(request)
+  if (tooLarge !== null) return renderError(tooLarge)
+  if (request.method === 'OPTIONS') return options(request, routes)
+  const length = request.headers.get('content-length')
+  // A request from the wire has a body only with a length or a transfer coding (RFC 9112, 6.1).
+  // Asking for `request.body` makes a stream of the body, which costs more than this whole
+  // check, so only a request that says neither (one made in process, say) is asked.
+  if (length === null && !request.headers.has('transfer-encoding') && request.body === null) return undefined
+  // Media types are case-insensitive (RFC 9110), but Elysia reads only the lower-case spelling as
+  // JSON: `Application/JSON` would arrive as no body at all. Spelled the one way here instead of
+  // parsed here, so the OpenAPI document keeps Elysia's own JSON request schemas.
+  const type = request.headers.get('content-type')
+  if (type !== null && !type.startsWith('application/json') && isJson(type)) {
+    request.headers.set('content-type', `application/json${type.slice('application/json'.length)}`)
+  }
+  if (length === '0') return undefined
+  const limit = bodyLimit(request)
+  // Without a length (chunked), measure a copy, no further than the limit.
+  const size = length !== null ? Number(length) : await chunkedSize(request, limit)
+  if (size === null) return renderError(errors.validation('The request body could not be read (the connection closed while it was sent)'))
+  // Bun reads and drops the body the app did not read, so that the connection serves the next
+  // request; a body declared past `drainBytes`, or chunked (no end in sight), closes it instead.
+  if (size > limit) return renderError(errors.payloadTooLarge(limit, length === null || size > drainBytes))
+  // On a route that takes a body, anything but JSON is refused unread (elsewhere the router's 404
+  // or 405 says more, or the body is not read): a form would be read as one, and a body without a
+  // media type not at all, so it would pass for none (a device decision of "deny" sent so would approve).
+  if (size > 0 && !(type !== null && isJson(type)) && routes.takesBody(request.method, pathOf(request.url))) {
+    return renderError(errors.unsupportedMediaType())
+  }
+  return undefined
 }
 
 const isJson = (type: string) => /^application\/json\s*(;|$)/i.test(type)

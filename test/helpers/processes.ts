@@ -1,5 +1,6 @@
 /** Real processes of the service in tests: started from scratch environments, always cleaned up. */
 import type { Subprocess } from 'bun'
+import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 
 export const projectRoot = join(import.meta.dir, '..', '..')
@@ -14,8 +15,9 @@ export interface Started {
 export function processGroup() {
   const running: Subprocess[] = []
   return {
-    start(args: string[], env: Record<string, string>): Started {
-      const proc = Bun.spawn([process.execPath, ...args], { cwd: projectRoot, env, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' })
+    /** Runs Bun with `args`, or another program when `program` names it (e.g. `['npm', 'start']`). */
+    start(args: string[], env: Record<string, string>, program: string[] = [process.execPath]): Started {
+      const proc = Bun.spawn([...program, ...args], { cwd: projectRoot, env, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' })
       running.push(proc)
       return { proc, stdout: new Response(proc.stdout).text(), stderr: new Response(proc.stderr).text() }
     },
@@ -32,4 +34,52 @@ export async function exitWithin(proc: Subprocess, ms: number): Promise<number |
   const result = await Promise.race([proc.exited, timeout])
   if (result === 'timeout') throw new Error(`process ${proc.pid} still running after ${ms} ms`)
   return result
+}
+
+/** The processes below `pid` (children, theirs, ...), read from /proc: pid and command line. */
+export function descendants(pid: number): { pid: number; command: string }[] {
+  const children = new Map<number, number[]>()
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    const parent = parentOf(Number(entry))
+    if (parent !== null) children.set(parent, [...(children.get(parent) ?? []), Number(entry)])
+  }
+  const found: { pid: number; command: string }[] = []
+  const walk = (parent: number) => {
+    for (const child of children.get(parent) ?? []) {
+      found.push({ pid: child, command: commandOf(child) })
+      walk(child)
+    }
+  }
+  walk(pid)
+  return found
+}
+
+/** Whether a process is still running (a zombie awaiting its parent's wait counts as ended). */
+export function isRunning(pid: number): boolean {
+  const stat = statOf(pid)
+  return stat !== null && stat.state !== 'Z' && stat.state !== 'X'
+}
+
+function parentOf(pid: number): number | null {
+  return statOf(pid)?.parent ?? null
+}
+
+function statOf(pid: number): { state: string; parent: number } | null {
+  try {
+    // The command name (field 2) is in parentheses and may hold spaces: read after its closing one.
+    const text = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const [state, parent] = text.slice(text.lastIndexOf(')') + 2).split(' ')
+    return { state: state!, parent: Number(parent) }
+  } catch {
+    return null
+  }
+}
+
+function commandOf(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').trim()
+  } catch {
+    return ''
+  }
 }

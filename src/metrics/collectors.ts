@@ -1,0 +1,208 @@
+/**
+ * What /metrics reads when scraped: open event streams, actor mailboxes, BullMQ queue depths,
+ * Postgres and Redis. Mailboxes and queues live in Redis, so every process reports the same values
+ * for them (aggregate with max, not sum). A source that cannot be read within `readMs` leaves its
+ * metrics out of that scrape (NaN where a metric has no labels) and says so in `metrics_collector_up`.
+ */
+import { Gauge, type Registry } from 'prom-client'
+import type { Queue } from 'bullmq'
+import type { Sql } from '../db.ts'
+import type { Redis } from '../redis.ts'
+import type { Keys } from '../keys.ts'
+
+export interface CollectorSources {
+  sql: Sql
+  /** A connection that fails fast (commands): the mailboxes are scanned on it. */
+  redis: Redis
+  keys: Keys
+  openStreams(): number
+  /** Every BullMQ queue, for their counts. */
+  queues: Queue[]
+  /** The process's Redis connections whose state is reported, by their connection names. */
+  connections: Set<Redis>
+}
+
+const readMs = 2000
+const queueStates = ['wait', 'active', 'delayed', 'prioritized', 'waiting-children', 'failed'] as const
+
+/**
+ * Defines the scrape-time metrics; the returned function reads their sources (before each scrape:
+ * Metrics.text()), and the metrics are then filled from what it read.
+ */
+export function registerCollectors(registry: Registry, sources: CollectorSources): () => Promise<void> {
+  const registers = [registry]
+  const mailboxes = reader(() => readMailboxes(sources.redis, sources.keys))
+  const queues = reader(() => readQueues(sources.queues))
+  const postgres = reader(() => readPostgres(sources.sql))
+  const read = async () => {
+    await Promise.all([mailboxes.read(), queues.read(), postgres.read()])
+  }
+
+  new Gauge({
+    name: 'metrics_collector_up',
+    help: 'Whether a scrape-time source could be read this scrape (1) or not (0: its metrics are NaN or left out)',
+    labelNames: ['collector'] as const,
+    registers,
+    collect() {
+      this.set({ collector: 'mailboxes' }, mailboxes.last ? 1 : 0)
+      this.set({ collector: 'queues' }, queues.last ? 1 : 0)
+      this.set({ collector: 'postgres' }, postgres.last ? 1 : 0)
+    },
+  })
+  new Gauge({
+    name: 'sse_streams_open',
+    help: 'Server-sent event streams open on this process',
+    registers,
+    collect() {
+      this.set(sources.openStreams())
+    },
+  })
+
+  const fromMailboxes = (name: string, help: string, pick: (reading: MailboxReading) => number) =>
+    new Gauge({
+      name,
+      help: `${help} (NaN: Redis could not be read)`,
+      registers,
+      collect() {
+        this.set(mailboxes.last ? pick(mailboxes.last) : NaN)
+      },
+    })
+  fromMailboxes('actor_mailbox_commands', 'Commands in actor mailboxes not yet applied and acknowledged, all actors', r => r.commands)
+  fromMailboxes('actor_mailboxes_with_mail', 'Actors whose mailbox holds commands', r => r.mailboxes)
+  fromMailboxes('actor_mailbox_oldest_seconds', 'Age of the oldest command not yet applied, in any mailbox (0: none)', r => r.oldestSeconds)
+
+  new Gauge({
+    name: 'queue_jobs',
+    help: 'BullMQ jobs by queue and state (wait, active, delayed, prioritized, waiting-children, failed)',
+    labelNames: ['queue', 'state'] as const,
+    registers,
+    collect() {
+      this.reset()
+      for (const { queue, counts } of queues.last ?? []) {
+        for (const state of queueStates) this.set({ queue, state }, counts[state] ?? 0)
+      }
+    },
+  })
+
+  new Gauge({
+    name: 'postgres_up',
+    help: 'Whether queries through the pool answered within 2 s',
+    registers,
+    collect() {
+      this.set(postgres.last ? 1 : 0)
+    },
+  })
+  new Gauge({
+    name: 'postgres_probe_seconds',
+    help: 'How long `select 1` took through the pool, waiting for a free connection included (NaN: no answer)',
+    registers,
+    collect() {
+      this.set(postgres.last?.probeSeconds ?? NaN)
+    },
+  })
+  new Gauge({
+    name: 'postgres_connections',
+    help: "The service's connections to its database by state (pg_stat_activity: every process of the service)",
+    labelNames: ['state'] as const,
+    registers,
+    collect() {
+      this.reset()
+      for (const { state, count } of postgres.last?.connections ?? []) this.set({ state }, count)
+    },
+  })
+
+  new Gauge({
+    name: 'redis_connection_ready',
+    help: "Whether each of the process's Redis connections is ready (1) or down, connecting or closed (0)",
+    labelNames: ['connection'] as const,
+    registers,
+    collect() {
+      this.reset()
+      const ready = new Map<string, boolean>()
+      for (const connection of sources.connections) {
+        const name = (connection.options.connectionName ?? 'unnamed').replace(/^agent-marketplace:/, '')
+        ready.set(name, (ready.get(name) ?? true) && connection.status === 'ready')
+      }
+      for (const [connection, up] of ready) this.set({ connection }, up ? 1 : 0)
+    },
+  })
+
+  return read
+}
+
+interface MailboxReading {
+  commands: number
+  mailboxes: number
+  oldestSeconds: number
+}
+
+/**
+ * Every actor's mailbox stream, found with SCAN (as the runtime's sweep finds them): its length, and
+ * its first entry, whose id is the time it was added (by Redis's clock, which `now` comes from too).
+ * Finished entries are deleted, so what a stream holds is not yet applied and acknowledged.
+ */
+async function readMailboxes(redis: Redis, keys: Keys): Promise<MailboxReading> {
+  const [seconds, micros] = await redis.time()
+  const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
+  let commands = 0
+  let mailboxes = 0
+  let oldest = now
+  let cursor = '0'
+  do {
+    const [next, found] = await redis.scan(cursor, 'MATCH', keys.mailboxPattern, 'COUNT', 1000)
+    cursor = next
+    if (found.length === 0) continue
+    const pipeline = redis.pipeline()
+    for (const key of found) pipeline.xlen(key).xrange(key, '-', '+', 'COUNT', 1)
+    const replies = (await pipeline.exec()) ?? []
+    for (let i = 0; i < found.length; i++) {
+      const [lengthError, length] = replies[2 * i] ?? []
+      const [, first] = replies[2 * i + 1] ?? []
+      if (lengthError || typeof length !== 'number' || length === 0) continue
+      commands += length
+      mailboxes++
+      const id = (first as [string, string[]][] | undefined)?.[0]?.[0]
+      if (id) oldest = Math.min(oldest, Number(id.slice(0, id.indexOf('-'))))
+    }
+  } while (cursor !== '0')
+  return { commands, mailboxes, oldestSeconds: Math.max(0, now - oldest) / 1000 }
+}
+
+async function readQueues(queues: Queue[]) {
+  return Promise.all(queues.map(async queue => ({ queue: queue.name, counts: await queue.getJobCounts(...queueStates) })))
+}
+
+async function readPostgres(sql: Sql) {
+  const started = performance.now()
+  await sql`select 1`
+  const probeSeconds = (performance.now() - started) / 1000
+  const connections = await sql<{ state: string; count: number }[]>`
+    select coalesce(state, 'unknown') as state, count(*)::int as count
+    from pg_stat_activity
+    where datname = current_database() and application_name = current_setting('application_name')
+    group by 1
+  `
+  return { probeSeconds, connections: [...connections] }
+}
+
+/**
+ * A source read before each scrape: `last` is what the latest read found, null when it failed or took
+ * over `readMs`. A read still under way (a source that hangs) is waited on again, never repeated.
+ */
+function reader<T>(readSource: () => Promise<T>) {
+  let running: Promise<T> | undefined
+  const state = {
+    last: null as T | null,
+    async read() {
+      running ??= readSource().finally(() => (running = undefined))
+      state.last = await within(running, readMs).catch(() => null)
+    },
+  }
+  return state
+}
+
+function within<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('timeout')), ms)))
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer))
+}

@@ -1,0 +1,101 @@
+/**
+ * The process's Prometheus metrics (prom-client), one registry per createDeps. What is counted as it
+ * happens is recorded through the functions here; what is read when scraped is in collectors.ts.
+ * Label values are fixed names (route templates, methods, statuses, queues, connections), never an
+ * id, a key or a token.
+ */
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
+import type { Redis } from '../redis.ts'
+
+/** Seconds: the poll answers in a millisecond or two; a proxy call may wait for its upstream for 10 s. */
+const httpBuckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
+const jobBuckets = [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900]
+
+export type Metrics = ReturnType<typeof createMetrics>
+
+/**
+ * @example
+ * const metrics = createMetrics({ process: true })
+ * metrics.jobFinished('metering', 'completed', 12)
+ */
+export function createMetrics(options: { process: boolean }) {
+  const registry = new Registry()
+  // CPU, memory, file descriptors, event-loop lag: only where metrics are served (its event-loop
+  // monitor would run in every test otherwise). Bun reports V8's heap spaces as 0.
+  if (options.process) collectDefaultMetrics({ register: registry })
+  const registers = [registry]
+
+  const httpDuration = new Histogram({
+    name: 'http_request_duration_seconds',
+    help: 'HTTP requests by route template (unmatched: no route, or refused before routing), method and status; _count is the number of requests',
+    labelNames: ['route', 'method', 'status'] as const,
+    buckets: httpBuckets,
+    registers,
+  })
+  const jobDuration = new Histogram({
+    name: 'queue_job_duration_seconds',
+    help: 'BullMQ jobs this process worked, by queue and outcome (completed, failed: an attempt that failed, retried or not)',
+    labelNames: ['queue', 'outcome'] as const,
+    buckets: jobBuckets,
+    registers,
+  })
+  const jobFailures = new Counter({
+    name: 'queue_job_failures_total',
+    help: 'Attempts of BullMQ jobs that failed in this process, by queue',
+    labelNames: ['queue'] as const,
+    registers,
+  })
+  const invoiceRuns = new Counter({
+    name: 'invoice_runs_total',
+    help: 'Invoice runs this process finished, by outcome (completed, failed)',
+    labelNames: ['outcome'] as const,
+    registers,
+  })
+  const invoicesIssued = new Counter({ name: 'invoices_issued_total', help: 'Invoices this process issued', registers })
+  const invoicesDue = new Gauge({
+    name: 'invoice_run_due_periods',
+    help: 'Ended periods the running invoice run has yet to invoice (0 when none runs)',
+    registers,
+  })
+
+  const connections = new Set<Redis>()
+  const beforeScrape: (() => Promise<void>)[] = []
+
+  return {
+    registry,
+    httpDuration,
+    /** The Redis connections whose state redis_connection_ready reports (see collectors.ts). */
+    connections,
+    watchRedis(redis: Redis) {
+      connections.add(redis)
+    },
+    /** Reads a scrape-time source (collectors.ts) before each scrape, so that its metrics agree. */
+    readBeforeScrape(read: () => Promise<void>) {
+      beforeScrape.push(read)
+    },
+    jobFinished(queue: string, outcome: 'completed' | 'failed', durationMs: number) {
+      jobDuration.observe({ queue, outcome }, Math.max(0, durationMs) / 1000)
+      if (outcome === 'failed') jobFailures.inc({ queue })
+    },
+    /** One invoice run: its progress as it goes (runInvoices' onProgress), and its end. */
+    invoiceRun() {
+      let issued = 0
+      return {
+        progress(done: number, total: number) {
+          invoicesIssued.inc(done - issued)
+          issued = done
+          invoicesDue.set(Math.max(0, total - done))
+        },
+        end(outcome: 'completed' | 'failed') {
+          invoiceRuns.inc({ outcome })
+          invoicesDue.set(0)
+        },
+      }
+    },
+    /** The Prometheus text of every metric, scrape-time collectors included. */
+    async text(): Promise<{ body: string; contentType: string }> {
+      await Promise.all(beforeScrape.map(read => read()))
+      return { body: await registry.metrics(), contentType: registry.contentType }
+    },
+  }
+}

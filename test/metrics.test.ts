@@ -1,0 +1,179 @@
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { randomBytes, randomUUID } from 'node:crypto'
+import { createTestContext, expectError, signUp, type TestContext } from './helpers/context.ts'
+import { freePort } from './helpers/ports.ts'
+import { until } from './helpers/until.ts'
+import { serveMetrics } from '../src/metrics/routes.ts'
+import { startWorkers, type Workers } from '../workers/index.ts'
+
+const token = randomBytes(24).toString('hex')
+let ctx: TestContext
+
+beforeAll(async () => {
+  ctx = await createTestContext({ env: { METRICS_TOKEN: token, ACTORS_INLINE: 'off' } })
+})
+afterAll(async () => {
+  await ctx.close()
+})
+
+const scrape = async (context = ctx) => {
+  const res = await context.call('GET', '/metrics', { token })
+  expect(res.status).toBe(200)
+  expect(res.headers.get('content-type')).toStartWith('text/plain; version=0.0.4')
+  return res.body as string
+}
+
+/** The value of one sample, by its name and labels as written (`name{a="b"}`); undefined when absent. */
+function sample(text: string, series: string): number | undefined {
+  const line = text.split('\n').find(l => l.startsWith(`${series} `))
+  return line === undefined ? undefined : Number(line.slice(series.length + 1))
+}
+
+/** Every label value in the text. */
+function labelValues(text: string): string[] {
+  return [...text.matchAll(/[a-z_]+="((?:[^"\\]|\\.)*)"/g)].map(match => match[1]!)
+}
+
+describe('GET /metrics on the API port', () => {
+  test('needs the bearer token: none is 401 unauthorized, another is 401 invalid_token', async () => {
+    expectError(await ctx.call('GET', '/metrics'), 401, 'unauthorized')
+    expectError(await ctx.call('GET', '/metrics', { token: 'x'.repeat(48) }), 401, 'invalid_token')
+  })
+
+  test('is not served without METRICS_TOKEN (404), and requests are then not timed', async () => {
+    const plain = await createTestContext()
+    try {
+      await plain.call('GET', '/health/live')
+      expectError(await plain.call('GET', '/metrics', { token }), 404, 'not_found')
+      expect((await plain.deps.metrics.text()).body).not.toContain('http_request_duration_seconds_count')
+    } finally {
+      await plain.close()
+    }
+  })
+
+  test('times requests by route template, method and status; no URL, id or token is a label', async () => {
+    const user = await signUp(ctx)
+    const missing = randomUUID()
+    expect((await ctx.call('GET', `/v1/participants/${missing}`, { token: user.token })).status).toBe(404)
+    expect((await ctx.call('GET', `/nowhere/${missing}`)).status).toBe(404)
+    // A method beyond the usual ones is one label, whatever it is (WebDAV's, say).
+    expect((await ctx.call('PROPFIND', '/health/live')).status).toBe(405)
+    // Refused before routing: a body over the limit.
+    const big = await ctx.call('POST', '/v1/participants', { token: user.token, rawBody: 'x'.repeat(1024 * 1024 + 1) })
+    expect(big.status).toBe(413)
+
+    const text = await scrape()
+    expect(sample(text, 'http_request_duration_seconds_count{route="/v1/participants/:id",method="GET",status="404"}')).toBe(1)
+    expect(sample(text, 'http_request_duration_seconds_count{route="/v1/auth/me",method="GET",status="200"}')).toBe(1)
+    expect(sample(text, 'http_request_duration_seconds_count{route="unmatched",method="GET",status="404"}')).toBe(1)
+    expect(sample(text, 'http_request_duration_seconds_count{route="unmatched",method="OTHER",status="405"}')).toBe(1)
+    expect(sample(text, 'http_request_duration_seconds_count{route="unmatched",method="POST",status="413"}')).toBe(1)
+    expect(sample(text, 'http_request_duration_seconds_bucket{le="+Inf",route="/v1/auth/me",method="GET",status="200"}')).toBe(1)
+    for (const value of labelValues(text)) {
+      expect(value).not.toMatch(/[0-9a-f]{8}-[0-9a-f]{4}-|sk_(usr|agt)_|amtest:|nowhere/)
+      expect(value).not.toContain(token)
+    }
+  })
+
+  test('reports actor mailboxes: commands waiting, actors with mail, and the age of the oldest', async () => {
+    const { keys, redis } = ctx.deps
+    const addedAt = Date.now() - 5000
+    await redis.xadd(keys.actor(`agent:${randomUUID()}`).mailbox, `${addedAt}-0`, 'type', 'test')
+    await redis.xadd(keys.actor(`agent:${randomUUID()}`).mailbox, `${addedAt + 1000}-0`, 'type', 'test')
+    await redis.xadd(keys.actor(`agent:${randomUUID()}`).mailbox, `${addedAt + 1000}-0`, 'type', 'test')
+    const emptied = keys.actor(`agent:${randomUUID()}`).mailbox
+    const id = await redis.xadd(emptied, '*', 'type', 'test')
+    await redis.xdel(emptied, id!)
+
+    const text = await scrape()
+    expect(sample(text, 'actor_mailbox_commands')).toBe(3)
+    expect(sample(text, 'actor_mailboxes_with_mail')).toBe(3)
+    expect(sample(text, 'actor_mailbox_oldest_seconds')).toBeGreaterThanOrEqual(5)
+    expect(sample(text, 'actor_mailbox_oldest_seconds')).toBeLessThan(60)
+    expect(sample(text, 'metrics_collector_up{collector="mailboxes"}')).toBe(1)
+  })
+
+  test('reports queue depths, open event streams, Postgres and Redis', async () => {
+    await ctx.deps.queues.metering.add('usage', {}, { delay: 60_000 })
+    const stream = await ctx.deps.events.open({ stream: ctx.deps.keys.events.chat })
+    try {
+      const text = await scrape()
+      expect(sample(text, 'queue_jobs{queue="metering",state="delayed"}')).toBe(1)
+      expect(sample(text, 'queue_jobs{queue="blog",state="wait"}')).toBe(0)
+      expect(sample(text, 'sse_streams_open')).toBe(1)
+      expect(sample(text, 'postgres_up')).toBe(1)
+      expect(sample(text, 'postgres_probe_seconds')).toBeGreaterThan(0)
+      expect(sample(text, 'postgres_connections{state="active"}')).toBeGreaterThanOrEqual(1)
+      expect(sample(text, 'redis_connection_ready{connection="commands"}')).toBe(1)
+      expect(sample(text, 'redis_connection_ready{connection="subscriber"}')).toBe(1)
+      expect(text).toContain('process_resident_memory_bytes')
+    } finally {
+      await stream.body?.cancel()
+    }
+  })
+
+  test('a Redis that is gone leaves its metrics out and says so, and its connection is not ready', async () => {
+    const broken = await createTestContext({ env: { METRICS_TOKEN: token } })
+    try {
+      broken.deps.redis.disconnect()
+      const text = await scrape(broken)
+      expect(sample(text, 'metrics_collector_up{collector="mailboxes"}')).toBe(0)
+      expect(sample(text, 'actor_mailbox_commands')).toBeNaN()
+      expect(sample(text, 'redis_connection_ready{connection="commands"}')).toBe(0)
+      expect(sample(text, 'postgres_up')).toBe(1)
+    } finally {
+      await broken.close()
+    }
+  })
+})
+
+describe('the workers', () => {
+  let workers: Workers | undefined
+  afterAll(async () => {
+    await workers?.close()
+  })
+
+  test('time their jobs by queue and outcome, count failures, invoice runs and invoices issued', async () => {
+    const context = await createTestContext({ env: { METRICS_TOKEN: token }, relay: false })
+    try {
+      workers = await startWorkers(context.deps)
+      // Not a usage event: fails for good.
+      await context.deps.queues.metering.add('usage', { not: 'a usage event' })
+      let text = ''
+      await until(async () => {
+        text = await scrape(context)
+        return (
+          sample(text, 'queue_job_failures_total{queue="metering"}') === 1 &&
+          sample(text, 'invoice_runs_total{outcome="completed"}') === 1 &&
+          (sample(text, 'queue_job_duration_seconds_count{queue="maintenance",outcome="completed"}') ?? 0) >= 1
+        )
+      }, 15_000)
+      expect(sample(text, 'queue_job_duration_seconds_count{queue="metering",outcome="failed"}')).toBe(1)
+      expect(sample(text, 'invoices_issued_total')).toBe(0)
+      expect(sample(text, 'invoice_run_due_periods')).toBe(0)
+      expect(sample(text, 'redis_connection_ready{connection="workers"}')).toBe(1)
+      expect(sample(text, 'redis_connection_ready{connection="actors"}')).toBe(1)
+    } finally {
+      await workers?.close()
+      workers = undefined
+      await context.close()
+    }
+  }, 30_000)
+})
+
+describe('METRICS_PORT', () => {
+  test('serves /metrics alone on its own port, behind the token when one is set', async () => {
+    const port = await freePort()
+    const server = serveMetrics(ctx.deps.metrics, { port, token })
+    try {
+      const base = `http://127.0.0.1:${port}`
+      expect((await fetch(`${base}/metrics`)).status).toBe(401)
+      const res = await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${token}` } })
+      expect(res.status).toBe(200)
+      expect(await res.text()).toContain('# TYPE http_request_duration_seconds histogram')
+      expect((await fetch(`${base}/health`)).status).toBe(404)
+    } finally {
+      await server.stop(true)
+    }
+  })
+})

@@ -1,0 +1,109 @@
+import { afterAll, describe, expect, test } from 'bun:test'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { deleteKeys, randomPrefix, redisUrl, testJwtSecret } from './helpers/context.ts'
+import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+import { descendants, exitWithin, isRunning, processGroup, type Started } from './helpers/processes.ts'
+import { freePort } from './helpers/ports.ts'
+
+// What a container runtime or a process manager does: start `npm start`, later send SIGTERM to the
+// process it started (npm), and expect everything under it gone, ports (the metrics' too) and all.
+
+const root = mkdtempSync(join(tmpdir(), 'am-npm-start-'))
+const { start, killAll } = processGroup()
+const databases: TestDatabase[] = []
+const prefixes: string[] = []
+const seen = new Set<number>()
+
+afterAll(async () => {
+  await killAll()
+  // A failed test may leave what npm started running on its own: end it too.
+  for (const pid of seen) if (isRunning(pid)) process.kill(pid, 'SIGKILL')
+  await Promise.all(databases.map(database => database.drop()))
+  await Promise.all(prefixes.map(prefix => deleteKeys(prefix)))
+  rmSync(root, { recursive: true, force: true })
+})
+
+function environment(port: number, databaseUrl: string | undefined, extra: Record<string, string> = {}): Record<string, string> {
+  const prefix = randomPrefix()
+  prefixes.push(prefix)
+  const env: Record<string, string | undefined> = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME ?? root,
+    PORT: String(port),
+    DATABASE_URL: databaseUrl,
+    REDIS_URL: redisUrl,
+    REDIS_PREFIX: prefix,
+    AUTH_JWT_SECRET: testJwtSecret,
+    LOG_LEVEL: 'warn',
+    NODE_ENV: 'development',
+    DATA_DIR: mkdtempSync(join(root, 'data-')),
+    ...extra,
+  }
+  return Object.fromEntries(Object.entries(env).filter((entry): entry is [string, string] => entry[1] !== undefined))
+}
+
+async function waitForReady(port: number, started: Started, ms: number): Promise<void> {
+  const deadline = Date.now() + ms
+  while (Date.now() < deadline) {
+    if (started.proc.exitCode !== null) throw new Error(`npm start exited with ${started.proc.exitCode}: ${await started.stderr}`)
+    const status = await fetch(`http://127.0.0.1:${port}/health`).then(
+      response => response.status,
+      () => 0,
+    )
+    if (status === 200) return
+    await Bun.sleep(100)
+  }
+  throw new Error(`npm start did not answer on port ${port} within ${ms} ms`)
+}
+
+/** Whether nothing listens on the port any more: binding it succeeds. */
+function isFree(port: number): boolean {
+  try {
+    Bun.listen({ hostname: '0.0.0.0', port, socket: { data() {} } }).stop(true)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** The port a `postgres -D dir -p port` command line names. */
+function postgresPort(command: string): number {
+  return Number(command.match(/ -p (\d+)/)?.[1])
+}
+
+/** Starts `npm start`, waits for it, signals npm alone, and checks that the whole tree is gone. */
+async function startAndTerminate(databaseUrl: string | undefined, readyWithinMs: number) {
+  const [port, metricsPort] = [await freePort(), await freePort()]
+  const npm = start(['start'], environment(port, databaseUrl, { METRICS_PORT: String(metricsPort) }), ['npm'])
+  await waitForReady(port, npm, readyWithinMs)
+  const metrics = await fetch(`http://127.0.0.1:${metricsPort}/metrics`)
+  expect(metrics.status).toBe(200)
+  expect(await metrics.text()).toContain('http_request_duration_seconds_count{route="/health",method="GET",status="200"}')
+  const tree = descendants(npm.proc.pid)
+  for (const { pid } of tree) seen.add(pid)
+  expect(tree.some(({ command }) => command.includes('src/main.ts'))).toBe(true)
+
+  npm.proc.kill('SIGTERM')
+  expect(await exitWithin(npm.proc, 20_000)).toBe(0)
+  expect(tree.filter(({ pid }) => isRunning(pid))).toEqual([])
+  expect(isFree(port)).toBe(true)
+  expect(isFree(metricsPort)).toBe(true)
+  return { tree, stdout: await npm.stdout }
+}
+
+describe('the service started through npm start', () => {
+  test('SIGTERM to npm drains the service and exits 0, leaving no process and no open port', async () => {
+    const database = await createTestDatabase()
+    databases.push(database)
+    await startAndTerminate(database.url, 20_000)
+  }, 40_000)
+
+  test('with the embedded PostgreSQL, SIGTERM to npm stops the database too', async () => {
+    const { tree } = await startAndTerminate(undefined, 60_000)
+    const postgres = tree.filter(({ command }) => /\bpostgres -D /.test(command))
+    expect(postgres).toHaveLength(1)
+    expect(isFree(postgresPort(postgres[0]!.command))).toBe(true)
+  }, 90_000)
+})
