@@ -46,15 +46,16 @@ async function main() {
     }
 
     deps = await createDeps(config, { log })
+    // First, so that a process that answers on its API port is already scraped.
+    if (config.metrics.port !== undefined) {
+      metricsServer = serveMetrics(deps.metrics, { port: config.metrics.port, token: config.metrics.token })
+      log.info('metrics listening', { port: metricsServer.port })
+    }
     if (role !== 'workers') {
       server = createApp(deps).listen({ port: config.port, idleTimeout: 30, ...serverOptions(deps.log) })
       log.info('api listening', { port: server.server?.port, swagger: `${config.siteUrl}/swagger` })
     }
     if (role !== 'api') workers = await startWorkers(deps)
-    if (config.metrics.port !== undefined) {
-      metricsServer = serveMetrics(deps.metrics, { port: config.metrics.port, token: config.metrics.token })
-      log.info('metrics listening', { port: metricsServer.port })
-    }
   } catch (error) {
     await metricsServer?.stop(true)
     await deps?.close().catch(() => {})
