@@ -7,7 +7,7 @@ import { inProcess } from './lib/in-process.ts'
 import { seedAgents, seedWaitingConversations } from './lib/seed-agents.ts'
 import { difference, resources } from './lib/resources.ts'
 import { newRowId } from '../src/ids.ts'
-import type { AgentReply, Replied } from '../src/conversations/commands.ts'
+import type { AgentReply, Replied } from '../src/conversations/replies.ts'
 
 const callers = Number(process.env.CALLERS ?? 64)
 if (!Number.isInteger(callers) || callers < 1) throw new Error('CALLERS takes a whole number of callers')
@@ -18,13 +18,13 @@ const waitingMode = process.env.WAITING === '1'
 await inProcess(async ({ world, deps, app }) => {
   const agents = (await seedAgents(world.sql, { agents: 1000, pendingEvery: 100, repliers: 1000 })).filter(a => a.userId !== null)
   // The route with its write answered at once: what the HTTP layer (routing, key, body, envelope) costs.
-  const ask = deps.dispatcher.ask.bind(deps.dispatcher)
+  const send = deps.replies.send.bind(deps.replies)
   let answerAtOnce = false
-  deps.dispatcher.ask = (<Result>(actor: string, type: string, payload: unknown, options?: object) => {
-    if (!answerAtOnce || type !== 'agent.reply') return ask<Result>(actor, type, payload, options)
-    const { messageId, userId, text } = payload as AgentReply
-    return Promise.resolve<Replied>({ messageId, userId, text, createdAt: new Date().toISOString(), answered: true } as Replied) as Promise<Result>
-  }) as typeof deps.dispatcher.ask
+  deps.replies.send = (reply: AgentReply) => {
+    if (!answerAtOnce) return send(reply)
+    const { messageId, userId, text } = reply
+    return Promise.resolve<Replied>({ messageId, userId, text, createdAt: new Date().toISOString() })
+  }
 
   let n = 0
   // Enough waiting conversations for 15,000 replies a second through every round that writes.
@@ -60,14 +60,13 @@ await inProcess(async ({ world, deps, app }) => {
     )
     if (response.status !== 201) throw new Error(`reply answered ${response.status}: ${await response.text()}`)
   }
-  const viaActor = async () => {
+  const viaWriter = async () => {
     const agent = pick()
-    const reply: AgentReply = { userId: agent.userId!, text: `Here is the summary, part ${++n}.`, messageId: newRowId() }
-    await ask(`agent:${agent.id}`, 'agent.reply', reply)
+    await send({ agentId: agent.id, userId: agent.userId!, text: `Here is the summary, part ${++n}.`, messageId: newRowId(), chosen: false })
   }
   const ways = {
     'route, write answered at once': () => ((answerAtOnce = true), viaRoute),
-    "the agent's turn: hold, transaction, projection, notification": () => ((answerAtOnce = false), viaActor),
+    'replies.send: statement, projection, notification': () => ((answerAtOnce = false), viaWriter),
     'route and write': () => ((answerAtOnce = false), viaRoute),
   }
   type Way = keyof typeof ways

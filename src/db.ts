@@ -9,6 +9,8 @@ export type Db = postgres.ISql<{ bigint: number }>
 export interface SqlOptions {
   max?: number
   applicationName?: string
+  /** Planner settings of these connections (e.g. `enable_seqscan`). */
+  settings?: Record<string, string>
 }
 
 export function createSql(url: string, options: SqlOptions = {}): Sql {
@@ -21,7 +23,7 @@ export function createSql(url: string, options: SqlOptions = {}): Sql {
     backoff: attempts => Math.min(0.05 * 2 ** attempts, 0.5),
     onnotice: () => {},
     // UTC, so month arithmetic in SQL (billing periods) matches the application's.
-    connection: { application_name: options.applicationName ?? 'agent-marketplace', TimeZone: 'UTC' },
+    connection: { application_name: options.applicationName ?? 'agent-marketplace', TimeZone: 'UTC', ...options.settings },
     types: {
       bigint: {
         to: 20,

@@ -21,6 +21,7 @@ import { serviceRequestCommands } from './service-requests/commands.ts'
 import { contextCommands } from './context/commands.ts'
 import type { InboxDeps } from './conversations/inbox.ts'
 import { createInboxReader, type InboxReader } from './conversations/inbox-reader.ts'
+import { createReplyWriter, type ReplyWriter } from './conversations/replies.ts'
 import { createQueues, type Queues } from './queues.ts'
 import { createEventHub, type EventHub } from './events/hub.ts'
 import { createBlogQueue, type BlogQueue } from './blog/queue.ts'
@@ -45,6 +46,8 @@ export interface Deps {
   /** Sends commands to agent and organization actors. */
   dispatcher: Dispatcher
   inboxes: InboxReader
+  /** Stores agents' replies, the replies of the moment in one statement. */
+  replies: ReplyWriter
   /** Producers of the BullMQ queues. */
   queues: Queues
   /** This process's server-sent event connections. */
@@ -74,8 +77,9 @@ export function actorKinds(deps: InboxDeps & { config: Pick<Config, 'serviceRequ
   }
 }
 
-/** Batch transactions an API process runs at once for the commands of idle actors. */
+/** Batch transactions an API process runs at once for the commands of idle actors, and reply statements. */
 const inlineBatches = 2
+const replyBatches = 2
 
 /** Opens every connection the API and workers need; `close` ends them in reverse order. */
 export async function createDeps(config: Config, options: DepsOptions = {}): Promise<Deps> {
@@ -96,10 +100,10 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
   const inFlight = createInFlightLimiter(redis, keys, clock)
   const proxyBuffers = createBufferBudget(config.proxy.bufferBytes)
-  // Commands of idle actors are applied here, in batches whose Redis calls share writes on a
-  // connection of their own with auto-pipelining, and whose transactions have Postgres connections of
-  // their own (one per batch in flight): a batch never waits behind requests' queries, nor they
-  // behind it. Busy actors' commands go to their mailboxes for the runtimes.
+  // Commands of idle actors and agents' replies are written here, in batches whose Redis calls share
+  // writes on a connection of their own with auto-pipelining, and whose statements have Postgres
+  // connections of their own (one per batch in flight): a batch never waits behind requests'
+  // queries, nor they behind it. Busy actors' commands go to their mailboxes for the runtimes.
   const batchRedis = redis.duplicate({ enableAutoPipelining: true, connectionName: 'agent-marketplace:batches' })
   const inlineSql = config.actorsInline ? createSql(config.databaseUrl, { max: inlineBatches }) : undefined
   const inline = inlineSql
@@ -113,6 +117,12 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
         kinds: actorKinds({ redis: batchRedis, keys, config }),
       })
     : undefined
+  // The writer's statements touch a few conversations by key. While the table is small (a few thousand
+  // rows) the planner, taking the JSON input for 100 rows, hash-joins it against a scan of the whole
+  // table instead (about a tenth more Postgres CPU a reply); these connections run nothing else, so
+  // they keep to the keyed lookups it picks at scale.
+  const replySql = createSql(config.databaseUrl, { max: 2 * replyBatches, settings: { enable_seqscan: 'off' } })
+  const replies = createReplyWriter({ sql: replySql, redis: batchRedis, keys, clock, log, batches: replyBatches })
   const dispatcher = await createDispatcher({ redis, pubsub, keys, inline })
   const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock })
   const queues = createQueues(config, keys, log)
@@ -145,6 +155,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
     proxyBuffers,
     dispatcher,
     inboxes,
+    replies,
     queues,
     events,
     blogQueue,
@@ -158,8 +169,10 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
       await queues.close()
       await inboxes.close()
       await dispatcher.close()
+      await replies.close()
       await batchRedis.quit().catch(() => batchRedis.disconnect())
       await inlineSql?.end({ timeout: 5 })
+      await replySql.end({ timeout: 5 })
       await keyCache.close()
       await pubsub.close()
       await redis.quit().catch(() => redis.disconnect())

@@ -34,8 +34,9 @@ export function createKeys(prefix: string) {
       openStreams: (userId: string) => `${prefix}events:open:${userId}`,
     },
     agent: (agentId: string) => ({
-      // Pending conversations: user id -> entry.
+      // Pending conversations: user id -> entry; and the version each conversation was last written at.
       inbox: `${prefix}{actor:agent:${agentId}}:inbox`,
+      versions: `${prefix}{actor:agent:${agentId}}:inbox-versions`,
       requests: `${prefix}{actor:agent:${agentId}}:requests`,
       built: `${prefix}{actor:agent:${agentId}}:inbox-built`,
     }),

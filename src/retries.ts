@@ -1,8 +1,8 @@
 /**
  * Work that must land eventually, tried in the background until it does: Redis state made good after
- * a write that Redis refused (an actor's projection given up, repaired). Each piece of work has a key;
- * work added under a key already waiting replaces what waits, so a key is tried once however often it
- * was asked for. Attempts back off while they fail.
+ * a write that Redis refused (a reply's inbox removal, an actor's projection given up). Each piece of
+ * work has a key; work added under a key already waiting is merged with what waits, so a key is tried
+ * once however often it was asked for. Attempts back off while they fail.
  */
 export interface Retries<V> {
   /** Tries `value` until it lands; false after `close()`, when nothing will try it. */
@@ -14,6 +14,8 @@ export interface Retries<V> {
 export interface RetriesOptions<V> {
   /** Makes the work land; throws while it cannot. */
   attempt(value: V, key: string): Promise<void>
+  /** What waits when `added` is added under a key where `held` waits (default: `added`). */
+  merge?(held: V, added: V): V
   /** Told of each failed attempt. */
   failed?(key: string, value: V, error: unknown): void
   /** Before the first attempt (default 0: at once). */
@@ -73,7 +75,8 @@ export function createRetries<V>(options: RetriesOptions<V>): Retries<V> {
   return {
     add(key, value) {
       if (closed) return false
-      due.set(key, value)
+      const held = due.get(key)
+      due.set(key, held === undefined || !options.merge ? value : options.merge(held, value))
       schedule()
       return true
     },

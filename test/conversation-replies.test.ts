@@ -1,17 +1,17 @@
-/** Replies, applied by the agent's actor like the user's messages: order, repeats, refusals, and the inbox's fenced writes. */
+/** Replies written by the API process, not the actor: ordering by the conversation's row and version, repeats, failures. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { Redis } from 'ioredis'
 import { newRowId } from '../src/ids.ts'
-import { putOpenRequest, rebuildInbox, writeConversation, type OpenServiceRequest } from '../src/conversations/inbox.ts'
-import { insertUserMessage, pendingConversations, storeReply } from '../src/conversations/store.ts'
+import { rebuildInbox, writeConversation } from '../src/conversations/inbox.ts'
+import { createReplyWriter } from '../src/conversations/replies.ts'
+import { agentConversations, insertUserMessage, storeChosenReplies, storeFreshReplies } from '../src/conversations/store.ts'
 import { actorKinds } from '../src/deps.ts'
-import { HoldLost } from '../src/actors/types.ts'
-import { applyTurn } from '../src/actors/turn.ts'
-import { createRepairs } from '../src/actors/repairs.ts'
 import { holdActor } from './helpers/hold.ts'
-import { createSql, type Sql } from '../src/db.ts'
+import { createSql, type Db, type Sql } from '../src/db.ts'
 import {
   createTestContext,
   expectError,
+  redisUrl,
   signUp,
   subscribedPair as newPair,
   type Subscribed,
@@ -21,6 +21,7 @@ import {
   uuidV7,
 } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
+import { startHeldProxy } from './helpers/held-proxy.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -57,8 +58,8 @@ const inboxInRedis = async (agentId: string) => {
 }
 
 const conversationRow = async (agentId: string, userId: string) => {
-  const [row] = await ctx.deps.sql<{ pendingCount: number; latestMessage: string }[]>`
-    select pending_count as "pendingCount", latest_user_message as "latestMessage"
+  const [row] = await ctx.deps.sql<{ pendingCount: number; latestMessage: string; version: number }[]>`
+    select pending_count as "pendingCount", latest_user_message as "latestMessage", version
     from conversations where participant_id = ${agentId} and user_id = ${userId}
   `
   return row!
@@ -83,6 +84,7 @@ describe('a reply and the user racing on one conversation', () => {
       const entries = await inboxInRedis(agent.id)
       if (row.pendingCount === 0) expect(entries[user.id]).toBeUndefined()
       else expect(entries[user.id]).toMatchObject({ latestMessage: row.latestMessage, pendingCount: row.pendingCount })
+      expect(await ctx.deps.redis.hget(ctx.deps.keys.agent(agent.id).versions, user.id)).toBe(String(row.version))
       // The poll agrees once this process has heard of the last change.
       await until(async () => {
         const polled = (await ctx.call('GET', '/v1/agent/events', { apiKey: agent.apiKey })).body.data.pendingConversations
@@ -143,10 +145,47 @@ describe('a repeat under one Idempotency-Key whose first answer was lost', () =>
   })
 })
 
-/** A connection of its own, and a way to end it. */
+/** Waits until `pid`'s backend is blocked by another (on a row lock, say). */
+const blocked = (pid: number) =>
+  until(async () => {
+    const [row] = await ctx.deps.sql<{ waiting: boolean }[]>`select cardinality(pg_blocking_pids(${pid})) > 0 as waiting`
+    return row!.waiting
+  }, 5000)
+
+/** Releases of transactions `heldOpen` began: a test that fails midway lets them go before ending its connections. */
+const stillHeld = new Set<() => void>()
+const releaseHeld = () => {
+  for (const release of stillHeld) release()
+  stillHeld.clear()
+}
+
+/**
+ * A transaction on `sql` that runs `work` and then stays open, holding its locks, until released.
+ * `holding` resolves once `work` is done (not when the backend first looks idle in its transaction,
+ * which it also does between BEGIN and the first statement).
+ */
+const heldOpen = <T>(sql: Sql, work: (tx: Db) => Promise<T>) => {
+  let release!: () => void
+  let held!: () => void
+  const released = new Promise<void>(resolve => (release = resolve))
+  const holds = new Promise<void>(resolve => (held = resolve))
+  const result = sql.begin(async tx => {
+    const out = await work(tx)
+    held()
+    await released
+    return out
+  }) as Promise<T>
+  // A transaction that fails before it holds anything fails the wait too.
+  const holding = Promise.race([holds, result.then(() => Promise.reject(new Error('the transaction ended before it held its locks')))])
+  stillHeld.add(release)
+  return { holding, release, result }
+}
+
+/** A connection of its own, its backend's pid, and a way to end it. */
 const connection = async () => {
   const sql: Sql = createSql(ctx.database.url, { max: 1 })
-  return { sql }
+  const [row] = await sql<{ pid: number }[]>`select pg_backend_pid() as pid`
+  return { sql, pid: row!.pid }
 }
 
 describe('a conversation’s row', () => {
@@ -157,7 +196,7 @@ describe('a conversation’s row', () => {
     const c = await connection()
     try {
       await insertUserMessage(c.sql, { id: newRowId(), ...ids, text: 'first, making the row', at: new Date() })
-      await storeReply(c.sql, { id: newRowId(), ...ids, text: 'answered', at: new Date() })
+      await storeFreshReplies(c.sql, [{ id: newRowId(), ...ids, text: 'answered' }], new Date())
       await insertUserMessage(c.sql, { id: newRowId(), ...ids, text: 'waiting', at: new Date() })
       await insertUserMessage(c.sql, { id: newRowId(), participantId: pair.agent.id, userId: other.id, text: 'also waiting', at: new Date() })
       // Pending to answered, answered to pending, and answered again: each a change of the pending
@@ -172,14 +211,17 @@ describe('a conversation’s row', () => {
           return row!
         }
         const before = await counts()
-        expect(await storeReply(tx, { id: newRowId(), ...ids, text: 'answer', at: new Date() })).toMatchObject({ wasPending: true })
+        const answered = await storeFreshReplies(tx, [{ id: newRowId(), ...ids, text: 'answer' }], new Date())
+        expect([...answered.values()][0]).toMatchObject({ stored: true, wasPending: true })
         await insertUserMessage(tx, { id: newRowId(), ...ids, text: 'again', at: new Date() })
-        await storeReply(tx, { id: newRowId(), ...ids, text: 'answer again', at: new Date() })
+        await storeFreshReplies(tx, [{ id: newRowId(), ...ids, text: 'answer again' }], new Date())
         const after = await counts()
         return { all: after.all - before.all, hot: after.hot - before.hot }
       })
       expect(counted).toEqual({ all: 3, hot: 3 })
-      const pending = (await pendingConversations(c.sql, pair.agent.id)).map(p => [p.userId, p.latestMessage, p.pendingCount])
+      const pending = (await agentConversations(c.sql, pair.agent.id)).flatMap(({ pending: p }) =>
+        p ? [[p.userId, p.latestMessage, p.pendingCount]] : [],
+      )
       expect(pending).toEqual([[other.id, 'also waiting', 1]])
     } finally {
       await c.sql.end()
@@ -199,127 +241,368 @@ describe('a conversation’s row', () => {
   })
 })
 
-describe('the inbox’s writes, fenced by the hold', () => {
-  const entry = (userId: string, latestMessage: string) => ({ userId, latestMessage, latestMessageAt: new Date().toISOString(), pendingCount: 1 })
-  const fenceOf = async (agentId: string) => {
-    const k = ctx.deps.keys.actor(`agent:${agentId}`)
-    const [holder, token] = await Promise.all([ctx.deps.redis.get(k.lease), ctx.deps.redis.get(k.fence)])
-    return { holder: holder!, token: Number(token) }
-  }
-
-  test('land while the hold stands, and announce each change', async () => {
-    const [agentId, userId] = [newRowId(), newRowId()]
-    const changes: string[] = []
-    const stop = await ctx.deps.pubsub.subscribe(ctx.deps.keys.channels.inboxChanged, id => void changes.push(id))
-    const letGo = (await holdActor(ctx.deps, `agent:${agentId}`))!
+describe('the reply statement and a user’s message on one conversation', () => {
+  test('a repeat resent while its first attempt commits never answers the message that follows it', async () => {
+    // One agent, two users: the repeat's statement also holds a reply to the conversation that sorts
+    // first, and waits there (on a lock held here) while the first attempt and the next message commit.
+    const pair = await subscribedPair()
+    const other = await anotherSubscriber(pair)
+    for (const user of [pair.user, other]) await send(user, pair.agent, 'question one')
+    const [earlier, later] = [pair.user, other].sort((a, b) => (a.id < b.id ? -1 : 1)) as [TestUser, TestUser]
+    const [first, holder, repeat] = [await connection(), await connection(), await connection()]
     try {
-      const fence = await fenceOf(agentId)
-      await writeConversation(ctx.deps, agentId, fence, userId, entry(userId, 'waiting'))
-      expect((await inboxInRedis(agentId))[userId]).toMatchObject({ latestMessage: 'waiting' })
-      await writeConversation(ctx.deps, agentId, fence, userId, null)
-      expect(await inboxInRedis(agentId)).toEqual({})
-      await until(async () => changes.filter(id => id === agentId).length === 2, 2000)
+      const id = newRowId()
+      const resent = { id, participantId: pair.agent.id, userId: later.id, text: 'answer one' }
+      const firstAttempt = heldOpen(first.sql, tx => storeChosenReplies(tx, [resent], new Date()))
+      await firstAttempt.holding
+      const held = heldOpen(
+        holder.sql,
+        tx => tx`select 1 from conversations where participant_id = ${pair.agent.id} and user_id = ${earlier.id} for update`,
+      )
+      await held.holding
+      // Its snapshot is taken now, before the first attempt commits.
+      const repeated = storeChosenReplies(
+        repeat.sql,
+        [{ id: newRowId(), participantId: pair.agent.id, userId: earlier.id, text: 'to the other' }, resent],
+        new Date(),
+      )
+      await blocked(repeat.pid)
+      firstAttempt.release()
+      expect((await firstAttempt.result).get(id)).toMatchObject({ stored: true, wasPending: true })
+      await insertUserMessage(ctx.deps.sql, { id: newRowId(), participantId: pair.agent.id, userId: later.id, text: 'question two', at: new Date() })
+      held.release()
+      await held.result
+      const outcome = (await repeated).get(id)
+      expect(outcome).toMatchObject({ stored: false, conversation: { pendingCount: 1, latestMessage: 'question two' } })
+      expect(await conversationRow(pair.agent.id, later.id)).toMatchObject({ pendingCount: 1, latestMessage: 'question two' })
+      const texts = (await ctx.call('GET', `/v1/conversations/${pair.agent.id}/messages`, { token: later.token })).body.data.map(
+        (m: { text: string }) => m.text,
+      )
+      expect(texts).toEqual(['question two', 'answer one', 'question one'])
     } finally {
-      await letGo()
-      await stop()
+      releaseHeld()
+      for (const c of [first, holder, repeat]) await c.sql.end()
     }
   })
 
-  test('refuse a holder whose hold is gone: let go, or taken again since (by anyone, itself included)', async () => {
-    const [agentId, userId] = [newRowId(), newRowId()]
-    const actor = `agent:${agentId}`
-    const letGo = (await holdActor(ctx.deps, actor))!
-    const stale = await fenceOf(agentId)
-    await letGo()
-    await expect(writeConversation(ctx.deps, agentId, stale, userId, entry(userId, 'late'))).rejects.toBeInstanceOf(HoldLost)
-    // The same holder id holding again draws a new token: the old hold's writes stay refused.
-    await ctx.deps.redis.set(ctx.deps.keys.actor(actor).lease, stale.holder)
-    await ctx.deps.redis.incr(ctx.deps.keys.actor(actor).fence)
-    await expect(writeConversation(ctx.deps, agentId, stale, userId, entry(userId, 'late'))).rejects.toBeInstanceOf(HoldLost)
-    await expect(putOpenRequest(ctx.deps, agentId, stale, { requestId: newRowId() } as OpenServiceRequest)).rejects.toBeInstanceOf(HoldLost)
-    expect(await inboxInRedis(agentId)).toEqual({})
-    expect(await ctx.deps.redis.hlen(ctx.deps.keys.agent(agentId).requests)).toBe(0)
-    await writeConversation(ctx.deps, agentId, await fenceOf(agentId), userId, entry(userId, 'current'))
-    expect((await inboxInRedis(agentId))[userId]).toMatchObject({ latestMessage: 'current' })
-    await ctx.deps.redis.del(ctx.deps.keys.actor(actor).lease)
-  })
-
-  test('a rebuild replaces the inbox with what Postgres holds; one whose hold ran out writes nothing', async () => {
-    const rebuilt = newRowId()
-    const [gone, waiting] = [newRowId(), newRowId()]
-    const letGo = (await holdActor(ctx.deps, `agent:${rebuilt}`))!
-    const fence = await fenceOf(rebuilt)
-    await writeConversation(ctx.deps, rebuilt, fence, gone, entry(gone, 'answered since'))
-    expect(await rebuildInbox(ctx.deps, rebuilt, fence, { conversations: [entry(waiting, 'as read')], requests: [] })).toBe(true)
-    expect(Object.keys(await inboxInRedis(rebuilt))).toEqual([waiting])
-    expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(rebuilt).built)).toBe(1)
-    await letGo()
-
-    await ctx.deps.redis.del(ctx.deps.keys.agent(rebuilt).built)
-    // Another holder took the actor after this rebuild's lease ran out.
-    const again = (await holdActor(ctx.deps, `agent:${rebuilt}`))!
-    expect(await rebuildInbox(ctx.deps, rebuilt, fence, { conversations: [], requests: [] })).toBe(false)
-    expect(Object.keys(await inboxInRedis(rebuilt))).toEqual([waiting])
-    expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(rebuilt).built)).toBe(0)
-    await again()
-  })
-
-  test('a projection refused for a lost hold is repaired: the next poll rebuilds the inbox with the change', async () => {
+  test('a reply to an answered conversation waits for a message being written, answers it, and comes after it', async () => {
     const pair = await subscribedPair()
-    const poll = async () =>
-      (await ctx.call('GET', '/v1/agent/events', { apiKey: pair.agent.apiKey })).body.data.pendingConversations as { userId: string }[]
-    expect(await poll()).toEqual([])
-    const kinds = actorKinds(ctx.deps)
-    const actor = `agent:${pair.agent.id}`
-    const letGo = (await holdActor(ctx.deps, actor))!
-    const fence = await fenceOf(pair.agent.id)
-    await letGo()
-    const repairs = createRepairs(ctx.deps.log)
-    // A turn whose hold was taken over between its commit and its projection.
-    const command = { commandId: newRowId(), entryId: newRowId(), type: 'user.message', requestHash: null, mayRepeat: false, record: false }
-    const message = { messageId: newRowId(), userId: pair.user.id, text: 'committed, never projected' }
-    const taker = (await holdActor(ctx.deps, actor))!
-    await applyTurn(
-      { sql: ctx.deps.sql, clock: ctx.clock, kinds, log: ctx.deps.log, repairs, leaseMs: 10_000 },
-      [
-        {
-          actor,
-          kind: 'agent',
-          ...fence,
-          token: Number((await ctx.deps.redis.get(ctx.deps.keys.actor(actor).fence))!),
-          commands: [{ ...command, payload: () => message }],
-        },
-      ],
-      () => true,
-    ).catch(() => undefined)
-    await taker()
-    expect(await inboxInRedis(pair.agent.id)).toEqual({})
-    await repairs.close()
-    await until(async () => (await poll()).map(c => c.userId).includes(pair.user.id), 5000)
+    await send(pair.user, pair.agent, 'question one')
+    expect((await reply(pair.agent, pair.user.id, 'answer one')).status).toBe(201)
+    const [user, replying] = [await connection(), await connection()]
+    try {
+      const asked = heldOpen(user.sql, tx =>
+        insertUserMessage(tx, { id: newRowId(), participantId: pair.agent.id, userId: pair.user.id, text: 'question two', at: new Date() }),
+      )
+      await asked.holding
+      // Written by a process whose clock is a minute behind.
+      const id = newRowId()
+      const answering = storeFreshReplies(
+        replying.sql,
+        [{ id, participantId: pair.agent.id, userId: pair.user.id, text: 'answer two' }],
+        new Date(Date.now() - 60_000),
+      )
+      await blocked(replying.pid)
+      asked.release()
+      const question = await asked.result
+      const answer = (await answering).get(id)!
+      expect(answer).toMatchObject({ stored: true, wasPending: true })
+      expect(answer.createdAt.getTime()).toBeGreaterThan(question.createdAt.getTime())
+      expect((await conversationRow(pair.agent.id, pair.user.id)).pendingCount).toBe(0)
+      expect((await history(pair)).map(m => m.text)).toEqual(['answer two', 'question two', 'answer one', 'question one'])
+    } finally {
+      releaseHeld()
+      for (const c of [user, replying]) await c.sql.end()
+    }
   })
 })
 
-describe('a reply after the subscription ended', () => {
-  test('answers a message sent while subscribed, once; then, with nothing waiting, is 403 not_subscribed', async () => {
-    const pair = await subscribedPair()
-    expect((await send(pair.user, pair.agent, 'one last question')).status).toBe(201)
-    const [subscription] = await ctx.deps.sql<{ id: string }[]>`
-      select id from subscriptions where user_id = ${pair.user.id} and participant_id = ${pair.agent.id}
-    `
-    expect((await ctx.call('DELETE', `/v1/billing/subscriptions/${subscription!.id}`, { token: pair.user.token })).status).toBeLessThan(300)
-    expect((await reply(pair.agent, pair.user.id, 'the answer')).status).toBe(201)
-    const refused = await reply(pair.agent, pair.user.id, 'and one more thing')
-    expectError(refused, 403, 'not_subscribed')
-    expect((await history(pair)).map(m => m.text)).toEqual(['the answer', 'one last question'])
+describe('the inbox’s one write rule', () => {
+  const entry = (userId: string, latestMessage: string) => ({ userId, latestMessage, latestMessageAt: new Date().toISOString(), pendingCount: 1 })
+  const changes: string[] = []
+  let stop: () => Promise<void>
+  beforeAll(async () => {
+    stop = await ctx.deps.pubsub.subscribe(ctx.deps.keys.channels.inboxChanged, id => changes.push(id))
+  })
+  afterAll(() => stop())
+  const announced = async (agentId: string) => {
+    await Bun.sleep(50)
+    return changes.filter(id => id === agentId).length
+  }
+
+  test('applies a change only when newer than the last one written, and announces only what it applied', async () => {
+    const [agentId, userId] = [newRowId(), newRowId()]
+    await writeConversation(ctx.deps, agentId, userId, 2, entry(userId, 'second'))
+    // The answer to an older message, landing late.
+    await writeConversation(ctx.deps, agentId, userId, 1, null)
+    expect((await inboxInRedis(agentId))[userId]).toMatchObject({ latestMessage: 'second' })
+    expect(await announced(agentId)).toBe(1)
+
+    await writeConversation(ctx.deps, agentId, userId, 3, null)
+    expect((await inboxInRedis(agentId))[userId]).toBeUndefined()
+    // The message the reply answered, written after it (its projection retried late): kept out.
+    await writeConversation(ctx.deps, agentId, userId, 2, entry(userId, 'second, late'))
+    expect((await inboxInRedis(agentId))[userId]).toBeUndefined()
+    expect(await announced(agentId)).toBe(2)
+
+    await writeConversation(ctx.deps, agentId, userId, 4, entry(userId, 'fourth'))
+    expect((await inboxInRedis(agentId))[userId]).toMatchObject({ latestMessage: 'fourth' })
+    expect(await announced(agentId)).toBe(3)
   })
 
-  test('to a user who never wrote is 404; a subscriber with nothing waiting may still be written to', async () => {
-    const pair = await subscribedPair()
-    expectError(await reply(pair.agent, pair.user.id, 'hello?'), 404, 'not_found')
-    expect((await send(pair.user, pair.agent, 'hi')).status).toBe(201)
-    expect((await reply(pair.agent, pair.user.id, 'hello')).status).toBe(201)
-    expect((await reply(pair.agent, pair.user.id, 'and a follow-up')).status).toBe(201)
+  test('is the same for every writer, held or not: a late put never undoes an answer, however late', async () => {
+    const [agentId, userId] = [newRowId(), newRowId()]
+    const letGo = (await holdActor(ctx.deps, `agent:${agentId}`))!
+    await writeConversation(ctx.deps, agentId, userId, 6, null)
+    await letGo()
+    await Bun.sleep(20)
+    await writeConversation(ctx.deps, agentId, userId, 5, entry(userId, 'answered long ago'))
+    expect(await inboxInRedis(agentId)).toEqual({})
   })
+
+  test('a rebuild keeps a conversation a newer reply answered meanwhile out, and one written newer in', async () => {
+    const rebuilt = newRowId()
+    const [answered, waiting, newer] = [newRowId(), newRowId(), newRowId()]
+    const letGo = (await holdActor(ctx.deps, `agent:${rebuilt}`))!
+    // The rebuild read all three at version 5; a reply to one (6) and a message to another (7) landed before it wrote.
+    await writeConversation(ctx.deps, rebuilt, answered, 6, null)
+    await writeConversation(ctx.deps, rebuilt, newer, 7, entry(newer, 'newer'))
+    const holder = (await ctx.deps.redis.get(ctx.deps.keys.actor(`agent:${rebuilt}`).lease))!
+    const written = await rebuildInbox(ctx.deps, rebuilt, holder, {
+      conversations: [answered, waiting, newer].map(userId => ({ userId, version: 5, pending: entry(userId, 'as read') })),
+      requests: [],
+    })
+    expect(written).toBe(true)
+    const inbox = await inboxInRedis(rebuilt)
+    expect(Object.keys(inbox).sort()).toEqual([waiting, newer].sort())
+    expect(inbox[newer]).toMatchObject({ latestMessage: 'newer' })
+    expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(rebuilt).built)).toBe(1)
+    await letGo()
+  })
+
+  test('a rebuild whose hold ran out meanwhile writes nothing', async () => {
+    const rebuilt = newRowId()
+    const waiting = newRowId()
+    // Another holder took the actor after this rebuild's lease ran out.
+    const letGo = (await holdActor(ctx.deps, `agent:${rebuilt}`))!
+    const written = await rebuildInbox(ctx.deps, rebuilt, 'the slow rebuild', {
+      conversations: [{ userId: waiting, version: 5, pending: entry(waiting, 'older') }],
+      requests: [],
+    })
+    expect(written).toBe(false)
+    expect(await inboxInRedis(rebuilt)).toEqual({})
+    expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(rebuilt).built)).toBe(0)
+    await letGo()
+  })
+})
+
+describe('the reply writer', () => {
+  test('runs a statement again that Postgres chose as a deadlock’s victim', async () => {
+    const [a, b] = [await subscribedPair(), await subscribedPair()]
+    const locker = createSql(ctx.database.url, { max: 1 })
+    try {
+      let deadlocked = false
+      let rounds = 0
+      // Which of the two the statement locks first is the planner's: lock the other one here first.
+      for (const [first, second] of [
+        [b, a],
+        [a, b],
+      ] as const) {
+        if (deadlocked) break
+        rounds++
+        for (const pair of [a, b]) expect((await send(pair.user, pair.agent, 'pending again')).status).toBe(201)
+        let replies!: Promise<unknown[]>
+        await locker.begin(async tx => {
+          const [me] = await tx<{ pid: number }[]>`select pg_backend_pid() as pid`
+          await tx`select 1 from conversations where participant_id = ${first.agent.id} and user_id = ${first.user.id} for update`
+          // Sent together, so they share one statement.
+          replies = Promise.all(
+            [a, b].map(({ agent, user }) =>
+              ctx.deps.replies.send({
+                agentId: agent.id,
+                userId: user.id,
+                text: agent === a.agent ? 'to a' : 'to b',
+                messageId: newRowId(),
+                chosen: false,
+              }),
+            ),
+          )
+          // The writer's statement waits on the row this transaction holds.
+          await until(async () => {
+            const [waiting] = await ctx.deps.sql`select 1 from pg_stat_activity where ${me!.pid} = any(pg_blocking_pids(pid))`
+            return waiting !== undefined
+          }, 5000)
+          const [held] = await tx`
+            select 1 from conversations where participant_id = ${second.agent.id} and user_id = ${second.user.id}
+            for update skip locked
+          `.catch(() => [undefined])
+          if (held === undefined) {
+            // The statement holds the other row: taking it closes the cycle. The statement, waiting
+            // longer, is the one Postgres rolls back, and the writer runs it again after this commits.
+            await tx`select 1 from conversations where participant_id = ${second.agent.id} and user_id = ${second.user.id} for update`
+            deadlocked = true
+          }
+        })
+        expect(await replies).toMatchObject([{ text: 'to a' }, { text: 'to b' }])
+      }
+      expect(deadlocked).toBe(true)
+      for (const [pair, text] of [
+        [a, 'to a'],
+        [b, 'to b'],
+      ] as const) {
+        // Each reply stored once, however many times its statement ran.
+        expect((await history(pair)).filter(m => m.role === 'agent').map(m => m.text)).toEqual(Array(rounds).fill(text))
+        expect((await conversationRow(pair.agent.id, pair.user.id)).pendingCount).toBe(0)
+      }
+    } finally {
+      await locker.end()
+    }
+  }, 30_000)
+
+  test('starts another statement when the one under way waits on a lock, so other replies go on', async () => {
+    const [held, free] = [await subscribedPair(), await subscribedPair()]
+    for (const { agent, user } of [held, free]) await send(user, agent, 'hello')
+    const locker = createSql(ctx.database.url, { max: 1 })
+    try {
+      let blocked!: Promise<unknown>
+      let freeAnswered = false
+      await locker.begin(async tx => {
+        await tx`select 1 from conversations where participant_id = ${held.agent.id} and user_id = ${held.user.id} for update`
+        blocked = reply(held.agent, held.user.id, 'waits for the lock')
+        await Bun.sleep(50)
+        // The free conversation's reply is answered while the other statement still waits.
+        expect((await reply(free.agent, free.user.id, 'goes on')).status).toBe(201)
+        freeAnswered = true
+      })
+      expect(freeAnswered).toBe(true)
+      expect(await blocked).toMatchObject({ status: 201 })
+      expect((await history(held)).map(m => m.text)).toEqual(['waits for the lock', 'hello'])
+    } finally {
+      await locker.end()
+    }
+  })
+
+  test('fails only the reply Postgres refuses; the others of its statement are stored', async () => {
+    const pairs = await Promise.all(Array.from({ length: 3 }, () => subscribedPair()))
+    for (const { agent, user } of pairs) await send(user, agent, 'hello')
+    const sent = await Promise.allSettled(
+      pairs.map(({ agent, user }, i) =>
+        ctx.deps.replies.send({
+          agentId: agent.id,
+          userId: user.id,
+          text: i === 1 ? 'bad \u0000 text' : `fine ${i}`,
+          messageId: newRowId(),
+          chosen: false,
+        }),
+      ),
+    )
+    expect(sent.map(s => s.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
+    expect((sent[1] as PromiseRejectedResult).reason).toMatchObject({ status: 400, code: 'validation_failed' })
+    expect((await history(pairs[0]!)).map(m => m.text)).toEqual(['fine 0', 'hello'])
+    expect((await history(pairs[1]!)).map(m => m.text)).toEqual(['hello'])
+    expect((await history(pairs[2]!)).map(m => m.text)).toEqual(['fine 2', 'hello'])
+    // Through the API the refusal is the client's to fix.
+    expectError(
+      await ctx.call('POST', '/v1/agent/conversation-reply', {
+        apiKey: pairs[1]!.agent.apiKey,
+        rawBody: '{"userId":"' + pairs[1]!.user.id + '","text":"a\\u0000b"}',
+      }),
+      400,
+      'validation_failed',
+    )
+  })
+
+  test('keeps a reply with a new id stored once when the Idempotency-Key replies beside it fail', async () => {
+    const [fresh, keyed] = [await subscribedPair(), await subscribedPair()]
+    for (const { agent, user } of [fresh, keyed]) await send(user, agent, 'hello')
+    // One tick, so one batch: the keyed reply's statement is refused, the other has committed.
+    const sent = await Promise.allSettled([
+      ctx.deps.replies.send({ agentId: fresh.agent.id, userId: fresh.user.id, text: 'stored once', messageId: newRowId(), chosen: false }),
+      ctx.deps.replies.send({ agentId: keyed.agent.id, userId: keyed.user.id, text: 'bad \u0000 text', messageId: newRowId(), chosen: true }),
+    ])
+    expect(sent.map(s => s.status)).toEqual(['fulfilled', 'rejected'])
+    expect((sent[1] as PromiseRejectedResult).reason).toMatchObject({ status: 400 })
+    expect((await history(fresh)).map(m => m.text)).toEqual(['stored once', 'hello'])
+    expect((await conversationRow(keyed.agent.id, keyed.user.id)).pendingCount).toBe(1)
+  })
+
+  test('answers a stored reply whose projection failed, and projects it once Redis is back', async () => {
+    const pair = await subscribedPair()
+    await send(pair.user, pair.agent, 'are you there?')
+    expect((await inboxInRedis(pair.agent.id))[pair.user.id]).toBeDefined()
+    const redis = new Redis(redisUrl, { maxRetriesPerRequest: 0 })
+    await redis.ping()
+    const sql = createSql(ctx.database.url, { max: 1 })
+    const writer = createReplyWriter({ ...ctx.deps, redis, sql })
+    try {
+      // Redis goes away between the statement and the projection.
+      redis.disconnect()
+      const replied = await writer.send({ agentId: pair.agent.id, userId: pair.user.id, text: 'yes', messageId: newRowId(), chosen: false })
+      expect(replied).toMatchObject({ userId: pair.user.id, text: 'yes' })
+      expect((await inboxInRedis(pair.agent.id))[pair.user.id]).toBeDefined()
+      await redis.connect()
+      await until(async () => (await inboxInRedis(pair.agent.id))[pair.user.id] === undefined, 10_000)
+    } finally {
+      await writer.close()
+      redis.disconnect()
+      await sql.end()
+    }
+  }, 20_000)
+
+  test('goes on to the next statement while a stored batch waits on Redis; a conversation waits only for its own reply; close waits for it all', async () => {
+    const [waiting, answered] = [await subscribedPair(), await subscribedPair()]
+    await send(waiting.user, waiting.agent, 'are you there?')
+    await send(answered.user, answered.agent, 'hello')
+    expect((await reply(answered.agent, answered.user.id, 'hi')).status).toBe(201)
+    expect((await inboxInRedis(waiting.agent.id))[waiting.user.id]).toBeDefined()
+    const agentTexts = async (pair: Subscribed) => (await history(pair)).filter(m => m.role === 'agent').map(m => m.text)
+    const within = <T>(promise: Promise<T>) => Promise.race([promise, Bun.sleep(5000).then(() => 'still waiting' as const)])
+    let proxy: Awaited<ReturnType<typeof startHeldProxy>> | undefined
+    let redis: Redis | undefined
+    let sql: Sql | undefined
+    let writer: ReturnType<typeof createReplyWriter> | undefined
+    let closed = false
+    try {
+      proxy = await startHeldProxy(redisUrl)
+      redis = new Redis(proxy.url)
+      await redis.ping()
+      sql = createSql(ctx.database.url, { max: 2 })
+      // One statement at a time, never a second for a stalled one: only the Redis phase can overlap.
+      writer = createReplyWriter({ ...ctx.deps, redis, sql, batches: 1 })
+      const to = (pair: Subscribed, text: string) =>
+        writer!.send({ agentId: pair.agent.id, userId: pair.user.id, text, messageId: newRowId(), chosen: false })
+      proxy.hold()
+      const settledOrder: string[] = []
+      // One tick, so one statement: the first reply ends a pending conversation (its inbox entry goes
+      // through Redis, which holds it), the second does not.
+      const first = to(waiting, 'yes').finally(() => settledOrder.push('yes'))
+      const second = to(answered, 'more')
+      await until(async () => (await conversationRow(waiting.agent.id, waiting.user.id)).pendingCount === 0, 10_000)
+      expect(await within(second)).toMatchObject({ text: 'more' })
+      // The next statement runs, and the answered conversation takes another reply at once.
+      expect(await within(to(answered, 'and more'))).toMatchObject({ text: 'and more' })
+      // The waiting conversation's next reply waits for the first one's answer.
+      const again = to(waiting, 'still me').finally(() => settledOrder.push('still me'))
+      await Bun.sleep(100)
+      expect(await agentTexts(waiting)).toEqual(['yes'])
+      const closing = writer.close().then(() => (closed = true))
+      await Bun.sleep(100)
+      expect([settledOrder, closed]).toEqual([[], false])
+      proxy.release()
+      expect(await first).toMatchObject({ text: 'yes' })
+      expect(await again).toMatchObject({ text: 'still me' })
+      await closing
+      expect(settledOrder).toEqual(['yes', 'still me'])
+      expect(await agentTexts(waiting)).toEqual(['still me', 'yes'])
+      expect((await inboxInRedis(waiting.agent.id))[waiting.user.id]).toBeUndefined()
+    } finally {
+      proxy?.release()
+      if (writer && !closed) await writer.close()
+      redis?.disconnect()
+      await sql?.end()
+      await proxy?.close()
+    }
+  }, 20_000)
 })
 
 describe('an agent’s projection given up (lease lost, or closing, with Redis refusing it)', () => {
@@ -340,8 +623,8 @@ describe('an agent’s projection given up (lease lost, or closing, with Redis r
     expect(await inboxInRedis(pair.agent.id)).toEqual({})
 
     const agent = actorKinds(ctx.deps).agent!
-    const context = { actor: `agent:${pair.agent.id}`, id: pair.agent.id, commandId: 'lost' }
-    for (const type of ['user.message', 'agent.reply', 'service.request', 'service.respond']) expect(agent[type]!.repair).toBeFunction()
+    const context = { actor: `agent:${pair.agent.id}`, id: pair.agent.id, commandId: 'lost', at: new Date() }
+    for (const type of ['user.message', 'service.request', 'service.respond']) expect(agent[type]!.repair).toBeFunction()
     await agent['user.message']!.repair!(context)
     expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(pair.agent.id).built)).toBe(0)
     await until(async () => (await poll()).map(c => c.userId).includes(pair.user.id), 5000)
@@ -351,6 +634,30 @@ describe('an agent’s projection given up (lease lost, or closing, with Redis r
     await agent['service.request']!.repair!(context)
     expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(pair.agent.id).built)).toBe(0)
     await until(async () => (await poll()).length === 1 && (await ctx.deps.redis.exists(ctx.deps.keys.agent(pair.agent.id).built)) === 1, 5000)
+  })
+})
+
+describe('a reply after the subscription ended', () => {
+  test('answers a message sent while subscribed, once; then, with nothing waiting, is 403 not_subscribed', async () => {
+    const pair = await subscribedPair()
+    expect((await send(pair.user, pair.agent, 'one last question')).status).toBe(201)
+    const [subscription] = await ctx.deps.sql<{ id: string }[]>`
+      select id from subscriptions where user_id = ${pair.user.id} and participant_id = ${pair.agent.id}
+    `
+    expect((await ctx.call('DELETE', `/v1/billing/subscriptions/${subscription!.id}`, { token: pair.user.token })).status).toBeLessThan(300)
+    expect((await reply(pair.agent, pair.user.id, 'the answer')).status).toBe(201)
+    expectError(await reply(pair.agent, pair.user.id, 'and one more thing'), 403, 'not_subscribed')
+    // Under an Idempotency-Key too (the statement for chosen ids).
+    expectError(await reply(pair.agent, pair.user.id, 'keyed', { 'idempotency-key': `after-${newRowId()}` }), 403, 'not_subscribed')
+    expect((await history(pair)).map(m => m.text)).toEqual(['the answer', 'one last question'])
+  })
+
+  test('to a user who never wrote is 404; a subscriber with nothing waiting may still be written to', async () => {
+    const pair = await subscribedPair()
+    expectError(await reply(pair.agent, pair.user.id, 'hello?'), 404, 'not_found')
+    expect((await send(pair.user, pair.agent, 'hi')).status).toBe(201)
+    expect((await reply(pair.agent, pair.user.id, 'hello')).status).toBe(201)
+    expect((await reply(pair.agent, pair.user.id, 'and a follow-up')).status).toBe(201)
   })
 })
 

@@ -1,6 +1,7 @@
-/** Background retries (src/retries.ts): work tried until it lands, replaced by key, backing off, tried once more at close. */
+/** Background retries (src/retries.ts): work tried until it lands, merged by key, backing off, tried once more at close. */
 import { afterEach, describe, expect, test } from 'bun:test'
 import { createRetries } from '../src/retries.ts'
+import { newerChange } from '../src/conversations/replies.ts'
 import { until } from './helpers/until.ts'
 
 /** A gate an attempt waits at, and whether one is waiting there. */
@@ -62,10 +63,11 @@ describe('background retries', () => {
     await retries.close()
   })
 
-  test('work added under a waiting key replaces what waits and is tried once', async () => {
+  test('work added under a waiting key is merged with what waits (held first, then added) and tried once', async () => {
     const tried: string[] = []
     const retries = createRetries<string>({
       attempt: async value => void tried.push(value),
+      merge: (held, added) => `${held}+${added}`,
       initialDelayMs: 30,
     })
     retries.add('k', 'a')
@@ -73,11 +75,11 @@ describe('background retries', () => {
     retries.add('k', 'c')
     await until(async () => tried.length === 1)
     await Bun.sleep(60)
-    expect(tried).toEqual(['c'])
+    expect(tried).toEqual(['a+b+c'])
     await retries.close()
   })
 
-  /** Retries whose first attempt waits at a gate. */
+  /** Retries whose first attempt waits at a gate, merging by the larger value. */
   const heldFirst = () => {
     const tried: string[] = []
     const first = gate()
@@ -91,6 +93,7 @@ describe('background retries', () => {
           await first.opened
         }
       },
+      merge: (held, added) => Math.max(held, added),
     })
     return { retries, tried, running, open: first.open }
   }
@@ -105,6 +108,18 @@ describe('background retries', () => {
     expect(tried).toEqual(['k=1', 'k=2'])
     expect((await retries.close()).size).toBe(0)
     expect(tried).toHaveLength(2)
+  })
+
+  test('work merged into what an attempt is trying (the merge kept it) is not tried again', async () => {
+    const { retries, tried, running, open } = heldFirst()
+    retries.add('k', 5)
+    await running
+    retries.add('k', 3)
+    open()
+    await Bun.sleep(50)
+    // Nothing left: close has nothing to try once more.
+    expect((await retries.close()).size).toBe(0)
+    expect(tried).toEqual(['k=5'])
   })
 
   test('a round tries the newest value of each key, added while earlier keys were tried', async () => {
@@ -187,5 +202,17 @@ describe('background retries', () => {
     retries.add('a', 'x')
     await until(async () => failures < 0)
     expect((await retries.close()).size).toBe(0)
+  })
+})
+
+describe('a reply writer’s waiting inbox changes', () => {
+  test('keep the newer removal of a conversation, whichever order they come in, and the latest rebuild', () => {
+    const older = { agentId: 'a', userId: 'u', version: 3 }
+    const newer = { agentId: 'a', userId: 'u', version: 5 }
+    expect(newerChange(older, newer)).toBe(newer)
+    expect(newerChange(newer, older)).toBe(newer)
+    const rebuild = { agentId: 'a', invalidate: true as const }
+    const again = { agentId: 'a', invalidate: true as const }
+    expect(newerChange(rebuild, again)).toBe(again)
   })
 })

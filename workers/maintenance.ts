@@ -7,7 +7,7 @@ import { purgeDeviceCodes } from '../src/auth/device-store.ts'
 import { purgeIdempotencyKeys } from '../src/idempotency/idempotent.ts'
 import { purgeAppliedCommands } from '../src/actors/store.ts'
 import { expireRequests } from '../src/service-requests/store.ts'
-import { forgetExpiredRequest } from '../src/conversations/inbox.ts'
+import { removeOpenRequest } from '../src/conversations/inbox.ts'
 
 export const maintenanceEveryMs = 60_000
 
@@ -16,7 +16,7 @@ export async function runMaintenance(deps: Deps) {
   const now = clock.now()
   const expired = await expireRequests(sql, now)
   // The inbox entry goes too; an agent's poll already hides expired requests, this only frees memory.
-  for (const request of expired) await forgetExpiredRequest(deps, request.targetAgentId, request.requestId)
+  for (const request of expired) await removeOpenRequest(deps, request.targetAgentId, request.requestId)
   const deviceCodes = await purgeDeviceCodes(sql, new Date(now.getTime() - 86_400_000))
   const idempotencyKeys = await purgeIdempotencyKeys(sql, now)
   // Twice the Idempotency-Key window: a retried command must still find its first result.

@@ -78,8 +78,6 @@ export interface MailEntry {
 
 export interface Hold {
   actor: string
-  /** Who holds it: the holder's id, the lease's value. */
-  holder: string
   /** The actor's kind: what comes before the first colon. */
   kind: string
   token: number
@@ -115,7 +113,7 @@ export function createHolder(redis: Redis, keys: Keys, id: string, leaseMs: numb
       const calls = actors.map(actor => {
         const k = keys.actor(actor)
         return take(redis, [k.lease, k.fence, k.mailbox], [id, leaseMs, mail]).then(
-          found => toHold(actor, id, found as [number, [string, string[] | null][], number] | null),
+          found => toHold(actor, found as [number, [string, string[] | null][], number] | null),
           (error: Error) => error,
         )
       })
@@ -151,10 +149,10 @@ export function createHolder(redis: Redis, keys: Keys, id: string, leaseMs: numb
   }
 }
 
-function toHold(actor: string, holder: string, found: [number, [string, string[] | null][], number] | null): Taken {
+function toHold(actor: string, found: [number, [string, string[] | null][], number] | null): Taken {
   if (found === null) return 'busy'
   const mail = found[1].map(([entryId, list]) => ({ entryId, list, fields: list ? toRecord(list) : {} }))
-  return { actor, holder, kind: actor.slice(0, actor.indexOf(':')), token: Number(found[0]), mail, redelivered: found[2] === 1, lost: false }
+  return { actor, kind: actor.slice(0, actor.indexOf(':')), token: Number(found[0]), mail, redelivered: found[2] === 1, lost: false }
 }
 
 export function toRecord(list: string[]): Record<string, string> {

@@ -8,13 +8,13 @@
  */
 import { errorFields, type Log } from '../log.ts'
 import { createRetries } from '../retries.ts'
-import type { CommandHandler, RepairContext } from './types.ts'
+import type { CommandContext, CommandHandler } from './types.ts'
 
 type Repair = NonNullable<CommandHandler['repair']>
 
 export interface Repairs {
   /** Repairs what this command's projection would have changed, now and again until it lands. */
-  add(handler: CommandHandler | undefined, context: RepairContext): void
+  add(handler: CommandHandler | undefined, context: CommandContext): void
   /** Tries once more what has not landed, and says in the log what is left stale. */
   close(): Promise<void>
 }
@@ -28,7 +28,7 @@ export function createRepairs(log: Log, options: { firstDelayMs?: number; maxDel
     if (id === undefined) repairIds.set(repair, (id = ++lastId))
     return id
   }
-  const retries = createRetries<{ repair: Repair; context: RepairContext }>({
+  const retries = createRetries<{ repair: Repair; context: CommandContext }>({
     attempt: ({ repair, context }) => repair(context),
     failed: (_key, { context }, error) => log.warn('actor repair failed; retrying', { actor: context.actor, ...errorFields(error) }),
     firstDelayMs: options.firstDelayMs,

@@ -7,7 +7,7 @@
 import type { Sql, TxSql } from '../db.ts'
 import type { Clock } from '../clock.ts'
 import { errorFields, type Log } from '../log.ts'
-import { HoldLost, isRefusal, type ActorKinds, type CommandContext, type CommandHandler } from './types.ts'
+import { isRefusal, type ActorKinds, type CommandContext, type CommandHandler } from './types.ts'
 import type { Repairs } from './repairs.ts'
 
 export interface BatchCommand {
@@ -27,8 +27,7 @@ export interface BatchCommand {
 export interface BatchActor {
   actor: string
   kind: string
-  /** The hold this batch applies under: its holder, and the fencing token Postgres checks. */
-  holder: string
+  /** The fencing token of the hold this batch applies under. */
   token: number
   commands: BatchCommand[]
 }
@@ -123,8 +122,7 @@ async function applyBatch(sql: Sql, clock: Clock, kinds: ActorKinds, actors: Bat
         }
         const { commandId, entryId, requestHash } = command
         const at = new Date(lastAt.get(h.actor)! - (h.commands.length - 1 - i))
-        const fence = { holder: h.holder, token: h.token }
-        const context: CommandContext = { actor: h.actor, id: h.actor.slice(h.kind.length + 1), commandId, at, fence }
+        const context: CommandContext = { actor: h.actor, id: h.actor.slice(h.kind.length + 1), commandId, at }
         const before = seen.get(`${h.actor}\n${commandId}`)
         if (before) {
           const reused = requestHash !== null && before.requestHash !== null && before.requestHash !== requestHash
@@ -268,7 +266,7 @@ async function project(deps: TurnDeps, applied: Applied[], held: () => boolean):
     } catch (error) {
       const actor = applied[i]!.context.actor
       deps.log.warn('actor projection failed', { actor, attempt, ...errorFields(error) })
-      if (attempt < projectionAttempts && held() && !(error instanceof HoldLost)) {
+      if (attempt < projectionAttempts && held()) {
         await Bun.sleep(Math.min(100 * 2 ** (attempt - 1), deps.leaseMs / 4))
         if (held()) continue
       }

@@ -9,14 +9,6 @@ export interface CommandContext {
   commandId: string
   /** When the command is applied: the actor's clock, not the sender's. */
   at: Date
-  /** The hold it is applied under: projections write only while it lasts (see `Fence` in hold.ts). */
-  fence: Fence
-}
-
-/** A hold as Redis knows it: the lease's holder and the fencing token drawn when it was taken. */
-export interface Fence {
-  holder: string
-  token: number
 }
 
 export interface CommandHandler<Payload = any, Result = any> {
@@ -33,11 +25,8 @@ export interface CommandHandler<Payload = any, Result = any> {
    * Optional, with `project`: marks the actor's Redis state for a rebuild from Postgres, for when a
    * projection of a command applied was given up (see repairs.ts). Idempotent; tried again until it lands.
    */
-  repair?(context: RepairContext): Promise<void>
+  repair?(context: CommandContext): Promise<void>
 }
-
-/** What a repair knows of the command it stands in for: the actor, not the hold (there is none). */
-export type RepairContext = Pick<CommandContext, 'actor' | 'id' | 'commandId'>
 
 /** Command handlers of one kind of actor, by command type. */
 export type ActorKind = Record<string, CommandHandler>
@@ -52,11 +41,4 @@ export interface Refusal {
 
 export function isRefusal(result: unknown): result is Refusal {
   return typeof result === 'object' && result !== null && typeof (result as Refusal).refused === 'string'
-}
-
-/** A projection found its hold gone in Redis (taken over, or run out): what it would write is stale. */
-export class HoldLost extends Error {
-  constructor(actor: string) {
-    super(`the hold on ${actor} was lost before its projection`)
-  }
 }

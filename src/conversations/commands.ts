@@ -1,9 +1,9 @@
-/** The agent actor's conversation commands: a user's message, and the agent's reply. */
-import type { ActorKind, Refusal } from '../actors/types.ts'
+/** The agent actor's conversation command: a user's message. */
+import type { ActorKind } from '../actors/types.ts'
 import { enqueueEvents } from '../events/outbox.ts'
 import { participantOwner } from '../participants/store.ts'
 import { inboxRepair, type InboxDeps, writeConversation } from './inbox.ts'
-import { insertUserMessage, storeReply } from './store.ts'
+import { insertUserMessage } from './store.ts'
 
 export interface UserMessage {
   messageId: string
@@ -17,21 +17,8 @@ export interface MessageApplied {
   text: string
   createdAt: string
   pendingCount: number
-}
-
-export interface AgentReply {
-  messageId: string
-  userId: string
-  text: string
-}
-
-export interface Replied {
-  messageId: string
-  userId: string
-  text: string
-  createdAt: string
-  /** The reply ended the conversation's pending state: the inbox is to drop it. */
-  answered: boolean
+  /** The conversation's version after it: what its inbox write is ordered by. */
+  version: number
 }
 
 export function conversationCommands(deps: InboxDeps): ActorKind {
@@ -44,24 +31,19 @@ export function conversationCommands(deps: InboxDeps): ActorKind {
           const payload = { participantId: id, userId: message.userId, messageId: message.messageId, text: message.text }
           await enqueueEvents(tx, at, [{ userId: ownerId, type: 'conversation.message', payload }])
         }
-        const { messageId, userId, text } = message
-        return { messageId, userId, text, createdAt: stored.createdAt.toISOString(), pendingCount: stored.pendingCount }
+        const createdAt = stored.createdAt.toISOString()
+        return {
+          messageId: message.messageId,
+          userId: message.userId,
+          text: message.text,
+          createdAt,
+          pendingCount: stored.pendingCount,
+          version: stored.version,
+        }
       },
-      async project(result: MessageApplied, _message, { id, fence }) {
+      async project(result: MessageApplied, _message, { id }) {
         const pending = { userId: result.userId, latestMessage: result.text, latestMessageAt: result.createdAt, pendingCount: result.pendingCount }
-        await writeConversation(deps, id, fence, result.userId, pending)
-      },
-      repair: inboxRepair(deps),
-    },
-    'agent.reply': {
-      async apply(tx, reply: AgentReply, { id, at }): Promise<Replied | Refusal> {
-        const stored = await storeReply(tx, { id: reply.messageId, participantId: id, userId: reply.userId, text: reply.text, at })
-        if (typeof stored === 'string') return { refused: stored }
-        const { messageId, userId, text } = reply
-        return { messageId, userId, text, createdAt: stored.createdAt.toISOString(), answered: stored.wasPending }
-      },
-      async project(result: Replied, _reply, { id, fence }) {
-        if (result.answered) await writeConversation(deps, id, fence, result.userId, null)
+        await writeConversation(deps, id, result.userId, result.version, pending)
       },
       repair: inboxRepair(deps),
     },

@@ -9,7 +9,7 @@ import { createHolder } from '../actors/hold.ts'
 import { hintRuntimes } from '../actors/hints.ts'
 import { errors } from '../errors.ts'
 import { openRequests } from '../service-requests/store.ts'
-import { pendingConversations, type PendingConversation } from './store.ts'
+import { agentConversations, type PendingConversation } from './store.ts'
 import { rebuildInbox, type AgentInbox, type OpenServiceRequest } from './inbox.ts'
 
 export interface InboxReader {
@@ -22,10 +22,11 @@ export interface InboxReader {
 /**
  * Reads inboxes: from process memory when nothing changed since, else in one Redis round trip. An
  * inbox Redis lost (no "built" marker) is rebuilt from Postgres while holding the agent's actor, so
- * nothing changes meanwhile; if someone else holds the actor, this poll is answered from Postgres.
- * Rebuilds are bounded: `rebuilds` at once, `waitingRebuilds` more waiting for a turn (polls of one
- * agent share its rebuild); beyond that a poll is 503 with Retry-After, as after Redis lost every
- * inbox and every agent polls at once.
+ * no service request changes meanwhile (conversations keep to their versions whoever writes them);
+ * if someone else holds the actor, this poll is answered from Postgres. Rebuilds are bounded:
+ * `rebuilds` at once, `waitingRebuilds` more waiting for a turn (polls of one agent share its
+ * rebuild); beyond that a poll is 503 with Retry-After, as after Redis lost every inbox and every
+ * agent polls at once.
  */
 export async function createInboxReader(options: {
   sql: Sql
@@ -88,16 +89,16 @@ export async function createInboxReader(options: {
   const rebuildHeld = async (agentId: string): Promise<AgentInbox> => {
     const actor = `agent:${agentId}`
     const [taken] = await holder.take([actor], -1)
-    const hold = typeof taken === 'object' && !(taken instanceof Error) ? taken : undefined
+    const held = typeof taken === 'object' && !(taken instanceof Error)
     try {
-      const [conversations, requests] = await Promise.all([pendingConversations(sql, agentId), openRequests(sql, agentId, clock.now())])
+      const [conversations, requests] = await Promise.all([agentConversations(sql, agentId), openRequests(sql, agentId, clock.now())])
       // Written only while still held: a rebuild whose hold ran out (a long pause) answers this poll
       // from what it read but leaves Redis to the newer holder.
-      if (hold) await rebuildInbox({ redis, keys }, agentId, hold, { conversations, requests })
-      return { conversations: conversations.sort(byTime), requests }
+      if (held) await rebuildInbox({ redis, keys }, agentId, holder.id, { conversations, requests })
+      return { conversations: conversations.flatMap(c => (c.pending ? [c.pending] : [])).sort(byTime), requests }
     } finally {
       // Mail that came while the actor was held here: make sure a runtime looks at it.
-      if (hold && (await holder.release(actor, [])) > 0) await hintRuntimes(redis, keys, actor)
+      if (held && (await holder.release(actor, [])) > 0) await hintRuntimes(redis, keys, actor)
     }
   }
 

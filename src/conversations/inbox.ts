@@ -1,14 +1,14 @@
 /**
  * An agent's inbox in Redis: its pending conversations and open service requests, read by the poll
- * (inbox-reader.ts). It has one writer, the agent's actor: each change is written by the command that
- * made it (a user's message, a reply, a service request or its answer), and a rebuild from Postgres
- * is made under the actor's hold too. Every write is fenced inside Redis: it lands only while the
- * hold it was made under still stands (the lease is the holder's, and no hold was taken since), so a
- * holder that stalled past its lease never writes over a newer one.
+ * (inbox-reader.ts). Conversations have one write rule for every writer (the actor's put of a user's
+ * message, a reply's answer, a rebuild): a change is applied only if the conversation's version (in
+ * Postgres, raised by each message and reply under the row's lock) is newer than the one last
+ * written, which the inbox keeps beside the entries. An answered conversation is written as answered
+ * at its version, so a late put of an older version cannot bring it back. Service requests are
+ * written only by the agent's actor, under its hold.
  */
 import { defineBatchedScript, defineScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
-import { HoldLost, type Fence } from '../actors/types.ts'
 import type { PendingConversation } from './store.ts'
 
 export interface OpenServiceRequest {
@@ -33,67 +33,60 @@ export interface InboxDeps {
   keys: Keys
 }
 
-// The fence, as Lua: K[1] lease, K[2] fence counter; the hold (holder, token) in A[1], A[2].
-const held = `
-local function held(K, A)
-  return redis.call('GET', K[1]) == A[1] and redis.call('GET', K[2]) == A[2]
+// The rule, as a Lua function: K inbox, versions; user id, version, entry ('' for answered). A
+// conversation never written is older than any version, 0 included (rows from before versions).
+const write = `
+local function write(K, user, version, entry)
+  if tonumber(redis.call('HGET', K[2], user) or '-1') >= tonumber(version) then return 0 end
+  redis.call('HSET', K[2], user, version)
+  if entry == '' then redis.call('HDEL', K[1], user) else redis.call('HSET', K[1], user, entry) end
+  return 1
 end`
 
-// K lease, fence, hash; A holder, token, channel, agent id, field, value ('' removes the field).
-// One entry of the inbox or its requests, written and announced if the hold stands.
-const put = defineBatchedScript(
-  `${held}
-if not held(K, A) then return 0 end
-if A[6] == '' then redis.call('HDEL', K[3], A[5]) else redis.call('HSET', K[3], A[5], A[6]) end
-redis.call('PUBLISH', A[3], A[4])
+// K inbox, versions; A channel, agent id, user id, version, entry. One conversation's change, announced if applied.
+const change = defineBatchedScript(
+  `${write}
+if write(K, A[3], A[4], A[5]) == 0 then return 0 end
+redis.call('PUBLISH', A[1], A[2])
 return 1`,
-  3,
-  6,
+  2,
+  5,
 )
 
-// KEYS lease, fence, inbox, requests, built; ARGV holder, token, channel, agent id, then (user id,
-// entry) per pending conversation, '--', then (request id, entry) per open request. Replaces both
-// with what Postgres holds and marks the inbox built, if the hold stands.
-const rebuild = defineScript(`${held}
-if not held(KEYS, ARGV) then return 0 end
-redis.call('DEL', KEYS[3], KEYS[4])
-local i = 5
+// KEYS inbox, versions, requests, built, lease; ARGV channel, agent id, holder, then (user id,
+// version, entry) per conversation, '--', then (request id, entry) per open request. Writes what
+// Postgres holds by the rule, replaces the requests, and marks the inbox built; only while the hold it
+// was read under lasts, for the requests' sake (a rebuild paused past its lease would overwrite what
+// a newer holder wrote).
+const rebuild = defineScript(`${write}
+if redis.call('GET', KEYS[5]) ~= ARGV[3] then return 0 end
+local i = 4
 while ARGV[i] ~= '--' do
-  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
-  i = i + 2
+  write(KEYS, ARGV[i], ARGV[i + 1], ARGV[i + 2])
+  i = i + 3
 end
-for j = i + 1, #ARGV, 2 do redis.call('HSET', KEYS[4], ARGV[j], ARGV[j + 1]) end
-redis.call('SET', KEYS[5], '1')
-redis.call('PUBLISH', ARGV[3], ARGV[4])
+redis.call('DEL', KEYS[3])
+for j = i + 1, #ARGV, 2 do redis.call('HSET', KEYS[3], ARGV[j], ARGV[j + 1]) end
+redis.call('SET', KEYS[4], '1')
+redis.call('PUBLISH', ARGV[1], ARGV[2])
 return 1`)
 
-/** Throws `HoldLost` when the hold is gone: the change is then the inbox's repair's to bring in. */
-const write = async (deps: InboxDeps, agentId: string, fence: Fence, hash: 'inbox' | 'requests', field: string, value: string) => {
-  const actor = deps.keys.actor(`agent:${agentId}`)
-  const keys = [actor.lease, actor.fence, deps.keys.agent(agentId)[hash]]
-  const written = await put(deps.redis, keys, [fence.holder, fence.token, deps.keys.channels.inboxChanged, agentId, field, value])
-  if (written !== 1) throw new HoldLost(`agent:${agentId}`)
-}
+// KEYS the requests hash; ARGV channel, agent id, field, value (none: the field goes).
+const request = defineScript(`
+if ARGV[4] then redis.call('HSET', KEYS[1], ARGV[3], ARGV[4]) else redis.call('HDEL', KEYS[1], ARGV[3]) end
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return 1`)
 
-/** Writes a conversation as it stands: pending, or answered (null, out of the inbox). */
-export async function writeConversation(deps: InboxDeps, agentId: string, fence: Fence, userId: string, pending: PendingConversation | null) {
-  await write(deps, agentId, fence, 'inbox', userId, pending ? JSON.stringify(pending) : '')
-}
-
-export async function putOpenRequest(deps: InboxDeps, agentId: string, fence: Fence, open: OpenServiceRequest) {
-  await write(deps, agentId, fence, 'requests', open.requestId, JSON.stringify(open))
-}
-
-export async function removeOpenRequest(deps: InboxDeps, agentId: string, fence: Fence, requestId: string) {
-  await write(deps, agentId, fence, 'requests', requestId, '')
-}
-
-/**
- * Frees the entries of requests that expired, without the hold: an expired request never comes back,
- * so nothing newer can be undone (the poll hides expired requests before this runs).
- */
-export async function forgetExpiredRequest(deps: InboxDeps, agentId: string, requestId: string) {
-  await deps.redis.hdel(deps.keys.agent(agentId).requests, requestId)
+/** Writes a conversation as it stands at `version`: pending, or answered (null). Dropped if the inbox has a newer one. */
+export async function writeConversation(
+  deps: InboxDeps,
+  agentId: string,
+  userId: string,
+  version: number,
+  pending: PendingConversation | null,
+): Promise<void> {
+  const k = deps.keys.agent(agentId)
+  await change(deps.redis, [k.inbox, k.versions], [deps.keys.channels.inboxChanged, agentId, userId, version, pending ? JSON.stringify(pending) : ''])
 }
 
 /** Marks the inbox for a rebuild from Postgres at its next read, here and in every process. */
@@ -101,20 +94,31 @@ export async function invalidateInbox(deps: InboxDeps, agentId: string): Promise
   await deps.redis.multi().del(deps.keys.agent(agentId).built).publish(deps.keys.channels.inboxChanged, agentId).exec()
 }
 
-/** Writes what Postgres holds and marks the inbox built, if the hold stands; says whether it did. */
+export async function putOpenRequest(deps: InboxDeps, agentId: string, open: OpenServiceRequest) {
+  await request(deps.redis, [deps.keys.agent(agentId).requests], [deps.keys.channels.inboxChanged, agentId, open.requestId, JSON.stringify(open)])
+}
+
+export async function removeOpenRequest(deps: InboxDeps, agentId: string, requestId: string) {
+  await request(deps.redis, [deps.keys.agent(agentId).requests], [deps.keys.channels.inboxChanged, agentId, requestId])
+}
+
+/**
+ * Writes what Postgres holds (every conversation at its version, pending or not) and marks the inbox
+ * built, if `holder` still holds the agent's actor; says whether it did.
+ */
 export async function rebuildInbox(
   deps: InboxDeps,
   agentId: string,
-  fence: Fence,
-  stored: { conversations: PendingConversation[]; requests: OpenServiceRequest[] },
+  holder: string,
+  stored: { conversations: { userId: string; version: number; pending: PendingConversation | null }[]; requests: OpenServiceRequest[] },
 ): Promise<boolean> {
   const k = deps.keys.agent(agentId)
-  const actor = deps.keys.actor(`agent:${agentId}`)
-  const args: (string | number)[] = [fence.holder, fence.token, deps.keys.channels.inboxChanged, agentId]
-  for (const c of stored.conversations) args.push(c.userId, JSON.stringify(c))
+  const args: (string | number)[] = [deps.keys.channels.inboxChanged, agentId, holder]
+  for (const c of stored.conversations) args.push(c.userId, c.version, c.pending ? JSON.stringify(c.pending) : '')
   args.push('--')
   for (const r of stored.requests) args.push(r.requestId, JSON.stringify(r))
-  return (await rebuild(deps.redis, [actor.lease, actor.fence, k.inbox, k.requests, k.built], args)) === 1
+  const lease = deps.keys.actor(`agent:${agentId}`).lease
+  return (await rebuild(deps.redis, [k.inbox, k.versions, k.requests, k.built, lease], args)) === 1
 }
 
 const repairs = new WeakMap<InboxDeps, (context: { id: string }) => Promise<void>>()

@@ -15,30 +15,32 @@ export interface PendingConversation {
   pendingCount: number
 }
 
-/** A user's message as stored: the conversation's pending count after it, and its time. */
+/** A user's message as stored: the conversation's pending count and version after it, and its time. */
 export interface UserMessageStored {
   pendingCount: number
+  version: number
   createdAt: Date
 }
 
 /**
- * Records a user's message (the agent's actor applies it). Its time is after the conversation's last
- * message by a millisecond at least, whatever the clock says: a conversation's messages never share
- * a time, which paging by time relies on.
+ * Records a user's message, raising the conversation's version. Its time is after the conversation's
+ * last message (by a millisecond at least), whose time may come from another process's clock (a
+ * reply's): a conversation's messages never share a time, which paging by time relies on.
  */
 export async function insertUserMessage(
   sql: Db,
   message: { id: string; participantId: string; userId: string; text: string; at: Date },
 ): Promise<UserMessageStored> {
   const [row] = await sql<UserMessageStored[]>`
-    insert into conversations (participant_id, user_id, latest_user_message, latest_user_message_at, pending_count)
-    values (${message.participantId}, ${message.userId}, ${message.text}, ${message.at}, 1)
+    insert into conversations (participant_id, user_id, latest_user_message, latest_user_message_at, pending_count, version)
+    values (${message.participantId}, ${message.userId}, ${message.text}, ${message.at}, 1, 1)
     on conflict (participant_id, user_id) do update
       set latest_user_message = excluded.latest_user_message,
           latest_user_message_at = greatest(excluded.latest_user_message_at,
             conversations.latest_user_message_at + interval '1 millisecond', conversations.latest_reply_at + interval '1 millisecond'),
-          pending_count = conversations.pending_count + 1
-    returning pending_count as "pendingCount", latest_user_message_at as "createdAt"
+          pending_count = conversations.pending_count + 1,
+          version = conversations.version + 1
+    returning pending_count as "pendingCount", version, latest_user_message_at as "createdAt"
   `
   await sql`
     insert into messages (id, participant_id, user_id, role, text, created_at)
@@ -47,65 +49,179 @@ export async function insertUserMessage(
   return row!
 }
 
-/** What became of a reply: stored (and whether the conversation was waiting for one), or refused. */
-export type ReplyStored = { createdAt: Date; wasPending: boolean } | 'not_found' | 'not_subscribed'
+export interface NewReply {
+  id: string
+  participantId: string
+  userId: string
+  text: string
+}
 
-/**
- * Records an agent's reply (the agent's actor applies it), in one statement: it ends the pending
- * state, comes after the conversation's last message, and tells the user through the outbox. A
- * reply needs the user's active subscription, or a message of theirs waiting for it (sent while
- * they subscribed: messages need a subscription).
- */
-export async function storeReply(
-  sql: Db,
-  reply: { id: string; participantId: string; userId: string; text: string; at: Date },
-): Promise<ReplyStored> {
-  const { id, participantId, userId, text, at } = reply
-  const [row] = await sql<{ allowed: boolean; wasPending: boolean; createdAt: Date | null }[]>`
-    with c as (
-      select pending_count, latest_user_message_at, latest_reply_at,
-        pending_count > 0 or exists (
-          select 1 from subscriptions s where s.user_id = ${userId} and s.participant_id = ${participantId} and s.status = 'active'
-        ) as allowed
-      from conversations where participant_id = ${participantId} and user_id = ${userId}
-    ), replied as (
-      update conversations v
-      set pending_count = 0,
-        latest_reply_at = greatest(${at}::timestamptz, c.latest_user_message_at + interval '1 millisecond', c.latest_reply_at + interval '1 millisecond')
-      from c
-      where c.allowed and v.participant_id = ${participantId} and v.user_id = ${userId}
-      returning v.latest_reply_at
-    ), stored as (
-      insert into messages (id, participant_id, user_id, role, text, created_at)
-      select ${id}, ${participantId}, ${userId}, 'agent', ${text}, latest_reply_at from replied
-      returning created_at
-    ), announced as (
-      insert into outbox (user_id, type, data)
-      select ${userId}, 'conversation.reply', json_build_object(
-        'type', 'conversation.reply', 'createdAt', ${at.toISOString()}::text,
-        'participantId', ${participantId}::text, 'messageId', ${id}::text, 'text', ${text}::text)::text
-      from stored
-    )
-    select c.allowed, c.pending_count > 0 as "wasPending", s.created_at as "createdAt" from c left join stored s on true
-  `
-  if (!row) return 'not_found'
-  if (!row.allowed) return 'not_subscribed'
-  return { createdAt: row.createdAt!, wasPending: row.wasPending }
+/** A conversation's state as a writer found it, with its version. */
+export interface ConversationState {
+  version: number
+  pendingCount: number
+  latestMessage: string | null
+  latestMessageAt: Date | null
 }
 
 /**
- * The agent's pending conversations: what its inbox is rebuilt from (rarely), through the primary
- * key (an index of the pending ones would make every change of the pending state a non-HOT update,
- * sql/00013).
+ * What became of a reply: stored now (with the conversation's new version, and whether it was
+ * waiting for a reply), or stored before under the same id (a repeat: nothing changed, and the
+ * conversation stands as `conversation` says).
  */
-export async function pendingConversations(sql: Db, participantId: string): Promise<PendingConversation[]> {
-  const rows = await sql<{ userId: string; latestMessage: string; latestMessageAt: Date; pendingCount: number }[]>`
-    select user_id as "userId", latest_user_message as "latestMessage",
-      latest_user_message_at as "latestMessageAt", pending_count as "pendingCount"
-    from conversations
-    where participant_id = ${participantId} and pending_count > 0
+export type ReplyStored =
+  { stored: true; createdAt: Date; version: number; wasPending: boolean } | { stored: false; createdAt: Date; conversation: ConversationState }
+
+/**
+ * The statement's part that tells each user of the reply it stored now (`stored` rows joined to
+ * their `input`), in the same transaction: a repeat stores nothing, so it tells nobody again.
+ */
+function replyEvents(sql: Db, at: Date) {
+  return sql`
+    insert into outbox (user_id, type, data)
+    select i."userId", 'conversation.reply', json_build_object(
+      'type', 'conversation.reply', 'createdAt', ${at.toISOString()}::text,
+      'participantId', i."participantId", 'messageId', i.id, 'text', i.text)::text
+    from stored s join input i on i.id = s.id
+    returning 1
   `
-  return rows.map(row => ({ ...row, latestMessageAt: row.latestMessageAt.toISOString() }))
+}
+
+/**
+ * Records agents' replies under new ids (no two to one conversation, and no earlier attempt can have
+ * stored them) at `at`, in one statement. Each reply takes its conversation's row first, so the row
+ * lock orders it against the user's messages and other replies; it ends the pending state and raises
+ * the version, and its time is after the conversation's last message. A reply to a user who never
+ * wrote to the agent is not in the map, nor one to a user who is no longer subscribed and has no
+ * message waiting for it (`whyNotReplied` tells the two apart).
+ */
+export async function storeFreshReplies(sql: Db, replies: NewReply[], at: Date): Promise<Map<string, ReplyStored>> {
+  const rows = await sql<{ id: string; createdAt: Date; version: number; wasPending: boolean }[]>`
+    with input as (
+      select * from json_to_recordset(${JSON.stringify(replies)}::text::json)
+        as i(id uuid, "participantId" uuid, "userId" uuid, text text)
+    ), replied as (
+      update conversations c
+      set pending_count = 0, answered_count = c.pending_count, version = c.version + 1,
+        latest_reply_at = greatest(${at}::timestamptz,
+          c.latest_user_message_at + interval '1 millisecond', c.latest_reply_at + interval '1 millisecond')
+      from input i
+      where c.participant_id = i."participantId" and c.user_id = i."userId"
+        -- Waiting for a reply (its message was sent while subscribed), or still subscribed.
+        and (c.pending_count > 0 or exists (
+          select 1 from subscriptions s where s.user_id = c.user_id and s.participant_id = c.participant_id and s.status = 'active'))
+      returning c.participant_id, c.user_id, c.version, c.latest_reply_at, c.answered_count
+    ), stored as (
+      insert into messages (id, participant_id, user_id, role, text, created_at)
+      select i.id, i."participantId", i."userId", 'agent', i.text, r.latest_reply_at
+      from input i join replied r on r.participant_id = i."participantId" and r.user_id = i."userId"
+      returning id, created_at
+    ), announced as (
+      ${replyEvents(sql, at)}
+    )
+    select s.id, s.created_at as "createdAt", r.version, r.answered_count > 0 as "wasPending"
+    from input i
+    join replied r on r.participant_id = i."participantId" and r.user_id = i."userId"
+    join stored s on s.id = i.id
+  `
+  return new Map(rows.map(({ id, createdAt, version, wasPending }) => [id, { stored: true, createdAt, version, wasPending }]))
+}
+
+/**
+ * Records replies under ids their senders chose (an Idempotency-Key), which an earlier attempt may
+ * have stored (its answer lost), as `storeFreshReplies` does the others: the rows are locked first,
+ * all in one order, and a message already there (seen by the insert, which waits for whoever is
+ * writing it) changes nothing, so a repeat never ends a newer message's pending state. An id already
+ * stored for another conversation maps to an error (ids come from the reservation, so it cannot be).
+ */
+export async function storeChosenReplies(sql: Db, replies: NewReply[], at: Date): Promise<Map<string, ReplyStored | Error>> {
+  type Row = { id: string; createdAt: Date | null; version: number | null; wasPending: boolean } & ConversationState
+  const rows = await sql<Row[]>`
+    with input as (
+      select * from json_to_recordset(${JSON.stringify(replies)}::text::json)
+        as i(id uuid, "participantId" uuid, "userId" uuid, text text)
+    ), locked as (
+      select c.participant_id, c.user_id, c.pending_count, c.version, c.latest_user_message,
+        c.latest_user_message_at, c.latest_reply_at
+      from input i join conversations c on c.participant_id = i."participantId" and c.user_id = i."userId"
+      order by c.participant_id, c.user_id
+      for no key update of c
+    ), stored as (
+      insert into messages (id, participant_id, user_id, role, text, created_at)
+      select i.id, i."participantId", i."userId", 'agent', i.text,
+        greatest(${at}::timestamptz, l.latest_user_message_at + interval '1 millisecond', l.latest_reply_at + interval '1 millisecond')
+      from input i join locked l on l.participant_id = i."participantId" and l.user_id = i."userId"
+      where l.pending_count > 0 or exists (
+        select 1 from subscriptions s where s.user_id = l.user_id and s.participant_id = l.participant_id and s.status = 'active')
+      on conflict (id) do nothing
+      returning id, participant_id, user_id, created_at
+    ), announced as (
+      ${replyEvents(sql, at)}
+    ), replied as (
+      update conversations c
+      set pending_count = 0, answered_count = c.pending_count, version = c.version + 1, latest_reply_at = s.created_at
+      from stored s
+      where c.participant_id = s.participant_id and c.user_id = s.user_id
+      returning c.participant_id, c.user_id, c.version
+    )
+    select i.id, s.created_at as "createdAt", coalesce(r.version, l.version) as version, l.pending_count > 0 as "wasPending",
+      l.pending_count as "pendingCount", l.latest_user_message as "latestMessage", l.latest_user_message_at as "latestMessageAt"
+    from input i
+    join locked l on l.participant_id = i."participantId" and l.user_id = i."userId"
+    left join stored s on s.id = i.id
+    left join replied r on r.participant_id = s.participant_id and r.user_id = s.user_id
+  `
+  const outcomes = new Map<string, ReplyStored | Error>()
+  const repeats = new Map<string, Row>()
+  for (const row of rows) {
+    if (row.createdAt) outcomes.set(row.id, { stored: true, createdAt: row.createdAt, version: row.version!, wasPending: row.wasPending })
+    else repeats.set(row.id, row)
+  }
+  if (repeats.size > 0) {
+    // Stored by an earlier attempt, perhaps after this statement began: read its time afresh. Where the
+    // conversation stands is what this statement found under its lock.
+    const earlier = await sql<{ id: string; createdAt: Date; participantId: string; userId: string }[]>`
+      select id, created_at as "createdAt", participant_id as "participantId", user_id as "userId"
+      from messages where id = any(${[...repeats.keys()]}::uuid[])
+    `
+    const byId = new Map(replies.map(reply => [reply.id, reply]))
+    for (const message of earlier) {
+      const reply = byId.get(message.id)!
+      if (message.participantId !== reply.participantId || message.userId !== reply.userId) {
+        outcomes.set(message.id, new Error(`reply ${message.id} repeats a message of another conversation`))
+        continue
+      }
+      const { version, pendingCount, latestMessage, latestMessageAt } = repeats.get(message.id)!
+      outcomes.set(message.id, {
+        stored: false,
+        createdAt: message.createdAt,
+        conversation: { version: version!, pendingCount, latestMessage, latestMessageAt },
+      })
+    }
+  }
+  return outcomes
+}
+
+/**
+ * Every conversation of the agent at its version, the pending ones with their entry: what its inbox
+ * is rebuilt from (rarely), through the primary key (an index of the pending ones would make every
+ * change of the pending state a non-HOT update, sql/00013).
+ */
+export async function agentConversations(
+  sql: Db,
+  participantId: string,
+): Promise<{ userId: string; version: number; pending: PendingConversation | null }[]> {
+  const rows = await sql<{ userId: string; latestMessage: string; latestMessageAt: Date; pendingCount: number; version: number }[]>`
+    select user_id as "userId", latest_user_message as "latestMessage",
+      latest_user_message_at as "latestMessageAt", pending_count as "pendingCount", version
+    from conversations
+    where participant_id = ${participantId}
+  `
+  return rows.map(({ userId, version, latestMessage, latestMessageAt, pendingCount }) => ({
+    userId,
+    version,
+    pending: pendingCount > 0 ? { userId, latestMessage, latestMessageAt: latestMessageAt.toISOString(), pendingCount } : null,
+  }))
 }
 
 export async function listMessages(
@@ -121,4 +237,10 @@ export async function listMessages(
     order by created_at desc, seq desc
     limit ${page.limit}
   `
+}
+
+/** Why a reply was not stored: the user never wrote to the agent (404), or may no longer be written to (403). */
+export async function whyNotReplied(sql: Db, participantId: string, userId: string): Promise<'not_found' | 'not_subscribed'> {
+  const [row] = await sql`select 1 from conversations where participant_id = ${participantId} and user_id = ${userId}`
+  return row ? 'not_subscribed' : 'not_found'
 }

@@ -63,8 +63,8 @@ export function serviceRequestCommands(deps: InboxDeps, caps: ServiceRequestCaps
         }
         return { ...request, createdAt: at.toISOString(), expiresAt: expiresAt.toISOString() }
       },
-      async project(request: OpenServiceRequest, _payload, { id, fence }) {
-        await putOpenRequest(deps, id, fence, request)
+      async project(request: OpenServiceRequest, _payload, { id }) {
+        await putOpenRequest(deps, id, request)
       },
       repair,
     },
@@ -83,8 +83,8 @@ export function serviceRequestCommands(deps: InboxDeps, caps: ServiceRequestCaps
         }
         return { requestId: answer.requestId, status, fromAgentId: request.fromAgentId }
       },
-      async project(answered: Answered, _payload, { id, fence }) {
-        await removeOpenRequest(deps, id, fence, answered.requestId)
+      async project(answered: Answered, _payload, { id }) {
+        await removeOpenRequest(deps, id, answered.requestId)
       },
       repair,
     },
