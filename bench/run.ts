@@ -13,7 +13,7 @@ import { renderResults, targets, type Results } from './lib/report.ts'
 import { seedAgents, type SeededAgent } from './lib/seed-agents.ts'
 import { createWorld, type World } from './lib/world.ts'
 import { ensureWrk, writeLines, wrkVersion } from './lib/wrk.ts'
-import type { LoadRun, ReplyRun } from './lib/types.ts'
+import type { LoadRun, ReplyRun, StreamsRun } from './lib/types.ts'
 import { baselineScenario, startBaseline } from './scenarios/baseline.ts'
 import { agentPollScenario, warmAgents } from './scenarios/agent-poll.ts'
 import { prepareWaiting, replyScenario } from './scenarios/reply.ts'
@@ -184,15 +184,21 @@ async function freshPollApi(agents: SeededAgent[]): Promise<Server> {
 }
 
 /** Streams at one count on a fresh API process, so its memory is the streams' and not the earlier scenarios' caches. */
-async function streamsPhase(count: number) {
-  // Each stream is a socket on both sides, beside the processes' own files.
-  const needed = count + 4096
-  if (openFilesLimit() < needed && !raiseOpenFiles(needed))
-    progress(`  the open-file limit (${openFilesLimit()}) is below ${needed} and could not be raised`)
-  const api = await startApi(`api-streams-${count}`)
+async function streamsPhase(asked: number): Promise<StreamsRun> {
+  // Each stream is a socket in the API and one here, beside each process's own files and connections.
+  const reserve = 500
+  if (openFilesLimit() < asked + reserve) raiseOpenFiles(asked + reserve)
+  const count = Math.min(asked, openFilesLimit() - reserve)
+  if (count < asked) {
+    progress(
+      `  ${asked} streams asked, but the open-file limit (${openFilesLimit()} a process) could not be raised (that needs root with CAP_SYS_RESOURCE): ${count}`,
+    )
+  }
+  const api = await startApi(`api-streams-${asked}`)
   progress(`streams: opening ${count.toLocaleString('en-US')} on a fresh API process (pid ${api.pid})`)
   try {
-    return await streamsScenario(api, { streams: count, messages: 5, jwtSecret: world.jwtSecret, progress })
+    const run = await streamsScenario(api, { streams: count, messages: 5, jwtSecret: world.jwtSecret, progress })
+    return { ...run, asked, openFilesLimit: openFilesLimit() }
   } finally {
     await stop(api)
   }

@@ -64,7 +64,7 @@ export function spread(runs: LoadRun[]): number {
 
 /** The run at the size its section shows, if it was measured. */
 export const mainPoll = (r: Results) => r.polls.find(p => p.agents === r.sizes.agents)
-export const mainStreams = (r: Results) => r.streams.find(s => s.streams === r.sizes.streams)
+export const mainStreams = (r: Results) => r.streams.find(s => s.asked === r.sizes.streams)
 export const mainInvoices = (r: Results) => r.invoices.find(i => i.periods === r.sizes.periods)
 
 /** CPU µs an invoice of the workers, Postgres and Redis together (the first run, its events relayed). */

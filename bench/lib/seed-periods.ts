@@ -1,5 +1,6 @@
 /** Ended subscription periods with usage for the invoice run, set-based: a million in one transaction of a few statements. */
 import type { Sql } from '../../src/db.ts'
+import { skipForeignKeyChecks } from './bulk.ts'
 
 const sellers = 10
 
@@ -12,6 +13,7 @@ const sellers = 10
 export async function seedEndedPeriods(sql: Sql, periods: number, at: Date, tag: string): Promise<number> {
   const payers = Math.ceil(periods / sellers)
   await sql.begin(async tx => {
+    await skipForeignKeyChecks(tx)
     const [owner] = await tx<{ id: string }[]>`insert into users (provider_id) values (${`bench-seller-owner-${tag}`}) returning id`
     await tx`
       insert into participants (owner_id, name, display_name)

@@ -57,18 +57,18 @@ export function targets(results: Results): Target[] {
   if (streams) {
     out.push({
       scenario: 'Streams',
-      target: `${int(streams.streams)} streams in < 300 MB`,
+      target: `${int(streams.asked)} streams in < 300 MB`,
       measured: `${int(streams.opened)} open, peak ${mb(streams.peakMb)}`,
-      pass: streams.opened === streams.streams && streams.peakMb < 300,
+      pass: streams.opened === streams.asked && streams.peakMb < 300,
     })
   }
   for (const s of results.streams) {
     const worst = Math.max(...s.messages.map(m => m.p99))
     out.push({
-      scenario: `Streams, ${int(s.streams)}`,
-      target: 'every stream within 1 s at p99',
-      measured: `worst message p99 ${ms(worst)}, ${s.all.missing} missing, ${int(s.streams - s.opened)} not opened`,
-      pass: worst < 1000 && s.all.missing === 0 && s.opened === s.streams,
+      scenario: `Streams, ${int(s.asked)}`,
+      target: 'all open on one process, every stream within 1 s at p99',
+      measured: `${int(s.opened)} open${s.streams < s.asked ? ` (open-file limit ${int(s.openFilesLimit)})` : ''}, worst message p99 ${ms(worst)}, ${s.all.missing} missing`,
+      pass: worst < 1000 && s.all.missing === 0 && s.opened === s.asked,
     })
   }
   const invoices = mainInvoices(results)

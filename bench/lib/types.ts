@@ -56,6 +56,10 @@ export interface ReplyRun extends LoadRun {
 }
 
 export interface StreamsRun {
+  /** The count asked for; `streams` is fewer when the open-file limit could not hold them. */
+  asked: number
+  /** The open-file limit of each process when they were opened. */
+  openFilesLimit: number
   streams: number
   opened: number
   openSeconds: number
