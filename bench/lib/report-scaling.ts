@@ -1,6 +1,7 @@
 /** The report's sections on how cost grows with the work: the poll by agents, streams by count, the invoice run by periods. */
 import { baselineOf, cpuUs, invoiceCpuUs, mainInvoices, mainStreams, spreadLimit, type Results } from './figures.ts'
 import { int, mb, ms, pct } from './stats.ts'
+import type { InvoiceRun } from './types.ts'
 
 const x = (value: number, base: number) => (base > 0 ? `${(value / base).toFixed(2)}×` : 'n/a')
 const kb = (mbValue: number, n: number) => `${((mbValue * 1024) / Math.max(1, n)).toFixed(1)} KB`
@@ -64,37 +65,43 @@ export function streamsSection(results: Results): string[] {
   return lines
 }
 
+/** The first run's time, or that it did not finish. */
+function firstRun(run: InvoiceRun): string {
+  const f = run.first
+  return f.finished ? `${f.seconds.toFixed(1)} s` : `**unfinished**: ${int(f.issued)} in ${f.seconds.toFixed(0)} s`
+}
+
 export function invoicesSection(results: Results): string[] {
   const i = mainInvoices(results)
   const lines: string[] = []
   if (i) {
+    const relayed = i.relaySeconds === undefined ? '' : `, which the workers' relay empties ${i.relaySeconds.toFixed(1)} s after the run`
     lines.push(
       '## 5. Invoice run',
       '',
-      `${int(i.periods)} ended subscription periods with usage (10 agents' plans, ${int(i.periods / 10)} payers, 1 to 8 proxy calls each over 3 included), seeded with SQL in ${i.seedSeconds.toFixed(1)} s. The run is a job on the \`invoices\` queue, taken by the workers process; times are from enqueueing to the job's completion. The run also creates the ${int(i.periods)} current periods, as the first run after a month turns does, and writes one \`invoice.issued\` event per invoice to the outbox, which the workers' relay empties ${i.relaySeconds.toFixed(1)} s after the run.`,
+      `${int(i.periods)} ended subscription periods with usage (10 agents' plans, ${int(i.periods / 10)} payers, 1 to 8 proxy calls each over 3 included), seeded with SQL in ${i.seedSeconds.toFixed(1)} s. The run is a job on the \`invoices\` queue, taken by the workers process; times are from enqueueing to the job's completion. The run also creates the ${int(i.periods)} current periods, as the first run after a month turns does, and writes one \`invoice.issued\` event per invoice to the outbox${relayed}.`,
       '',
       '| run | issued | time | in the worker | invoices/s |',
       '|---|---:|---:|---:|---:|',
-      `| first | ${int(i.first.issued)} | ${i.first.seconds.toFixed(1)} s | ${i.first.processSeconds.toFixed(1)} s | ${int(i.first.issued / i.first.seconds)} |`,
-      `| second | ${int(i.second.issued)} | ${i.second.seconds.toFixed(2)} s | | |`,
+      `| first | ${int(i.first.issued)} | ${firstRun(i)} | ${i.first.processSeconds.toFixed(1)} s | ${int(i.first.issued / i.first.seconds)} |`,
+      i.second ? `| second | ${int(i.second.issued)} | ${i.second.seconds.toFixed(2)} s | | |` : '| second | not run | | | |',
       '',
       `Invoices in Postgres after both runs: ${int(i.first.counted)}; periods invoiced twice: ${i.duplicates}. The workers process peaked at ${mb(i.workersPeakMb)}.`,
       '',
     )
   }
   if (results.invoices.length > 0) {
-    const per = (run: (typeof results.invoices)[number], role: string) =>
-      `${(((run.cpuSeconds[role] ?? 0) * 1e6) / Math.max(1, run.first.issued)).toFixed(0)} µs`
+    const per = (run: InvoiceRun, role: string) => `${(((run.cpuSeconds[role] ?? 0) * 1e6) / Math.max(1, run.first.issued)).toFixed(0)} µs`
     lines.push(
       '### 5a. The invoice run by number of periods',
       '',
-      "Each size after the billing tables were emptied, seeded anew and run as above. CPU an invoice covers the first run and the relay of its events (the workers from /proc, the run's Postgres backends, Redis's own count of itself).",
+      "Each size after the billing tables were emptied, seeded anew and run as above. CPU an invoice covers the first run and the relay of its events (the workers from /proc, the run's Postgres backends, Redis's own count of itself). A first run still going after 1 ms a period and 2 minutes is reported unfinished, with what it had issued, and the larger sizes are left out.",
       '',
       '| periods | seeded in | first run | µs an invoice (time) | workers peak RSS | CPU an invoice: workers | PostgreSQL | Redis | all | events relayed after | second run |',
       '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
       ...results.invoices.map(
         r =>
-          `| ${int(r.periods)} | ${r.seedSeconds.toFixed(1)} s | ${r.first.seconds.toFixed(1)} s | ${((r.first.seconds * 1e6) / Math.max(1, r.first.issued)).toFixed(0)} | ${mb(r.workersPeakMb)} | ${per(r, 'workers')} | ${per(r, 'postgres')} | ${per(r, 'redis')} | ${invoiceCpuUs(r).toFixed(0)} µs | ${r.relaySeconds.toFixed(1)} s | ${r.second.issued} in ${r.second.seconds.toFixed(2)} s |`,
+          `| ${int(r.periods)} | ${r.seedSeconds.toFixed(1)} s | ${firstRun(r)} | ${((r.first.seconds * 1e6) / Math.max(1, r.first.issued)).toFixed(0)} | ${mb(r.workersPeakMb)} | ${per(r, 'workers')} | ${per(r, 'postgres')} | ${per(r, 'redis')} | ${invoiceCpuUs(r).toFixed(0)} µs | ${r.relaySeconds === undefined ? '—' : `${r.relaySeconds.toFixed(1)} s`} | ${r.second ? `${r.second.issued} in ${r.second.seconds.toFixed(2)} s` : '—'} |`,
       ),
       '',
     )

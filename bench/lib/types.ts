@@ -73,12 +73,14 @@ export interface StreamsRun {
 export interface InvoiceRun {
   periods: number
   seedSeconds: number
-  first: { issued: number; seconds: number; processSeconds: number; counted: number }
-  second: { issued: number; seconds: number }
+  /** `finished` false: the bench stopped waiting, and `issued` is what the run had issued by then. */
+  first: { issued: number; seconds: number; processSeconds: number; counted: number; finished: boolean }
+  /** The run that must issue nothing; absent when the first did not finish. */
+  second?: { issued: number; seconds: number }
   duplicates: number
   workersPeakMb: number
   /** The first run's CPU seconds by process (workers, postgres, redis), until its events left the outbox. */
   cpuSeconds: Record<string, number>
   /** Seconds from the first run's end until the outbox was empty (its `invoice.issued` events relayed). */
-  relaySeconds: number
+  relaySeconds?: number
 }
