@@ -34,7 +34,7 @@ export function targets(results: Results): Target[] {
   const out: Target[] = []
   const poll = mainPoll(results)
   if (poll) out.push(...pollTargets(results, poll, true))
-  for (const other of results.polls) if (other.agents >= 100_000) out.push(...pollTargets(results, other, false))
+  for (const other of results.polls) if (other.agents >= 100_000 && other !== poll) out.push(...pollTargets(results, other, false))
   for (const [scenario, run] of [
     ['Reply', results.reply],
     ['Reply to a waiting conversation', results.replyWaiting],

@@ -22,7 +22,7 @@ next_line = 0
 exhausted = false
 statuses = {}
 
-local lines, count, order, position, step, kind, path, prebuilt
+local lines, count, order, position, step, kind, path, built
 local sent = 0
 
 local function build(line)
@@ -50,17 +50,20 @@ function init(args)
   position = position + index
   next_line = position
   math.randomseed(os.time() * 16 + index)
-  -- GETs are the same few bytes per key: built once, a request is then a table lookup.
-  if order == "random" and kind == "get" then
-    prebuilt = {}
-    for i = 1, count do prebuilt[i] = build(lines[i]) end
-  end
+  -- A GET is the same few bytes each time for a key: built on its first use, then looked up.
+  if order == "random" and kind == "get" then built = {} end
 end
 
 function request()
   if order == "random" then
     local i = math.random(count)
-    return prebuilt and prebuilt[i] or build(lines[i])
+    if not built then return build(lines[i]) end
+    local r = built[i]
+    if not r then
+      r = build(lines[i])
+      built[i] = r
+    end
+    return r
   end
   if position >= count then
     -- Out of lines: stop; the request sent meanwhile is a harmless one, and the run is reported exhausted.
