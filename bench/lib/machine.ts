@@ -18,7 +18,8 @@ export interface Machine {
 const packageVersion = (name: string) =>
   (JSON.parse(readFileSync(join(root, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version
 
-export async function describeMachine(world: World): Promise<Machine> {
+/** `tools`: versions of what the bench ran beside the packages (wrk). */
+export async function describeMachine(world: World, tools: Record<string, string>): Promise<Machine> {
   const [row] = await world.sql<{ version: string }[]>`select current_setting('server_version') as version`
   const info = await world.redis.info('server')
   return {
@@ -35,7 +36,7 @@ export async function describeMachine(world: World): Promise<Machine> {
       'postgres.js': packageVersion('postgres'),
       ioredis: packageVersion('ioredis'),
       bullmq: packageVersion('bullmq'),
-      autocannon: packageVersion('autocannon'),
+      ...tools,
     },
   }
 }

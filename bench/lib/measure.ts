@@ -1,25 +1,73 @@
-/** One measured load run with its servers watched, and turns of a scenario with the baseline between them. */
-import { mergeLoads, runLoad, type LoadOptions } from './load.ts'
+/** One measured load run with every process of the service watched, and turns of a scenario with the baseline between them. */
+import { loadavg } from 'node:os'
+import { mergeLoads } from './load.ts'
 import { watch, type Server } from './proc.ts'
-import type { LoadRun, ProcessFigures } from './types.ts'
+import { difference, resources } from './resources.ts'
+import type { LoadRun, Settings } from './types.ts'
+import type { World } from './world.ts'
+import { runWrk, type Requests, type Taken } from './wrk.ts'
 
-export async function measure(url: string, next: LoadOptions['next'], connections: number, seconds: number, watched: Server[]): Promise<LoadRun> {
-  const watching = watch(watched)
-  const load = await runLoad({ url, connections, seconds, next })
-  return { load, processes: watching.stop() }
+/** What every load run needs: the settings, the world, wrk and its core, the workers process. */
+export interface Bench {
+  settings: Settings
+  world: World
+  wrk: string
+  /** The core wrk is pinned to, the servers being on the other; undefined when nothing is pinned. */
+  generatorCpu?: number
+  workers: Server
 }
 
-/** Runs as one: loads merged, each process's peak the highest and its CPU the mean. */
-export function mergeRuns(runs: LoadRun[]): LoadRun {
-  const processes: Record<string, ProcessFigures> = {}
-  for (const role of Object.keys(runs[0]?.processes ?? {})) {
-    const figures = runs.map(run => run.processes[role]!)
-    processes[role] = {
-      peakMb: Math.max(...figures.map(f => f.peakMb)),
-      cpu: figures.reduce((sum, f) => sum + f.cpu, 0) / figures.length,
-    }
+/** Load on `server` for `seconds`, unmeasured: warms the server, its caches and the generator's path. */
+export async function warmUp(bench: Bench, server: Server, requests: Requests, seconds = bench.settings.warmSeconds): Promise<Taken> {
+  const { settings } = bench
+  const { taken } = await runWrk({ wrk: bench.wrk, url: server.url, requests, ...settings, seconds, cpu: bench.generatorCpu })
+  return taken
+}
+
+/**
+ * Load on `server` for `seconds`, with the CPU of every process involved: the server and the workers
+ * (from /proc), the run's Postgres backends, Redis (its own count, every client's), and wrk.
+ */
+export async function measure(bench: Bench, server: Server, requests: Requests, seconds: number): Promise<{ run: LoadRun; taken: Taken }> {
+  const { settings, world } = bench
+  const before = await resources(world)
+  const loadBefore = loadavg()[0]!
+  const watching = watch([server, bench.workers])
+  const { load, taken } = await runWrk({ wrk: bench.wrk, url: server.url, requests, ...settings, seconds, cpu: bench.generatorCpu })
+  const watched = watching.stop()
+  const used = difference(await resources(world), before)
+  const cpuSeconds: Record<string, number> = { postgres: used.pgCpuSeconds, redis: used.redisCpuSeconds }
+  const peakMb: Record<string, number> = {}
+  for (const [role, figures] of Object.entries(watched.processes)) {
+    cpuSeconds[role] = figures.cpuSeconds
+    peakMb[role] = figures.peakMb
   }
-  return { load: mergeLoads(runs.map(run => run.load)), processes }
+  const counts = { redisCommands: used.redisCommands, pgTransactions: used.pgTransactions }
+  const run: LoadRun = { load, server: server.role, cpuSeconds, counts, wallSeconds: watched.seconds, peakMb, loadavg: [loadBefore, loadavg()[0]!] }
+  return { run, taken }
+}
+
+/** Runs as one: loads merged, CPU and time summed, each process's peak the highest, the rounds kept. */
+export function mergeRuns(runs: LoadRun[]): LoadRun {
+  const cpuSeconds: Record<string, number> = {}
+  const peakMb: Record<string, number> = {}
+  for (const run of runs) {
+    for (const [role, seconds] of Object.entries(run.cpuSeconds)) cpuSeconds[role] = (cpuSeconds[role] ?? 0) + seconds
+    for (const [role, mb] of Object.entries(run.peakMb)) peakMb[role] = Math.max(peakMb[role] ?? 0, mb)
+  }
+  return {
+    load: mergeLoads(runs.map(run => run.load)),
+    server: runs[0]!.server,
+    cpuSeconds,
+    counts: {
+      redisCommands: runs.reduce((sum, run) => sum + run.counts.redisCommands, 0),
+      pgTransactions: runs.reduce((sum, run) => sum + run.counts.pgTransactions, 0),
+    },
+    wallSeconds: runs.reduce((sum, run) => sum + run.wallSeconds, 0),
+    peakMb,
+    loadavg: [runs[0]!.loadavg[0], runs[runs.length - 1]!.loadavg[1]],
+    rounds: runs,
+  }
 }
 
 /**

@@ -31,6 +31,22 @@ export function pinSelf(cpu: number): boolean {
   return Bun.spawnSync([taskset!, '-apc', String(cpu), String(process.pid)], { stdout: 'ignore', stderr: 'ignore' }).exitCode === 0
 }
 
+/** The open-file limit of this process (soft). */
+export function openFilesLimit(): number {
+  return Number(/^Max open files\s+(\d+)/m.exec(readFileSync('/proc/self/limits', 'utf8'))?.[1] ?? 0)
+}
+
+/**
+ * Raises this process's open-file limit (soft and hard) to `n` with prlimit, so the servers spawned
+ * after it inherit it too; false when that is not allowed (not root) or prlimit is missing.
+ */
+export function raiseOpenFiles(n: number): boolean {
+  const prlimit = Bun.which('prlimit')
+  if (!prlimit) return false
+  const run = Bun.spawnSync([prlimit, `--pid=${process.pid}`, `--nofile=${n}:${n}`], { stdout: 'ignore', stderr: 'ignore' })
+  return run.exitCode === 0 && openFilesLimit() >= n
+}
+
 export function spawnBun(
   name: string,
   args: string[],
@@ -97,9 +113,16 @@ export function cpuSeconds(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) / ticksPerSecond
 }
 
+export interface Watched {
+  /** Peak RSS (MB) since the watch began. */
+  peakMb: number
+  /** CPU seconds (user + system) used since the watch began. */
+  cpuSeconds: number
+}
+
 export interface Watch {
-  /** Peak RSS (MB) and average CPU use (cores) of each watched process since the watch began. */
-  stop(): Record<string, { peakMb: number; cpu: number }>
+  /** Each watched process's figures by role, and the seconds watched. */
+  stop(): { processes: Record<string, Watched>; seconds: number }
 }
 
 /**
@@ -124,17 +147,16 @@ export function watch(servers: Server[]): Watch {
   return {
     stop() {
       clearInterval(timer)
-      const seconds = (performance.now() - started) / 1000
-      const out: Record<string, { peakMb: number; cpu: number }> = {}
+      const processes: Record<string, Watched> = {}
       for (const s of state) {
         const m = memory(s.server.pid)
-        out[s.server.role] = {
+        processes[s.server.role] = {
           // Without the reset VmHWM is the peak since start, which may belong to an earlier scenario.
           peakMb: Math.max(s.sampled, m.rssMb, s.reset ? m.peakMb : 0),
-          cpu: (cpuSeconds(s.server.pid) - s.cpu) / seconds,
+          cpuSeconds: cpuSeconds(s.server.pid) - s.cpu,
         }
       }
-      return out
+      return { processes, seconds: (performance.now() - started) / 1000 }
     },
   }
 }

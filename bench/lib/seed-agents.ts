@@ -2,6 +2,7 @@
 import { randomUUID } from 'node:crypto'
 import { generateKey } from '../../src/auth/api-key.ts'
 import type { Sql } from '../../src/db.ts'
+import { skipForeignKeyChecks } from './bulk.ts'
 
 export interface SeededAgent {
   id: string
@@ -40,6 +41,7 @@ export async function seedAgents(sql: Sql, options: SeedOptions): Promise<Seeded
   const answeredAt = new Date(now - 30_000)
 
   await sql.begin(async tx => {
+    await skipForeignKeyChecks(tx)
     const people = [...ownerIds, ...userIds]
     const providers = [...ownerIds.map((_, i) => `bench-owner-${i}`), ...userIds.map((_, i) => `bench-user-${i}`)]
     await tx`insert into users (id, provider_id) select * from unnest(${people}::uuid[], ${providers}::text[])`
@@ -102,6 +104,7 @@ export async function seedWaitingConversations(sql: Sql, agents: SeededAgent[], 
   const userIds = Array.from({ length: users }, () => randomUUID())
   const askedAt = new Date(Date.now() - 60_000)
   await sql.begin(async tx => {
+    await skipForeignKeyChecks(tx)
     await tx`insert into users (id, provider_id) select id, 'bench-waiting-' || id from unnest(${userIds}::uuid[]) as t (id)`
     await tx`
       insert into conversations (participant_id, user_id, latest_user_message, latest_user_message_at, pending_count)

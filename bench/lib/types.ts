@@ -3,6 +3,8 @@ import type { LoadResult } from './load.ts'
 
 export interface Settings {
   connections: number
+  /** wrk's threads (1: one core's worth of generator). */
+  threads: number
   /** Measured seconds of each load scenario, split into rounds. */
   seconds: number
   /** Turns of a load scenario, each after a baseline run. */
@@ -10,16 +12,25 @@ export interface Settings {
   warmSeconds: number
 }
 
-export interface ProcessFigures {
-  /** Peak RSS during the measurement, MB. */
-  peakMb: number
-  /** Average CPU use during the measurement, in cores. */
-  cpu: number
-}
+/** The processes whose CPU every load run measures, beside the server under load ("api" or "baseline"). */
+export const backgroundRoles = ['workers', 'postgres', 'redis'] as const
 
 export interface LoadRun {
   load: LoadResult
-  processes: Record<string, ProcessFigures>
+  /** The process under load: "api" or "baseline". */
+  server: string
+  /** CPU seconds each process used while measured: the server, workers, postgres (the run's backends), redis (the whole server). */
+  cpuSeconds: Record<string, number>
+  /** Seconds the measurement took (wrk's start-up included). */
+  wallSeconds: number
+  /** Redis commands (every client's) and the run's Postgres transactions while measured. */
+  counts: { redisCommands: number; pgTransactions: number }
+  /** Peak RSS (MB) of the service's processes watched. */
+  peakMb: Record<string, number>
+  /** The machine's 1-minute load average before and after. */
+  loadavg: [number, number]
+  /** A merged run's rounds, in order. */
+  rounds?: LoadRun[]
   /** The baseline runs (indexes) that bracket this one: its ratios are to their mean. */
   against?: number[]
 }
@@ -29,6 +40,9 @@ export interface PollRun extends LoadRun {
   pendingAgents: number
   /** Agents whose warm-up poll showed their pending conversation. */
   pendingSeen: number
+  /** API RSS (MB) of the fresh process before the warm-up and after the measured rounds. */
+  rssBeforeMb: number
+  rssAfterMb: number
 }
 
 export interface ReplyRun extends LoadRun {
@@ -42,6 +56,10 @@ export interface ReplyRun extends LoadRun {
 }
 
 export interface StreamsRun {
+  /** The count asked for; `streams` is fewer when the open-file limit could not hold them. */
+  asked: number
+  /** The open-file limit of each process when they were opened. */
+  openFilesLimit: number
   streams: number
   opened: number
   openSeconds: number
@@ -55,8 +73,14 @@ export interface StreamsRun {
 export interface InvoiceRun {
   periods: number
   seedSeconds: number
-  first: { issued: number; seconds: number; processSeconds: number; counted: number }
-  second: { issued: number; seconds: number }
+  /** `finished` false: the bench stopped waiting, and `issued` is what the run had issued by then. */
+  first: { issued: number; seconds: number; processSeconds: number; counted: number; finished: boolean }
+  /** The run that must issue nothing; absent when the first did not finish. */
+  second?: { issued: number; seconds: number }
   duplicates: number
   workersPeakMb: number
+  /** The first run's CPU seconds by process (workers, postgres, redis), until its events left the outbox. */
+  cpuSeconds: Record<string, number>
+  /** Seconds from the first run's end until the outbox was empty (its `invoice.issued` events relayed). */
+  relaySeconds?: number
 }

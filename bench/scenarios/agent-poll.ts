@@ -1,9 +1,9 @@
-/** Scenario 2, the agent poll: GET /v1/agent/events with a random agent's key per request. */
-import { runLoad } from '../lib/load.ts'
-import { alternate, measure } from '../lib/measure.ts'
-import type { Server } from '../lib/proc.ts'
+/** Scenario 2, the agent poll: GET /v1/agent/events with a random agent's key per request, at one number of agents. */
+import { alternate, measure, warmUp, type Bench } from '../lib/measure.ts'
+import { memory, type Server } from '../lib/proc.ts'
 import type { SeededAgent } from '../lib/seed-agents.ts'
-import type { LoadRun, PollRun, Settings } from '../lib/types.ts'
+import type { LoadRun, PollRun } from '../lib/types.ts'
+import { writeLines, type Requests } from '../lib/wrk.ts'
 
 /**
  * Polls every agent once: builds its inbox (from Postgres, the first time) and caches its key; checks
@@ -29,20 +29,32 @@ export async function warmAgents(api: Server, agents: SeededAgent[], concurrency
 }
 
 /**
- * Warms every agent and the process, then measures in `settings.rounds` turns with the baseline.
- * Returns the poll's runs as one and the baseline runs taken between them.
+ * On a fresh API process: every agent polled once (inbox built, key cached), then wrk's warm-up, then
+ * `settings.rounds` turns with the baseline. The API's RSS before and after gives the memory a cached
+ * agent takes. Returns the poll's runs as one and the baseline runs taken between them.
  */
 export async function agentPollScenario(
-  settings: Settings,
+  bench: Bench,
   api: Server,
   agents: SeededAgent[],
   baseline: (() => Promise<LoadRun>) | undefined,
 ): Promise<{ poll: PollRun; baselines: LoadRun[] }> {
+  const { settings } = bench
+  const rssBeforeMb = memory(api.pid).rssMb
   const pendingSeen = await warmAgents(api, agents)
-  const next = () => ({ path: '/v1/agent/events', headers: { 'x-api-key': agents[Math.floor(Math.random() * agents.length)]!.key } })
-  await runLoad({ url: api.url, connections: settings.connections, seconds: settings.warmSeconds, next })
+  const requests: Requests = {
+    path: '/v1/agent/events',
+    kind: 'get',
+    lines: writeLines(
+      `poll-${agents.length}`,
+      agents.map(agent => agent.key),
+    ),
+    order: 'random',
+  }
+  await warmUp(bench, api, requests)
   const perRound = settings.seconds / settings.rounds
-  const { run, baselines } = await alternate(settings.rounds, () => measure(api.url, next, settings.connections, perRound, [api]), baseline)
+  const { run, baselines } = await alternate(settings.rounds, async () => (await measure(bench, api, requests, perRound)).run, baseline)
   const pendingAgents = agents.filter(agent => agent.pending).length
-  return { poll: { ...run, agents: agents.length, pendingAgents, pendingSeen }, baselines }
+  const rssAfterMb = memory(api.pid).rssMb
+  return { poll: { ...run, agents: agents.length, pendingAgents, pendingSeen, rssBeforeMb, rssAfterMb }, baselines }
 }

@@ -1,31 +1,24 @@
 /** Scenario 1, the baseline: a bare Elysia route, the same listen settings, the same load and generator work. */
-import { runLoad } from '../lib/load.ts'
-import { measure } from '../lib/measure.ts'
+import { measure, warmUp, type Bench } from '../lib/measure.ts'
 import { spawnBun, waitHealthy, type Server } from '../lib/proc.ts'
-import type { LoadRun, Settings } from '../lib/types.ts'
+import type { LoadRun } from '../lib/types.ts'
+import type { RequestLines, Requests } from '../lib/wrk.ts'
 
 /** Starts bench/baseline-server.ts and warms it; it stays up so its runs can alternate with the others. */
-export async function startBaseline(settings: Settings, options: { port: number; cpu: number; keys: string[]; env: Record<string, string> }) {
-  const server = spawnBun(
-    'baseline',
-    ['bench/baseline-server.ts'],
-    { ...options.env, PORT: String(options.port) },
-    {
-      cpu: options.cpu,
-      port: options.port,
-    },
-  )
+export async function startBaseline(bench: Bench, options: { port: number; cpu: number; keys: RequestLines }): Promise<Server> {
+  const server = spawnBun('baseline', ['bench/baseline-server.ts'], { ...bench.world.env, PORT: String(options.port) }, options)
   await waitHealthy(server, '/')
-  await runLoad({ url: server.url, connections: settings.connections, seconds: settings.warmSeconds, next: baselineRequests(options.keys) })
+  await warmUp(bench, server, baselineRequests(options.keys))
   return server
 }
 
 /** One baseline run as long as one round of a load scenario. */
-export function baselineScenario(settings: Settings, server: Server, keys: string[]): Promise<LoadRun> {
-  return measure(server.url, baselineRequests(keys), settings.connections, settings.seconds / settings.rounds, [server])
+export async function baselineScenario(bench: Bench, server: Server, keys: RequestLines): Promise<LoadRun> {
+  const { settings } = bench
+  return (await measure(bench, server, baselineRequests(keys), settings.seconds / settings.rounds)).run
 }
 
-/** The generator picks and sets a random agent key per request here too, so its own cost matches the poll's. */
-function baselineRequests(keys: string[]) {
-  return () => ({ path: '/', headers: { 'x-api-key': keys[Math.floor(Math.random() * keys.length)]! } })
+/** wrk sets a random agent key per request here too, so its own work matches the poll's. */
+function baselineRequests(keys: RequestLines): Requests {
+  return { path: '/', kind: 'get', lines: keys, order: 'random' }
 }

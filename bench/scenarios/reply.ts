@@ -4,74 +4,108 @@
  * reply to a conversation that waits for it (a user's message the agent has seen in its inbox), every
  * one answered once.
  */
-import { runLoad } from '../lib/load.ts'
-import { difference, resources } from '../lib/resources.ts'
-import type { World } from '../lib/world.ts'
-import { alternate, measure } from '../lib/measure.ts'
+import { createKeys } from '../../src/keys.ts'
+import { invalidateInbox } from '../../src/conversations/inbox.ts'
+import { alternate, measure, warmUp, type Bench } from '../lib/measure.ts'
 import type { Server } from '../lib/proc.ts'
-import type { SeededAgent, WaitingConversation } from '../lib/seed-agents.ts'
-import type { LoadRun, ReplyRun, Settings } from '../lib/types.ts'
+import { seedWaitingConversations, type SeededAgent, type WaitingConversation } from '../lib/seed-agents.ts'
+import { warmAgents } from './agent-poll.ts'
+import type { LoadRun, ReplyRun } from '../lib/types.ts'
+import { writeLines, type Requests, type Taken } from '../lib/wrk.ts'
 
 export async function replyScenario(
-  settings: Settings,
-  servers: { api: Server; workers: Server },
-  world: World,
+  bench: Bench,
+  api: Server,
   agents: SeededAgent[],
   baseline: (() => Promise<LoadRun>) | undefined,
   /** Replies take these in turn, each once (3b); without them, a random replier's one conversation (3). */
   waiting?: WaitingConversation[],
 ): Promise<{ reply: ReplyRun; baselines: LoadRun[] }> {
-  const { api, workers } = servers
-  const { sql } = world
+  const { settings, world } = bench
   const repliers = agents.filter(agent => agent.userId !== null).slice(0, 1000)
-  let n = 0
-  let taken = 0
-  const to = (key: string, userId: string) => ({
-    method: 'POST' as const,
+  const lines = waiting
+    ? writeLines(
+        'reply-waiting',
+        waiting.map(c => `${c.key}\t${c.userId}`),
+      )
+    : writeLines(
+        'reply',
+        repliers.map(agent => `${agent.key}\t${agent.userId}`),
+      )
+  // 3b goes on through the lines from where the last run stopped.
+  let first = 0
+  let answered = 0
+  const requests = (): Requests => ({
     path: '/v1/agent/conversation-reply',
-    headers: { 'x-api-key': key, 'content-type': 'application/json' },
-    body: JSON.stringify({ userId, text: `Here is the summary, part ${++n}.` }),
+    kind: 'reply',
+    lines,
+    order: waiting ? 'once' : 'random',
+    first,
+    statuses: true,
   })
-  const next = waiting
-    ? () => {
-        if (taken === waiting.length) throw new Error(`all ${waiting.length} waiting conversations were answered; seed more`)
-        const c = waiting[taken++]!
-        return to(c.key, c.userId)
-      }
-    : () => {
-        const agent = repliers[Math.floor(Math.random() * repliers.length)]!
-        return to(agent.key, agent.userId!)
-      }
+  const took = (taken: Taken) => {
+    if (taken.exhausted) throw new Error(`all ${lines.count} waiting conversations were answered; seed more`)
+    first = taken.next
+    answered += taken.taken
+  }
   const recorded = async () => {
-    const [row] = await sql<{ n: number }[]>`select count(*)::int as n from messages where role = 'agent'`
+    const [row] = await world.sql<{ n: number }[]>`select count(*)::int as n from messages where role = 'agent'`
     return row!.n
   }
-  await runLoad({ url: api.url, connections: settings.connections, seconds: settings.warmSeconds, next })
+  took(await warmUp(bench, api, requests()))
   // Commands of requests cut off when a run ends still land; let them before counting or measuring.
   const settle = () => Bun.sleep(1000)
   await settle()
   const before = await recorded()
-  const used = await resources(world)
   const perRound = settings.seconds / settings.rounds
   const { run, baselines } = await alternate(
     settings.rounds,
     async () => {
-      const round = await measure(api.url, next, settings.connections, perRound, [api, workers])
+      const round = await measure(bench, api, requests(), perRound)
+      took(round.taken)
       await settle()
-      return round
+      return round.run
     },
     baseline,
   )
   const replies = (await recorded()) - before
-  const cost = difference(await resources(world), used)
-  const busy = (role: string) => (run.processes[role]!.cpu * run.load.seconds * 1e6) / replies
+  const per = (seconds = 0) => (seconds * 1e6) / replies
   const perReply = {
-    apiUs: busy('api'),
-    workersUs: busy('workers'),
-    postgresUs: (cost.pgCpuSeconds * 1e6) / replies,
-    redisUs: (cost.redisCpuSeconds * 1e6) / replies,
-    redisCommands: cost.redisCommands / replies,
-    pgTransactions: cost.pgTransactions / replies,
+    apiUs: per(run.cpuSeconds.api),
+    workersUs: per(run.cpuSeconds.workers),
+    postgresUs: per(run.cpuSeconds.postgres),
+    redisUs: per(run.cpuSeconds.redis),
+    redisCommands: run.counts.redisCommands / replies,
+    pgTransactions: run.counts.pgTransactions / replies,
   }
-  return { reply: { ...run, agents: repliers.length, recorded: replies, perReply, answered: waiting ? taken : undefined }, baselines }
+  return { reply: { ...run, agents: repliers.length, recorded: replies, perReply, answered: waiting ? answered : undefined }, baselines }
+}
+
+/**
+ * For 3b: enough waiting conversations for 20,000 replies a second through the warm-up and the
+ * rounds, spread over the 1,000 repliers, and each replier's inbox rebuilt with them (a poll each).
+ */
+export async function prepareWaiting(
+  bench: Bench,
+  api: Server,
+  agents: SeededAgent[],
+  progress: (line: string) => void,
+): Promise<WaitingConversation[]> {
+  const { settings, world } = bench
+  const repliers = agents.filter(agent => agent.userId !== null).slice(0, 1000)
+  const users = Math.ceil((20_000 * (settings.warmSeconds + settings.seconds)) / repliers.length)
+  const seeding = performance.now()
+  const waiting = await seedWaitingConversations(world.sql, repliers, users)
+  // Seeded past the service: their inboxes (built by an earlier poll, if any) are rebuilt from Postgres.
+  const keys = createKeys(world.redisPrefix)
+  for (const agent of repliers) await invalidateInbox({ redis: world.redis, keys }, agent.id)
+  await Bun.sleep(200) // the API's inbox caches hear of it
+  await warmAgents(api, repliers, 64, false)
+  const built = await Promise.all(repliers.map(agent => world.redis.exists(keys.agent(agent.id).built)))
+  if (built.some(n => n !== 1)) throw new Error(`${built.filter(n => n !== 1).length} of the repliers' inboxes were not rebuilt`)
+  const took = ((performance.now() - seeding) / 1000).toFixed(1)
+  progress(
+    `reply to waiting conversations: ${waiting.length} seeded and ${repliers.length} inboxes built in ${took} s; ${settings.rounds} × ${settings.seconds / settings.rounds} s`,
+  )
+  return waiting
 }

@@ -23,7 +23,7 @@ const decoder = new TextDecoder()
 export async function streamsScenario(
   api: Server,
   options: { streams: number; messages: number; jwtSecret: string; progress: (line: string) => void },
-): Promise<StreamsRun> {
+): Promise<Omit<StreamsRun, 'asked' | 'openFilesLimit'>> {
   const port = Number(new URL(api.url).port)
   const request = `GET /v1/events/chat HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nAccept: text/event-stream\r\n\r\n`
   await Bun.sleep(1000)
