@@ -1,6 +1,7 @@
 /** `bun run bench`: a fresh database and Redis prefix, the bare route and the service under wrk's load, five scenarios, bench/RESULTS.md. */
 // Options (bench/README.md): --only, --seconds, --rounds, --warm, --connections, --threads, --agents,
-// --streams, --periods, --scale, --poll-sizes, --stream-sizes, --period-sizes, --profile poll|reply.
+// --streams, --periods, --scale, --poll-sizes, --stream-sizes, --period-sizes, --profile poll|reply,
+// --metrics.
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { loadavg } from 'node:os'
 import { join } from 'node:path'
@@ -22,6 +23,8 @@ import { invoiceScenario } from './scenarios/invoices.ts'
 
 const options = parseOptions(Bun.argv.slice(2))
 const { only, profile, settings, sizes } = options
+// --metrics: the API times every request, as where /metrics is served (issue 27: its cost a request).
+const metricsEnv: Record<string, string> = options.metrics ? { METRICS_TOKEN: 'bench-metrics-token-of-at-least-32-chars' } : {}
 const ports = { baseline: 3100, api: 3101 }
 const begun = performance.now()
 const cpuProfile = (name: string) => ['--cpu-prof-md', `--cpu-prof-dir=${outDir}`, `--cpu-prof-name=${name}.md`]
@@ -45,7 +48,7 @@ progress(`database ${world.database}, Redis prefix ${world.redisPrefix}${pinned 
 const running = new Set<Server>()
 
 const startApi = async (name: string, extraArgs: string[] = []) => {
-  const env = { ...world.env, PORT: String(ports.api) }
+  const env = { ...world.env, ...metricsEnv, PORT: String(ports.api) }
   const api = spawnBun(name, [...extraArgs, 'src/main.ts', '--api'], env, { cpu: 1, port: ports.api, role: 'api' })
   running.add(api)
   await waitHealthy(api)

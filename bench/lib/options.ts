@@ -20,6 +20,8 @@ export interface Options {
   pollSizes: number[]
   streamSizes: number[]
   periodSizes: number[]
+  /** The API serves /metrics (behind a token), so every request is timed: to measure what that costs. */
+  metrics: boolean
 }
 
 function count(name: string, value: string): number {
@@ -48,6 +50,7 @@ export function parseOptions(args: string[]): Options {
       streams: { type: 'string', default: '5000' },
       periods: { type: 'string', default: '100000' },
       scale: { type: 'boolean', default: false },
+      metrics: { type: 'boolean', default: false },
       'poll-sizes': { type: 'string' },
       'stream-sizes': { type: 'string' },
       'period-sizes': { type: 'string' },
@@ -70,6 +73,7 @@ export function parseOptions(args: string[]): Options {
   const perRound = settings.seconds / settings.rounds
   if (!Number.isInteger(perRound)) throw new Error(`--seconds (${settings.seconds}) must split into --rounds (${settings.rounds}) of whole seconds`)
   return {
+    metrics: values.metrics,
     only,
     complete: scenarios.every(name => only.has(name)),
     profile,
