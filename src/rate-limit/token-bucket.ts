@@ -1,19 +1,21 @@
 /** Rate limiting: a token bucket per (rule, subject) in Redis, refilled continuously, atomic by Lua. */
-import { defineScript, type Redis } from '../redis.ts'
+import { defineBatchedScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
 import type { RateLimitName, RateLimits } from '../config.ts'
 import { errors } from '../errors.ts'
 
-// KEYS[1] bucket; ARGV capacity, tokens per ms, now (ms), tokens needed, tokens taken (negative:
-// given back, up to the capacity). Returns {allowed (0|1), ms until the tokens needed are there}.
-const tokenBucket = defineScript(`
-local capacity = tonumber(ARGV[1])
-local rate = tonumber(ARGV[2])
-local now = tonumber(ARGV[3])
-local need = tonumber(ARGV[4])
-local take = tonumber(ARGV[5])
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+// K[1] bucket; A capacity, tokens per ms, now (ms), tokens needed, tokens taken (negative: given
+// back, up to the capacity). Returns {allowed (0|1), ms until the tokens needed are there}. Batched:
+// the buckets taken from in one tick (a reply's, a message's, each request's) share one EVALSHA.
+const tokenBucket = defineBatchedScript(
+  `
+local capacity = tonumber(A[1])
+local rate = tonumber(A[2])
+local now = tonumber(A[3])
+local need = tonumber(A[4])
+local take = tonumber(A[5])
+local state = redis.call('HMGET', K[1], 'tokens', 'at')
 local tokens = tonumber(state[1]) or capacity
 local at = tonumber(state[2]) or now
 if now > at then
@@ -22,12 +24,14 @@ if now > at then
 end
 if tokens >= need then
   tokens = math.min(capacity, tokens - take)
-  redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(at))
-  redis.call('PEXPIRE', KEYS[1], math.ceil((capacity - tokens) / rate) + 1000)
+  redis.call('HSET', K[1], 'tokens', tostring(tokens), 'at', tostring(at))
+  redis.call('PEXPIRE', K[1], math.ceil((capacity - tokens) / rate) + 1000)
   return {1, 0}
 end
-return {0, math.ceil((need - tokens) / rate)}
-`)
+return {0, math.ceil((need - tokens) / rate)}`,
+  1,
+  5,
+)
 
 export interface RateLimiter {
   /** Takes one token or throws 429 `rate_limited` with Retry-After. */
