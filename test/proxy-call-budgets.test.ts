@@ -1,21 +1,12 @@
 /** Proxy calls' budgets: an agent's rate and calls in flight, and the process's upstream bytes, against a real slow upstream. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
-import {
-  createAgent,
-  createTestContext,
-  expectError,
-  signUp,
-  type CallResult,
-  type TestAgent,
-  type TestContext,
-  type TestUser,
-} from './helpers/context.ts'
+import { createTestContext, expectError, signUp, type CallResult, type TestContext, type TestUser } from './helpers/context.ts'
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
 import { startWorker } from './helpers/workers.ts'
 import { until } from './helpers/until.ts'
 import { meteringProcessor } from '../workers/metering.ts'
-import { counted } from './helpers/usage.ts'
+import { counted, meteredSubscriber, type MeteredSubscriber } from './helpers/usage.ts'
 import { inFlightLeaseMs } from '../src/proxy-calls/proxy.ts'
 
 const connectionsKey = randomBytes(32).toString('hex')
@@ -46,27 +37,9 @@ afterAll(async () => {
   await ctx.close()
 })
 
-interface Setup {
-  agent: TestAgent
-  user: TestUser
-  subscriptionId: string
-}
+type Setup = MeteredSubscriber
 
-async function setup(): Promise<Setup> {
-  const agent = await createAgent(ctx, owner)
-  const plan = await ctx.call('POST', '/v1/billing/plans', {
-    token: owner.token,
-    body: { participantId: agent.id, name: 'Metered', monthlyPriceCents: 1000, includedProxyCalls: 100, overagePerCallCents: 10 },
-  })
-  const user = await signUp(ctx)
-  const sub = await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId: plan.body.data.id } })
-  const connection = await ctx.call('POST', '/v1/connections', {
-    token: user.token,
-    body: { provider: 'acme', baseUrl: `${upstream.url}/api`, credential: 'upstream-secret-token' },
-  })
-  if (connection.status !== 201) throw new Error(JSON.stringify(connection.body))
-  return { agent, user, subscriptionId: sub.body.data.id }
-}
+const setup = () => meteredSubscriber(ctx, owner, upstream.url, { includedProxyCalls: 100 })
 
 const proxy = (s: Setup, path = '/echo', headers?: Record<string, string>) =>
   ctx.call('POST', '/v1/agent/proxy-call', { apiKey: s.agent.apiKey, body: { userId: s.user.id, provider: 'acme', method: 'GET', path }, headers })

@@ -4,24 +4,14 @@ import { randomBytes } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import {
-  createAgent,
-  createTestContext,
-  expectError,
-  signUp,
-  testJwtSecret,
-  type CallResult,
-  type TestAgent,
-  type TestContext,
-  type TestUser,
-} from './helpers/context.ts'
+import { createTestContext, expectError, signUp, testJwtSecret, type CallResult, type TestContext, type TestUser } from './helpers/context.ts'
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
 import { startWorker } from './helpers/workers.ts'
 import { processGroup } from './helpers/processes.ts'
 import { freePort } from './helpers/ports.ts'
 import { until } from './helpers/until.ts'
 import { meteringProcessor } from '../workers/metering.ts'
-import { counted } from './helpers/usage.ts'
+import { counted, meteredSubscriber, type MeteredSubscriber } from './helpers/usage.ts'
 
 const connectionsKey = randomBytes(32).toString('hex')
 const root = mkdtempSync(join(tmpdir(), 'am-in-flight-'))
@@ -46,27 +36,9 @@ afterAll(async () => {
   rmSync(root, { recursive: true, force: true })
 })
 
-interface Setup {
-  agent: TestAgent
-  user: TestUser
-  subscriptionId: string
-}
+type Setup = MeteredSubscriber
 
-async function setup(): Promise<Setup> {
-  const agent = await createAgent(ctx, owner)
-  const plan = await ctx.call('POST', '/v1/billing/plans', {
-    token: owner.token,
-    body: { participantId: agent.id, name: 'Metered', monthlyPriceCents: 1000, includedProxyCalls: 3, overagePerCallCents: 10 },
-  })
-  const user = await signUp(ctx)
-  const sub = await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId: plan.body.data.id } })
-  const connection = await ctx.call('POST', '/v1/connections', {
-    token: user.token,
-    body: { provider: 'acme', baseUrl: `${upstream.url}/api`, credential: 'upstream-secret-token' },
-  })
-  if (connection.status !== 201) throw new Error(JSON.stringify(connection.body))
-  return { agent, user, subscriptionId: sub.body.data.id }
-}
+const setup = () => meteredSubscriber(ctx, owner, upstream.url)
 
 const callBody = (s: Setup, path = '/gate') => ({ userId: s.user.id, provider: 'acme', method: 'GET', path })
 

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
-import { createAgent, createTestContext, expectError, signUp, uuidV7, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import { createTestContext, expectError, signUp, uuidV7, type TestContext, type TestUser } from './helpers/context.ts'
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
 import { startWorker } from './helpers/workers.ts'
 import { until } from './helpers/until.ts'
@@ -11,7 +11,7 @@ import { countUsage } from '../src/metering/count.ts'
 import { invoiceProcessor } from '../workers/invoices.ts'
 import type { Job } from 'bullmq'
 import { addMonths } from '../src/billing/periods.ts'
-import { counted } from './helpers/usage.ts'
+import { counted, meteredSubscriber, type MeteredSubscriber } from './helpers/usage.ts'
 
 let ctx: TestContext
 let upstream: Upstream
@@ -31,28 +31,9 @@ afterAll(async () => {
   await ctx.close()
 })
 
-interface Setup {
-  agent: TestAgent
-  user: TestUser
-  planId: string
-  subscriptionId: string
-}
+type Setup = MeteredSubscriber
 
-async function setup(terms: Record<string, number> = {}, provider = 'acme'): Promise<Setup> {
-  const agent = await createAgent(ctx, owner)
-  const plan = await ctx.call('POST', '/v1/billing/plans', {
-    token: owner.token,
-    body: { participantId: agent.id, name: 'Metered', monthlyPriceCents: 1000, includedProxyCalls: 3, overagePerCallCents: 10, ...terms },
-  })
-  const user = await signUp(ctx)
-  const sub = await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId: plan.body.data.id } })
-  const connection = await ctx.call('POST', '/v1/connections', {
-    token: user.token,
-    body: { provider, baseUrl: `${upstream.url}/api`, credential: 'upstream-secret-token', label: 'Acme' },
-  })
-  if (connection.status !== 201) throw new Error(JSON.stringify(connection.body))
-  return { agent, user, planId: plan.body.data.id, subscriptionId: sub.body.data.id }
-}
+const setup = (terms: Record<string, number> = {}, provider = 'acme') => meteredSubscriber(ctx, owner, upstream.url, terms, provider)
 
 const proxy = (s: Setup, body: Record<string, unknown> = {}, headers?: Record<string, string>) =>
   ctx.call('POST', '/v1/agent/proxy-call', {
