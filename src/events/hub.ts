@@ -131,7 +131,12 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
     const set = byStream.get(event.stream)
     if (!set) return
     const bytes = frame(event)
-    for (const connection of set) deliver(connection, event, bytes)
+    // Between a drop of the subscription and its reconnect handlers, an event that came may follow
+    // one that was missed: an open stream gets nothing live then (the reconnect ends it, and its
+    // client resumes after the last event it had, from the stream), so it never skips over a gap.
+    // A stream still replaying keeps what comes, as its replay is read after it.
+    const whole = pubsub.listening()
+    for (const connection of set) if (whole || connection.buffer !== null) deliver(connection, event, bytes)
   })
 
   // A revoked key ends the streams opened with it, on every instance (the key cache's channel).
