@@ -93,3 +93,46 @@ describe('a reservation taken over', () => {
     }
   })
 })
+
+describe('a leased request that failed with 5xx', () => {
+  test('leaves its reservation for the retry, which takes it over at once with the same command id', async () => {
+    const ids: string[] = []
+    const first = idempotentCommand(
+      ctx.deps,
+      request('metered-then-failed'),
+      async identity => {
+        ids.push(identity.commandId!)
+        throw errors.unavailable()
+      },
+      upstreamLike,
+    )
+    await expect(first).rejects.toMatchObject({ code: 'unavailable' })
+    const retry = await idempotentCommand(
+      ctx.deps,
+      request('metered-then-failed'),
+      async identity => {
+        ids.push(identity.commandId!)
+        return { status: 200, body: 'done' }
+      },
+      upstreamLike,
+    )
+    expect(retry).toEqual({ status: 200, body: 'done', replayed: false })
+    // The same id both times: a usage event derived from it is counted once.
+    expect(ids).toHaveLength(2)
+    expect(ids[1]).toBe(ids[0]!)
+  })
+
+  test('a 4xx still frees the key, for a corrected request', async () => {
+    const refused = idempotentCommand(
+      ctx.deps,
+      request('refused-then-corrected'),
+      async () => {
+        throw errors.notSubscribed()
+      },
+      upstreamLike,
+    )
+    await expect(refused).rejects.toMatchObject({ code: 'not_subscribed' })
+    const corrected = { ...request('refused-then-corrected'), body: { n: 2 } }
+    expect(await idempotentCommand(ctx.deps, corrected, async () => ({ status: 200, body: 'ok' }), upstreamLike)).toMatchObject({ status: 200 })
+  })
+})

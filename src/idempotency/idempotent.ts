@@ -138,6 +138,15 @@ export async function idempotentCommand(
       // reservation stays, so a retry sends the same command id again and it is applied once. A
       // repeat refused before it sent anything (its checks failed) leaves it too: an earlier
       // attempt may have sent the command under it.
+    } else if (options.leaseMs !== undefined && !(error instanceof AppError && error.status < 500)) {
+      // Failed after it may have done something (a proxy call that reached its upstream, then could
+      // not be metered): the reservation stays, its lease let go at once, so the retry takes it over
+      // with the same reservation, and what derives from it (the usage event) is the same again.
+      await sql`
+        update idempotency_keys set created_at = ${new Date(mine.at.getTime() - options.leaseMs)}
+        where subject = ${request.subject} and key = ${key} and response_status is null
+          and created_at = ${mine.at} and reservation = ${reservation}
+      `.catch(() => {})
     } else {
       // Refused, so nothing happened: the key is free again, also for a corrected request. Only
       // this reservation's: one taken over meanwhile is the taker's.

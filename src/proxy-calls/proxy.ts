@@ -89,7 +89,7 @@ async function callUpstream(deps: Deps, agent: AgentPrincipal, call: ProxyCall, 
   headers.authorization = `Bearer ${openCredential(config.connectionsKey!, connection.credential, connection.id)}`
 
   // The most a call may buffer is reserved before the upstream is asked, so a refusal (503) leaves
-  // nothing done: no upstream reached, nothing metered, the Idempotency-Key free for a retry.
+  // nothing done: no upstream reached, nothing metered; a retry under the Idempotency-Key runs it.
   const release = deps.proxyBuffers.reserve(maxResponseBytes)
   try {
     const occurredAt = clock.now()
