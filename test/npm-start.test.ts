@@ -2,9 +2,9 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { deleteKeys, randomPrefix, redisUrl, testJwtSecret } from './helpers/context.ts'
+import { deleteKeys, randomPrefix } from './helpers/context.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
-import { descendants, exitWithin, isRunning, processGroup, type Started } from './helpers/processes.ts'
+import { deploymentEnv, descendants, exitWithin, isRunning, processGroup, type Started } from './helpers/processes.ts'
 import { freePort } from './helpers/ports.ts'
 
 // What a container runtime or a process manager does: start `npm start`, later send SIGTERM to the
@@ -28,20 +28,7 @@ afterAll(async () => {
 function environment(port: number, databaseUrl: string | undefined, extra: Record<string, string> = {}): Record<string, string> {
   const prefix = randomPrefix()
   prefixes.push(prefix)
-  const env: Record<string, string | undefined> = {
-    PATH: process.env.PATH,
-    HOME: process.env.HOME ?? root,
-    PORT: String(port),
-    DATABASE_URL: databaseUrl,
-    REDIS_URL: redisUrl,
-    REDIS_PREFIX: prefix,
-    AUTH_JWT_SECRET: testJwtSecret,
-    LOG_LEVEL: 'warn',
-    NODE_ENV: 'development',
-    DATA_DIR: mkdtempSync(join(root, 'data-')),
-    ...extra,
-  }
-  return Object.fromEntries(Object.entries(env).filter((entry): entry is [string, string] => entry[1] !== undefined))
+  return deploymentEnv(root, prefix, { PORT: String(port), DATABASE_URL: databaseUrl, ...extra })
 }
 
 async function waitForReady(port: number, started: Started, ms: number): Promise<void> {

@@ -6,10 +6,10 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createSql } from '../src/db.ts'
 import { readMigrations } from '../src/migrate.ts'
-import { deleteKeys, randomPrefix, redisUrl, testJwtSecret, userToken } from './helpers/context.ts'
+import { deleteKeys, randomPrefix, userToken } from './helpers/context.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 import { postgresBinaries, startPostgresServer, type PostgresServer } from './helpers/postgres-server.ts'
-import { exitWithin, processGroup, type Started } from './helpers/processes.ts'
+import { deploymentEnv, exitWithin, processGroup, type Started } from './helpers/processes.ts'
 import { freePort } from './helpers/ports.ts'
 import { until } from './helpers/until.ts'
 
@@ -37,19 +37,7 @@ async function emptyDatabase(): Promise<TestDatabase> {
 function environment(database: Pick<TestDatabase, 'url'>, overrides: Record<string, string | undefined> = {}): Record<string, string> {
   const prefix = randomPrefix()
   prefixes.push(prefix)
-  const env: Record<string, string | undefined> = {
-    PATH: process.env.PATH,
-    HOME: process.env.HOME ?? root,
-    DATABASE_URL: database.url,
-    REDIS_URL: redisUrl,
-    REDIS_PREFIX: prefix,
-    AUTH_JWT_SECRET: testJwtSecret,
-    LOG_LEVEL: 'warn',
-    NODE_ENV: 'development',
-    DATA_DIR: mkdtempSync(join(root, 'data-')),
-    ...overrides,
-  }
-  return Object.fromEntries(Object.entries(env).filter((entry): entry is [string, string] => entry[1] !== undefined))
+  return deploymentEnv(root, prefix, { DATABASE_URL: database.url, ...overrides })
 }
 
 async function waitForHealth(port: number, started: Started, ms = 20_000): Promise<void> {

@@ -1,7 +1,8 @@
 /** Real processes of the service in tests: started from scratch environments, always cleaned up. */
 import type { Subprocess } from 'bun'
-import { readdirSync, readFileSync } from 'node:fs'
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { redisUrl, testJwtSecret } from './context.ts'
 
 export const projectRoot = join(import.meta.dir, '..', '..')
 
@@ -82,4 +83,24 @@ function commandOf(pid: number): string {
   } catch {
     return ''
   }
+}
+
+/**
+ * The environment of a real deployment, built from scratch so nothing leaks in from the test runner:
+ * its own Redis prefix and a data directory under `root`; an override of `undefined` leaves a
+ * variable out.
+ */
+export function deploymentEnv(root: string, prefix: string, overrides: Record<string, string | undefined> = {}): Record<string, string> {
+  const env: Record<string, string | undefined> = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME ?? root,
+    REDIS_URL: redisUrl,
+    REDIS_PREFIX: prefix,
+    AUTH_JWT_SECRET: testJwtSecret,
+    LOG_LEVEL: 'warn',
+    NODE_ENV: 'development',
+    DATA_DIR: mkdtempSync(join(root, 'data-')),
+    ...overrides,
+  }
+  return Object.fromEntries(Object.entries(env).filter((entry): entry is [string, string] => entry[1] !== undefined))
 }
