@@ -13,7 +13,6 @@ import { createRateLimiter, type RateLimiter } from './rate-limit/token-bucket.t
 import { createInFlightLimiter, type InFlightLimiter } from './rate-limit/in-flight.ts'
 import { createBufferBudget, type BufferBudget } from './proxy-calls/buffer-budget.ts'
 import { createDispatcher, type Dispatcher } from './actors/dispatcher.ts'
-import { createInlineRunner } from './actors/inline.ts'
 import { createMarkdownRenderer, type MarkdownRenderer } from './blog/render.ts'
 import type { ActorKinds } from './actors/types.ts'
 import { conversationCommands } from './conversations/commands.ts'
@@ -100,30 +99,19 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
   const inFlight = createInFlightLimiter(redis, keys, clock)
   const proxyBuffers = createBufferBudget(config.proxy.bufferBytes)
-  // Commands of idle actors and agents' replies are written here, in batches whose Redis calls share
-  // writes on a connection of their own with auto-pipelining, and whose statements have Postgres
-  // connections of their own (one per batch in flight): a batch never waits behind requests'
-  // queries, nor they behind it. Busy actors' commands go to their mailboxes for the runtimes.
+  // Agents' replies and the turns of idle actors run in batches with Postgres connections of their own
+  // (one per batch in flight), so a batch never waits behind requests' queries, nor they behind it;
+  // their Redis calls share writes on auto-pipelined connections of their own.
   const batchRedis = redis.duplicate({ enableAutoPipelining: true, connectionName: 'agent-marketplace:batches' })
   const inlineSql = config.actorsInline ? createSql(config.databaseUrl, { max: inlineBatches }) : undefined
-  const inline = inlineSql
-    ? createInlineRunner({
-        sql: inlineSql,
-        redis: batchRedis,
-        keys,
-        clock,
-        log,
-        batches: inlineBatches,
-        kinds: actorKinds({ redis: batchRedis, keys, config }),
-      })
-    : undefined
+  const inline = inlineSql && { sql: inlineSql, clock, batches: inlineBatches, kinds: actorKinds({ redis: batchRedis, keys, config }) }
   // The writer's statements touch a few conversations by key. While the table is small (a few thousand
   // rows) the planner, taking the JSON input for 100 rows, hash-joins it against a scan of the whole
   // table instead (about a tenth more Postgres CPU a reply); these connections run nothing else, so
   // they keep to the keyed lookups it picks at scale.
   const replySql = createSql(config.databaseUrl, { max: 2 * replyBatches, settings: { enable_seqscan: 'off' } })
   const replies = createReplyWriter({ sql: replySql, redis: batchRedis, keys, clock, log, batches: replyBatches })
-  const dispatcher = await createDispatcher({ redis, pubsub, keys, inline })
+  const dispatcher = await createDispatcher({ redis, pubsub, keys, log, inline })
   const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock })
   const queues = createQueues(config, keys, log)
   const events = await createEventHub({ redis, pubsub, keys, log, isKeyLive: async hex => (await keyCache.lookup(hex)) !== null })

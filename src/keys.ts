@@ -22,8 +22,9 @@ export function createKeys(prefix: string) {
       fence: `${prefix}{actor:${actor}}:fence`,
       dead: `${prefix}{actor:${actor}}:dead`,
     }),
-    mailboxPattern: `${prefix}{actor:*}:mailbox`,
-    actorsReady: `${prefix}actors:ready`,
+    // Which actors have mail to be looked at, and who marked each last: one hash tag, so one slot.
+    actorsDue: `${prefix}{actors}:due`,
+    actorsDueBy: `${prefix}{actors}:due-by`,
     usage: (subscriptionId: string, periodIndex: number) => ({
       calls: `${prefix}usage:${subscriptionId}:${periodIndex}`,
     }),

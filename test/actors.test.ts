@@ -3,6 +3,8 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomUUID } from 'node:crypto'
 import { startActorRuntime, type ActorRuntime } from '../src/actors/runtime.ts'
 import type { ActorKinds } from '../src/actors/types.ts'
+import { createHolder, type Hold } from '../src/actors/hold.ts'
+import { createDue } from '../src/actors/due.ts'
 import { AppError } from '../src/errors.ts'
 import { enqueueEvents } from '../src/events/outbox.ts'
 import { createTestContext, type TestContext } from './helpers/context.ts'
@@ -74,7 +76,7 @@ const kinds: ActorKinds = {
 
 async function runtime(options: Partial<Parameters<typeof startActorRuntime>[0]> = {}) {
   const { sql, redis, keys, clock, log } = ctx.deps
-  const started = await startActorRuntime({ sql, redis, keys, clock, log, kinds, leaseMs: 600, claimIdleMs: 400, ...options })
+  const started = await startActorRuntime({ sql, redis, keys, clock, log, kinds, leaseMs: 600, ...options })
   runtimes.push(started)
   return started
 }
@@ -156,7 +158,7 @@ describe('actor runtime', () => {
   }, 30_000)
 
   test('stopping under a backlog hands the unfinished actors on: a new runtime applies everything', async () => {
-    const r1 = await runtime({ concurrency: 2 })
+    const r1 = await runtime({ batchActors: 1, batches: 1 })
     const actors = Array.from({ length: 10 }, () => randomUUID())
     for (const actor of actors) for (let n = 0; n < 5; n++) await ctx.deps.dispatcher.tell(`log:${actor}`, 'append', { n })
     await r1.stop()
@@ -184,35 +186,30 @@ describe('actor runtime', () => {
     await r.stop()
   })
 
-  test('the runtime recovers when Redis loses the hint stream and its group', async () => {
+  test('the runtime recovers when Redis loses the marks of due actors', async () => {
     const r = await runtime()
-    await ctx.deps.redis.del(ctx.deps.keys.actorsReady)
+    await ctx.deps.redis.del(ctx.deps.keys.actorsDue, ctx.deps.keys.actorsDueBy)
     const actor = randomUUID()
     expect(await ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 3 }, { timeoutMs: 10_000 })).toEqual({ count: 1 })
     await r.stop()
   })
 
-  test('mail whose hint was lost is found by the sweep', async () => {
-    const r = await runtime({ sweepEveryMs: 300 })
-    const actor = randomUUID()
-    await ctx.deps.redis.xadd(
-      ctx.deps.keys.actor(`log:${actor}`).mailbox,
-      '*',
-      'type',
-      'append',
-      'payload',
-      '{"n":9}',
-      'command',
-      'c1',
-      'hash',
-      '',
-      'reply',
-      '',
-      'ask',
-      '',
-    )
-    await until(async () => (await appended(actor)).length === 1)
-    expect(await appended(actor)).toEqual([9])
+  test('mail left by a sender that died holding its actor comes due for a runtime, which applies it once', async () => {
+    const { redis, keys } = ctx.deps
+    const actor = `log:${randomUUID()}`
+    // A sender's steps up to its turn: marked due for after its hold, the command appended, the actor
+    // taken with its mail read; then the process dies (no turn, no release, no renewal).
+    const sender = createHolder(redis, keys, `sender:${randomUUID()}`, 300)
+    await createDue(redis, keys).mark(actor, 450, 'the dead sender')
+    const fields = ['type', 'append', 'payload', '{"n":9}', 'command', randomUUID(), 'repeatable', '', 'hash', '', 'reply', '', 'ask', '']
+    const [taken] = await sender.take([{ actor, mail: 32, append: [fields] }])
+    expect((taken as Hold).mail.length).toBe(1)
+    const r = await runtime()
+    await until(async () => (await appended(actor.slice(4))).length === 1)
+    expect(await appended(actor.slice(4))).toEqual([9])
+    // Drained: the mark goes, and the mailbox with it.
+    await until(async () => (await redis.zscore(keys.actorsDue, actor)) === null)
+    expect(await redis.exists(keys.actor(actor).mailbox)).toBe(0)
     await r.stop()
   })
 
@@ -331,16 +328,17 @@ describe('actor runtime', () => {
     stalls.push({ entered: () => entered(), released: new Promise<void>(resolve => (release = resolve)) })
     await ctx.deps.dispatcher.tell(`log:${healthy}`, 'append', { n: 1 })
     await ctx.deps.dispatcher.tell(`log:${stalled}`, 'stall', {})
-    const r = await runtime({ leaseMs: 5000, claimIdleMs: 20_000 })
+    const r = await runtime({ leaseMs: 5000 })
     await inside
     const stopping = r.stop()
     release()
     await stopping
-    for (const actor of [healthy, stalled]) expect(await ctx.deps.redis.exists(ctx.deps.keys.actor(`log:${actor}`).lease)).toBe(0)
-    const pending = (await ctx.deps.redis.xpending(ctx.deps.keys.actorsReady, 'runtimes', '-', '+', 100, r.id)) as unknown[]
-    expect(pending.length).toBe(0)
-    // The next runtime finds the hints at once, not after the claim delay.
-    const next = await runtime({ leaseMs: 5000, claimIdleMs: 20_000 })
+    for (const actor of [healthy, stalled]) {
+      expect(await ctx.deps.redis.exists(ctx.deps.keys.actor(`log:${actor}`).lease)).toBe(0)
+      // Due at once, not when the stopped runtime's claim would have run out.
+      expect(Number(await ctx.deps.redis.zscore(ctx.deps.keys.actorsDue, `log:${actor}`))).toBeLessThanOrEqual(Date.now() + 100)
+    }
+    const next = await runtime({ leaseMs: 5000 })
     await until(async () => (await appended(healthy)).length === 1 && (await appended(stalled)).length === 1, 5000)
     expect(await appended(healthy)).toEqual([1])
     expect(await appended(stalled)).toEqual([100])

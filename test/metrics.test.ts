@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomBytes, randomUUID } from 'node:crypto'
+import { createDue } from '../src/actors/due.ts'
 import { createTestContext, expectError, signUp, type TestContext } from './helpers/context.ts'
 import { freePort } from './helpers/ports.ts'
 import { until } from './helpers/until.ts'
@@ -77,13 +78,18 @@ describe('GET /metrics on the API port', () => {
 
   test('reports actor mailboxes: commands waiting, actors with mail, and the age of the oldest', async () => {
     const { keys, redis } = ctx.deps
+    const due = createDue(redis, keys)
     const addedAt = Date.now() - 5000
-    await redis.xadd(keys.actor(`agent:${randomUUID()}`).mailbox, `${addedAt}-0`, 'type', 'test')
-    await redis.xadd(keys.actor(`agent:${randomUUID()}`).mailbox, `${addedAt + 1000}-0`, 'type', 'test')
-    await redis.xadd(keys.actor(`agent:${randomUUID()}`).mailbox, `${addedAt + 1000}-0`, 'type', 'test')
-    const emptied = keys.actor(`agent:${randomUUID()}`).mailbox
-    const id = await redis.xadd(emptied, '*', 'type', 'test')
-    await redis.xdel(emptied, id!)
+    // Mail as a sender leaves it: the actor marked due (far off, so no runtime takes it), then appended.
+    const mailbox = async (at: number) => {
+      const actor = `agent:${randomUUID()}`
+      await due.mark(actor, 3_600_000)
+      return (await redis.xadd(keys.actor(actor).mailbox, `${at}-0`, 'type', 'test'), keys.actor(actor).mailbox)
+    }
+    await mailbox(addedAt)
+    await mailbox(addedAt + 1000)
+    await mailbox(addedAt + 1000)
+    await redis.xdel(await mailbox(addedAt - 1000), `${addedAt - 1000}-0`)
 
     const text = await scrape()
     expect(sample(text, 'actor_mailbox_commands')).toBe(3)

@@ -4,7 +4,7 @@ import { startActorRuntime, type ActorRuntime, type ActorRuntimeOptions } from '
 
 export function startActors(
   deps: Deps,
-  options: Partial<Pick<ActorRuntimeOptions, 'leaseMs' | 'claimIdleMs' | 'concurrency' | 'beforeAck'>> = {},
+  options: Partial<Pick<ActorRuntimeOptions, 'leaseMs' | 'batchActors' | 'beforeAck'>> = {},
 ): Promise<ActorRuntime> {
   const { sql, keys, clock, log } = deps
   // A batch's leases, projections, replies and acknowledgements are issued together; on their own

@@ -1,11 +1,24 @@
-/** Sending commands to actors: append to the actor's mailbox stream and hint the runtimes; `ask` waits for the result. */
+/**
+ * Sending commands to actors. Every command goes into its actor's mailbox. Where this process can
+ * apply the actor's kind (`inline`) it appends and tries to take the actor in one step: taken (it was
+ * idle), it works the mail right here, the commands of the moment of many actors in one turn; held
+ * elsewhere, the holder finds the mail when it lets go. Either way the actor is marked due first, so a
+ * runtime takes over should no one finish it. `ask` waits for the command's answer, from here or from
+ * whichever process applied it.
+ */
 import { randomUUID } from 'node:crypto'
+import type { Sql } from '../db.ts'
+import type { Clock } from '../clock.ts'
 import type { Redis } from '../redis.ts'
 import type { PubSub } from '../pubsub.ts'
 import type { Keys } from '../keys.ts'
+import { errorFields, type Log } from '../log.ts'
 import { errors } from '../errors.ts'
-import type { InlineRunner } from './inline.ts'
-import { hintRuntimes } from './hints.ts'
+import { createBatcher } from '../batcher.ts'
+import type { ActorKinds } from './types.ts'
+import { createHolder, type Hold } from './hold.ts'
+import { createDue } from './due.ts'
+import { isOutage, work, type Answer, type WorkDeps } from './work.ts'
 
 export interface SendOptions {
   /** Repeats with one id are applied once (derive it from an Idempotency-Key); random by default. */
@@ -15,84 +28,149 @@ export interface SendOptions {
 }
 
 export interface Dispatcher {
-  /** Sends a command; resolves once it is in the mailbox, or applied when this process applied it (an idle actor). */
+  /** Sends a command; resolves once it is in the mailbox, or applied when this process took its actor. */
   tell(actor: string, type: string, payload: unknown, options?: SendOptions): Promise<string>
-  /** Queues a command and resolves with its result; 503 `unavailable` after the timeout (it is still applied once). */
+  /** Sends a command and resolves with its result; 503 `unavailable` after the timeout (it is still applied once). */
   ask<Result>(actor: string, type: string, payload: unknown, options?: SendOptions & { timeoutMs?: number }): Promise<Result>
+  /** Applies nothing more here (what waits is mailed), waits for what is under way, stops listening. */
   close(): Promise<void>
 }
 
-export async function createDispatcher(options: {
+export interface DispatcherOptions {
   redis: Redis
   pubsub: PubSub
   keys: Keys
+  log: Log
   defaultTimeoutMs?: number
-  /** Applies the commands of idle actors here and now; without it every command goes to a mailbox. */
-  inline?: InlineRunner
-}): Promise<Dispatcher> {
-  const { redis, pubsub, keys } = options
+  /** Applies the commands of these kinds here when their actor is idle; without it a runtime applies every command. */
+  inline?: { sql: Sql; clock: Clock; kinds: ActorKinds; leaseMs?: number; batches?: number; batchActors?: number }
+}
+
+interface Pending {
+  fields: string[]
+  /** The ask's id, '' for a tell. */
+  ask: string
+  /** Settles the send itself (a tell's promise): once mailed, or worked here. */
+  sent(error?: unknown): void
+}
+
+// Commands of one actor read per turn: its backlog, if any, and what this process appends.
+const perActor = 32
+
+export async function createDispatcher(options: DispatcherOptions): Promise<Dispatcher> {
+  const { pubsub, keys, log, inline } = options
   // Commands go out on a connection of their own with auto-pipelining: concurrent requests share writes.
-  const sending = redis.duplicate({ enableAutoPipelining: true, connectionName: 'agent-marketplace:dispatch' })
-  const replyChannel = keys.channels.actorReplies(randomUUID())
+  const redis = options.redis.duplicate({ enableAutoPipelining: true, connectionName: 'agent-marketplace:dispatch' })
+  const processId = randomUUID()
+  const replyChannel = keys.channels.actorReplies(processId)
   const waiting = new Map<string, { resolve(result: unknown): void; reject(error: unknown): void }>()
+  const leaseMs = inline?.leaseMs ?? 10_000
+  const holder = createHolder(redis, keys, `sender:${processId}`, leaseMs)
+  const due = createDue(redis, keys)
+  let closed = false
+  let sends = 0
 
-  const stop = await pubsub.subscribe(replyChannel, message => {
-    const reply = JSON.parse(message) as { ask: string; result?: unknown; failed?: boolean }
-    const waiter = waiting.get(reply.ask)
+  const answer = (ask: string, reply: Answer) => {
+    const waiter = waiting.get(ask)
     if (!waiter) return
-    if (reply.failed) waiter.reject(errors.unavailable('The command could not be applied'))
+    if ('failed' in reply) waiter.reject(errors.unavailable('The command could not be applied'))
     else waiter.resolve(reply.result)
+  }
+  const stopListening = await pubsub.subscribe(replyChannel, message => {
+    const { ask, ...reply } = JSON.parse(message) as { ask: string } & Answer
+    answer(ask, reply)
   })
+  const deps: WorkDeps | undefined = inline && {
+    ...inline,
+    log,
+    leaseMs,
+    redis,
+    holder,
+    running: () => !closed,
+    answerHere: (reply, ask, result) => reply === replyChannel && (answer(ask, result), true),
+  }
 
-  const send = async (actor: string, type: string, payload: unknown, sendOptions: SendOptions, ask: string) => {
-    const commandId = sendOptions.commandId ?? randomUUID()
-    const fields = [
-      'type',
+  /** Mails the actors' commands for a runtime: marked due at once, then appended. */
+  const mail = (batch: Map<string, Pending[]>) =>
+    Promise.all(
+      [...batch].map(async ([actor, pending]) => {
+        try {
+          await due.mark(actor, 0)
+          for (const p of pending) await redis.xadd(keys.actor(actor).mailbox, '*', ...p.fields)
+          for (const p of pending) p.sent()
+        } catch (error) {
+          for (const p of pending) p.sent(error)
+        }
+      }),
+    )
+
+  /** Appends each actor's commands and takes the idle ones; works what it took; marks the actors again. */
+  const run = async (batch: Map<string, Pending[]>, free: () => void) => {
+    const here = [...batch.keys()].filter(actor => deps && !closed && deps.kinds[actor.slice(0, actor.indexOf(':'))])
+    const elsewhere = new Map([...batch].filter(([actor]) => !here.includes(actor)))
+    const mailed = mail(elsewhere)
+    if (here.length === 0) return void (await mailed)
+    const owner = `${processId}:${++sends}`
+    // Due after this process's hold would have run out: a runtime takes over should this process die.
+    const marked = Promise.all(here.map(actor => due.mark(actor, 1.5 * leaseMs, owner)))
+    const taken = await holder.take(here.map(actor => ({ actor, mail: perActor, append: batch.get(actor)!.map(p => p.fields) })))
+    await marked.catch(error => log.warn('actor due mark failed', errorFields(error)))
+    const holds: Hold[] = []
+    const failed = taken.flatMap((t, i) => {
+      const pending = batch.get(here[i]!)!
+      // Held elsewhere: the holder finds the mail as it lets go.
+      if (t === 'busy') for (const p of pending) p.sent()
+      else if (t instanceof Error) {
+        // The mail may or may not be in: due at once, should it be.
+        for (const p of pending) p.sent(errors.unavailable('The command could not be sent; it may have been'))
+        return [due.mark(here[i]!, 0).catch(() => {})]
+      } else holds.push(t)
+      return []
+    })
+    if (holds.length > 0) await workHere(holds, batch, owner, free)
+    await Promise.all([mailed, ...failed])
+  }
+
+  const workHere = async (holds: Hold[], batch: Map<string, Pending[]>, owner: string, free: () => void) => {
+    const { failure, left } = await work(deps!, holds, { committed: free })
+    if (failure) log.debug('actor batch failed here; a runtime applies it', { actors: holds.length, ...errorFields(failure.error) })
+    await Promise.all(
+      holds.map(async ({ actor }) => {
+        const rest = left.get(actor)
+        // Drained: the mark made for this send goes. Mail left (a failed turn's too): due at once for a runtime.
+        const marking = rest === undefined ? undefined : rest === 0 && !failure ? due.settle(actor, owner) : due.mark(actor, 0)
+        await marking?.catch(error => log.warn('actor due mark failed', { actor, ...errorFields(error) }))
+        for (const p of batch.get(actor)!) {
+          // An outage: the caller hears of it now; the command stays in the mailbox, to be applied once.
+          if (failure && isOutage(failure.error) && p.ask)
+            waiting.get(p.ask)?.reject(errors.unavailable('The command could not be applied yet; it will be, once'))
+          p.sent()
+        }
+      }),
+    )
+  }
+
+  const batcher = createBatcher<Pending>({ slots: inline?.batches ?? 2, maxKeys: inline?.batchActors ?? 256, run })
+
+  const send = (actor: string, type: string, payload: unknown, sendOptions: SendOptions, ask: string) => {
+    const command = sendOptions.commandId ?? randomUUID()
+    const entry = {
       type,
-      'payload',
-      JSON.stringify(payload),
-      'command',
-      commandId,
+      payload: JSON.stringify(payload),
+      command,
       // A chosen id may come again (a retried Idempotency-Key); a random one never does.
-      'repeatable',
-      sendOptions.commandId ? '1' : '',
-      'hash',
-      sendOptions.requestHash?.toString('hex') ?? '',
-      'reply',
-      ask ? replyChannel : '',
-      'ask',
+      repeatable: sendOptions.commandId ? '1' : '',
+      hash: sendOptions.requestHash?.toString('hex') ?? '',
+      reply: ask ? replyChannel : '',
       ask,
-    ]
-    // Two commands, not one transaction: the keys live in different Redis Cluster slots. The hint is sent
-    // once the mail is in (on a Cluster they would go to different nodes, in no set order); should the
-    // hint be lost, the runtimes' sweep still finds the mail. On the auto-pipelined connection each
-    // leaves in a write shared with whatever other requests sent in the same tick.
-    await sending.xadd(keys.actor(actor).mailbox, '*', ...fields)
-    await hintRuntimes(sending, keys, actor)
-    return commandId
-  }
-
-  /** Applied here if the actor is idle, else mailed; either way after what this process gave the actor before. */
-  const viaInline = (actor: string, type: string, payload: unknown, sendOptions: SendOptions, ask: string) => {
-    const commandId = sendOptions.commandId ?? randomUUID()
-    const command = {
-      type,
-      payload,
-      commandId,
-      chosen: sendOptions.commandId !== undefined,
-      requestHash: sendOptions.requestHash?.toString('hex') ?? null,
     }
-    return options.inline!.ask(actor, command, () => send(actor, type, payload, { ...sendOptions, commandId }, ask))
+    return new Promise<string>((resolve, reject) =>
+      batcher.add(actor, { fields: Object.entries(entry).flat(), ask, sent: error => (error ? reject(error) : resolve(command)) }),
+    )
   }
-  const inlined = (actor: string, type: string) => options.inline?.serves(actor, type) ?? false
 
   return {
-    async tell(actor, type, payload, sendOptions = {}) {
-      if (!inlined(actor, type)) return send(actor, type, payload, sendOptions, '')
-      const commandId = sendOptions.commandId ?? randomUUID()
-      await viaInline(actor, type, payload, { ...sendOptions, commandId }, '')
-      return commandId
-    },
+    tell: (actor, type, payload, sendOptions = {}) => send(actor, type, payload, sendOptions, ''),
     async ask<Result>(actor: string, type: string, payload: unknown, sendOptions: SendOptions & { timeoutMs?: number } = {}) {
       const ask = randomUUID()
       const timeoutMs = sendOptions.timeoutMs ?? options.defaultTimeoutMs ?? 10_000
@@ -101,35 +179,19 @@ export async function createDispatcher(options: {
           waiting.delete(ask)
           reject(errors.unavailable('The agent did not answer in time; the command will still be applied once'))
         }, timeoutMs)
-        waiting.set(ask, {
-          resolve: value => {
-            clearTimeout(timer)
-            waiting.delete(ask)
-            resolve(value as Result)
-          },
-          reject: error => {
-            clearTimeout(timer)
-            waiting.delete(ask)
-            reject(error)
-          },
-        })
+        const done = () => (clearTimeout(timer), waiting.delete(ask))
+        waiting.set(ask, { resolve: value => (done(), resolve(value as Result)), reject: error => (done(), reject(error)) })
       })
-      // Sent before returning when not inlined: an ask followed by a tell reaches the mailbox in that order.
-      const sent = inlined(actor, type) ? viaInline(actor, type, payload, sendOptions, ask) : send(actor, type, payload, sendOptions, ask)
-      sent.then(
-        answer => {
-          if (typeof answer === 'object') waiting.get(ask)?.resolve(answer.result)
-        },
-        error => waiting.get(ask)?.reject(error),
-      )
+      send(actor, type, payload, sendOptions, ask).catch(error => waiting.get(ask)?.reject(error))
       return result
     },
     async close() {
-      await options.inline?.close()
+      closed = true
+      await batcher.drain()
       for (const waiter of waiting.values()) waiter.reject(errors.unavailable('Shutting down'))
       waiting.clear()
-      await stop()
-      await sending.quit().catch(() => sending.disconnect())
+      await stopListening()
+      await redis.quit().catch(() => redis.disconnect())
     },
   }
 }

@@ -10,13 +10,15 @@ const group = 'actor'
 // One consumer name for every holder: the next holder reads what the last one left unacknowledged.
 const consumer = 'holder'
 
-// K lease, fence, mailbox; A holder, ms, mail (-1: hold whatever the mailbox holds; 0: only an actor
-// with no mail, so no command overtakes one queued before it; n: read up to n entries, first what a
-// previous holder read and never acknowledged, the third element then 1). Nil when held elsewhere.
+// K lease, fence, mailbox; A holder, ms, mail, entries. Appends the entries (a JSON array of field
+// lists; '' for none) to the mailbox whether or not the actor is held elsewhere, then takes the lease
+// and draws a token. `mail` 0 holds without reading; n reads up to n entries, first what a previous
+// holder read and never acknowledged (the third element then 1). Nil when held elsewhere.
 const take = defineBatchedScript(
   `
-local count = tonumber(A[3])
-if count == 0 and redis.call('XLEN', K[3]) > 0 then return nil end
+if A[4] ~= '' then
+  for _, fields in ipairs(cjson.decode(A[4])) do redis.call('XADD', K[3], '*', unpack(fields)) end
+end
 if not redis.call('SET', K[1], A[1], 'NX', 'PX', A[2]) then return nil end
 local drawn, token = pcall(redis.call, 'INCR', K[2])
 local function give_up(err)
@@ -24,7 +26,8 @@ local function give_up(err)
   error(err)
 end
 if not drawn then give_up(token) end
-if count <= 0 then return {token, {}, 0} end
+local count = tonumber(A[3])
+if count == 0 then return {token, {}, 0} end
 local function read(from)
   local found = redis.pcall('XREADGROUP', 'GROUP', '${group}', '${consumer}', 'COUNT', count, 'STREAMS', K[3], from)
   if type(found) == 'table' and found.err and string.find(found.err, 'NOGROUP', 1, true) then
@@ -39,7 +42,7 @@ local mail = read('0')
 if #mail > 0 then return {token, mail, 1} end
 return {token, read('>'), 0}`,
   3,
-  3,
+  4,
 )
 // K lease; A holder, ms.
 const renew = defineBatchedScript(
@@ -50,7 +53,8 @@ return 0`,
   2,
 )
 // K mailbox, lease; A holder, finished entry ids (space-separated). Acknowledges and deletes them,
-// lets go of the lease and says how much mail is left.
+// lets go of the lease and says how much mail is left; an empty mailbox goes (its group with it,
+// made again by the next read), so an actor keeps nothing in Redis between commands.
 const release = defineBatchedScript(
   `
 local ids = {}
@@ -60,7 +64,9 @@ if #ids > 0 then
   redis.call('XDEL', K[1], unpack(ids))
 end
 if redis.call('GET', K[2]) == A[1] then redis.call('DEL', K[2]) end
-return redis.call('XLEN', K[1])`,
+local left = redis.call('XLEN', K[1])
+if left == 0 then redis.call('DEL', K[1]) end
+return left`,
   2,
   2,
 )
@@ -88,13 +94,20 @@ export interface Hold {
   lost: boolean
 }
 
-/** What taking an actor came to: held, held elsewhere (or with mail, when asked for none), or failed. */
+/** What taking an actor came to: held, held elsewhere, or failed (any entries may or may not be in). */
 export type Taken = Hold | 'busy' | Error
+
+/** An actor to take: its mail to read (0: none), and entries to append to its mailbox first. */
+export interface TakeRequest {
+  actor: string
+  mail: number
+  append?: string[][]
+}
 
 export interface Holder {
   readonly id: string
-  /** Takes each actor (`mail` as in the script above); one call for them all. */
-  take(actors: string[], mail: number): Promise<Taken[]>
+  /** Takes each actor; one call for them all. */
+  take(requests: TakeRequest[]): Promise<Taken[]>
   /** Renews the holds every third of the lease until the function returned is called. */
   keep(holds: Hold[]): () => void
   /** Acknowledges the finished entries, lets go, and says how much mail is left. */
@@ -109,10 +122,11 @@ export function createHolder(redis: Redis, keys: Keys, id: string, leaseMs: numb
   const renewals = new Set<ReturnType<typeof setInterval>>()
   return {
     id,
-    async take(actors, mail) {
-      const calls = actors.map(actor => {
+    async take(requests) {
+      const calls = requests.map(({ actor, mail, append }) => {
         const k = keys.actor(actor)
-        return take(redis, [k.lease, k.fence, k.mailbox], [id, leaseMs, mail]).then(
+        const entries = append && append.length > 0 ? JSON.stringify(append) : ''
+        return take(redis, [k.lease, k.fence, k.mailbox], [id, leaseMs, mail, entries]).then(
           found => toHold(actor, found as [number, [string, string[] | null][], number] | null),
           (error: Error) => error,
         )
@@ -155,7 +169,7 @@ function toHold(actor: string, found: [number, [string, string[] | null][], numb
   return { actor, kind: actor.slice(0, actor.indexOf(':')), token: Number(found[0]), mail, redelivered: found[2] === 1, lost: false }
 }
 
-export function toRecord(list: string[]): Record<string, string> {
+function toRecord(list: string[]): Record<string, string> {
   const out: Record<string, string> = {}
   for (let i = 0; i + 1 < list.length; i += 2) out[list[i]!] = list[i + 1]!
   return out

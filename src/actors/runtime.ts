@@ -1,21 +1,20 @@
 /**
- * The actor runtime: learns of actors with mail from hints (hints.ts), works them in batches of turns
- * on their mail (mail.ts), each actor's batches one after another (the batcher), and keeps the hints'
- * books: acknowledged once an actor is drained, kept and tried later while it is held elsewhere or
- * failing, handed on to the other runtimes when it stops.
+ * The actor runtime of the workers: claims due actors (due.ts), takes them and works their mail in
+ * batches (work.ts), and marks each one again by what is left: drained, due at once, or later (held
+ * elsewhere, or failing). An actor whose command failed a batch is then worked alone, one command a
+ * turn, until that command is applied, refused as bad input, or moved to the dead-letter stream.
  */
 import { randomUUID } from 'node:crypto'
 import type { Sql } from '../db.ts'
+import { isBadInput } from '../db.ts'
 import type { Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
 import { errorFields, type Log } from '../log.ts'
-import { createBatcher } from '../batcher.ts'
 import type { ActorKinds } from './types.ts'
-import { createHolder } from './hold.ts'
-import { createMailTurns, type Drain, type MailStats } from './mail.ts'
-import { acknowledgeHints, hintRuntimes, startHintIntake } from './hints.ts'
-import { createRepairs } from './repairs.ts'
+import { createHolder, type Hold } from './hold.ts'
+import { createDue } from './due.ts'
+import { isOutage, work, type Finished, type WorkDeps, type Worked } from './work.ts'
 
 export interface ActorRuntimeOptions {
   sql: Sql
@@ -24,147 +23,161 @@ export interface ActorRuntimeOptions {
   kinds: ActorKinds
   clock: Clock
   log: Log
-  /** How long a lease lasts unless renewed; a dead runtime's actors move on after this. */
+  /** How long a lease lasts unless renewed; a dead runtime's actors come due for the others after this. */
   leaseMs?: number
-  /** Hints read by a runtime that went quiet this long are taken over. */
-  claimIdleMs?: number
-  /** Actors held at once by this runtime. */
-  concurrency?: number
-  /** Actors worked in one batch (one lease round trip, one transaction). */
+  /** Actors claimed and worked in one batch (one lease round trip, one transaction). */
   batchActors?: number
-  /** Batches in flight at once: while one is in its transaction, the next is gathered. */
+  /** Batches in flight at once: while one is in its transaction, the next is claimed. */
   batches?: number
-  /** How often mailboxes are swept for mail whose hint was lost. */
-  sweepEveryMs?: number
+  /** How long a runtime that found nothing due waits before it looks again. */
+  idleMs?: number
   /** Test seam: runs after a command's effect and projection, before it is acknowledged. */
   beforeAck?: (actor: string, commandId: string) => Promise<void> | void
 }
 
-export type ActorRuntimeStats = MailStats
+export interface ActorRuntimeStats {
+  /** Batch transactions committed, and the commands applied in them. */
+  batches: number
+  batchedCommands: number
+  /** Commands applied one per turn (after a batch failed). */
+  singleCommands: number
+  /** Batches rolled back and worked again one command at a time. */
+  rolledBack: number
+}
 
 export interface ActorRuntime {
   readonly id: string
-  /** Counters since the start, for metrics and tests. */
+  /** Counters since the start, for tests. */
   stats(): ActorRuntimeStats
-  /** Stops taking work, lets running commands finish, releases leases, hands unfinished actors on. */
+  /** Stops claiming, lets the batches under way finish, and marks what they left due at once for the others. */
   stop(): Promise<void>
   /** Stops dead, like a killed process: no release, no acknowledgement (for tests). */
   abandon(): void
 }
 
+// Commands of one actor read per batch.
+const perActor = 32
+// A command that fails this often for a reason other than an outage goes to the dead-letter stream.
+const maxAttempts = 5
+
 export async function startActorRuntime(options: ActorRuntimeOptions): Promise<ActorRuntime> {
   const { redis, keys, log } = options
   const leaseMs = options.leaseMs ?? 10_000
-  const concurrency = options.concurrency ?? 256
-  const batches = options.batches ?? 2
   const id = randomUUID()
   const holder = createHolder(redis, keys, id, leaseMs)
-  const repairs = createRepairs(log)
+  const due = createDue(redis, keys)
+  const stats: ActorRuntimeStats = { batches: 0, batchedCommands: 0, singleCommands: 0, rolledBack: 0 }
+  /** Actors whose command failed a batch, and the failed attempts of that command worked alone. */
+  const careful = new Map<string, number>()
+  /** Consecutive outages met by each actor, for its backoff. */
+  const failures = new Map<string, number>()
   let running = true
   let abandoned = false
-  const turns = createMailTurns({
-    ...options,
-    leaseMs,
-    repairs,
-    holder,
-    running: () => running,
-    abandoned: () => abandoned,
-  })
-  const failures = new Map<string, number>()
-  const timers = new Set<ReturnType<typeof setTimeout>>()
-  const later = (ms: number, actor: string, ids: string[]) => {
-    // Stopping: the hints stay unacknowledged, for another runtime to take over.
-    if (!running) return
-    const timer = setTimeout(() => {
-      timers.delete(timer)
-      requeue(actor, ids)
-    }, ms)
-    timers.add(timer)
+  let claims = 0
+  const deps: WorkDeps = { ...options, leaseMs, holder, running: () => running, abandoned: () => abandoned }
+  const commands = (holds: Hold[]) => holds.reduce((n, h) => n + h.mail.filter(m => m.list !== null).length, 0)
+
+  /** A careful turn's command that failed: refused at once for bad input, else dead-lettered on its last attempt. */
+  const refuse = async (hold: Hold, cause: unknown): Promise<Finished[]> => {
+    const mail = hold.mail.find(m => m.list !== null)!
+    if (!running || isOutage(cause)) return []
+    if (isBadInput(cause)) {
+      careful.delete(hold.actor)
+      return [{ mail, answer: { result: { refused: 'invalid_input' } } }]
+    }
+    const count = (careful.get(hold.actor) ?? 0) + 1
+    careful.set(hold.actor, count)
+    log.warn('actor command failed', { actor: hold.actor, type: mail.fields.type, attempt: count, ...errorFields(cause) })
+    if (count < maxAttempts) return []
+    log.error('actor command moved to the dead-letter stream', { actor: hold.actor, type: mail.fields.type, entryId: mail.entryId })
+    await redis.xadd(keys.actor(hold.actor).dead, '*', ...mail.list!, 'entry', mail.entryId, 'error', String((cause as Error)?.message))
+    careful.delete(hold.actor)
+    return [{ mail, answer: { failed: true } }]
   }
 
-  const batcher = createBatcher<string | null>({
-    slots: batches,
-    maxKeys: Math.max(1, Math.min(options.batchActors ?? 64, Math.floor(concurrency / batches))),
-    run: async batch => {
-      const outcomes = await turns.work([...batch.keys()]).catch(error => {
-        // Taking the leases failed (Redis is away): nothing was taken, try again later.
-        if (running) log.warn('actor batch failed; retrying', { actors: batch.size, ...errorFields(error) })
-        return new Map([...batch.keys()].map(actor => [actor, 'failed' as Drain]))
-      })
-      if (!abandoned) await settle(outcomes, batch)
-    },
-  })
-  const requeue = (actor: string, ids: string[]) => {
-    if (!running) return
-    if (ids.length === 0) batcher.add(actor, null)
-    for (const hintId of ids) batcher.add(actor, hintId)
+  /** Marks each actor again: taken away once drained, due at once with mail left, backing off while it fails. */
+  const settle = (owner: string, worked: Worked, retryLater: (actor: string) => boolean) =>
+    Promise.all(
+      [...worked.left].map(([actor, left]) => {
+        if (running && retryLater(actor)) {
+          const n = (failures.get(actor) ?? 0) + 1
+          failures.set(actor, n)
+          return due.settle(actor, owner, Math.min(2000, 100 * 2 ** n))
+        }
+        failures.delete(actor)
+        // Letting go failed: the claim's mark comes due once the lease would have run out.
+        if (left === undefined) return undefined
+        return due.settle(actor, owner, left === 0 && !worked.failure ? undefined : 0)
+      }),
+    )
+
+  /** A batch of the actors not careful: one turn; a command that fails it makes its actor careful. */
+  const batch = async (holds: Hold[], owner: string) => {
+    const worked = await work(deps, holds)
+    const { failure } = worked
+    if (!failure) Object.assign(stats, { batches: stats.batches + 1, batchedCommands: stats.batchedCommands + commands(holds) })
+    else if (failure.culprit && !isOutage(failure.error) && running) {
+      stats.rolledBack++
+      careful.set(failure.culprit, 0)
+      log.debug('actor batch rolled back; the actor at fault goes one command at a time', { actor: failure.culprit, ...errorFields(failure.error) })
+    }
+    await settle(owner, worked, () => failure !== undefined && isOutage(failure.error))
   }
 
-  /** The hints' books after a batch. */
-  const settle = async (outcomes: Map<string, Drain>, batch: Map<string, (string | null)[]>) => {
-    const acknowledge: string[] = []
-    const handOn: string[] = []
-    for (const [actor, drained] of outcomes) {
-      const ids = (batch.get(actor) ?? []).filter(hintId => hintId !== null)
-      // Stopping with mail left: hand the actor on.
-      const outcome = !running && drained === 'more' ? 'interrupted' : drained
-      if (outcome === 'drained' || outcome === 'interrupted') {
-        failures.delete(actor)
-        acknowledge.push(...ids)
-        // The lease moved on, or this runtime stops: a fresh hint makes whoever runs next look at it.
-        if (outcome === 'interrupted') handOn.push(actor)
-      } else if (outcome === 'more') {
-        failures.delete(actor)
-        requeue(actor, ids)
-      } else {
-        // Held elsewhere (a dead holder never rechecks) or failing (an outage): keep the hints, retry later.
-        if (outcome === 'held') turns.forget(actor)
-        const failed = outcome === 'failed' ? (failures.get(actor) ?? 0) + 1 : 0
-        if (failed > 0) failures.set(actor, failed)
-        later(failed > 0 ? Math.min(30_000, 250 * 2 ** Math.min(failed, 7)) : leaseMs / 2, actor, ids)
+  /** A careful actor's one command, in a turn of its own. */
+  const alone = async (hold: Hold, owner: string) => {
+    const worked = await work(deps, [hold], { failed: refuse })
+    if (!worked.failure) {
+      stats.singleCommands += commands([hold])
+      careful.delete(hold.actor)
+    }
+    await settle(owner, worked, actor => worked.failure !== undefined && careful.has(actor))
+  }
+
+  /** Takes the claimed actors (careful ones one command each), works them, marks them again. */
+  const round = async (actors: string[], owner: string) => {
+    const taken = await holder.take(actors.map(actor => ({ actor, mail: careful.has(actor) ? 1 : perActor })))
+    const holds: Hold[] = []
+    const later = taken.map((t, i) => {
+      // Held elsewhere (a dead holder never lets go): look again once its lease may have run out.
+      if (t === 'busy') return due.settle(actors[i]!, owner, leaseMs / 2)
+      if (t instanceof Error) {
+        if (running) log.warn('actor lease failed; retrying', { actor: actors[i], ...errorFields(t) })
+        return due.settle(actors[i]!, owner, 1000)
       }
-    }
-    try {
-      await Promise.all([...handOn.map(actor => hintRuntimes(redis, keys, actor)), acknowledgeHints(redis, keys, acknowledge)])
-    } catch (error) {
-      log.warn('actor hint bookkeeping failed', { actors: outcomes.size, ...errorFields(error) })
-      for (const actor of handOn) later(1000, actor, [])
-    }
+      holds.push(t)
+      return undefined
+    })
+    const quick = holds.filter(h => !careful.has(h.actor))
+    const slow = holds.filter(h => careful.has(h.actor))
+    await Promise.all([...later, quick.length > 0 && batch(quick, owner), ...slow.map(h => alone(h, owner))])
   }
 
-  const intake = await startHintIntake({
-    redis,
-    keys,
-    log,
-    id,
-    claimIdleMs: options.claimIdleMs ?? leaseMs + 5000,
-    sweepEveryMs: options.sweepEveryMs ?? 30_000,
-    room: concurrency,
-    hint: (actor, hintId) => requeue(actor, hintId ? [hintId] : []),
-  })
-
-  const halt = () => {
-    running = false
-    for (const timer of timers) clearTimeout(timer)
+  const loop = async () => {
+    while (running) {
+      const owner = `${id}:${++claims}`
+      const actors = await due.claim(options.batchActors ?? 64, leaseMs, owner).catch(error => {
+        log.warn('actor claim failed; retrying', errorFields(error))
+        return null
+      })
+      if (actors === null || actors.length === 0) await Bun.sleep(actors === null ? 250 : (options.idleMs ?? 20))
+      else await round(actors, owner).catch(error => log.error('actor round failed', { actors: actors.length, ...errorFields(error) }))
+    }
   }
+  const loops = Promise.all(Array.from({ length: options.batches ?? 2 }, loop))
+
   return {
     id,
-    stats: turns.stats,
+    stats: () => ({ ...stats }),
     async stop() {
       if (abandoned) return
-      halt()
-      await intake.stop()
-      // Hinted but never started: hand them on now rather than after the claim delay.
-      const waiting = batcher.clear()
-      await batcher.drain()
-      if (waiting.size > 0) await settle(new Map([...waiting.keys()].map(actor => [actor, 'interrupted'])), waiting)
-      await repairs.close()
+      running = false
+      await loops
     },
     abandon() {
       abandoned = true
+      running = false
       holder.abandon()
-      halt()
-      void intake.stop()
     },
   }
 }

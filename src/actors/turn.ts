@@ -1,18 +1,17 @@
 /**
  * An actor turn, after the hold: the held actors' commands applied in one Postgres transaction (each
- * actor's in order, the actors side by side), then each actor's projections in order. The runtime
- * runs it on the mail it reads (mail.ts), a sender on the commands of actors it found idle
- * (inline.ts); the careful retry of a failed batch is the same turn with one command.
+ * actor's in order, the actors side by side), then each actor's projections in order. Whoever holds
+ * the actors runs it (work.ts): a runtime on the mail it claimed, a sender on the mail of actors it
+ * found idle; the careful retry of a failed batch is the same turn with one command.
  */
 import type { Sql, TxSql } from '../db.ts'
 import type { Clock } from '../clock.ts'
 import { errorFields, type Log } from '../log.ts'
 import { isRefusal, type ActorKinds, type CommandContext, type CommandHandler } from './types.ts'
-import type { Repairs } from './repairs.ts'
 
 export interface BatchCommand {
   commandId: string
-  /** The mailbox entry that carried it; a redelivery of that same entry may project it again. */
+  /** The mailbox entry that carried it; a redelivery of that same entry projects it again. */
   entryId: string
   type: string
   payload(): unknown
@@ -20,8 +19,6 @@ export interface BatchCommand {
   requestHash: string | null
   /** Could have been applied before: a redelivery, or an id the sender chose (an Idempotency-Key). */
   mayRepeat: boolean
-  /** Recorded as applied, for redeliveries and repeats to find (a command no one can repeat needs no record). */
-  record: boolean
 }
 
 export interface BatchActor {
@@ -35,17 +32,10 @@ export interface BatchActor {
 export interface Applied {
   handler: CommandHandler | undefined
   result: unknown
-  /** False for a repeat: its effect and projection happened when it was first applied. */
+  /** False for a repeat from another entry: projecting it again could undo newer state. */
   project: boolean
   context: CommandContext
   payload: unknown
-}
-
-export interface BatchOutcome {
-  /** Each actor's commands in order, for the actors whose fence held. */
-  applied: Map<string, Applied[]>
-  /** Actors a newer holder fenced out, with the newest token Postgres has seen. */
-  fenced: Map<string, number>
 }
 
 /** A batch's transaction failed; `actor`'s command failed first. */
@@ -58,137 +48,135 @@ export class BatchFailed extends Error {
   }
 }
 
+export interface TurnDeps {
+  sql: Sql
+  clock: Clock
+  kinds: ActorKinds
+  log: Log
+  leaseMs: number
+}
+
+export interface TurnOutcome {
+  /** Each actor's commands in order, for the actors whose fence held. */
+  applied: Map<string, Applied[]>
+  /** Actors a newer holder fenced out, with the newest token Postgres has seen. */
+  fenced: Map<string, number>
+  /** How many of each actor's commands were projected (or needed none); the rest were given up. */
+  projected: Map<string, number>
+}
+
+/**
+ * The turn: the batch's transaction (throws `BatchFailed`, having changed nothing, if a command
+ * fails; `committed` runs once it is done), then each actor's projections in order while it is held.
+ */
+export async function applyTurn(
+  deps: TurnDeps,
+  actors: BatchActor[],
+  held: (actor: string) => boolean,
+  committed?: () => void,
+): Promise<TurnOutcome> {
+  const { applied, fenced } = await applyBatch(deps, actors)
+  committed?.()
+  const projected = new Map<string, number>()
+  await Promise.all([...applied].map(async ([actor, list]) => projected.set(actor, await project(deps, list, () => held(actor)))))
+  return { applied, fenced, projected }
+}
+
+type Seen = { entryId: string; requestHash: string | null; result: unknown }
+
 /**
  * One transaction for the batch: fences every actor, then applies each actor's commands in order, the
- * actors side by side (their statements pipelined on the one connection), and records them as
- * applied in one statement. Throws `BatchFailed`, having changed nothing, if any command fails.
+ * actors' chains side by side (their statements pipelined on the one connection), and records them
+ * as applied in one statement. Throws `BatchFailed`, having changed nothing, if any command fails.
  */
-async function applyBatch(sql: Sql, clock: Clock, kinds: ActorKinds, actors: BatchActor[]): Promise<BatchOutcome> {
+async function applyBatch({ sql, clock, kinds }: TurnDeps, actors: BatchActor[]) {
   // One order for every batch, so two batches' fence upserts never wait on each other in a cycle.
   const held = [...actors].sort((a, b) => (a.actor < b.actor ? -1 : a.actor > b.actor ? 1 : 0))
   return sql.begin(async tx => {
     const now = clock.now()
-    // Only a redelivery or a command whose id the sender chose can have been applied before; a fresh
-    // random id cannot, and should one ever repeat, the primary key refuses it.
-    const repeatable = held.flatMap(h => h.commands.filter(c => c.mayRepeat).map(c => [h.actor, c.commandId] as const))
-    const [fences, previous] = await Promise.all([
-      // Each actor's clock moves past its last command; its n commands here get n successive milliseconds.
-      tx<{ actor: string; at: Date }[]>`
-        insert into actor_fences (actor, token, last_at)
-        select actor, token, ${now}::timestamptz + (n - 1) * interval '1 millisecond'
-        from unnest(${held.map(h => h.actor)}::text[], ${held.map(h => h.token)}::bigint[], ${held.map(h => h.commands.length)}::int[]) as w(actor, token, n)
-        on conflict (actor) do update
-          set token = excluded.token,
-              last_at = greatest(excluded.last_at, actor_fences.last_at + (excluded.last_at - ${now}::timestamptz) + interval '1 millisecond')
-          where actor_fences.token <= excluded.token
-        returning actor, last_at as at
-      `,
-      repeatable.length === 0
-        ? []
-        : // One index probe per command (the lateral limit keeps the planner from a hash join over the table).
-          tx<{ actor: string; commandId: string; entryId: string; requestHash: string | null; result: unknown }[]>`
-            select c.actor, c.command_id as "commandId", a.entry_id as "entryId", encode(a.request_hash, 'hex') as "requestHash", a.result
-            from unnest(${repeatable.map(c => c[0])}::text[], ${repeatable.map(c => c[1])}::text[]) as c(actor, command_id)
-            cross join lateral (
-              select entry_id, request_hash, result from actor_applied
-              where actor = c.actor and command_id = c.command_id
-              limit 1
-            ) as a
-          `,
-    ])
-    const lastAt = new Map(fences.map(row => [row.actor, row.at.getTime()]))
-    const seen = new Map<string, { entryId: string; requestHash: string | null; result: unknown }>()
-    for (const row of previous) seen.set(`${row.actor}\n${row.commandId}`, row)
-
-    const fresh: AppliedRecord[] = []
+    const [lastAt, seen] = await Promise.all([fence(tx, held, now), findApplied(tx, held)])
     const applied = new Map<string, Applied[]>()
-    const fencedIn = held.filter(h => lastAt.has(h.actor))
-    for (const h of fencedIn) applied.set(h.actor, [])
-    const waves = Math.max(0, ...fencedIn.map(h => h.commands.length))
-    // Wave i holds the i-th command of every actor that has one: each actor's commands apply in order.
-    for (let i = 0; i < waves; i++) {
-      const steps: Step[] = []
-      for (const h of fencedIn) {
-        const command = h.commands[i]
-        if (!command) continue
-        const list = applied.get(h.actor)!
-        const handler = kinds[h.kind]?.[command.type]
-        let payload: unknown
-        try {
-          if (!handler) throw new Error(`no handler for ${h.kind} command ${command.type}`)
-          payload = command.payload()
-        } catch (error) {
-          throw new BatchFailed(h.actor, error)
-        }
-        const { commandId, entryId, requestHash } = command
+    const fresh: AppliedRecord[] = []
+    let culprit: string | undefined
+    const chain = async (h: BatchActor) => {
+      const list: Applied[] = []
+      applied.set(h.actor, list)
+      for (const [i, command] of h.commands.entries()) {
+        const key = `${h.actor}\n${command.commandId}`
         const at = new Date(lastAt.get(h.actor)! - (h.commands.length - 1 - i))
-        const context: CommandContext = { actor: h.actor, id: h.actor.slice(h.kind.length + 1), commandId, at }
-        const before = seen.get(`${h.actor}\n${commandId}`)
-        if (before) {
-          const reused = requestHash !== null && before.requestHash !== null && before.requestHash !== requestHash
-          list.push({ handler, context, payload, ...repeatOf(before, entryId, reused) })
-        } else {
-          steps.push({ actor: h.actor, command, handler, payload, context, result: undefined })
+        const context: CommandContext = { actor: h.actor, id: h.actor.slice(h.kind.length + 1), commandId: command.commandId, at }
+        try {
+          const handler = kinds[h.kind]?.[command.type]
+          if (!handler) throw new Error(`no handler for ${h.kind} command ${command.type}`)
+          const payload = command.payload()
+          const before = seen.get(key)
+          if (before) {
+            list.push({ handler, context, payload, ...repeatOf(before, command) })
+            continue
+          }
+          const result = await handler.apply(tx, payload, context)
+          seen.set(key, { entryId: command.entryId, requestHash: command.requestHash, result })
+          fresh.push({ actor: h.actor, commandId: command.commandId, entryId: command.entryId, requestHash: command.requestHash, result, at })
+          list.push({ handler, result, project: true, context, payload })
+        } catch (error) {
+          // The first to fail is the culprit; the others fail after it (the transaction is aborted).
+          culprit ??= h.actor
+          throw error
         }
-      }
-      await applySteps(tx, steps)
-      for (const step of steps) {
-        const { actor, command, handler, payload, context, result } = step
-        seen.set(`${actor}\n${command.commandId}`, { entryId: command.entryId, requestHash: command.requestHash, result })
-        if (command.record) {
-          fresh.push({
-            actor,
-            commandId: command.commandId,
-            entryId: command.entryId,
-            requestHash: command.requestHash,
-            result: result ?? null,
-            at: context.at,
-          })
-        }
-        applied.get(actor)!.push({ handler, result, project: true, context, payload })
       }
     }
+    const rejected = (await Promise.allSettled(held.filter(h => lastAt.has(h.actor)).map(chain))).find(s => s.status === 'rejected')
+    if (rejected) throw new BatchFailed(culprit!, (rejected as PromiseRejectedResult).reason)
     if (fresh.length > 0) await recordApplied(tx, fresh)
-
-    const fenced = new Map<string, number>()
-    const outdated = held.filter(h => !lastAt.has(h.actor)).map(h => h.actor)
-    if (outdated.length > 0) {
-      const rows = await tx<{ actor: string; token: number }[]>`
-        select actor, token from actor_fences where actor = any(${outdated}::text[])
-      `
-      for (const row of rows) fenced.set(row.actor, Number(row.token))
-    }
-    return { applied, fenced }
+    return { applied, fenced: await fencedOut(tx, held, lastAt) }
   })
 }
 
-interface Step {
-  actor: string
-  command: BatchCommand
-  handler: CommandHandler
-  payload: unknown
-  context: CommandContext
-  result: unknown
+/**
+ * Moves each actor's fence to its token, unless a newer holder's is there; the actors fenced in, with
+ * the time of their last command. Each actor's clock moves past its last command: its n commands here
+ * get n successive milliseconds.
+ */
+async function fence(tx: TxSql, held: BatchActor[], now: Date): Promise<Map<string, number>> {
+  const rows = await tx<{ actor: string; at: Date }[]>`
+    insert into actor_fences (actor, token, last_at)
+    select actor, token, ${now}::timestamptz + (n - 1) * interval '1 millisecond'
+    from unnest(${held.map(h => h.actor)}::text[], ${held.map(h => h.token)}::bigint[], ${held.map(h => h.commands.length)}::int[]) as w(actor, token, n)
+    on conflict (actor) do update
+      set token = excluded.token,
+          last_at = greatest(excluded.last_at, actor_fences.last_at + (excluded.last_at - ${now}::timestamptz) + interval '1 millisecond')
+      where actor_fences.token <= excluded.token
+    returning actor, last_at as at
+  `
+  return new Map(rows.map(row => [row.actor, row.at.getTime()]))
+}
+
+/** The actors a newer holder fenced out, with the token Postgres has seen. */
+async function fencedOut(tx: TxSql, held: BatchActor[], lastAt: Map<string, number>): Promise<Map<string, number>> {
+  const outdated = held.filter(h => !lastAt.has(h.actor)).map(h => h.actor)
+  if (outdated.length === 0) return new Map()
+  const rows = await tx<{ actor: string; token: number }[]>`select actor, token from actor_fences where actor = any(${outdated}::text[])`
+  return new Map(rows.map(row => [row.actor, Number(row.token)]))
 }
 
 /**
- * Applies one wave's commands, all at once on the transaction's connection (their statements are
- * pipelined). Throws `BatchFailed` naming the actor whose command failed first.
+ * What the commands that may repeat (a redelivery, an id the sender chose) left when applied before;
+ * a fresh random id cannot have been, and should one ever repeat, the primary key refuses it.
  */
-async function applySteps(tx: TxSql, steps: Step[]) {
-  let failed: string | undefined
-  const calls = steps.map(step =>
-    step.handler.apply(tx, step.payload, step.context).then(
-      result => void (step.result = result),
-      error => {
-        // The first to fail is the culprit; the others fail after it (the transaction is aborted).
-        failed ??= step.actor
-        throw error
-      },
-    ),
-  )
-  const rejected = (await Promise.allSettled(calls)).find(s => s.status === 'rejected')
-  if (rejected) throw new BatchFailed(failed!, (rejected as PromiseRejectedResult).reason)
+async function findApplied(tx: TxSql, held: BatchActor[]): Promise<Map<string, Seen>> {
+  const repeatable = held.flatMap(h => h.commands.filter(c => c.mayRepeat).map(c => [h.actor, c.commandId] as const))
+  if (repeatable.length === 0) return new Map()
+  // One index probe per command (the lateral limit keeps the planner from a hash join over the table).
+  const rows = await tx<({ actor: string; commandId: string } & Seen)[]>`
+    select c.actor, c.command_id as "commandId", a.entry_id as "entryId", encode(a.request_hash, 'hex') as "requestHash", a.result
+    from unnest(${repeatable.map(c => c[0])}::text[], ${repeatable.map(c => c[1])}::text[]) as c(actor, command_id)
+    cross join lateral (
+      select entry_id, request_hash, result from actor_applied
+      where actor = c.actor and command_id = c.command_id
+      limit 1
+    ) as a
+  `
+  return new Map(rows.map(row => [`${row.actor}\n${row.commandId}`, row]))
 }
 
 interface AppliedRecord {
@@ -205,7 +193,7 @@ async function recordApplied(tx: TxSql, rows: AppliedRecord[]) {
   await tx`
     insert into actor_applied (actor, command_id, entry_id, request_hash, result, applied_at)
     select r.actor, r."commandId", r."entryId", decode(r."requestHash", 'hex'), coalesce(r.result, 'null'::jsonb), r.at
-    from jsonb_to_recordset(${JSON.stringify(rows)}::text::jsonb)
+    from jsonb_to_recordset(${JSON.stringify(rows.map(row => ({ ...row, result: row.result ?? null })))}::text::jsonb)
       as r(actor text, "commandId" text, "entryId" text, "requestHash" text, result jsonb, at timestamptz)
   `
 }
@@ -215,46 +203,21 @@ async function recordApplied(tx: TxSql, rows: AppliedRecord[]) {
  * first result, projected again only for the same entry (its holder died before acknowledging it).
  * Another entry with an old id is a repeat sent later; projecting it would undo newer state.
  */
-function repeatOf(previous: { entryId: string; result: unknown } | undefined, entryId: string, reused: boolean) {
+function repeatOf(previous: Seen, command: BatchCommand) {
+  const reused = command.requestHash !== null && previous.requestHash !== null && previous.requestHash !== command.requestHash
   if (reused) return { result: { refused: 'idempotency_key_reused' } as unknown, project: false }
-  return { result: previous?.result ?? null, project: previous?.entryId === entryId }
+  return { result: previous.result ?? null, project: previous.entryId === command.entryId }
 }
 
-export interface TurnDeps {
-  sql: Sql
-  clock: Clock
-  kinds: ActorKinds
-  log: Log
-  repairs: Repairs
-  leaseMs: number
-}
-
-// A projection that fails is tried this often (backing off) before the actor's Redis state is repaired instead.
+// A projection that fails is tried this often (backing off) before it is given up.
 const projectionAttempts = 5
 
 /**
- * The turn: the batch's transaction (throws `BatchFailed`, having changed nothing, if a command
- * fails; `committed` runs once it is done), then each actor's projections, in order, while it is held.
+ * One actor's projections in order; how many were made (or needed none). One that fails (Redis away)
+ * is tried again, so no later one overtakes it; given up (still failing, the hold lost or the process
+ * closing), it and the ones after it are left to whoever holds the actor next.
  */
-export async function applyTurn(
-  deps: TurnDeps,
-  actors: BatchActor[],
-  held: (actor: string) => boolean,
-  committed?: () => void,
-): Promise<BatchOutcome> {
-  const outcome = await applyBatch(deps.sql, deps.clock, deps.kinds, actors)
-  committed?.()
-  await Promise.all([...outcome.applied].map(([actor, applied]) => project(deps, applied, () => held(actor))))
-  return outcome
-}
-
-/**
- * One actor's projections in order. One that fails (Redis away) is tried again, so no later one
- * overtakes it; given up (still failing, the hold lost or the process closing), what is left is
- * repaired instead: the actor's Redis state is rebuilt from Postgres.
- */
-async function project(deps: TurnDeps, applied: Applied[], held: () => boolean): Promise<void> {
-  const due = (command: Applied) => command.project && !isRefusal(command.result) && command.handler?.project !== undefined
+async function project(deps: TurnDeps, applied: Applied[], held: () => boolean): Promise<number> {
   let i = 0
   for (let attempt = 1; ; attempt++) {
     try {
@@ -262,7 +225,7 @@ async function project(deps: TurnDeps, applied: Applied[], held: () => boolean):
         const command = applied[i]!
         if (due(command)) await command.handler!.project!(command.result, command.payload, command.context)
       }
-      return
+      return i
     } catch (error) {
       const actor = applied[i]!.context.actor
       deps.log.warn('actor projection failed', { actor, attempt, ...errorFields(error) })
@@ -270,9 +233,10 @@ async function project(deps: TurnDeps, applied: Applied[], held: () => boolean):
         await Bun.sleep(Math.min(100 * 2 ** (attempt - 1), deps.leaseMs / 4))
         if (held()) continue
       }
-      deps.log.error('actor projection given up; repairing the actor’s Redis state', { actor })
-      for (const command of applied.slice(i)) if (due(command)) deps.repairs.add(command.handler, command.context)
-      return
+      return i
     }
   }
 }
+
+/** Whether a command's projection is to be made. */
+export const due = (command: Applied) => command.project && !isRefusal(command.result) && command.handler?.project !== undefined

@@ -23,7 +23,7 @@ export interface CommandHandler<Payload = any, Result = any> {
   project?(result: Result, payload: Payload, context: CommandContext): Promise<void>
   /**
    * Optional, with `project`: marks the actor's Redis state for a rebuild from Postgres, for when a
-   * projection of a command applied was given up (see repairs.ts). Idempotent; tried again until it lands.
+   * projection kept failing while held (work.ts). Idempotent; if it fails too, the next holder projects again.
    */
   repair?(context: CommandContext): Promise<void>
 }

@@ -6,7 +6,7 @@ import type { PubSub } from '../pubsub.ts'
 import type { Sql } from '../db.ts'
 import type { Clock } from '../clock.ts'
 import { createHolder } from '../actors/hold.ts'
-import { hintRuntimes } from '../actors/hints.ts'
+import { createDue } from '../actors/due.ts'
 import { errors } from '../errors.ts'
 import { openRequests } from '../service-requests/store.ts'
 import { agentConversations, type PendingConversation } from './store.ts'
@@ -43,6 +43,7 @@ export async function createInboxReader(options: {
   const ttlMs = options.ttlMs ?? 30_000
   const maxEntries = options.maxEntries ?? 100_000
   const holder = createHolder(redis, keys, `inbox:${randomUUID()}`, 5000)
+  const due = createDue(redis, keys)
   const cache = new Map<string, { inbox: AgentInbox; expires: number }>()
   const rebuilding = new Map<string, Promise<AgentInbox>>()
   const turns = createTurns(options.rebuilds ?? 8, options.waitingRebuilds ?? 500)
@@ -88,7 +89,7 @@ export async function createInboxReader(options: {
 
   const rebuildHeld = async (agentId: string): Promise<AgentInbox> => {
     const actor = `agent:${agentId}`
-    const [taken] = await holder.take([actor], -1)
+    const [taken] = await holder.take([{ actor, mail: 0 }])
     const held = typeof taken === 'object' && !(taken instanceof Error)
     try {
       const [conversations, requests] = await Promise.all([agentConversations(sql, agentId), openRequests(sql, agentId, clock.now())])
@@ -97,8 +98,8 @@ export async function createInboxReader(options: {
       if (held) await rebuildInbox({ redis, keys }, agentId, holder.id, { conversations, requests })
       return { conversations: conversations.flatMap(c => (c.pending ? [c.pending] : [])).sort(byTime), requests }
     } finally {
-      // Mail that came while the actor was held here: make sure a runtime looks at it.
-      if (held && (await holder.release(actor, [])) > 0) await hintRuntimes(redis, keys, actor)
+      // Mail that came while the actor was held here: due at once for a runtime.
+      if (held && (await holder.release(actor, [])) > 0) await due.mark(actor, 0)
     }
   }
 

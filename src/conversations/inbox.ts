@@ -121,15 +121,7 @@ export async function rebuildInbox(
   return (await rebuild(deps.redis, [k.inbox, k.versions, k.requests, k.built, lease], args)) === 1
 }
 
-const repairs = new WeakMap<InboxDeps, (context: { id: string }) => Promise<void>>()
-
-/**
- * The agent actor's `repair` for every handler that projects into its inbox: the inbox is rebuilt
- * from Postgres. One function for given deps, so the repairs of one agent asked for by its handlers
- * are one (repairs.ts keeps one per actor and function).
- */
+/** The agent actor's `repair` for every handler that projects into its inbox: the inbox is rebuilt from Postgres. */
 export function inboxRepair(deps: InboxDeps): (context: { id: string }) => Promise<void> {
-  let repair = repairs.get(deps)
-  if (!repair) repairs.set(deps, (repair = ({ id }) => invalidateInbox(deps, id)))
-  return repair
+  return ({ id }) => invalidateInbox(deps, id)
 }

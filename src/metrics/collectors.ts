@@ -12,7 +12,7 @@ import type { Keys } from '../keys.ts'
 
 export interface CollectorSources {
   sql: Sql
-  /** A connection that fails fast (commands): the mailboxes are scanned on it. */
+  /** A connection that fails fast (commands): the mailboxes are read on it. */
   redis: Redis
   keys: Keys
   openStreams(): number
@@ -137,9 +137,10 @@ interface MailboxReading {
 }
 
 /**
- * Every actor's mailbox stream, found with SCAN (as the runtime's sweep finds them): its length, and
- * its first entry, whose id is the time it was added (by Redis's clock, which `now` comes from too).
- * Finished entries are deleted, so what a stream holds is not yet applied and acknowledged.
+ * The mailboxes of the actors marked due (every actor with mail is: src/actors/due.ts), a thousand a
+ * round trip: each one's length, and its first entry, whose id is the time it was added (by Redis's
+ * clock, which `now` comes from too). Finished entries are deleted, so what a mailbox holds is not
+ * yet applied and acknowledged.
  */
 async function readMailboxes(redis: Redis, keys: Keys): Promise<MailboxReading> {
   const [seconds, micros] = await redis.time()
@@ -147,15 +148,13 @@ async function readMailboxes(redis: Redis, keys: Keys): Promise<MailboxReading> 
   let commands = 0
   let mailboxes = 0
   let oldest = now
-  let cursor = '0'
-  do {
-    const [next, found] = await redis.scan(cursor, 'MATCH', keys.mailboxPattern, 'COUNT', 1000)
-    cursor = next
-    if (found.length === 0) continue
+  for (let start = 0; ; start += 1000) {
+    const actors = await redis.zrange(keys.actorsDue, start, start + 999)
+    if (actors.length === 0) break
     const pipeline = redis.pipeline()
-    for (const key of found) pipeline.xlen(key).xrange(key, '-', '+', 'COUNT', 1)
+    for (const actor of actors) pipeline.xlen(keys.actor(actor).mailbox).xrange(keys.actor(actor).mailbox, '-', '+', 'COUNT', 1)
     const replies = (await pipeline.exec()) ?? []
-    for (let i = 0; i < found.length; i++) {
+    for (let i = 0; i < actors.length; i++) {
       const [lengthError, length] = replies[2 * i] ?? []
       const [, first] = replies[2 * i + 1] ?? []
       if (lengthError || typeof length !== 'number' || length === 0) continue
@@ -164,7 +163,8 @@ async function readMailboxes(redis: Redis, keys: Keys): Promise<MailboxReading> 
       const id = (first as [string, string[]][] | undefined)?.[0]?.[0]
       if (id) oldest = Math.min(oldest, Number(id.slice(0, id.indexOf('-'))))
     }
-  } while (cursor !== '0')
+    if (actors.length < 1000) break
+  }
   return { commands, mailboxes, oldestSeconds: Math.max(0, now - oldest) / 1000 }
 }
 

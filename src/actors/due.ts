@@ -1,0 +1,74 @@
+/**
+ * Which actors have mail for a runtime to look at, and from when: a sorted set of actors by the time
+ * they are due (Redis's clock), beside a hash of who marked each one last. Whoever leaves mail behind
+ * marks its actor: a sender before it appends (due after its own hold would have run out, in case it
+ * dies holding the actor), a holder that lets go with mail left (due at once). A runtime claims due
+ * actors (marking them again, due when its hold would have run out) and takes a mark away only while
+ * it is still its own: one made since, by anyone, stays. So mail never waits unmarked, and a process
+ * that dies leaves marks that come due for the others.
+ */
+import { defineBatchedScript, defineScript, type Redis } from '../redis.ts'
+import type { Keys } from '../keys.ts'
+
+const now = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`
+
+// K due, due-by; A actor, in ms, owner.
+const mark = defineBatchedScript(
+  `${now}
+redis.call('ZADD', K[1], now + tonumber(A[2]), A[1])
+redis.call('HSET', K[2], A[1], A[3])
+return 1`,
+  2,
+  3,
+)
+
+// K due, due-by; A actor, owner, in ms ('' takes the mark away). Only while the mark is the owner's.
+const settle = defineBatchedScript(
+  `${now}
+if redis.call('HGET', K[2], A[1]) ~= A[2] then return 0 end
+if A[3] == '' then
+  redis.call('ZREM', K[1], A[1])
+  redis.call('HDEL', K[2], A[1])
+else
+  redis.call('ZADD', K[1], now + tonumber(A[3]), A[1])
+end
+return 1`,
+  2,
+  3,
+)
+
+// KEYS due, due-by; ARGV count, ms, owner. The due actors, oldest first, each marked the owner's and
+// due again in `ms`.
+const claim = defineScript(`${now}
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+for _, actor in ipairs(due) do
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), actor)
+  redis.call('HSET', KEYS[2], actor, ARGV[3])
+end
+return due`)
+
+export interface Due {
+  /** Marks the actor due in `inMs` (0: at once), as `owner`'s mark ('' for nobody's). */
+  mark(actor: string, inMs: number, owner?: string): Promise<void>
+  /** While the mark is still `owner`'s: takes it away (`inMs` undefined) or makes it due in `inMs`. */
+  settle(actor: string, owner: string, inMs?: number): Promise<void>
+  /** Up to `count` due actors, marked as `owner`'s and due again in `ms`. */
+  claim(count: number, ms: number, owner: string): Promise<string[]>
+}
+
+export function createDue(redis: Redis, keys: Keys): Due {
+  const k = [keys.actorsDue, keys.actorsDueBy]
+  return {
+    async mark(actor, inMs, owner = '') {
+      await mark(redis, k, [actor, inMs, owner])
+    },
+    async settle(actor, owner, inMs) {
+      await settle(redis, k, [actor, owner, inMs ?? ''])
+    },
+    async claim(count, ms, owner) {
+      return (await claim(redis, k, [count, ms, owner])) as string[]
+    },
+  }
+}
