@@ -21,16 +21,7 @@ export async function issueDueInvoices(sql: Sql, when: { endedBy: Date; issuedAt
   const [row] = await sql.begin(async tx => {
     return tx<{ n: number }[]>`
       with due as (
-        select sp.subscription_id, sp.period_index, sp.period_start, sp.period_end, sp.monthly_price_cents,
-          sp.included_proxy_calls, sp.overage_per_call_cents, sp.proxy_calls, s.user_id, s.participant_id,
-          p.name as plan_name
-        from subscription_periods sp
-        join subscriptions s on s.id = sp.subscription_id
-        join plans p on p.id = s.plan_id
-        where sp.invoice_id is null and sp.period_end <= ${when.endedBy}
-        order by sp.period_end, sp.subscription_id, sp.period_index
-        limit ${limit}
-        for update of sp skip locked
+        ${duePeriods(tx, when.endedBy, limit)}
       ),
       numbered as (
         select due.*, gen_random_uuid() as invoice_id,
@@ -88,6 +79,26 @@ export async function issueDueInvoices(sql: Sql, when: { endedBy: Date; issuedAt
     `
   })
   return row!.n
+}
+
+/**
+ * Up to `limit` ended, uninvoiced periods with what their invoices need, oldest first, locked (those
+ * another run holds are skipped). Read in the order of `subscription_periods_due` (sql/00016), so a
+ * batch costs the same however many periods are due.
+ */
+export function duePeriods(sql: Db, endedBy: Date, limit: number) {
+  return sql`
+    select sp.subscription_id, sp.period_index, sp.period_start, sp.period_end, sp.monthly_price_cents,
+      sp.included_proxy_calls, sp.overage_per_call_cents, sp.proxy_calls, s.user_id, s.participant_id,
+      p.name as plan_name
+    from subscription_periods sp
+    join subscriptions s on s.id = sp.subscription_id
+    join plans p on p.id = s.plan_id
+    where sp.invoice_id is null and sp.period_end <= ${endedBy}
+    order by sp.period_end, sp.subscription_id, sp.period_index
+    limit ${limit}
+    for update of sp skip locked
+  `
 }
 
 /** The one-line invoice of a config purchase, issued in the purchase's own transaction. */
