@@ -10,12 +10,11 @@ import type { Log } from '../log.ts'
 import { errors } from '../errors.ts'
 import { errorFields } from '../log.ts'
 import type { Published } from './relay.ts'
+import { createConnections, type Connection } from './connections.ts'
 
 export const maxStreamsPerUser = 5
 export const pingEveryMs = 5000
 const replayWindowMs = 24 * 3_600_000
-// A client this many events behind is cut off; it comes back with its last id and catches up by replay.
-const maxQueued = 1000
 const encoder = new TextEncoder()
 
 // KEYS[1] the user's open streams (id -> last heartbeat); ARGV now, stale-before, id, max.
@@ -25,19 +24,6 @@ if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
 redis.call('ZADD', KEYS[1], ARGV[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[1], 60000)
 return 1`)
-
-interface Connection {
-  id: string
-  stream: string
-  controller: ReadableStreamDefaultController<Uint8Array>
-  /** Events that arrived while the replay was being read. */
-  buffer: Published[] | null
-  lastId: string
-  limitKey: string | null
-  /** The hex hash of the API key the stream was opened with, if one. */
-  keyHash: string | null
-  closed: boolean
-}
 
 export interface OpenOptions {
   stream: string
@@ -79,43 +65,8 @@ export interface EventHubOptions {
 
 export async function createEventHub(options: EventHubOptions): Promise<EventHub> {
   const { redis, pubsub, keys, log, isKeyLive } = options
-  const byStream = new Map<string, Set<Connection>>()
-  const byKey = new Map<string, Set<Connection>>()
-  const all = new Set<Connection>()
-
-  const frame = (event: Published) => encoder.encode(`id: ${event.id}\nevent: ${event.type}\ndata: ${event.data}\n\n`)
-
-  /** Ends a stream: gracefully (what is queued is still sent), or at once, dropping the backlog. */
-  const end = (connection: Connection, abort = false) => {
-    if (connection.closed) return
-    connection.closed = true
-    all.delete(connection)
-    const set = byStream.get(connection.stream)
-    set?.delete(connection)
-    if (set?.size === 0) byStream.delete(connection.stream)
-    if (connection.keyHash) {
-      const opened = byKey.get(connection.keyHash)
-      opened?.delete(connection)
-      if (opened?.size === 0) byKey.delete(connection.keyHash)
-    }
-    try {
-      if (abort) connection.controller.error()
-      else connection.controller.close()
-    } catch {
-      // already closed by the client
-    }
-    if (connection.limitKey) redis.zrem(connection.limitKey, connection.id).catch(() => {})
-  }
-
-  const send = (connection: Connection, chunk: Uint8Array) => {
-    if (connection.closed) return
-    if ((connection.controller.desiredSize ?? 0) < -maxQueued) return end(connection, true)
-    try {
-      connection.controller.enqueue(chunk)
-    } catch {
-      end(connection)
-    }
-  }
+  const connections = createConnections(redis)
+  const { send, end } = connections
 
   /** `bytes` is the event's frame, encoded once however many connections it goes to. */
   const deliver = (connection: Connection, event: Published, bytes?: Uint8Array) => {
@@ -128,7 +79,7 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
   // Listening starts with the first stream: a process that never serves one (a worker) gets no events.
   const events = pubsub.listener(keys.channels.events, message => {
     const event = JSON.parse(message) as Published
-    const set = byStream.get(event.stream)
+    const set = connections.ofStream(event.stream)
     if (!set) return
     const bytes = frame(event)
     // Between a drop of the subscription and its reconnect handlers, an event that came may follow
@@ -141,7 +92,7 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
 
   // A revoked key ends the streams opened with it, on every instance (the key cache's channel).
   const endKey = (hex: string) => {
-    for (const connection of [...(byKey.get(hex) ?? [])]) end(connection)
+    for (const connection of connections.ofKey(hex)) end(connection)
   }
   const revocations = pubsub.listener(keys.channels.keyRevoked, endKey)
   // Revocations published while the subscriber was away were missed: ask about every key again,
@@ -149,7 +100,7 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
   pubsub.onReconnect(() => {
     if (!isKeyLive) return
     void (async () => {
-      for (const hex of [...byKey.keys()]) {
+      for (const hex of connections.keyHashes()) {
         try {
           if (!(await isKeyLive(hex))) endKey(hex)
         } catch (error) {
@@ -164,24 +115,15 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
   // open stream ends (once the subscription is back), and its client resumes with Last-Event-ID,
   // replayed from the stream like any reconnect.
   pubsub.onReconnect(() => {
-    for (const connection of [...all]) if (connection.buffer === null) end(connection)
+    for (const connection of connections.all()) if (connection.buffer === null) end(connection)
   })
-
-  /** The stream's events after `from`, within the replay window. */
-  const readAfter = async (stream: string, from: string): Promise<Published[]> => {
-    const oldest = Date.now() - replayWindowMs
-    const entries = (await redis.xrange(stream, `(${from}`, '+')) as [string, string[]][]
-    return entries
-      .filter(([id]) => Number(id.split('-')[0]) >= oldest)
-      .map(([id, fields]) => ({ stream, id, type: fields[fields.indexOf('type') + 1]!, data: fields[fields.indexOf('data') + 1]! }))
-  }
 
   const ping = encoder.encode(': ping\n\n')
   const timer = setInterval(() => {
     const heartbeat = redis.pipeline()
     let beats = 0
     const now = Date.now()
-    for (const connection of all) {
+    for (const connection of connections.all()) {
       send(connection, ping)
       if (connection.limitKey && !connection.closed) {
         heartbeat.zadd(connection.limitKey, now, connection.id)
@@ -192,9 +134,19 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
   }, pingEveryMs)
   timer.unref()
 
+  /** Whether the key a stream is opened with is still live (open rather than refuse while Postgres is away). */
+  const keyLive = async (keyHash: string) => {
+    if (!isKeyLive) return true
+    return isKeyLive(keyHash).catch(error => {
+      // The stream still ends at the revocation's message.
+      log.warn('stream key check failed', errorFields(error))
+      return true
+    })
+  }
+
   return {
     get size() {
-      return all.size
+      return connections.size
     },
     async open({ stream, lastEventId, userId, keyHash = null }) {
       if (lastEventId && !isEventId(lastEventId)) throw errors.invalidCursor()
@@ -217,31 +169,16 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
         },
       })
       // Listen first, then replay: what arrives meanwhile waits in the buffer and is sent after.
-      all.add(connection)
-      const set = byStream.get(stream) ?? new Set<Connection>()
-      set.add(connection)
-      byStream.set(stream, set)
-      if (keyHash) {
-        const opened = byKey.get(keyHash) ?? new Set<Connection>()
-        opened.add(connection)
-        byKey.set(keyHash, opened)
-        // A revocation handled before the stream was in `byKey` did not end it: ask now that it is.
-        const live = isKeyLive
-          ? await isKeyLive(keyHash).catch(error => {
-              // Open rather than refuse while Postgres is away; the stream still ends at the revocation's message.
-              log.warn('stream key check failed', errorFields(error))
-              return true
-            })
-          : true
-        if (!live) {
-          end(connection)
-          throw errors.invalidToken('The API key this stream was asked for with has been revoked')
-        }
+      connections.add(connection)
+      // A revocation handled before the stream was added did not end it: ask now that it is.
+      if (keyHash && !(await keyLive(keyHash))) {
+        end(connection)
+        throw errors.invalidToken('The API key this stream was asked for with has been revoked')
       }
       send(connection, encoder.encode('retry: 3000\n\n'))
       try {
         if (lastEventId) {
-          for (const event of await readAfter(stream, lastEventId)) {
+          for (const event of await readAfter(redis, stream, lastEventId)) {
             connection.lastId = event.id
             send(connection, frame(event))
           }
@@ -263,13 +200,26 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
       })
     },
     closeAll() {
-      for (const connection of [...all]) end(connection)
+      for (const connection of connections.all()) end(connection)
     },
     async close() {
       clearInterval(timer)
-      for (const connection of [...all]) end(connection)
+      for (const connection of connections.all()) end(connection)
       await events.stop()
       await revocations.stop()
     },
   }
+}
+
+function frame(event: Published) {
+  return encoder.encode(`id: ${event.id}\nevent: ${event.type}\ndata: ${event.data}\n\n`)
+}
+
+/** The stream's events after `from`, within the replay window. */
+async function readAfter(redis: Redis, stream: string, from: string): Promise<Published[]> {
+  const oldest = Date.now() - replayWindowMs
+  const entries = (await redis.xrange(stream, `(${from}`, '+')) as [string, string[]][]
+  return entries
+    .filter(([id]) => Number(id.split('-')[0]) >= oldest)
+    .map(([id, fields]) => ({ stream, id, type: fields[fields.indexOf('type') + 1]!, data: fields[fields.indexOf('data') + 1]! }))
 }
