@@ -8,21 +8,9 @@ import type { Principal } from '../../auth/principal.ts'
 import { principalSubject } from '../../auth/principal.ts'
 import { IdempotencyHeaders, idempotent } from '../../idempotency/idempotent.ts'
 import { requireOwnedParticipant, requireParticipant } from '../../participants/ownership.ts'
-import { issuePurchaseInvoice } from '../../invoices/store.ts'
-import { enqueueEvents } from '../../events/outbox.ts'
 import { ConfigListing, CreateConfig, DeactivatedConfig, MyConfig, Purchase, PurchaseRequest, UpdateConfig } from './schema.ts'
-import {
-  deactivateConfig,
-  findConfig,
-  findPurchase,
-  insertConfig,
-  insertPurchase,
-  listConfigs,
-  listPurchases,
-  updateConfig,
-  type ConfigRow,
-  type PurchaseRow,
-} from './store.ts'
+import { deactivateConfig, findConfig, insertConfig, listConfigs, listPurchases, updateConfig, type ConfigRow, type PurchaseRow } from './store.ts'
+import { buyConfig } from './purchase.ts'
 
 const readerId = (principal: Principal) => (principal.kind === 'user' ? principal.userId : null)
 
@@ -143,38 +131,7 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
             body: expectedPriceCents === undefined ? null : { expectedPriceCents },
           },
           async tx => {
-            const config = await findConfig(tx, params.id, user.userId)
-            if (!config) throw errors.notFound('Config')
-            const bought = await findPurchase(tx, config.id, user.userId)
-            if (bought) return { status: 200, body: ok(purchaseView(bought)) }
-            if (config.ownerId === user.userId) throw errors.cannotBuyOwnConfig()
-            if (!config.active) throw errors.configInactive()
-            // Checked against the price read in this transaction, which is the price charged.
-            if (expectedPriceCents !== undefined && expectedPriceCents !== config.priceCents) throw errors.priceChanged(config.priceCents)
-            const at = clock.now()
-            const created = await insertPurchase(tx, { configId: config.id, userId: user.userId, priceCents: config.priceCents }, at)
-            if (created) {
-              const invoiceId = await issuePurchaseInvoice(tx, {
-                purchaseId: created,
-                userId: user.userId,
-                participantId: config.participantId,
-                configName: config.name,
-                priceCents: config.priceCents,
-                at,
-              })
-              const sale = {
-                purchaseId: created,
-                configId: config.id,
-                participantId: config.participantId,
-                userId: user.userId,
-                priceCents: config.priceCents,
-              }
-              await enqueueEvents(tx, at, [
-                { userId: config.ownerId, type: 'config.purchased', payload: sale },
-                { userId: user.userId, type: 'invoice.issued', payload: { invoiceId, totalCents: config.priceCents } },
-              ])
-            }
-            const row = (await findPurchase(tx, config.id, user.userId))!
+            const { created, row } = await buyConfig(tx, { configId: params.id, userId: user.userId, expectedPriceCents, at: clock.now() })
             return { status: created ? 201 : 200, body: ok(purchaseView(row)) }
           },
         )
