@@ -90,45 +90,39 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
     answerHere: (reply, ask, result) => reply === replyChannel && (answer(ask, result), true),
   }
 
-  /** Mails the actors' commands for a runtime: marked due at once, then appended. */
-  const mail = (batch: Map<string, Pending[]>) =>
-    Promise.all(
-      [...batch].map(async ([actor, pending]) => {
-        try {
-          await due.mark(actor, 0)
-          for (const p of pending) await redis.xadd(keys.actor(actor).mailbox, '*', ...p.fields)
-          for (const p of pending) p.sent()
-        } catch (error) {
-          for (const p of pending) p.sent(error)
-        }
-      }),
-    )
-
-  /** Appends each actor's commands and takes the idle ones; works what it took; marks the actors again. */
+  /**
+   * Appends each actor's commands, marked due first: at once when they are left to a runtime, else
+   * for after this process's hold would have run out (should it die holding the actor). Takes the
+   * idle actors whose kinds it applies, works their mail, then marks them again.
+   */
   const run = async (batch: Map<string, Pending[]>, free: () => void) => {
-    const here = [...batch.keys()].filter(actor => deps && !closed && deps.kinds[actor.slice(0, actor.indexOf(':'))])
-    const elsewhere = new Map([...batch].filter(([actor]) => !here.includes(actor)))
-    const mailed = mail(elsewhere)
-    if (here.length === 0) return void (await mailed)
+    const actors = [...batch.keys()]
+    const here = actors.map(actor => deps !== undefined && !closed && deps.kinds[actor.slice(0, actor.indexOf(':'))] !== undefined)
     const owner = `${processId}:${++sends}`
-    // Due after this process's hold would have run out: a runtime takes over should this process die.
-    const marked = Promise.all(here.map(actor => due.mark(actor, 1.5 * leaseMs, owner)))
-    const taken = await holder.take(here.map(actor => ({ actor, mail: perActor, append: batch.get(actor)!.map(p => p.fields) })))
-    await marked.catch(error => log.warn('actor due mark failed', errorFields(error)))
+    const marked = actors.map((actor, i) =>
+      (here[i] ? due.mark(actor, 1.5 * leaseMs, owner) : due.mark(actor, 0)).then(
+        () => null,
+        error => error as Error,
+      ),
+    )
+    const taken = await holder.take(
+      actors.map((actor, i) => ({ actor, mail: here[i] ? perActor : -1, append: batch.get(actor)!.map(p => p.fields) })),
+    )
     const holds: Hold[] = []
-    const failed = taken.flatMap((t, i) => {
-      const pending = batch.get(here[i]!)!
-      // Held elsewhere: the holder finds the mail as it lets go.
-      if (t === 'busy') for (const p of pending) p.sent()
-      else if (t instanceof Error) {
-        // The mail may or may not be in: due at once, should it be.
+    const after = taken.map(async (t, i) => {
+      const [pending, unmarked] = [batch.get(actors[i]!)!, await marked[i]]
+      if (unmarked) log.warn('actor due mark failed', { actor: actors[i], ...errorFields(unmarked) })
+      if (t instanceof Error || (unmarked && !here[i])) {
+        // The mail may or may not be in (or in, but unmarked): due at once, should it be.
         for (const p of pending) p.sent(errors.unavailable('The command could not be sent; it may have been'))
-        return [due.mark(here[i]!, 0).catch(() => {})]
-      } else holds.push(t)
-      return []
+        return due.mark(actors[i]!, 0).catch(() => {})
+      }
+      // Not taken (held elsewhere, or left to a runtime): the mail waits for its holder.
+      if (t === 'busy') for (const p of pending) p.sent()
+      else holds.push(t)
     })
+    await Promise.all(after)
     if (holds.length > 0) await workHere(holds, batch, owner, free)
-    await Promise.all([mailed, ...failed])
   }
 
   const workHere = async (holds: Hold[], batch: Map<string, Pending[]>, owner: string, free: () => void) => {

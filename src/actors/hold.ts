@@ -12,21 +12,21 @@ const consumer = 'holder'
 
 // K lease, fence, mailbox; A holder, ms, mail, entries. Appends the entries (a JSON array of field
 // lists; '' for none) to the mailbox whether or not the actor is held elsewhere, then takes the lease
-// and draws a token. `mail` 0 holds without reading; n reads up to n entries, first what a previous
-// holder read and never acknowledged (the third element then 1). Nil when held elsewhere.
+// and draws a token. `mail` -1 only appends; 0 holds without reading; n reads up to n entries, first
+// what a previous holder read and never acknowledged (the third element then 1). Nil when not taken.
 const take = defineBatchedScript(
   `
 if A[4] ~= '' then
   for _, fields in ipairs(cjson.decode(A[4])) do redis.call('XADD', K[3], '*', unpack(fields)) end
 end
-if not redis.call('SET', K[1], A[1], 'NX', 'PX', A[2]) then return nil end
+local count = tonumber(A[3])
+if count < 0 or not redis.call('SET', K[1], A[1], 'NX', 'PX', A[2]) then return nil end
 local drawn, token = pcall(redis.call, 'INCR', K[2])
 local function give_up(err)
   redis.call('DEL', K[1])
   error(err)
 end
 if not drawn then give_up(token) end
-local count = tonumber(A[3])
 if count == 0 then return {token, {}, 0} end
 local function read(from)
   local found = redis.pcall('XREADGROUP', 'GROUP', '${group}', '${consumer}', 'COUNT', count, 'STREAMS', K[3], from)
@@ -94,10 +94,10 @@ export interface Hold {
   lost: boolean
 }
 
-/** What taking an actor came to: held, held elsewhere, or failed (any entries may or may not be in). */
+/** What taking an actor came to: held, not taken (held elsewhere, or not asked), or failed (any entries may or may not be in). */
 export type Taken = Hold | 'busy' | Error
 
-/** An actor to take: its mail to read (0: none), and entries to append to its mailbox first. */
+/** An actor to take: its mail to read (0: none; -1: only append, do not take), and entries to append to its mailbox first. */
 export interface TakeRequest {
   actor: string
   mail: number
