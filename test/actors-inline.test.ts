@@ -40,6 +40,11 @@ const kinds: ActorKinds = {
         projected.push(`${id}:${payload.n}`)
       },
     },
+    poison: {
+      async apply() {
+        throw new Error('a bug in the handler')
+      },
+    },
   },
 }
 
@@ -61,9 +66,9 @@ function gate(n: number): () => void {
   return open
 }
 
-async function runtime() {
+async function runtime(leaseMs = 600) {
   const { sql, redis, keys, clock, log } = ctx.deps
-  const started = await startActorRuntime({ sql, redis, keys, clock, log, kinds, leaseMs: 600 })
+  const started = await startActorRuntime({ sql, redis, keys, clock, log, kinds, leaseMs })
   runtimes.push(started)
   return started
 }
@@ -80,7 +85,7 @@ afterAll(async () => {
 })
 
 describe('commands applied by their sender', () => {
-  test('an idle actor’s command is applied at once, with no runtime, and leaves nothing in Redis', async () => {
+  test('an idle actor’s command is applied at once, with no runtime, and leaves no mail, lease or mark', async () => {
     const actor = randomUUID()
     expect(await dispatcher.ask(`log:${actor}`, 'append', { n: 1 })).toEqual({ count: 1 })
     expect(await appended(actor)).toEqual([1])
@@ -152,6 +157,49 @@ describe('commands applied by their sender', () => {
     expect(await appended(actor)).toEqual([1001, 1002])
     expect(await mailed(actor)).toBe(false)
   })
+
+  test('a command sent while a runtime holds the actor is applied as the runtime lets go, not when the sender’s mark comes due', async () => {
+    const actor = randomUUID()
+    // A runtime holds the actor, its command held up; a process that applies nothing itself sent it.
+    const mailOnly = await createDispatcher({ ...ctx.deps, inline: undefined })
+    const open = gate(6001)
+    const first = mailOnly.ask(`log:${actor}`, 'append', { n: 6001 })
+    // Its claim lasts longer than the sender's mark (5 s against 3 s), so only its letting go brings the command on.
+    const r = await runtime(5000)
+    await until(() => ctx.deps.redis.exists(ctx.deps.keys.actor(`log:${actor}`).lease).then(n => n === 1))
+    // Sent here, to an actor held elsewhere: it waits in the mailbox, its mark for after this sender's hold (3 s).
+    const second = dispatcher.ask(`log:${actor}`, 'append', { n: 6002 })
+    await until(() => ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${actor}`).mailbox).then(n => n === 2))
+    open()
+    expect(await first).toEqual({ count: 1 })
+    const opened = Date.now()
+    expect(await second).toEqual({ count: 2 })
+    // The runtime let go with mail left and made it due at once, whoever had marked it.
+    expect(Date.now() - opened).toBeLessThan(2000)
+    expect(await appended(actor)).toEqual([6001, 6002])
+    await r.stop()
+    await mailOnly.close()
+  })
+
+  test('an actor a previous holder left with unfinished mail goes to the runtimes: its failing command takes no other actor down', async () => {
+    const [sick, first, later] = [randomUUID(), randomUUID(), randomUUID()]
+    // One batch here: the poisoned command rolls it back, so both actors' commands wait for a runtime.
+    const poisoned = dispatcher.ask(`log:${sick}`, 'poison', {}, { timeoutMs: 25_000 }).catch(e => e)
+    const firstAnswer = dispatcher.ask<{ count: number }>(`log:${first}`, 'append', { n: 1 })
+    await until(async () => (await mailed(sick)) && (await mailed(first)))
+    // The next batch with the sick actor in it: that actor is left alone (its mail read, never
+    // acknowledged), so the other actor's command is applied here, with no runtime.
+    const sickAgain = dispatcher.ask<{ count: number }>(`log:${sick}`, 'append', { n: 2 }, { timeoutMs: 25_000 })
+    expect(await dispatcher.ask(`log:${later}`, 'append', { n: 3 })).toEqual({ count: 1 })
+    expect(await appended(sick)).toEqual([])
+    // A runtime then works the sick actor one command at a time: the poison to the dead letters, the rest applied.
+    const r = await runtime()
+    expect(await firstAnswer).toEqual({ count: 1 })
+    expect(((await poisoned) as AppError).code).toBe('unavailable')
+    expect(await sickAgain).toEqual({ count: 1 })
+    expect(await ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${sick}`).dead)).toBe(1)
+    await r.stop()
+  }, 30_000)
 
   test('a sender-chosen id is applied once; a repeat gets the first result and is not projected again', async () => {
     const actor = randomUUID()

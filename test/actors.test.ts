@@ -186,11 +186,35 @@ describe('actor runtime', () => {
     await r.stop()
   })
 
-  test('the runtime recovers when Redis loses the marks of due actors', async () => {
-    const r = await runtime()
-    await ctx.deps.redis.del(ctx.deps.keys.actorsDue, ctx.deps.keys.actorsDueBy)
+  test('mail whose mark Redis lost waits for the actor’s next command; then both apply, in order', async () => {
+    const { redis, keys } = ctx.deps
     const actor = randomUUID()
-    expect(await ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 3 }, { timeoutMs: 10_000 })).toEqual({ count: 1 })
+    const first = ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 1 }, { timeoutMs: 10_000 })
+    await until(async () => (await redis.xlen(keys.actor(`log:${actor}`).mailbox)) === 1)
+    await redis.del(keys.actorsDue, keys.actorsDueBy)
+    const r = await runtime()
+    await Bun.sleep(300)
+    expect(await appended(actor)).toEqual([])
+    expect(await ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 2 })).toEqual({ count: 2 })
+    expect(await first).toEqual({ count: 1 })
+    expect(await appended(actor)).toEqual([1, 2])
+    await r.stop()
+  })
+
+  test('a command appended twice (a call sent again after its reply was lost) is applied once, and no one is told it failed', async () => {
+    const { redis, keys } = ctx.deps
+    const actor = `log:${randomUUID()}`
+    const fields = ['type', 'append', 'payload', '{"n":8}', 'command', randomUUID(), 'repeatable', '', 'hash', '', 'reply', '', 'ask', '']
+    const sender = createHolder(redis, keys, `sender:${randomUUID()}`, 600)
+    const due = createDue(redis, keys)
+    const r = await runtime()
+    for (let time = 0; time < 2; time++) {
+      await due.mark(actor, 0)
+      await sender.take([{ actor, mail: -1, append: [fields] }])
+      await until(async () => (await redis.exists(keys.actor(actor).mailbox)) === 0)
+    }
+    expect(await appended(actor.slice(4))).toEqual([8])
+    expect(await redis.xlen(keys.actor(actor).dead)).toBe(0)
     await r.stop()
   })
 

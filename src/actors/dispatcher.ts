@@ -1,10 +1,10 @@
 /**
  * Sending commands to actors. Every command goes into its actor's mailbox. Where this process can
- * apply the actor's kind (`inline`) it appends and tries to take the actor in one step: taken (it was
- * idle), it works the mail right here, the commands of the moment of many actors in one turn; held
- * elsewhere, the holder finds the mail when it lets go. Either way the actor is marked due first, so a
- * runtime takes over should no one finish it. `ask` waits for the command's answer, from here or from
- * whichever process applied it.
+ * apply the actor's kind (`inline`) it appends and tries to take the actor in one step: taken (idle,
+ * with nothing left unfinished), it works the mail right here, the commands of the moment of many
+ * actors in one turn; held elsewhere, the holder finds the mail as it lets go. The actor is marked
+ * due (due.ts) on the way, so a runtime takes over should no one finish it. `ask` waits for the
+ * command's answer, from here or from whichever process applied it.
  */
 import { randomUUID } from 'node:crypto'
 import type { Sql } from '../db.ts'
@@ -91,37 +91,37 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
   }
 
   /**
-   * Appends each actor's commands, marked due first: at once when they are left to a runtime, else
-   * for after this process's hold would have run out (should it die holding the actor). Takes the
-   * idle actors whose kinds it applies, works their mail, then marks them again.
+   * Appends each actor's commands, marked due as they go (at once when left to a runtime, else for
+   * after this process's hold would have run out, should it die holding the actor), and takes the
+   * idle actors whose kinds it applies; works what it took, then marks the actors again.
    */
   const run = async (batch: Map<string, Pending[]>, free: () => void) => {
     const actors = [...batch.keys()]
     const here = actors.map(actor => deps !== undefined && !closed && deps.kinds[actor.slice(0, actor.indexOf(':'))] !== undefined)
     const owner = `${processId}:${++sends}`
-    const marked = actors.map((actor, i) =>
-      (here[i] ? due.mark(actor, 1.5 * leaseMs, owner) : due.mark(actor, 0)).then(
-        () => null,
-        error => error as Error,
-      ),
-    )
-    const taken = await holder.take(
-      actors.map((actor, i) => ({ actor, mail: here[i] ? perActor : -1, append: batch.get(actor)!.map(p => p.fields) })),
-    )
+    const marked = actors.map((actor, i) => due.mark(actor, here[i] ? 1.5 * leaseMs : 0, here[i] ? owner : '').catch(error => error as Error))
+    const requests = actors.map((actor, i) => ({ actor, mail: here[i] ? perActor : -1, append: batch.get(actor)!.map(p => p.fields), fresh: true }))
+    const taken = await holder.take(requests)
     const holds: Hold[] = []
-    const after = taken.map(async (t, i) => {
-      const [pending, unmarked] = [batch.get(actors[i]!)!, await marked[i]]
-      if (unmarked) log.warn('actor due mark failed', { actor: actors[i], ...errorFields(unmarked) })
-      if (t instanceof Error || (unmarked && !here[i])) {
-        // The mail may or may not be in (or in, but unmarked): due at once, should it be.
-        for (const p of pending) p.sent(errors.unavailable('The command could not be sent; it may have been'))
-        return due.mark(actors[i]!, 0).catch(() => {})
-      }
-      // Not taken (held elsewhere, or left to a runtime): the mail waits for its holder.
-      if (t === 'busy') for (const p of pending) p.sent()
-      else holds.push(t)
-    })
-    await Promise.all(after)
+    await Promise.all(
+      taken.map(async (t, i) => {
+        const [actor, pending] = [actors[i]!, batch.get(actors[i]!)!]
+        const unmarked = await marked[i]
+        if (unmarked) log.warn('actor due mark failed', { actor, ...errorFields(unmarked) })
+        if (typeof t === 'object' && !(t instanceof Error)) return void holds.push(t)
+        // Not taken, or failed (the mail may be in, and the lease taken with its reply lost: let go).
+        if (t instanceof Error) await holder.release(actor, []).catch(() => 0)
+        // Marked again now the append is known to have landed (the mark and the append may reach Redis
+        // in either order): for after its holder's lease when held elsewhere (the holder's letting go is
+        // what brings it on), else at once for a runtime (with unfinished mail: the careful path).
+        const again = await due.mark(actor, t === 'busy' && here[i] ? 1.5 * leaseMs : 0).then(
+          () => null,
+          error => error as Error,
+        )
+        const failed = t instanceof Error ? t : again
+        for (const p of pending) p.sent(failed ? errors.unavailable('The command could not be sent; it may have been') : undefined)
+      }),
+    )
     if (holds.length > 0) await workHere(holds, batch, owner, free)
   }
 
@@ -131,9 +131,10 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
     await Promise.all(
       holds.map(async ({ actor }) => {
         const rest = left.get(actor)
-        // Drained: the mark made for this send goes. Mail left (a failed turn's too): due at once for a runtime.
-        const marking = rest === undefined ? undefined : rest === 0 && !failure ? due.settle(actor, owner) : due.mark(actor, 0)
-        await marking?.catch(error => log.warn('actor due mark failed', { actor, ...errorFields(error) }))
+        // Drained: this send's mark goes. Mail left (a failed turn's too): due at once for a runtime.
+        // Letting go failed: due once the lease would have run out.
+        const marking = rest === undefined ? due.mark(actor, leaseMs) : rest === 0 && !failure ? due.settle(actor, owner) : due.mark(actor, 0)
+        await marking.catch(error => log.warn('actor due mark failed', { actor, ...errorFields(error) }))
         for (const p of batch.get(actor)!) {
           // An outage: the caller hears of it now; the command stays in the mailbox, to be applied once.
           if (failure && isOutage(failure.error) && p.ask)

@@ -1,11 +1,12 @@
 /**
  * Which actors have mail for a runtime to look at, and from when: a sorted set of actors by the time
  * they are due (Redis's clock), beside a hash of who marked each one last. Whoever leaves mail behind
- * marks its actor: a sender before it appends (due after its own hold would have run out, in case it
- * dies holding the actor), a holder that lets go with mail left (due at once). A runtime claims due
- * actors (marking them again, due when its hold would have run out) and takes a mark away only while
- * it is still its own: one made since, by anyone, stays. So mail never waits unmarked, and a process
- * that dies leaves marks that come due for the others.
+ * marks its actor: a sender as it appends (due after its own hold would have run out, in case it dies
+ * holding the actor; again once its append is known to be in, when it did not take the actor), and a
+ * holder that lets go with mail left (due at once). A mark never puts off one due sooner. A runtime
+ * claims due actors (marking them again, due when its hold would have run out) and takes a mark away
+ * or puts it off only while it is still its own: one made since, by anyone, stays. So mail never
+ * waits unmarked, and a process that dies leaves marks that come due for the others.
  */
 import { defineBatchedScript, defineScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
@@ -17,7 +18,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`
 // K due, due-by; A actor, in ms, owner.
 const mark = defineBatchedScript(
   `${now}
-redis.call('ZADD', K[1], now + tonumber(A[2]), A[1])
+redis.call('ZADD', K[1], 'LT', now + tonumber(A[2]), A[1])
 redis.call('HSET', K[2], A[1], A[3])
 return 1`,
   2,
@@ -50,7 +51,7 @@ end
 return due`)
 
 export interface Due {
-  /** Marks the actor due in `inMs` (0: at once), as `owner`'s mark ('' for nobody's). */
+  /** Marks the actor due in `inMs` (0: at once) or sooner, if it already was, as `owner`'s mark ('' for nobody's). */
   mark(actor: string, inMs: number, owner?: string): Promise<void>
   /** While the mark is still `owner`'s: takes it away (`inMs` undefined) or makes it due in `inMs`. */
   settle(actor: string, owner: string, inMs?: number): Promise<void>

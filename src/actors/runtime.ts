@@ -95,7 +95,11 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     return [{ mail, answer: { failed: true } }]
   }
 
-  /** Marks each actor again: taken away once drained, due at once with mail left, backing off while it fails. */
+  /**
+   * Marks each actor again: its claim taken away once drained, due at once (whoever marked it last)
+   * with mail left, put off while it keeps failing. Letting go failed: the claim comes due once the
+   * lease would have run out.
+   */
   const settle = (owner: string, worked: Worked, retryLater: (actor: string) => boolean) =>
     Promise.all(
       [...worked.left].map(([actor, left]) => {
@@ -105,11 +109,10 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
           return due.settle(actor, owner, Math.min(2000, 100 * 2 ** n))
         }
         failures.delete(actor)
-        // Letting go failed: the claim's mark comes due once the lease would have run out.
         if (left === undefined) return undefined
-        return due.settle(actor, owner, left === 0 && !worked.failure ? undefined : 0)
+        return left === 0 && !worked.failure ? due.settle(actor, owner) : due.mark(actor, 0)
       }),
-    )
+    ).catch(error => log.warn('actor due marks failed; the claims come due again', { actors: worked.left.size, ...errorFields(error) }))
 
   /** A batch of the actors not careful: one turn; a command that fails it makes its actor careful. */
   const batch = async (holds: Hold[], owner: string) => {
@@ -140,17 +143,19 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     const holds: Hold[] = []
     const later = taken.map((t, i) => {
       // Held elsewhere (a dead holder never lets go): look again once its lease may have run out.
-      if (t === 'busy') return due.settle(actors[i]!, owner, leaseMs / 2)
+      if (t === 'busy' || t === 'unfinished') return due.settle(actors[i]!, owner, leaseMs / 2)
       if (t instanceof Error) {
         if (running) log.warn('actor lease failed; retrying', { actor: actors[i], ...errorFields(t) })
-        return due.settle(actors[i]!, owner, 1000)
+        // The lease may have been taken, its reply lost: let go of it.
+        return holder.release(actors[i]!, []).then(() => due.settle(actors[i]!, owner, 1000))
       }
       holds.push(t)
       return undefined
     })
     const quick = holds.filter(h => !careful.has(h.actor))
     const slow = holds.filter(h => careful.has(h.actor))
-    await Promise.all([...later, quick.length > 0 && batch(quick, owner), ...slow.map(h => alone(h, owner))])
+    const done = await Promise.allSettled([...later, quick.length > 0 && batch(quick, owner), ...slow.map(h => alone(h, owner))])
+    for (const outcome of done) if (outcome.status === 'rejected') log.warn('actor round step failed', errorFields(outcome.reason))
   }
 
   const loop = async () => {

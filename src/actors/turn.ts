@@ -97,7 +97,7 @@ async function applyBatch({ sql, clock, kinds }: TurnDeps, actors: BatchActor[])
     const [lastAt, seen] = await Promise.all([fence(tx, held, now), findApplied(tx, held)])
     const applied = new Map<string, Applied[]>()
     const fresh: AppliedRecord[] = []
-    let culprit: string | undefined
+    let culprit: { actor: string; error: unknown } | undefined
     const chain = async (h: BatchActor) => {
       const list: Applied[] = []
       applied.set(h.actor, list)
@@ -120,13 +120,13 @@ async function applyBatch({ sql, clock, kinds }: TurnDeps, actors: BatchActor[])
           list.push({ handler, result, project: true, context, payload })
         } catch (error) {
           // The first to fail is the culprit; the others fail after it (the transaction is aborted).
-          culprit ??= h.actor
+          culprit ??= { actor: h.actor, error }
           throw error
         }
       }
     }
-    const rejected = (await Promise.allSettled(held.filter(h => lastAt.has(h.actor)).map(chain))).find(s => s.status === 'rejected')
-    if (rejected) throw new BatchFailed(culprit!, (rejected as PromiseRejectedResult).reason)
+    await Promise.allSettled(held.filter(h => lastAt.has(h.actor)).map(chain))
+    if (culprit) throw new BatchFailed(culprit.actor, culprit.error)
     if (fresh.length > 0) await recordApplied(tx, fresh)
     return { applied, fenced: await fencedOut(tx, held, lastAt) }
   })
@@ -188,7 +188,11 @@ interface AppliedRecord {
   at: Date
 }
 
-/** Records a batch's new commands as applied, with their results: one statement. */
+/**
+ * Records a batch's new commands as applied, with their results: one statement. A command applied
+ * before under the same id but read as new (appended twice, by a call sent again after its reply was
+ * lost) fails the batch here; read again by the next holder, as a redelivery, it is found.
+ */
 async function recordApplied(tx: TxSql, rows: AppliedRecord[]) {
   await tx`
     insert into actor_applied (actor, command_id, entry_id, request_hash, result, applied_at)

@@ -7,7 +7,7 @@
 import { isConnectionError } from '../db.ts'
 import { isRedisUnavailable, type Redis } from '../redis.ts'
 import { errorFields } from '../log.ts'
-import { applyTurn, due, type BatchCommand, type TurnDeps, type TurnOutcome } from './turn.ts'
+import { applyTurn, BatchFailed, due, type BatchCommand, type TurnDeps, type TurnOutcome } from './turn.ts'
 import type { Hold, Holder, MailEntry } from './hold.ts'
 
 /** What a sender learns of its command: the result, or that it could not be applied (dead-lettered). */
@@ -63,10 +63,15 @@ export async function work(deps: WorkDeps, holds: Hold[], hooks: WorkHooks = {})
         const outcome = await applyTurn(deps, withMail.map(commandsOf), held, hooks.committed)
         for (const h of withMail) ends.get(h)!.push(...(await settled(deps, h, outcome)))
       } catch (error) {
-        const culprit = (error as { actor?: string }).actor
-        failure = { error: (error as { cause?: unknown }).cause ?? error, culprit }
-        if (hooks.failed && holds.length === 1) ends.get(holds[0]!)!.push(...(await hooks.failed(holds[0]!, failure.error)))
+        failure = error instanceof BatchFailed ? { error: error.cause, culprit: error.actor } : { error }
       }
+    }
+    if (failure && hooks.failed && holds.length === 1) {
+      const finished = await hooks.failed(holds[0]!, failure.error).catch(error => {
+        deps.log.warn('actor failure handling failed; the command is tried again', { actor: holds[0]!.actor, ...errorFields(error) })
+        return []
+      })
+      ends.get(holds[0]!)!.push(...finished)
     }
     const left = new Map<string, number | undefined>()
     await Promise.all(holds.map(async h => left.set(h.actor, await finish(deps, h, ends.get(h)!))))

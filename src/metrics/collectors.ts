@@ -137,7 +137,8 @@ interface MailboxReading {
 }
 
 /**
- * The mailboxes of the actors marked due (every actor with mail is: src/actors/due.ts), a thousand a
+ * The mailboxes of the actors marked due (every actor with mail is: src/actors/due.ts), found with
+ * ZSCAN (which returns every actor marked throughout, however the scores move) and read a thousand a
  * round trip: each one's length, and its first entry, whose id is the time it was added (by Redis's
  * clock, which `now` comes from too). Finished entries are deleted, so what a mailbox holds is not
  * yet applied and acknowledged.
@@ -148,9 +149,14 @@ async function readMailboxes(redis: Redis, keys: Keys): Promise<MailboxReading> 
   let commands = 0
   let mailboxes = 0
   let oldest = now
-  for (let start = 0; ; start += 1000) {
-    const actors = await redis.zrange(keys.actorsDue, start, start + 999)
-    if (actors.length === 0) break
+  const seen = new Set<string>()
+  let cursor = '0'
+  do {
+    const [next, found] = await redis.zscan(keys.actorsDue, cursor, 'COUNT', 1000)
+    cursor = next
+    // ZSCAN answers member, score, member, score...; a member may come twice.
+    const actors = found.filter((member, i) => i % 2 === 0 && !seen.has(member) && seen.add(member))
+    if (actors.length === 0) continue
     const pipeline = redis.pipeline()
     for (const actor of actors) pipeline.xlen(keys.actor(actor).mailbox).xrange(keys.actor(actor).mailbox, '-', '+', 'COUNT', 1)
     const replies = (await pipeline.exec()) ?? []
@@ -163,8 +169,7 @@ async function readMailboxes(redis: Redis, keys: Keys): Promise<MailboxReading> 
       const id = (first as [string, string[]][] | undefined)?.[0]?.[0]
       if (id) oldest = Math.min(oldest, Number(id.slice(0, id.indexOf('-'))))
     }
-    if (actors.length < 1000) break
-  }
+  } while (cursor !== '0')
   return { commands, mailboxes, oldestSeconds: Math.max(0, now - oldest) / 1000 }
 }
 
