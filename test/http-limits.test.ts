@@ -99,6 +99,11 @@ describe('heads over the app’s limits, under Bun’s (64 KiB)', () => {
     expectEnvelope(tooLarge, 431, 'headers_too_large')
     const [many] = await raw(get('/health', Array.from({ length: 100 }, (_, i) => `X-Pad-${i}: ${'a'.repeat(200)}\r\n`).join('')))
     expectEnvelope(many, 431, 'headers_too_large')
+    // One name many times: counted whole, whether its values are joined (X-Pad) or kept apart (Set-Cookie).
+    for (const name of ['X-Pad', 'Set-Cookie']) {
+      const [repeated] = await raw(get('/health', `${name}: ${'a'.repeat(200)}\r\n`.repeat(90)))
+      expectEnvelope(repeated, 431, 'headers_too_large')
+    }
     const [within] = await raw(get('/v1/auth/me', `Authorization: Bearer ${alice.token}\r\nX-Pad: ${'a'.repeat(15_000)}\r\n`))
     expect(within?.status).toBe(200)
   })

@@ -49,9 +49,12 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
   const ttlMs = options.ttlMs ?? 300_000
   const negativeTtlMs = options.negativeTtlMs ?? 30_000
   const maxEntries = options.maxEntries ?? 200_000
-  const entries = new Map<string, { principal: Principal | null; expires: number }>()
+  const entries = new Map<string, { principal: Principal | null; expires: number; usedIn: number }>()
   const pending = new Map<string, Promise<Principal | null>>()
   const used = new Set<string>()
+  // Bumped by every flush: an entry records its key's use once per flush, so that a poll touches only
+  // the entry it already read, not `used` as well.
+  let usageRound = 0
   // Bumped by every eviction: a lookup that started before one must not cache what it read.
   let epoch = 0
 
@@ -77,7 +80,7 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
         const oldest = entries.keys().next().value
         if (oldest !== undefined) entries.delete(oldest)
       }
-      entries.set(hex, { principal, expires: Date.now() + (principal ? ttlMs : negativeTtlMs) })
+      entries.set(hex, { principal, expires: Date.now() + (principal ? ttlMs : negativeTtlMs), usedIn: -1 })
     }
     return principal
   }
@@ -86,6 +89,7 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
     if (used.size === 0) return
     const ids = [...used]
     used.clear()
+    usageRound++
     await touchKeys(sql, ids, clock.now())
   }
   const timer = setInterval(() => {
@@ -98,7 +102,10 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
       if (!pubsub.listening()) return undefined
       const hit = entries.get(hex)
       if (!hit || hit.expires <= Date.now()) return undefined
-      if (hit.principal?.keyId) used.add(hit.principal.keyId)
+      if (hit.usedIn !== usageRound) {
+        hit.usedIn = usageRound
+        if (hit.principal?.keyId) used.add(hit.principal.keyId)
+      }
       return hit.principal
     },
     async lookup(hex) {

@@ -21,6 +21,17 @@ export function headTooLarge(request: Request) {
   const target = url.length - Math.max(0, url.indexOf('/', url.indexOf('//') + 2))
   if (target > maxUrlBytes) return errors.uriTooLong(maxUrlBytes)
   let size = request.method.length + target + 12
-  for (const [name, value] of request.headers) size += name.length + value.length + 4
+  // Names and `get` rather than `entries()`, which builds a [name, value] pair per header: over a
+  // real socket that cost 1.8 µs a request more (bench/notes.md). `get` joins a repeated name's
+  // values, as `entries()` does, except Set-Cookie's, which are counted one by one here as there.
+  const headers = request.headers
+  let cookies = false
+  for (const name of headers.keys()) {
+    if (name !== 'set-cookie') size += name.length + headers.get(name)!.length + 4
+    else if (!cookies) {
+      cookies = true
+      for (const cookie of headers.getSetCookie()) size += name.length + cookie.length + 4
+    }
+  }
   return size > maxHeadBytes ? errors.headersTooLarge(maxHeadBytes) : null
 }
