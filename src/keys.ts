@@ -25,6 +25,7 @@ export function createKeys(prefix: string) {
     // Which actors have mail to be looked at, and who marked each last: one hash tag, so one slot.
     actorsDue: `${prefix}{actors}:due`,
     actorsDueBy: `${prefix}{actors}:due-by`,
+    actorsWake: `${prefix}{actors}:wake`,
     usage: (subscriptionId: string, periodIndex: number) => ({
       calls: `${prefix}usage:${subscriptionId}:${periodIndex}`,
     }),

@@ -218,6 +218,15 @@ describe('actor runtime', () => {
     await r.stop()
   })
 
+  test('an idle runtime is woken by mail left to it, not left to look at its next round', async () => {
+    const r = await runtime({ idleSeconds: 30 })
+    // Its loops have found nothing and wait; the next look of their own would be 30 s away.
+    await Bun.sleep(200)
+    const actor = randomUUID()
+    expect(await ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 1 }, { timeoutMs: 5000 })).toEqual({ count: 1 })
+    await r.stop()
+  })
+
   test('mail left by a sender that died holding its actor comes due for a runtime, which applies it once', async () => {
     const { redis, keys } = ctx.deps
     const actor = `log:${randomUUID()}`

@@ -6,7 +6,9 @@
  * holder that lets go with mail left (due at once). A mark never puts off one due sooner. A runtime
  * claims due actors (marking them again, due when its hold would have run out) and takes a mark away
  * or puts it off only while it is still its own: one made since, by anyone, stays. So mail never
- * waits unmarked, and a process that dies leaves marks that come due for the others.
+ * waits unmarked, and a process that dies leaves marks that come due for the others. A mark due at
+ * once also rings a doorbell, a short list an idle runtime waits on, so it looks at once rather than
+ * at its next round (every second while idle).
  */
 import { defineBatchedScript, defineScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
@@ -15,13 +17,17 @@ const now = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`
 
-// K due, due-by; A actor, in ms, owner.
+// K due, due-by, wake; A actor, in ms, owner.
 const mark = defineBatchedScript(
   `${now}
 redis.call('ZADD', K[1], 'LT', now + tonumber(A[2]), A[1])
 redis.call('HSET', K[2], A[1], A[3])
+if tonumber(A[2]) <= 0 then
+  redis.call('LPUSH', K[3], 1)
+  redis.call('LTRIM', K[3], 0, 15)
+end
 return 1`,
-  2,
+  3,
   3,
 )
 
@@ -57,19 +63,24 @@ export interface Due {
   settle(actor: string, owner: string, inMs?: number): Promise<void>
   /** Up to `count` due actors, marked as `owner`'s and due again in `ms`. */
   claim(count: number, ms: number, owner: string): Promise<string[]>
+  /** Waits on `blocking` (a connection of its own) until an actor is marked due at once, or `seconds` pass. */
+  wait(blocking: Redis, seconds: number): Promise<void>
 }
 
 export function createDue(redis: Redis, keys: Keys): Due {
   const k = [keys.actorsDue, keys.actorsDueBy]
   return {
     async mark(actor, inMs, owner = '') {
-      await mark(redis, k, [actor, inMs, owner])
+      await mark(redis, [...k, keys.actorsWake], [actor, inMs, owner])
     },
     async settle(actor, owner, inMs) {
       await settle(redis, k, [actor, owner, inMs ?? ''])
     },
     async claim(count, ms, owner) {
       return (await claim(redis, k, [count, ms, owner])) as string[]
+    },
+    async wait(blocking, seconds) {
+      await blocking.blpop(keys.actorsWake, seconds)
     },
   }
 }

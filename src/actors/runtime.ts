@@ -29,8 +29,8 @@ export interface ActorRuntimeOptions {
   batchActors?: number
   /** Batches in flight at once: while one is in its transaction, the next is claimed. */
   batches?: number
-  /** How long a runtime that found nothing due waits before it looks again. */
-  idleMs?: number
+  /** How long a runtime that found nothing due waits for the doorbell (due.ts) before it looks again. */
+  idleSeconds?: number
   /** Test seam: runs after a command's effect and projection, before it is acknowledged. */
   beforeAck?: (actor: string, commandId: string) => Promise<void> | void
 }
@@ -158,6 +158,15 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     for (const outcome of done) if (outcome.status === 'rejected') log.warn('actor round step failed', errorFields(outcome.reason))
   }
 
+  // Idle loops wait on the doorbell together, on a connection of its own (a blocking call holds it).
+  const blocking = redis.duplicate({ enableAutoPipelining: false, connectionName: 'agent-marketplace:actors-blocking' })
+  let waiting: Promise<unknown> | undefined
+  const idle = () =>
+    (waiting ??= due
+      .wait(blocking, options.idleSeconds ?? 1)
+      .catch(() => (running ? Bun.sleep(250) : undefined))
+      .finally(() => (waiting = undefined)))
+
   const loop = async () => {
     while (running) {
       const owner = `${id}:${++claims}`
@@ -165,7 +174,8 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
         log.warn('actor claim failed; retrying', errorFields(error))
         return null
       })
-      if (actors === null || actors.length === 0) await Bun.sleep(actors === null ? 250 : (options.idleMs ?? 20))
+      if (actors === null) await Bun.sleep(250)
+      else if (actors.length === 0) await idle()
       else await round(actors, owner).catch(error => log.error('actor round failed', { actors: actors.length, ...errorFields(error) }))
     }
   }
@@ -177,12 +187,14 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     async stop() {
       if (abandoned) return
       running = false
+      blocking.disconnect()
       await loops
     },
     abandon() {
       abandoned = true
       running = false
       holder.abandon()
+      blocking.disconnect()
     },
   }
 }
