@@ -76,7 +76,8 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
     const started = epoch
     const principal = await findKeyPrincipal(sql, Buffer.from(hex, 'hex'))
     if (epoch === started && pubsub.listening()) {
-      if (entries.size >= maxEntries) {
+      // A refreshed entry moves to the end; only a new one makes room, taking out the longest held.
+      if (!entries.delete(hex) && entries.size >= maxEntries) {
         const oldest = entries.keys().next().value
         if (oldest !== undefined) entries.delete(oldest)
       }

@@ -40,7 +40,7 @@ export async function createInboxReader(options: {
   waitingRebuilds?: number
 }): Promise<InboxReader> {
   const { sql, redis, keys, pubsub, clock } = options
-  const ttlMs = options.ttlMs ?? 30_000
+  const ttlMs = options.ttlMs ?? 300_000
   const maxEntries = options.maxEntries ?? 100_000
   const holder = createHolder(redis, keys, `inbox:${randomUUID()}`, 5000)
   const due = createDue(redis, keys)
@@ -125,7 +125,8 @@ export async function createInboxReader(options: {
         return pending
       }
       if (epoch === started) {
-        if (cache.size >= maxEntries) cache.delete(cache.keys().next().value!)
+        // A refreshed entry moves to the end; only a new one makes room, taking out the longest held.
+        if (!cache.delete(agentId) && cache.size >= maxEntries) cache.delete(cache.keys().next().value!)
         cache.set(agentId, { inbox, expires: Date.now() + ttlMs })
       }
       return inbox
