@@ -5,7 +5,7 @@ import { errors } from '../errors.ts'
 import { ensurePeriods } from '../billing/subscriptions/store.ts'
 import { meteringCaughtUp } from '../metering/caught-up.ts'
 import type { Log } from '../log.ts'
-import { countDuePeriods, issueDueInvoices } from './store.ts'
+import { countDuePeriods, issueDueInvoices, type DueCursor } from './store.ts'
 
 /**
  * How long after its end a period is invoiced. A proxy call is timed when it starts and metered
@@ -50,11 +50,13 @@ export async function runInvoices(
   const endedBy = new Date(at.getTime() - invoiceSettleMs)
   const total = await countDuePeriods(sql, endedBy)
   let issued = 0
+  let after: DueCursor | undefined
   options.onProgress?.(0, total)
   for (;;) {
-    const count = await issueDueInvoices(sql, { endedBy, issuedAt: at }, options.batchSize ?? 5000)
-    if (count === 0) break
-    issued += count
+    const batch = await issueDueInvoices(sql, { endedBy, issuedAt: at }, options.batchSize ?? 5000, after)
+    if (batch.issued === 0) break
+    issued += batch.issued
+    after = batch.last
     options.onProgress?.(issued, Math.max(total, issued))
   }
   if (issued > 0) log.info('invoices issued', { issued, at: at.toISOString() })

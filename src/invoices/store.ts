@@ -9,19 +9,32 @@ export async function countDuePeriods(sql: Db, at: Date): Promise<number> {
   return row!.n
 }
 
+/** Where a run's batches have got to in the run's order: the last period a batch took. */
+export interface DueCursor {
+  periodEnd: Date
+  subscriptionId: string
+  periodIndex: number
+}
+
 /**
- * Issues invoices for up to `limit` ended periods in one transaction: numbers taken from the counter
- * (locked until commit, so there are no gaps), the monthly line at the period's terms, an overage
- * line when calls went over the included ones, the period marked, and each payer's `invoice.issued`
- * event recorded. Periods ended by `endedBy` are due; the invoices are dated `issuedAt`. Periods
- * another run is issuing right now are skipped, and (subscription, period) is unique, so none is
- * invoiced twice. Returns how many were issued (0: none was due).
+ * Issues invoices for up to `limit` ended periods after `after` in one transaction: numbers taken
+ * from the counter (locked until commit, so there are no gaps), the monthly line at the period's
+ * terms, an overage line when calls went over the included ones, the period marked, and each payer's
+ * `invoice.issued` event recorded. Periods ended by `endedBy` are due; the invoices are dated
+ * `issuedAt`. Periods another run is issuing right now are skipped, and (subscription, period) is
+ * unique, so none is invoiced twice. Returns how many were issued (0: none was due) and the last
+ * period taken, for the next batch to start after.
  */
-export async function issueDueInvoices(sql: Sql, when: { endedBy: Date; issuedAt: Date }, limit: number): Promise<number> {
+export async function issueDueInvoices(
+  sql: Sql,
+  when: { endedBy: Date; issuedAt: Date },
+  limit: number,
+  after?: DueCursor,
+): Promise<{ issued: number; last: DueCursor | undefined }> {
   const [row] = await sql.begin(async tx => {
-    return tx<{ n: number }[]>`
+    return tx<({ n: number } & { [K in keyof DueCursor]: DueCursor[K] | null })[]>`
       with due as (
-        ${duePeriods(tx, when.endedBy, limit)}
+        ${duePeriods(tx, when.endedBy, limit, after)}
       ),
       numbered as (
         select due.*, gen_random_uuid() as invoice_id,
@@ -75,18 +88,26 @@ export async function issueDueInvoices(sql: Sql, when: { endedBy: Date; issuedAt
         order by number
         returning 1
       )
-      select count(*)::int as n from issued
+      select (select count(*)::int from issued) as n, l.period_end as "periodEnd", l.subscription_id as "subscriptionId",
+        l.period_index as "periodIndex"
+      from (select 1) as one
+      left join lateral (select period_end, subscription_id, period_index from numbered order by n desc limit 1) as l on true
     `
   })
-  return row!.n
+  const { n, periodEnd, subscriptionId, periodIndex } = row!
+  return { issued: n, last: periodEnd && subscriptionId && periodIndex !== null ? { periodEnd, subscriptionId, periodIndex } : undefined }
 }
 
 /**
- * Up to `limit` ended, uninvoiced periods with what their invoices need, oldest first, locked (those
- * another run holds are skipped). Read in the order of `subscription_periods_due` (sql/00016), so a
- * batch costs the same however many periods are due.
+ * Up to `limit` ended, uninvoiced periods after `after` with what their invoices need, oldest first,
+ * locked (those another run holds are skipped). Read in the order of `subscription_periods_due`
+ * (sql/00016) from where the run got to, so a batch costs the same however many periods are due and
+ * however many the run has issued (from the start, it would step over each issued period's entry).
  */
-export function duePeriods(sql: Db, endedBy: Date, limit: number) {
+export function duePeriods(sql: Db, endedBy: Date, limit: number, after?: DueCursor) {
+  const from = after
+    ? sql`and (sp.period_end, sp.subscription_id, sp.period_index) > (${after.periodEnd}::timestamptz, ${after.subscriptionId}::uuid, ${after.periodIndex}::int)`
+    : sql``
   return sql`
     select sp.subscription_id, sp.period_index, sp.period_start, sp.period_end, sp.monthly_price_cents,
       sp.included_proxy_calls, sp.overage_per_call_cents, sp.proxy_calls, s.user_id, s.participant_id,
@@ -94,7 +115,7 @@ export function duePeriods(sql: Db, endedBy: Date, limit: number) {
     from subscription_periods sp
     join subscriptions s on s.id = sp.subscription_id
     join plans p on p.id = s.plan_id
-    where sp.invoice_id is null and sp.period_end <= ${endedBy}
+    where sp.invoice_id is null and sp.period_end <= ${endedBy} ${from}
     order by sp.period_end, sp.subscription_id, sp.period_index
     limit ${limit}
     for update of sp skip locked
