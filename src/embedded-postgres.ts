@@ -16,6 +16,13 @@ export async function startEmbeddedPostgres(dataDir: string, log: Log): Promise<
   const port = await freePort()
   const password = 'postgres'
   const EmbeddedPostgres = await importWithoutSignalHooks()
+  let lastWords = ''
+  const said = (message: unknown) => {
+    const text = String(message).trim()
+    log.debug('embedded postgres', { message: text })
+    const line = text.split('\n').find(l => /FATAL|ERROR|HINT/.test(l))
+    if (line) lastWords = lastWords ? `${lastWords}; ${line}` : line
+  }
   // As root, Postgres runs as the `postgres` user, who must be able to reach its binaries and data.
   if (process.getuid?.() === 0) grantTraversal([databaseDir, binariesDir()], log)
   const pg = new EmbeddedPostgres({
@@ -26,14 +33,17 @@ export async function startEmbeddedPostgres(dataDir: string, log: Log): Promise<
     persistent: true,
     // Postgres refuses to run as root; the package then runs it as a dedicated system user.
     createPostgresUser: process.getuid?.() === 0,
-    onLog: message => log.debug('embedded postgres', { message: String(message).trim() }),
-    onError: message => log.debug('embedded postgres', { message: String(message).trim() }),
+    onLog: message => said(message),
+    onError: message => said(message),
   })
   if (!existsSync(join(databaseDir, 'PG_VERSION'))) {
     log.info('initialising embedded postgres', { databaseDir })
     await pg.initialise()
   }
-  await pg.start()
+  // The package rejects with nothing when Postgres exits while starting: its last words say why.
+  await pg.start().catch(error => {
+    throw error instanceof Error ? error : new Error(`embedded PostgreSQL exited while starting (${databaseDir}): ${lastWords || 'no message'}`)
+  })
   const base = `postgres://postgres:${password}@127.0.0.1:${port}`
   const admin = createSql(`${base}/postgres`, { max: 1 })
   try {
