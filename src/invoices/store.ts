@@ -32,7 +32,7 @@ export async function issueDueInvoices(
   after?: DueCursor,
 ): Promise<{ issued: number; last: DueCursor | undefined }> {
   const [row] = await sql.begin(async tx => {
-    return tx<({ n: number } & { [K in keyof DueCursor]: DueCursor[K] | null })[]>`
+    return tx<({ n: number } & DueCursor)[]>`
       with due as (
         ${duePeriods(tx, when.endedBy, limit, after)}
       ),
@@ -88,14 +88,14 @@ export async function issueDueInvoices(
         order by number
         returning 1
       )
-      select (select count(*)::int from issued) as n, l.period_end as "periodEnd", l.subscription_id as "subscriptionId",
-        l.period_index as "periodIndex"
-      from (select 1) as one
-      left join lateral (select period_end, subscription_id, period_index from numbered order by n desc limit 1) as l on true
+      -- The last period taken: its number in the batch is how many were issued (every one is).
+      select n::int, period_end as "periodEnd", subscription_id as "subscriptionId", period_index as "periodIndex"
+      from numbered order by n desc limit 1
     `
   })
-  const { n, periodEnd, subscriptionId, periodIndex } = row!
-  return { issued: n, last: periodEnd && subscriptionId && periodIndex !== null ? { periodEnd, subscriptionId, periodIndex } : undefined }
+  if (!row) return { issued: 0, last: undefined }
+  const { n, ...last } = row
+  return { issued: n, last }
 }
 
 /**
