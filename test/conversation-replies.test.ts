@@ -196,7 +196,7 @@ describe('a conversation’s row', () => {
     const c = await connection()
     try {
       await insertUserMessage(c.sql, { id: newRowId(), ...ids, text: 'first, making the row', at: new Date() })
-      await storeFreshReplies(c.sql, [{ id: newRowId(), ...ids, text: 'answered' }], new Date())
+      await storeFreshReplies(c.sql, [{ id: newRowId(), ...ids, text: 'answered' }], new Date(), false)
       await insertUserMessage(c.sql, { id: newRowId(), ...ids, text: 'waiting', at: new Date() })
       await insertUserMessage(c.sql, { id: newRowId(), participantId: pair.agent.id, userId: other.id, text: 'also waiting', at: new Date() })
       // Pending to answered, answered to pending, and answered again: each a change of the pending
@@ -211,10 +211,10 @@ describe('a conversation’s row', () => {
           return row!
         }
         const before = await counts()
-        const answered = await storeFreshReplies(tx, [{ id: newRowId(), ...ids, text: 'answer' }], new Date())
+        const answered = await storeFreshReplies(tx, [{ id: newRowId(), ...ids, text: 'answer' }], new Date(), false)
         expect([...answered.values()][0]).toMatchObject({ stored: true, wasPending: true })
         await insertUserMessage(tx, { id: newRowId(), ...ids, text: 'again', at: new Date() })
-        await storeFreshReplies(tx, [{ id: newRowId(), ...ids, text: 'answer again' }], new Date())
+        await storeFreshReplies(tx, [{ id: newRowId(), ...ids, text: 'answer again' }], new Date(), false)
         const after = await counts()
         return { all: after.all - before.all, hot: after.hot - before.hot }
       })
@@ -253,7 +253,7 @@ describe('the reply statement and a user’s message on one conversation', () =>
     try {
       const id = newRowId()
       const resent = { id, participantId: pair.agent.id, userId: later.id, text: 'answer one' }
-      const firstAttempt = heldOpen(first.sql, tx => storeChosenReplies(tx, [resent], new Date()))
+      const firstAttempt = heldOpen(first.sql, tx => storeChosenReplies(tx, [resent], new Date(), true))
       await firstAttempt.holding
       const held = heldOpen(
         holder.sql,
@@ -265,6 +265,7 @@ describe('the reply statement and a user’s message on one conversation', () =>
         repeat.sql,
         [{ id: newRowId(), participantId: pair.agent.id, userId: earlier.id, text: 'to the other' }, resent],
         new Date(),
+        true,
       )
       await blocked(repeat.pid)
       firstAttempt.release()
@@ -301,6 +302,7 @@ describe('the reply statement and a user’s message on one conversation', () =>
         replying.sql,
         [{ id, participantId: pair.agent.id, userId: pair.user.id, text: 'answer two' }],
         new Date(Date.now() - 60_000),
+        true,
       )
       await blocked(replying.pid)
       asked.release()
@@ -397,61 +399,36 @@ describe('the inbox’s one write rule', () => {
 })
 
 describe('the reply writer', () => {
-  test('runs a statement again that Postgres chose as a deadlock’s victim', async () => {
+  test('stores the replies whose rows are free at once and waits for a locked one alone, holding nothing (no deadlock)', async () => {
     const [a, b] = [await subscribedPair(), await subscribedPair()]
+    for (const pair of [a, b]) expect((await send(pair.user, pair.agent, 'waiting')).status).toBe(201)
     const locker = createSql(ctx.database.url, { max: 1 })
+    const to = ({ agent, user }: Subscribed, text: string) =>
+      ctx.deps.replies.send({ agentId: agent.id, userId: user.id, text, messageId: newRowId(), chosen: false })
+    const within = <T>(promise: Promise<T>) => Promise.race([promise, Bun.sleep(5000).then(() => 'still waiting' as const)])
     try {
-      let deadlocked = false
-      let rounds = 0
-      // Which of the two the statement locks first is the planner's: lock the other one here first.
-      for (const [first, second] of [
-        [b, a],
-        [a, b],
-      ] as const) {
-        if (deadlocked) break
-        rounds++
-        for (const pair of [a, b]) expect((await send(pair.user, pair.agent, 'pending again')).status).toBe(201)
-        let replies!: Promise<unknown[]>
-        await locker.begin(async tx => {
-          const [me] = await tx<{ pid: number }[]>`select pg_backend_pid() as pid`
-          await tx`select 1 from conversations where participant_id = ${first.agent.id} and user_id = ${first.user.id} for update`
-          // Sent together, so they share one statement.
-          replies = Promise.all(
-            [a, b].map(({ agent, user }) =>
-              ctx.deps.replies.send({
-                agentId: agent.id,
-                userId: user.id,
-                text: agent === a.agent ? 'to a' : 'to b',
-                messageId: newRowId(),
-                chosen: false,
-              }),
-            ),
-          )
-          // The writer's statement waits on the row this transaction holds.
-          await until(async () => {
-            const [waiting] = await ctx.deps.sql`select 1 from pg_stat_activity where ${me!.pid} = any(pg_blocking_pids(pid))`
-            return waiting !== undefined
-          }, 5000)
-          const [held] = await tx`
-            select 1 from conversations where participant_id = ${second.agent.id} and user_id = ${second.user.id}
-            for update skip locked
-          `.catch(() => [undefined])
-          if (held === undefined) {
-            // The statement holds the other row: taking it closes the cycle. The statement, waiting
-            // longer, is the one Postgres rolls back, and the writer runs it again after this commits.
-            await tx`select 1 from conversations where participant_id = ${second.agent.id} and user_id = ${second.user.id} for update`
-            deadlocked = true
-          }
-        })
-        expect(await replies).toMatchObject([{ text: 'to a' }, { text: 'to b' }])
-      }
-      expect(deadlocked).toBe(true)
+      let toA!: ReturnType<typeof to>
+      await locker.begin(async tx => {
+        const [me] = await tx<{ pid: number }[]>`select pg_backend_pid() as pid`
+        // As a turn applying user messages would: a's conversation now, b's next.
+        await tx`select 1 from conversations where participant_id = ${a.agent.id} and user_id = ${a.user.id} for update`
+        // Sent together, so they share one statement.
+        toA = to(a, 'to a')
+        const toB = to(b, 'to b')
+        expect(await within(toB)).toMatchObject({ text: 'to b' })
+        // The reply to a waits for its row, in a statement of its own that holds no other.
+        await until(async () => {
+          const [waiting] = await ctx.deps.sql`select 1 from pg_stat_activity where ${me!.pid} = any(pg_blocking_pids(pid))`
+          return waiting !== undefined
+        }, 5000)
+        await tx`select 1 from conversations where participant_id = ${b.agent.id} and user_id = ${b.user.id} for update nowait`
+      })
+      expect(await within(toA)).toMatchObject({ text: 'to a' })
       for (const [pair, text] of [
         [a, 'to a'],
         [b, 'to b'],
       ] as const) {
-        // Each reply stored once, however many times its statement ran.
-        expect((await history(pair)).filter(m => m.role === 'agent').map(m => m.text)).toEqual(Array(rounds).fill(text))
+        expect((await history(pair)).map(m => m.text)).toEqual([text, 'waiting'])
         expect((await conversationRow(pair.agent.id, pair.user.id)).pendingCount).toBe(0)
       }
     } finally {

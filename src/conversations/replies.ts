@@ -17,7 +17,7 @@ import type { Clock } from '../clock.ts'
 import { createRetries } from '../retries.ts'
 import { createBatcher } from '../batcher.ts'
 import { invalidateInbox, writeConversation } from './inbox.ts'
-import { storeChosenReplies, storeFreshReplies, type NewReply, type ReplyStored } from './store.ts'
+import { storeChosenReplies, storeFreshReplies, type ReplyStored } from './store.ts'
 
 export interface AgentReply {
   agentId: string
@@ -65,11 +65,8 @@ interface Pending {
 }
 
 const code = (error: unknown) => (error instanceof postgres.PostgresError ? error.code : '')
-// Rolled back, and safe to run again: a deadlock's victim, a serialization failure.
-const retryable = new Set(['40P01', '40001'])
-const maxAttempts = 3
-// Rolled back for want of time or a lock: the caller may try again.
-const busy = new Set([...retryable, '55P03', '57014'])
+// Rolled back for want of time or a lock (a deadlock with a statement outside this writer): the caller may try again.
+const busy = new Set(['40P01', '40001', '55P03', '57014'])
 /** Postgres refused a value of one reply (bad text, say): nothing was stored, and that reply is at fault. */
 const refusedValue = (error: unknown) => code(error).startsWith('22')
 
@@ -134,40 +131,32 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
 
   /**
    * One statement for fresh ids and one for chosen ones (each is rolled back alone, so neither runs
-   * again after the other committed). Resolves once stored, with the answers under way (boxed, or
-   * awaiting it would wait for them).
+   * again after the other committed), skipping conversations locked elsewhere; those skipped (and
+   * those with no conversation to reply to) then go one a statement, each waiting for its row. No
+   * statement waits on a row while holding another, so none can deadlock with a turn that takes the
+   * same rows in another order. Resolves once stored, with the answers under way (boxed, or awaiting
+   * it would wait for them).
    */
-  const write = async (batch: Pending[], chosen: boolean): Promise<{ answering: Promise<unknown> }> => {
+  const write = async (batch: Pending[], chosen: boolean, wait = false): Promise<{ answering: Promise<unknown> }> => {
     if (batch.length === 0) return { answering: Promise.resolve() }
     try {
-      const outcomes = await store(batch, chosen)
-      return { answering: Promise.all(batch.map(p => answer(p, outcomes.get(p.reply.messageId)))) }
+      const rows = batch.map(({ reply }) => ({ id: reply.messageId, participantId: reply.agentId, userId: reply.userId, text: reply.text }))
+      const at = options.clock.now()
+      const outcomes = await (chosen ? storeChosenReplies(sql, rows, at, wait) : storeFreshReplies(sql, rows, at, wait))
+      const [found, missed] = wait ? [batch, []] : partition(batch, p => outcomes.has(p.reply.messageId))
+      const answering = Promise.all(found.map(p => answer(p, outcomes.get(p.reply.messageId))))
+      const alone = await Promise.all(missed.map(p => write([p], chosen, true)))
+      return { answering: Promise.all([answering, ...alone.map(a => a.answering)]) }
     } catch (error) {
       if (refusedValue(error) && batch.length > 1) {
         // Nothing was stored: each alone, so only the reply at fault fails, with the client's error.
-        const alone = await Promise.all(batch.map(p => write([p], chosen)))
+        const alone = await Promise.all(batch.map(p => write([p], chosen, wait)))
         return { answering: Promise.all(alone.map(a => a.answering)) }
       }
       for (const p of batch) p.reject(failureOf(error))
       // The statement may have committed, its inbox writes unsent: the agents' inboxes are rebuilt.
       if (isConnectionError(error)) for (const agentId of new Set(batch.map(p => p.reply.agentId))) later({ agentId, invalidate: true })
       return { answering: Promise.resolve() }
-    }
-  }
-
-  const store = async (batch: Pending[], chosen: boolean): Promise<Map<string, ReplyStored | Error>> => {
-    // In key order: statements that lock the same rows take them in one order where the plan allows.
-    const rows: NewReply[] = batch
-      .map(({ reply }) => ({ id: reply.messageId, participantId: reply.agentId, userId: reply.userId, text: reply.text }))
-      .sort((a, b) => (a.participantId < b.participantId ? -1 : a.participantId > b.participantId ? 1 : a.userId < b.userId ? -1 : 1))
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const at = options.clock.now()
-        return await (chosen ? storeChosenReplies(sql, rows, at) : storeFreshReplies(sql, rows, at))
-      } catch (error) {
-        if (attempt === maxAttempts || !retryable.has(code(error))) throw error
-        log.debug('reply statement rolled back; running it again', { replies: rows.length, attempt, ...errorFields(error) })
-      }
     }
   }
 
@@ -225,6 +214,12 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
       }
     },
   }
+}
+
+function partition<T>(items: T[], test: (item: T) => boolean): [T[], T[]] {
+  const [yes, no]: [T[], T[]] = [[], []]
+  for (const item of items) (test(item) ? yes : no).push(item)
+  return [yes, no]
 }
 
 function failureOf(error: unknown) {

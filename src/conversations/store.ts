@@ -72,6 +72,17 @@ export interface ConversationState {
 export type ReplyStored =
   { stored: true; createdAt: Date; version: number; wasPending: boolean } | { stored: false; createdAt: Date; conversation: ConversationState }
 
+/** The statement's part that locks the replies' conversations (`input`) in key order, skipping those locked elsewhere unless `wait`. */
+function lockConversations(sql: Db, wait: boolean) {
+  return sql`
+    select c.participant_id, c.user_id, c.pending_count, c.version, c.latest_user_message,
+      c.latest_user_message_at, c.latest_reply_at
+    from input i join conversations c on c.participant_id = i."participantId" and c.user_id = i."userId"
+    order by c.participant_id, c.user_id
+    for no key update of c ${wait ? sql`` : sql`skip locked`}
+  `
+}
+
 /**
  * The statement's part that tells each user of the reply it stored now (`stored` rows joined to
  * their `input`), in the same transaction: a repeat stores nothing, so it tells nobody again.
@@ -91,22 +102,27 @@ function replyEvents(sql: Db, at: Date) {
  * Records agents' replies under new ids (no two to one conversation, and no earlier attempt can have
  * stored them) at `at`, in one statement. Each reply takes its conversation's row first, so the row
  * lock orders it against the user's messages and other replies; it ends the pending state and raises
- * the version, and its time is after the conversation's last message. A reply to a user who never
- * wrote to the agent is not in the map, nor one to a user who is no longer subscribed and has no
- * message waiting for it (`whyNotReplied` tells the two apart).
+ * the version, and its time is after the conversation's last message. Unless `wait`, a row locked
+ * elsewhere (a turn applying a user's message, say) is skipped rather than waited for: a statement
+ * of many replies never waits holding rows, so it cannot close a cycle of waits with a transaction
+ * that takes the same rows in another order. Not in the map: a reply skipped, one to a user who never
+ * wrote to the agent, or to a user no longer subscribed with no message waiting for it
+ * (`whyNotReplied` tells the last two apart).
  */
-export async function storeFreshReplies(sql: Db, replies: NewReply[], at: Date): Promise<Map<string, ReplyStored>> {
+export async function storeFreshReplies(sql: Db, replies: NewReply[], at: Date, wait: boolean): Promise<Map<string, ReplyStored>> {
   const rows = await sql<{ id: string; createdAt: Date; version: number; wasPending: boolean }[]>`
     with input as (
       select * from json_to_recordset(${JSON.stringify(replies)}::text::json)
         as i(id uuid, "participantId" uuid, "userId" uuid, text text)
+    ), locked as (
+      ${lockConversations(sql, wait)}
     ), replied as (
       update conversations c
       set pending_count = 0, answered_count = c.pending_count, version = c.version + 1,
         latest_reply_at = greatest(${at}::timestamptz,
           c.latest_user_message_at + interval '1 millisecond', c.latest_reply_at + interval '1 millisecond')
-      from input i
-      where c.participant_id = i."participantId" and c.user_id = i."userId"
+      from input i join locked l on l.participant_id = i."participantId" and l.user_id = i."userId"
+      where c.participant_id = l.participant_id and c.user_id = l.user_id
         -- Waiting for a reply (its message was sent while subscribed), or still subscribed.
         and (c.pending_count > 0 or exists (
           select 1 from subscriptions s where s.user_id = c.user_id and s.participant_id = c.participant_id and s.status = 'active'))
@@ -129,23 +145,19 @@ export async function storeFreshReplies(sql: Db, replies: NewReply[], at: Date):
 
 /**
  * Records replies under ids their senders chose (an Idempotency-Key), which an earlier attempt may
- * have stored (its answer lost), as `storeFreshReplies` does the others: the rows are locked first,
- * all in one order, and a message already there (seen by the insert, which waits for whoever is
+ * have stored (its answer lost), as `storeFreshReplies` does the others (skipping rows locked
+ * elsewhere unless `wait`): a message already there (seen by the insert, which waits for whoever is
  * writing it) changes nothing, so a repeat never ends a newer message's pending state. An id already
  * stored for another conversation maps to an error (ids come from the reservation, so it cannot be).
  */
-export async function storeChosenReplies(sql: Db, replies: NewReply[], at: Date): Promise<Map<string, ReplyStored | Error>> {
+export async function storeChosenReplies(sql: Db, replies: NewReply[], at: Date, wait: boolean): Promise<Map<string, ReplyStored | Error>> {
   type Row = { id: string; createdAt: Date | null; version: number | null; wasPending: boolean } & ConversationState
   const rows = await sql<Row[]>`
     with input as (
       select * from json_to_recordset(${JSON.stringify(replies)}::text::json)
         as i(id uuid, "participantId" uuid, "userId" uuid, text text)
     ), locked as (
-      select c.participant_id, c.user_id, c.pending_count, c.version, c.latest_user_message,
-        c.latest_user_message_at, c.latest_reply_at
-      from input i join conversations c on c.participant_id = i."participantId" and c.user_id = i."userId"
-      order by c.participant_id, c.user_id
-      for no key update of c
+      ${lockConversations(sql, wait)}
     ), stored as (
       insert into messages (id, participant_id, user_id, role, text, created_at)
       select i.id, i."participantId", i."userId", 'agent', i.text,
