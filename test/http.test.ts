@@ -113,6 +113,24 @@ describe('framework-level errors', () => {
     expect(unread.status).toBe(200)
   })
 
+  test('a GET or HEAD is answered without its body asked for (a stream made for nothing); a POST without a length is asked', async () => {
+    const asked = (method: string, path: string, body?: string) => {
+      const request = new Request(`http://test.local${path}`, { method, body })
+      const descriptor = Object.getOwnPropertyDescriptor(Request.prototype, 'body')!
+      let times = 0
+      Object.defineProperty(request, 'body', { get: () => (times++, descriptor.get!.call(request)) })
+      return { request, times: () => times }
+    }
+    for (const method of ['GET', 'HEAD']) {
+      const { request, times } = asked(method, '/health/live')
+      expect((await ctx.app.handle(request)).status).toBe(200)
+      expect(times()).toBe(0)
+    }
+    const post = asked('POST', '/v1/participants', 'text')
+    expect((await ctx.app.handle(post.request)).status).toBe(415)
+    expect(post.times()).toBeGreaterThan(0)
+  })
+
   test('a malformed JSON body is 400 invalid_json, before authentication', async () => {
     for (const token of [alice.token, undefined]) {
       const res = await ctx.call('POST', '/v1/participants', { token, rawBody: '{"name": "half' })
