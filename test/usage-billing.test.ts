@@ -11,6 +11,7 @@ import { countUsage } from '../src/metering/count.ts'
 import { invoiceProcessor } from '../workers/invoices.ts'
 import type { Job } from 'bullmq'
 import { addMonths } from '../src/billing/periods.ts'
+import { ensureAllPeriods } from '../src/billing/subscriptions/store.ts'
 import { counted, meteredSubscriber, type MeteredSubscriber } from './helpers/usage.ts'
 
 let ctx: TestContext
@@ -382,6 +383,31 @@ describe('an invoice run’s batch', () => {
     expect(next).toContain('Index Scan using subscription_periods_due')
     expect(next).toMatch(/Index Cond: .*ROW\(period_end, subscription_id, period_index\) > ROW/)
     expect(next).not.toMatch(/Sort/)
+  })
+})
+
+describe('the run’s periods of every subscription', () => {
+  test('are made a page of subscriptions at a time, every page, each period once, and counted', async () => {
+    const started = new Date('2023-05-10T12:00:00.000Z')
+    ctx.clock.freeze(started)
+    for (let i = 0; i < 5; i++) await setup()
+    ctx.clock.set(new Date())
+    const at = addMonths(started, 3)
+    const periods = async () => (await ctx.deps.sql<{ n: number }[]>`select count(*)::int as n from subscription_periods`)[0]!.n
+    const before = await periods()
+    // Pages of two: the five subscriptions here, and those of the file's other tests, on several pages.
+    const created = await ensureAllPeriods(ctx.deps.sql, at, 2)
+    expect(created).toBe((await periods()) - before)
+    expect(created).toBeGreaterThanOrEqual(15)
+    const [uncovered] = await ctx.deps.sql<{ n: number }[]>`
+      select count(*)::int as n from subscriptions s
+      where s.started_at <= ${at} and not exists (
+        select 1 from subscription_periods p
+        where p.subscription_id = s.id and p.period_start <= least(${at}::timestamptz, coalesce(s.cancelled_at, ${at}::timestamptz))
+          and least(${at}::timestamptz, coalesce(s.cancelled_at, ${at}::timestamptz)) < p.period_end)
+    `
+    expect(uncovered!.n).toBe(0)
+    expect(await ensureAllPeriods(ctx.deps.sql, at, 2)).toBe(0)
   })
 })
 
