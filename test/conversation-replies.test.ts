@@ -399,30 +399,33 @@ describe('the inbox’s one write rule', () => {
 })
 
 describe('the reply writer', () => {
-  test('stores the replies whose rows are free at once and waits for a locked one alone, holding nothing (no deadlock)', async () => {
+  const toPair = ({ agent, user }: Subscribed, text: string) =>
+    ctx.deps.replies.send({ agentId: agent.id, userId: user.id, text, messageId: newRowId(), chosen: false })
+  const within = <T>(promise: Promise<T>, ms = 5000) => Promise.race([promise, Bun.sleep(ms).then(() => 'still waiting' as const)])
+  const lockRow = (tx: Db, { agent, user }: Subscribed) =>
+    tx`select 1 from conversations where participant_id = ${agent.id} and user_id = ${user.id} for update`
+  /** Until some backend waits on a lock the backend `pid` holds. */
+  const waitingOn = (pid: number) =>
+    until(async () => {
+      const [row] = await ctx.deps.sql`select 1 from pg_stat_activity where ${pid} = any(pg_blocking_pids(pid))`
+      return row !== undefined
+    }, 5000)
+
+  test('stores the replies whose rows are free at once; one whose row is locked waits, after', async () => {
     const [a, b] = [await subscribedPair(), await subscribedPair()]
     for (const pair of [a, b]) expect((await send(pair.user, pair.agent, 'waiting')).status).toBe(201)
-    const locker = createSql(ctx.database.url, { max: 1 })
-    const to = ({ agent, user }: Subscribed, text: string) =>
-      ctx.deps.replies.send({ agentId: agent.id, userId: user.id, text, messageId: newRowId(), chosen: false })
-    const within = <T>(promise: Promise<T>) => Promise.race([promise, Bun.sleep(5000).then(() => 'still waiting' as const)])
+    const locker = await connection()
     try {
-      let toA!: ReturnType<typeof to>
-      await locker.begin(async tx => {
-        const [me] = await tx<{ pid: number }[]>`select pg_backend_pid() as pid`
-        // As a turn applying user messages would: a's conversation now, b's next.
-        await tx`select 1 from conversations where participant_id = ${a.agent.id} and user_id = ${a.user.id} for update`
-        // Sent together, so they share one statement.
-        toA = to(a, 'to a')
-        const toB = to(b, 'to b')
-        expect(await within(toB)).toMatchObject({ text: 'to b' })
-        // The reply to a waits for its row, in a statement of its own that holds no other.
-        await until(async () => {
-          const [waiting] = await ctx.deps.sql`select 1 from pg_stat_activity where ${me!.pid} = any(pg_blocking_pids(pid))`
-          return waiting !== undefined
-        }, 5000)
-        await tx`select 1 from conversations where participant_id = ${b.agent.id} and user_id = ${b.user.id} for update nowait`
-      })
+      // As a turn applying a user's message would.
+      const turn = heldOpen(locker.sql, tx => lockRow(tx, a))
+      await turn.holding
+      // Sent together, so they share one statement.
+      const [toA, toB] = [toPair(a, 'to a'), toPair(b, 'to b')]
+      expect(await within(toB)).toMatchObject({ text: 'to b' })
+      // The reply to a waits for its row, in a statement of its own.
+      await waitingOn(locker.pid)
+      turn.release()
+      await turn.result
       expect(await within(toA)).toMatchObject({ text: 'to a' })
       for (const [pair, text] of [
         [a, 'to a'],
@@ -432,7 +435,63 @@ describe('the reply writer', () => {
         expect((await conversationRow(pair.agent.id, pair.user.id)).pendingCount).toBe(0)
       }
     } finally {
-      await locker.end()
+      releaseHeld()
+      await locker.sql.end()
+    }
+  }, 30_000)
+
+  test('retries the replies it skipped one a statement: each stored once its own row is free, holding no other meanwhile (no deadlock)', async () => {
+    const [x, y] = [await subscribedPair(), await subscribedPair()]
+    for (const pair of [x, y]) expect((await send(pair.user, pair.agent, 'waiting')).status).toBe(201)
+    const [first, second, probe] = [await connection(), await connection(), await connection()]
+    try {
+      const holdsX = heldOpen(first.sql, tx => lockRow(tx, x))
+      const holdsY = heldOpen(second.sql, tx => lockRow(tx, y))
+      await Promise.all([holdsX.holding, holdsY.holding])
+      const [toX, toY] = [toPair(x, 'to x'), toPair(y, 'to y')]
+      // Both skipped; the retry of x's waits for x's row.
+      await waitingOn(first.pid)
+      holdsX.release()
+      await holdsX.result
+      // x's reply is stored while y's row is still held elsewhere, and holds x's row no longer: a
+      // statement of both, waiting for y holding x, would fail both.
+      expect(await within(toX)).toMatchObject({ text: 'to x' })
+      await probe.sql`select 1 from conversations where participant_id = ${x.agent.id} and user_id = ${x.user.id} for update nowait`
+      holdsY.release()
+      await holdsY.result
+      expect(await within(toY)).toMatchObject({ text: 'to y' })
+      for (const [pair, text] of [
+        [x, 'to x'],
+        [y, 'to y'],
+      ] as const) {
+        expect((await history(pair)).map(m => m.text)).toEqual([text, 'waiting'])
+      }
+    } finally {
+      releaseHeld()
+      for (const c of [first, second, probe]) await c.sql.end()
+    }
+  }, 30_000)
+
+  test('answers a reply to a free conversation while several others wait for their rows', async () => {
+    const held = await Promise.all(Array.from({ length: 6 }, () => subscribedPair()))
+    const free = await subscribedPair()
+    for (const pair of [...held, free]) expect((await send(pair.user, pair.agent, 'waiting')).status).toBe(201)
+    const locker = await connection()
+    try {
+      const turn = heldOpen(locker.sql, async tx => {
+        for (const pair of held) await lockRow(tx, pair)
+      })
+      await turn.holding
+      const waiting = held.map((pair, i) => toPair(pair, `held ${i}`))
+      await waitingOn(locker.pid)
+      // The writer's connections are few: the ones waiting must leave it one for the next batch.
+      expect(await within(toPair(free, 'goes on'), 3000)).toMatchObject({ text: 'goes on' })
+      turn.release()
+      await turn.result
+      expect(await Promise.all(waiting)).toMatchObject(held.map((_, i) => ({ text: `held ${i}` })))
+    } finally {
+      releaseHeld()
+      await locker.sql.end()
     }
   }, 30_000)
 

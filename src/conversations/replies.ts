@@ -132,10 +132,10 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
   /**
    * One statement for fresh ids and one for chosen ones (each is rolled back alone, so neither runs
    * again after the other committed), skipping conversations locked elsewhere; those skipped (and
-   * those with no conversation to reply to) then go one a statement, each waiting for its row. No
-   * statement waits on a row while holding another, so none can deadlock with a turn that takes the
-   * same rows in another order. Resolves once stored, with the answers under way (boxed, or awaiting
-   * it would wait for them).
+   * those with no conversation to reply to) then go one a statement, one after another, each waiting
+   * for its row. No statement waits on a row while holding another, so none can deadlock with a turn
+   * that takes the same rows in another order. Resolves once stored, with the answers under way
+   * (boxed, or awaiting it would wait for them).
    */
   const write = async (batch: Pending[], chosen: boolean, wait = false): Promise<{ answering: Promise<unknown> }> => {
     if (batch.length === 0) return { answering: Promise.resolve() }
@@ -144,9 +144,10 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
       const at = options.clock.now()
       const outcomes = await (chosen ? storeChosenReplies(sql, rows, at, wait) : storeFreshReplies(sql, rows, at, wait))
       const [found, missed] = wait ? [batch, []] : partition(batch, p => outcomes.has(p.reply.messageId))
-      const answering = Promise.all(found.map(p => answer(p, outcomes.get(p.reply.messageId))))
-      const alone = await Promise.all(missed.map(p => write([p], chosen, true)))
-      return { answering: Promise.all([answering, ...alone.map(a => a.answering)]) }
+      const answering: Promise<unknown>[] = [Promise.all(found.map(p => answer(p, outcomes.get(p.reply.messageId))))]
+      // One after another: each waits on a connection of the writer's few, which the next batch needs.
+      for (const p of missed) answering.push((await write([p], chosen, true)).answering)
+      return { answering: Promise.all(answering) }
     } catch (error) {
       if (refusedValue(error) && batch.length > 1) {
         // Nothing was stored: each alone, so only the reply at fault fails, with the client's error.
