@@ -12,6 +12,8 @@ import { invoiceProcessor } from '../workers/invoices.ts'
 import type { Job } from 'bullmq'
 import { addMonths } from '../src/billing/periods.ts'
 import { ensureAllPeriods } from '../src/billing/subscriptions/store.ts'
+import postgres from 'postgres'
+import type { Sql } from '../src/db.ts'
 import { counted, meteredSubscriber, type MeteredSubscriber } from './helpers/usage.ts'
 
 let ctx: TestContext
@@ -395,8 +397,16 @@ describe('the run’s periods of every subscription', () => {
     const at = addMonths(started, 3)
     const periods = async () => (await ctx.deps.sql<{ n: number }[]>`select count(*)::int as n from subscription_periods`)[0]!.n
     const before = await periods()
-    // Pages of two: the five subscriptions here, and those of the file's other tests, on several pages.
-    const created = await ensureAllPeriods(ctx.deps.sql, at, 2)
+    // Pages of two: the five subscriptions here, and those of the file's other tests, on several pages,
+    // each made by one statement, which this connection counts.
+    let statements = 0
+    const counting = postgres(ctx.database.url, {
+      max: 1,
+      debug: (_connection, query) => void (query.includes('insert into subscription_periods') && statements++),
+    }) as unknown as Sql
+    const created = await ensureAllPeriods(counting, at, 2).finally(() => counting.end())
+    const [subscriptions] = await ctx.deps.sql<{ n: number }[]>`select count(*)::int as n from subscriptions`
+    expect(statements).toBe(Math.ceil(subscriptions!.n / 2))
     expect(created).toBe((await periods()) - before)
     expect(created).toBeGreaterThanOrEqual(15)
     const [uncovered] = await ctx.deps.sql<{ n: number }[]>`

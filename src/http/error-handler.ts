@@ -147,10 +147,9 @@ async function refusalOf(request: Request, routes: RouteMethods): Promise<Respon
   if (request.method === 'OPTIONS') return options(request, routes)
   const length = request.headers.get('content-length')
   // A request from the wire has a body only with a length or a transfer coding (RFC 9112, 6.1); one
-  // made in process may have a body without either, but never on GET or HEAD (the Request
-  // constructor refuses it). Asking for `request.body` costs more than this whole check, so only a
-  // request that could have a body and says neither is asked.
-  if (length === null && !request.headers.has('transfer-encoding') && (bodiless(request.method) || request.body === null)) return undefined
+  // made in process may have one without either. Asking for `request.body` costs more than this
+  // whole check, so a GET or HEAD, whose body no route reads (Elysia parses none), is not asked.
+  if (length === null && !request.headers.has('transfer-encoding') && (bodyUnread(request.method) || request.body === null)) return undefined
   // Media types are case-insensitive (RFC 9110), but Elysia reads only the lower-case spelling as
   // JSON: `Application/JSON` would arrive as no body at all. Spelled the one way here instead of
   // parsed here, so the OpenAPI document keeps Elysia's own JSON request schemas.
@@ -175,7 +174,7 @@ async function refusalOf(request: Request, routes: RouteMethods): Promise<Respon
   return undefined
 }
 
-const bodiless = (method: string) => method === 'GET' || method === 'HEAD'
+const bodyUnread = (method: string) => method === 'GET' || method === 'HEAD'
 
 const isJson = (type: string) => /^application\/json\s*(;|$)/i.test(type)
 
