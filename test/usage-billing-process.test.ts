@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createAgent, createTestContext, redisUrl, signUp, testJwtSecret, type TestContext } from './helpers/context.ts'
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
-import { ensureAllPeriods } from '../src/billing/subscriptions/store.ts'
+import { ensurePeriods } from '../src/billing/subscriptions/store.ts'
 import { exitWithin, processGroup, type Started } from './helpers/processes.ts'
 
 const root = mkdtempSync(join(tmpdir(), 'am-usage-billing-process-'))
@@ -137,7 +137,7 @@ async function seedEndedPeriods(ctx: TestContext, count: number, at: Date): Prom
     `
   })
   // The period rows (three ended, one current per subscription), then some usage in the ended ones.
-  await ensureAllPeriods(sql, at)
+  await ensurePeriods(sql, at)
   await sql`
     update subscription_periods set proxy_calls = abs(hashtext(subscription_id::text || period_index)) % 9
     where period_end <= ${at}

@@ -2,7 +2,7 @@
 import type { Queue } from 'bullmq'
 import type { Sql } from '../db.ts'
 import { errors } from '../errors.ts'
-import { ensureAllPeriods } from '../billing/subscriptions/store.ts'
+import { ensurePeriods } from '../billing/subscriptions/store.ts'
 import { meteringCaughtUp } from '../metering/caught-up.ts'
 import type { Log } from '../log.ts'
 import { countDuePeriods, issueDueInvoices, type DueCursor } from './store.ts'
@@ -46,7 +46,7 @@ export async function runInvoices(
     await Bun.sleep(250)
   }
   // Periods nobody called in have no row yet; they are billed all the same.
-  await ensureAllPeriods(sql, at)
+  await ensurePeriods(sql, at)
   const endedBy = new Date(at.getTime() - invoiceSettleMs)
   const total = await countDuePeriods(sql, endedBy)
   let issued = 0

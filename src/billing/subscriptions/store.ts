@@ -53,15 +53,15 @@ export async function insertSubscription(sql: Db, s: NewSubscription): Promise<s
 
 /**
  * Creates the missing rows of every period that has begun by `at` (for a cancelled subscription, up
- * to the period it was cancelled in), with their terms, and counts them; one subscription or several
- * (a list page, a page of `ensureAllPeriods`), in one statement. The first period has the terms in
+ * to the period it was cancelled in), with their terms, and counts them; one subscription, several
+ * (a list page), or all of them (the invoice run), in one statement. The first period has the terms in
  * force at its start. A later one has, term by term, the better for the subscriber of those in force
  * at its start and those in force before the previous period began: a lower price (or more included
  * calls) holds from the first period that starts after the change, a rise only from the first period
  * whose previous period began after it, so the subscriber, told when it was made (plan.changed,
  * price-change.ts), has a whole period at the old terms in which to leave.
  */
-export async function ensurePeriods(sql: Db, at: Date, subscriptions: string | string[]): Promise<number> {
+export async function ensurePeriods(sql: Db, at: Date, subscriptions: string | string[] | null = null): Promise<number> {
   const ids = typeof subscriptions === 'string' ? [subscriptions] : subscriptions
   const [row] = await sql<{ created: number }[]>`
     with created as (
@@ -104,7 +104,7 @@ export async function ensurePeriods(sql: Db, at: Date, subscriptions: string | s
           pt.effective_from
         limit 1
       ) told
-      where s.id = any(${ids}::uuid[])
+      where (${ids}::uuid[] is null or s.id = any(${ids}::uuid[]))
         and (k = 0 or p.start <= bound.until)
       on conflict do nothing
       returning 1
@@ -112,26 +112,6 @@ export async function ensurePeriods(sql: Db, at: Date, subscriptions: string | s
     select count(*)::int as created from created
   `
   return row!.created
-}
-
-/**
- * `ensurePeriods` for every subscription, a page of them a statement in the order of their ids: each
- * statement bounded however many subscriptions there are, and nothing kept per period but the count.
- * (The page selected inside the one statement made a run of a million periods take half as long
- * again, and one with nothing to do seven times as long.)
- */
-export async function ensureAllPeriods(sql: Db, at: Date, pageSize = 5000): Promise<number> {
-  let created = 0
-  for (let after = '00000000-0000-0000-0000-000000000000'; ;) {
-    const page = await sql<{ id: string }[]>`select id from subscriptions where id > ${after}::uuid order by id limit ${pageSize}`
-    if (page.length === 0) return created
-    created += await ensurePeriods(
-      sql,
-      at,
-      page.map(row => row.id),
-    )
-    after = page[page.length - 1]!.id
-  }
 }
 
 export async function findSubscription(sql: Db, id: string, userId: string, now: Date): Promise<SubscriptionRow | undefined> {
