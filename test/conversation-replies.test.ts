@@ -404,6 +404,13 @@ describe('the reply writer', () => {
   const within = <T>(promise: Promise<T>, ms = 5000) => Promise.race([promise, Bun.sleep(ms).then(() => 'still waiting' as const)])
   const lockRow = (tx: Db, { agent, user }: Subscribed) =>
     tx`select 1 from conversations where participant_id = ${agent.id} and user_id = ${user.id} for update`
+  /** Each conversation holds its user's message and the one reply, stored once, and waits no more. */
+  const expectAnswered = async (answered: [Subscribed, string][]) => {
+    for (const [pair, text] of answered) {
+      expect((await history(pair)).map(m => m.text)).toEqual([text, 'waiting'])
+      expect((await conversationRow(pair.agent.id, pair.user.id)).pendingCount).toBe(0)
+    }
+  }
   /** Until some backend waits on a lock the backend `pid` holds. */
   const waitingOn = (pid: number) =>
     until(async () => {
@@ -427,13 +434,10 @@ describe('the reply writer', () => {
       turn.release()
       await turn.result
       expect(await within(toA)).toMatchObject({ text: 'to a' })
-      for (const [pair, text] of [
+      await expectAnswered([
         [a, 'to a'],
         [b, 'to b'],
-      ] as const) {
-        expect((await history(pair)).map(m => m.text)).toEqual([text, 'waiting'])
-        expect((await conversationRow(pair.agent.id, pair.user.id)).pendingCount).toBe(0)
-      }
+      ])
     } finally {
       releaseHeld()
       await locker.sql.end()
@@ -460,12 +464,10 @@ describe('the reply writer', () => {
       holdsY.release()
       await holdsY.result
       expect(await within(toY)).toMatchObject({ text: 'to y' })
-      for (const [pair, text] of [
+      await expectAnswered([
         [x, 'to x'],
         [y, 'to y'],
-      ] as const) {
-        expect((await history(pair)).map(m => m.text)).toEqual([text, 'waiting'])
-      }
+      ])
     } finally {
       releaseHeld()
       for (const c of [first, second, probe]) await c.sql.end()
