@@ -143,7 +143,9 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
       const rows = batch.map(({ reply }) => ({ id: reply.messageId, participantId: reply.agentId, userId: reply.userId, text: reply.text }))
       const at = options.clock.now()
       const outcomes = await (chosen ? storeChosenReplies(sql, rows, at, wait) : storeFreshReplies(sql, rows, at, wait))
-      const [found, missed] = wait ? [batch, []] : partition(batch, p => outcomes.has(p.reply.messageId))
+      // In wait mode, one without an outcome has no conversation to reply to: answered null.
+      const found = wait ? batch : batch.filter(p => outcomes.has(p.reply.messageId))
+      const missed = wait ? [] : batch.filter(p => !outcomes.has(p.reply.messageId))
       const answering: Promise<unknown>[] = [Promise.all(found.map(p => answer(p, outcomes.get(p.reply.messageId))))]
       // One after another: each waits on a connection of the writer's few, which the next batch needs.
       for (const p of missed) answering.push((await write([p], chosen, true)).answering)
@@ -215,12 +217,6 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
       }
     },
   }
-}
-
-function partition<T>(items: T[], test: (item: T) => boolean): [T[], T[]] {
-  const [yes, no]: [T[], T[]] = [[], []]
-  for (const item of items) (test(item) ? yes : no).push(item)
-  return [yes, no]
 }
 
 function failureOf(error: unknown) {
