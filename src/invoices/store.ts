@@ -37,7 +37,7 @@ export async function issueDueInvoices(
         ${duePeriods(tx, when.endedBy, limit, after)}
       ),
       numbered as (
-        select due.*, gen_random_uuid() as invoice_id,
+        select due.*, uuid_v7() as invoice_id,
           row_number() over (order by period_end, subscription_id, period_index) as n,
           -- bigint: calls times a price per call can pass 2^31 cents
           greatest(0, proxy_calls - included_proxy_calls)::bigint as overage_calls
