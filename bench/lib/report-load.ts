@@ -126,7 +126,7 @@ export function replySections(results: Results): string[] {
         results,
         '## 3b. Reply to a waiting conversation',
         r,
-        `The same requests, each to a different conversation that waits for its reply: ${int(r.agents)} agents with a user's message from each of many users, every agent's inbox built in Redis (a poll each) before the run, and the conversations taken in a random order, each once (${int(r.answered ?? 0)} of them, warm-up included). So every reply also takes its conversation out of the agent's inbox and announces that to every API process, as an agent answering what it polled does.`,
+        `The same requests, each to a different conversation that waits for its reply: ${int(r.agents)} agents with a user's message from each of many users, every agent's inbox built in Redis (two polls each) before the run, and the conversations taken in a random order, each once (${int(r.answered ?? 0)} of them, warm-up included). So every reply also takes its conversation out of the agent's inbox and announces that to every API process, as an agent answering what it polled does.`,
       ),
     )
   }

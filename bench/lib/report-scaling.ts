@@ -20,7 +20,7 @@ export function pollScalingSection(results: Results): string[] {
   return [
     '## 2a. The poll by number of agents',
     '',
-    "Each size on a fresh API process: every agent polled once (inbox built, key cached), then the rounds alternating with the bare route's as in section 2. Memory a cached agent: the API's RSS growth from the fresh process to the end of the rounds over the agents polled (the process's own warm-up is in it, which weighs most at the smallest size); the marginal column is the growth from the size before over the agents added.",
+    "Each size on a fresh API process: every agent polled twice (inbox built and held in memory, key cached), then the rounds alternating with the bare route's as in section 2. Memory a cached agent: the API's RSS growth from the fresh process to the end of the rounds over the agents polled (the process's own warm-up is in it, which weighs most at the smallest size); the marginal column is the growth from the size before over the agents added.",
     '',
     '| agents | req/s (× bare) | p50 | p99 (× bare) | API CPU a request (× bare) | req/s per server core, of the bare route | API RSS, fresh → after | a cached agent | marginal | bare route varied |',
     '|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|',

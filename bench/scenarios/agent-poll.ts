@@ -8,9 +8,9 @@ import { writeLines, type Requests } from '../lib/wrk.ts'
 /**
  * Polls every agent twice: the first poll builds its inbox (from Postgres, the first time) and caches
  * its key, and checks that it sees its one pending conversation, or none, unless told not to; the
- * second puts the inbox in the API's memory. (A rebuilt inbox is not kept there: the rebuild
- * announces the change, which drops the inbox in every process, this one too. With one poll each,
- * a random agent's first poll under load read Redis: at 100,000 agents, a third to a half of the
+ * second puts the inbox in the API's memory. (The inbox reader never keeps an inbox it rebuilt,
+ * nor one read while a change was announced, as each rebuild's is. With one poll each, an agent's
+ * second poll, its first under load, read Redis: at 100,000 agents, a third to a half of the
  * measured polls, as the rounds began before wrk had reached them all.)
  */
 export async function warmAgents(api: Server, agents: SeededAgent[], concurrency = 64, check = true): Promise<number> {
@@ -31,7 +31,8 @@ export async function warmAgents(api: Server, agents: SeededAgent[], concurrency
   }
   for (const first of [true, false]) {
     next = 0
-    // The first pass's announcements reach the API's inbox cache before the second pass reads.
+    // The first pass's announcements reach the API before the second pass reads: a read that one
+    // overlaps is not kept (a few could still be; wrk's warm-up polls them again).
     if (!first) await Bun.sleep(200)
     await Promise.all(Array.from({ length: concurrency }, () => worker(first)))
   }

@@ -83,7 +83,7 @@ export async function replyScenario(
 
 /**
  * For 3b: enough waiting conversations for 20,000 replies a second through the warm-up and the
- * rounds, spread over the 1,000 repliers, and each replier's inbox rebuilt with them (a poll each).
+ * rounds, spread over the 1,000 repliers, and each replier's inbox rebuilt with them (two polls each).
  */
 export async function prepareWaiting(
   bench: Bench,
