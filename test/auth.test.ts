@@ -3,6 +3,7 @@ import { createHash, randomBytes } from 'node:crypto'
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from 'jose'
 import { startRedisServer } from './helpers/redis-server.ts'
 import { until } from './helpers/until.ts'
+import { touchKeys } from '../src/auth/store.ts'
 import {
   createAgent,
   createTestContext,
@@ -479,6 +480,20 @@ describe('user API keys', () => {
     expect((await ctx.call('GET', '/v1/auth/me', { token: created.key })).status).toBe(200)
     await ctx.deps.authenticator.keys.flushUsage()
     expect(Date.parse(await lastUsedAt())).toBeGreaterThanOrEqual(Date.parse(first) + 60_000)
+  })
+
+  test('a flush within a minute of the row’s last write leaves it, as another process’s would', async () => {
+    const user = await signUp(ctx)
+    const created = await createUserKey(user)
+    const lastUsedAt = async () => (await ctx.call('GET', '/v1/auth/api-keys', { token: user.token })).body.data[0].lastUsedAt as string
+    expect((await ctx.call('GET', '/v1/auth/me', { token: created.key })).status).toBe(200)
+    await ctx.deps.authenticator.keys.flushUsage()
+    const first = await lastUsedAt()
+    // Another process's flush of the same key, 59 s and then 60 s after this one's.
+    await touchKeys(ctx.deps.sql, [created.id], new Date(Date.parse(first) + 59_000), 60_000)
+    expect(await lastUsedAt()).toBe(first)
+    await touchKeys(ctx.deps.sql, [created.id], new Date(Date.parse(first) + 60_000), 60_000)
+    expect(Date.parse(await lastUsedAt())).toBe(Date.parse(first) + 60_000)
   })
 })
 

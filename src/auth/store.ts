@@ -126,9 +126,15 @@ export async function findKeyPrincipal(sql: Db, hash: Buffer): Promise<Principal
   return { kind: 'agent', participantId: row.participantId!, ownerId: row.ownerId!, keyId: row.id }
 }
 
-export async function touchKeys(sql: Db, ids: string[], at: Date): Promise<void> {
+/**
+ * Records the keys' use at `at`, except on rows written less than `everyMs` before it (by another
+ * process's flush, say): `lastUsedAt` is kept to about that, so a key polled without pause costs its
+ * row one update in that time, however many processes serve it.
+ */
+export async function touchKeys(sql: Db, ids: string[], at: Date, everyMs: number): Promise<void> {
   await sql`
     update api_keys set last_used_at = ${at}
-    where id = any(${ids}::uuid[]) and (last_used_at is null or last_used_at < ${at})
+    where id = any(${ids}::uuid[])
+      and (last_used_at is null or last_used_at <= ${at}::timestamptz - make_interval(secs => ${everyMs / 1000}))
   `
 }
