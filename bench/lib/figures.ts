@@ -30,6 +30,13 @@ export const spreadLimit = 0.15
 
 const mean = (values: number[]) => values.reduce((a, b) => a + b, 0) / Math.max(1, values.length)
 
+/** The middle value (the mean of the middle two of an even count): one disturbed run moves it little. */
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const half = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1 ? sorted[half]! : mean(sorted.slice(half - 1, half + 1))
+}
+
 /** CPU µs a request of `role` (or of several roles together). */
 export function cpuUs(run: LoadRun, ...roles: string[]): number {
   const seconds = roles.reduce((sum, role) => sum + (run.cpuSeconds[role] ?? 0), 0)
@@ -39,18 +46,22 @@ export function cpuUs(run: LoadRun, ...roles: string[]): number {
 /** Cores `role` used on average while measured. */
 export const cores = (run: LoadRun, role: string) => (run.cpuSeconds[role] ?? 0) / run.wallSeconds
 
-/** The bare route's figures: the mean of the given baseline runs of this run (all of them by default). */
+/**
+ * The bare route's figures: the median of the given baseline runs of this run (all of them by
+ * default), figure by figure, so that one run disturbed by something else on the host (a p99 four
+ * times the others', say) does not flatter every ratio of its phase.
+ */
 export function baselineOf(results: Results, against?: number[]) {
   const picked = against?.length ? against.map(i => results.baselines[i]!).filter(Boolean) : results.baselines
   const runs = picked.length > 0 ? picked : results.baselines
   return {
     runs,
-    rps: mean(runs.map(r => r.load.rps)),
-    p50: mean(runs.map(r => r.load.p50)),
-    p99: mean(runs.map(r => r.load.p99)),
+    rps: median(runs.map(r => r.load.rps)),
+    p50: median(runs.map(r => r.load.p50)),
+    p99: median(runs.map(r => r.load.p99)),
     peakMb: Math.max(0, ...runs.map(r => r.peakMb.baseline ?? 0)),
     /** The bare route's server CPU per request, µs: the unit every process's CPU per request is compared with. */
-    cpuUs: mean(runs.map(r => cpuUs(r, 'baseline'))),
+    cpuUs: median(runs.map(r => cpuUs(r, 'baseline'))),
     /** (max − min) / mean of the runs' requests a second. */
     spread: spread(runs),
   }

@@ -50,7 +50,7 @@ function against(results: Results, run: LoadRun): string[] {
     b.spread > spreadLimit
       ? ` **The bare route varied ${pct(b.spread)} between these runs (more than ${pct(spreadLimit)}): the machine was not steady, and these ratios are not to be trusted.**`
       : ` The bare route varied ${pct(b.spread)} between them.`
-  return [`Ratios to the mean of bare-route runs ${first} to ${last}, which alternated with this scenario's rounds.${varied}`, '']
+  return [`Ratios to the median of bare-route runs ${first} to ${last}, which alternated with this scenario's rounds.${varied}`, '']
 }
 
 export function baselineSection(results: Results): string[] {
@@ -58,11 +58,11 @@ export function baselineSection(results: Results): string[] {
   const lines = [
     '## 1. Baseline',
     '',
-    'GET / on bench/baseline-server.ts, every run of the bench; ratios to the mean of all of them.',
+    'GET / on bench/baseline-server.ts, every run of the bench; ratios to the median of all of them.',
     '',
     ...loadHeader,
     ...results.baselines.map((run, i) => loadRow(`run ${i + 1}`, run, base)),
-    `| mean | ${int(base.rps)} | ${ms(base.p50)} | ${ms(base.p99)} | | | |`,
+    `| median | ${int(base.rps)} | ${ms(base.p50)} | ${ms(base.p99)} | | | |`,
     '',
     ...cpuHeader,
     ...results.baselines.map((run, i) => cpuRow(`run ${i + 1}`, run, base)),
