@@ -41,8 +41,9 @@ export async function warmAgents(api: Server, agents: SeededAgent[], concurrency
 
 /**
  * On a fresh API process: every agent polled twice (inbox built and held, key cached), then wrk's
- * warm-up, then `settings.rounds` turns with the baseline. The API's RSS before and after gives the memory a cached
- * agent takes. Returns the poll's runs as one and the baseline runs taken between them.
+ * warm-up, then `settings.rounds` turns with the baseline. The API's RSS before and after gives the
+ * memory a cached agent takes. Returns the poll's runs as one and the baseline runs taken between
+ * them.
  */
 export async function agentPollScenario(
   bench: Bench,

@@ -49,8 +49,8 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
   const ttlMs = options.ttlMs ?? 300_000
   const negativeTtlMs = options.negativeTtlMs ?? 30_000
   const maxEntries = options.maxEntries ?? 200_000
-  // A key's use is written once a flush: with 100,000 agents polling, every 15 s cost Postgres 1.6
-  // to 2.1 s of CPU each time (bench/notes.md); once a minute costs a quarter of that.
+  // A key's use is written once a flush: with 100,000 agents polling, every 15 s cost Postgres 1.5
+  // to 2.2 s of CPU each time (bench/notes.md); once a minute costs a quarter of that.
   const flushEveryMs = options.flushEveryMs ?? 60_000
   const entries = new Map<string, { principal: Principal | null; expires: number; usedIn: number }>()
   const pending = new Map<string, Promise<Principal | null>>()
