@@ -19,9 +19,19 @@ export class AppError extends Error {
   }
 }
 
+/**
+ * The message with the first of its details, for clients that show only `message` (the reference
+ * polling loop, the MCP server): `The request body is not valid: /rating must be <= 5 (and 1 more)`.
+ */
+function withFirstProblem(message: string, details?: ErrorDetail[]): string {
+  const [first, ...more] = details ?? []
+  if (!first) return message
+  return `${message}: ${first.path} ${first.message}${more.length > 0 ? ` (and ${more.length} more)` : ''}`
+}
+
 export const errors = {
-  validation: (message: string, details?: ErrorDetail[]) => new AppError(400, 'validation_failed', message, details),
-  field: (path: string, message: string) => new AppError(400, 'validation_failed', 'The request is not valid', [{ path, message }]),
+  validation: (message: string, details?: ErrorDetail[]) => new AppError(400, 'validation_failed', withFirstProblem(message, details), details),
+  field: (path: string, message: string) => errors.validation('The request is not valid', [{ path, message }]),
   invalidJson: () => new AppError(400, 'invalid_json', 'The request body is not valid JSON'),
   invalidCursor: () => new AppError(400, 'invalid_cursor', 'The cursor is not valid'),
 

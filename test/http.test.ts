@@ -229,6 +229,17 @@ describe('framework-level errors', () => {
     }
     expect(body.details.map((detail: { path: string }) => detail.path)).toContain('/name')
     expect(body.details.map((detail: { path: string }) => detail.path)).toContain('/extra')
+    // Clients that show only the message (the reference loop, the MCP server) still learn what to fix.
+    const [first] = body.details
+    expect(body.message).toBe(`The request body is not valid: ${first.path} ${first.message} (and ${body.details.length - 1} more)`)
+  })
+
+  test('a check made by the route names its problem in the message too', async () => {
+    const res = await ctx.call('PATCH', '/v1/auth/me', { token: alice.token, body: { walletAddress: `0x${'aB'.repeat(20)}` } })
+    const body = expectError(res, 400, 'validation_failed')
+    // A wrong EIP-55 checksum: the route's own check, past the schema.
+    expect(body.details).toEqual([{ path: '/walletAddress', message: expect.stringContaining('checksum') }])
+    expect(body.message).toBe(`The request is not valid: /walletAddress ${body.details[0].message}`)
   })
 
   test('invalid path parameters are 400 validation_failed naming the parameter', async () => {

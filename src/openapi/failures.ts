@@ -24,7 +24,9 @@ const envelope = { $ref: '#/components/schemas/ErrorEnvelope' }
 
 /** What the HTTP layer answers, shared by the operations as `components.responses`. */
 export const failureResponses: Record<string, Response> = {
-  BadRequest: failure('validation_failed (details name each problem), invalid_json or invalid_cursor: the request is not valid'),
+  BadRequest: failure(
+    'validation_failed (details name each problem; the message, the first of them), invalid_json or invalid_cursor: the request is not valid',
+  ),
   Unauthorized: {
     ...failure('unauthorized: a credential is needed; invalid_token: the credential is invalid, expired or revoked'),
     headers: {
