@@ -26,7 +26,10 @@ export class AppError extends Error {
 function withFirstProblem(message: string, details?: ErrorDetail[]): string {
   const [first, ...more] = details ?? []
   if (!first) return message
-  return `${message}: ${first.path} ${first.message}${more.length > 0 ? ` (and ${more.length} more)` : ''}`
+  // A path names the client's own keys, which may be long: the message keeps a readable share.
+  const problem = `${first.path} ${first.message}`
+  const shown = problem.length > 300 ? `${problem.slice(0, 299)}…` : problem
+  return `${message}: ${shown}${more.length > 0 ? ` (and ${more.length} more)` : ''}`
 }
 
 export const errors = {

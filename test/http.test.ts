@@ -234,6 +234,15 @@ describe('framework-level errors', () => {
     expect(body.message).toBe(`The request body is not valid: ${first.path} ${first.message} (and ${body.details.length - 1} more)`)
   })
 
+  test('the message keeps a long key name short; details carry it whole', async () => {
+    const key = 'k'.repeat(5000)
+    const res = await ctx.call('POST', '/v1/participants', { token: alice.token, body: { name: 'long-key-bot', [key]: true } })
+    const body = expectError(res, 400, 'validation_failed')
+    expect(body.details.map((detail: { path: string }) => detail.path)).toContain(`/${key}`)
+    expect(body.message.length).toBeLessThan(400)
+    expect(body.message).toStartWith('The request body is not valid: /kkk')
+  })
+
   test('a check made by the route names its problem in the message too', async () => {
     const res = await ctx.call('PATCH', '/v1/auth/me', { token: alice.token, body: { walletAddress: `0x${'aB'.repeat(20)}` } })
     const body = expectError(res, 400, 'validation_failed')
