@@ -127,6 +127,25 @@ describe('JWT bearer (HS256)', () => {
     expect401(await ctx.call('GET', '/v1/auth/me', { token }), 'invalid_token')
   })
 
+  test('a subject with a lone surrogate or a NUL is 401 invalid_token: it cannot pass for another subject', async () => {
+    const base = `surrogate-${randomBytes(4).toString('hex')}`
+    const owner = await ctx.call('GET', '/v1/auth/me', { token: await userToken(`${base}\ufffd`) })
+    expect(owner.status).toBe(200)
+    // Postgres would store each of these as the owner's subject (U+FFFD in place of the surrogate).
+    for (const sub of [`${base}\ud800`, `${base}\udfff`, `${base}\u0000`]) {
+      expect401(await ctx.call('GET', '/v1/auth/me', { token: await userToken(sub) }), 'invalid_token')
+    }
+    const rows = await ctx.deps.sql`select 1 from users where provider_id like ${`${base}%`}`
+    expect(rows).toHaveLength(1)
+  })
+
+  test('an email claim that cannot be stored is ignored, as an overlong one is', async () => {
+    const sub = `claims-${randomBytes(4).toString('hex')}`
+    const res = await ctx.call('GET', '/v1/auth/me', { token: await userToken(sub, { email: 'a\u0000@example.com' }) })
+    expect(res.status).toBe(200)
+    expect(res.body.data).toMatchObject({ providerId: sub, email: null })
+  })
+
   test.each(['Basic x', 'Bearer', 'Bearer ', 'Bearer a b', 'Bearer not-a-jwt', `Token ${'x'.repeat(10)}`])(
     'the Authorization header %p is 401 invalid_token',
     async authorization => {

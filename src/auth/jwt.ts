@@ -2,6 +2,7 @@
 import { createRemoteJWKSet, decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose'
 import type { Config } from '../config.ts'
 import { errors } from '../errors.ts'
+import { isStorableText } from '../text.ts'
 import { checksumAddress } from './wallet.ts'
 
 export interface TokenClaims {
@@ -60,9 +61,13 @@ export function createJwtVerifier(auth: Config['auth']): VerifyJwt {
     if (typeof payload.sub !== 'string' || payload.sub.length === 0 || payload.sub.length > 255) {
       throw errors.invalidToken('The token has no subject')
     }
+    // Stored as is, a lone surrogate would become U+FFFD: subjects that differ only there would share one user.
+    if (!isStorableText(payload.sub)) throw errors.invalidToken('The token’s subject holds a NUL character or an unpaired surrogate')
+    const email = payload.email
     return {
       sub: payload.sub,
-      email: typeof payload.email === 'string' && payload.email.length <= 320 ? payload.email : null,
+      // an email that cannot be stored is ignored, as an overlong one is
+      email: typeof email === 'string' && email.length <= 320 && isStorableText(email) ? email : null,
       // the same rule as PATCH /v1/auth/me: stored in EIP-55 form, a bad mixed-case checksum ignored
       walletAddress: typeof payload.wallet_address === 'string' ? checksumAddress(payload.wallet_address) : null,
     }

@@ -4,6 +4,7 @@ import { AppError, errors, type ErrorDetail } from '../errors.ts'
 import { errorFields, throttled, type Log } from '../log.ts'
 import { isBadInput, isConnectionError } from '../db.ts'
 import { isRedisUnavailable } from '../redis.ts'
+import { isStorableText } from '../text.ts'
 import { headTooLarge } from './request-limits.ts'
 import type { RouteMethods } from './route-methods.ts'
 import type { Answered } from '../metrics/http.ts'
@@ -191,8 +192,6 @@ function options(request: Request, routes: RouteMethods): Response | undefined {
   return allowed ? new Response(null, { status: 204, headers: { allow: allowed.join(', ') } }) : undefined
 }
 
-const badText = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
-
 /** How deep objects and arrays may nest in a JSON body. */
 export const maxJsonDepth = 64
 
@@ -222,7 +221,7 @@ function unstorable(body: unknown): { path: string; message: string } | null {
 }
 
 function problemIn(value: unknown, depth: number, trail: string[]): string | null {
-  if (typeof value === 'string') return badText.test(value) ? badTextMessage : null
+  if (typeof value === 'string') return isStorableText(value) ? null : badTextMessage
   if (value === null || typeof value !== 'object') return null
   if (depth === maxJsonDepth) return tooDeepMessage
   if (Array.isArray(value)) {
@@ -234,7 +233,7 @@ function problemIn(value: unknown, depth: number, trail: string[]): string | nul
   }
   const keys = Object.keys(value)
   for (const key of keys) {
-    if (badText.test(key)) return (trail.push(key.replace(/[^\x20-\x7e]/g, '?')), badTextMessage)
+    if (!isStorableText(key)) return (trail.push(key.replace(/[^\x20-\x7e]/g, '?')), badTextMessage)
   }
   for (const key of keys) {
     const found = problemIn((value as Record<string, unknown>)[key], depth + 1, trail)

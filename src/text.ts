@@ -1,0 +1,4 @@
+/** What Postgres can store as text: no NUL character and no unpaired surrogate (which its UTF-8 encoding would turn into U+FFFD). */
+export function isStorableText(value: string): boolean {
+  return value.isWellFormed() && !value.includes('\u0000')
+}
