@@ -95,7 +95,8 @@ export const errors = {
   /** `close`: the connection is closed after the answer instead of reading the rest of the body. */
   payloadTooLarge: (limit: number, close = false) =>
     new AppError(413, 'payload_too_large', `The request body is over ${limit} bytes`, undefined, close ? { connection: 'close' } : undefined),
-  unsupportedMediaType: () => new AppError(415, 'unsupported_media_type', 'The request body must be JSON, sent with Content-Type: application/json'),
+  unsupportedMediaType: (message = 'The request body must be JSON, sent with Content-Type: application/json') =>
+    new AppError(415, 'unsupported_media_type', message),
   uriTooLong: (limit: number) => new AppError(414, 'uri_too_long', `The request URL (path and query) is over ${limit} bytes`),
   headersTooLarge: (limit: number) => new AppError(431, 'headers_too_large', `The request line and headers are over ${limit} bytes`),
 

@@ -113,6 +113,34 @@ describe('framework-level errors', () => {
     expect(unread.status).toBe(200)
   })
 
+  test('JSON in another charset than UTF-8, or under a content coding, is 415 saying so, and creates nothing', async () => {
+    const name = `coded-${Math.random().toString(36).slice(2, 10)}`
+    const cases: [Record<string, string>, string][] = [
+      [{ 'content-type': 'application/json; charset=utf-16' }, 'UTF-8'],
+      [{ 'content-type': 'application/json;charset="ISO-8859-1"' }, 'UTF-8'],
+      [{ 'content-type': 'application/json', 'content-encoding': 'gzip' }, 'Content-Encoding'],
+      [{ 'content-type': 'application/json', 'content-encoding': 'br' }, 'Content-Encoding'],
+    ]
+    for (const [headers, names] of cases) {
+      const result = await ctx.call('POST', '/v1/participants', { token: alice.token, rawBody: JSON.stringify({ name }), headers })
+      expect(expectError(result, 415, 'unsupported_media_type').message).toContain(names)
+    }
+    expect((await ctx.call('GET', `/v1/participants/${name}`)).status).toBe(404)
+    // UTF-8 said in any spelling, and the identity coding, are read.
+    const read: Record<string, string>[] = [
+      { 'content-type': 'application/json; charset=UTF-8' },
+      { 'content-type': 'application/json; charset=utf8', 'content-encoding': 'identity' },
+    ]
+    for (const headers of read) {
+      const made = await ctx.call('POST', '/v1/participants', {
+        token: alice.token,
+        rawBody: JSON.stringify({ name: `${name}-${headers['content-type']!.length}` }),
+        headers,
+      })
+      expect(made.status).toBe(201)
+    }
+  })
+
   test('a GET or HEAD is answered without its body asked for (a stream made for nothing); a POST without a length is asked', async () => {
     const asked = (method: string, path: string, body?: string) => {
       const request = new Request(`http://test.local${path}`, { method, body })

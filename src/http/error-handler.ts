@@ -169,10 +169,25 @@ async function refusalOf(request: Request, routes: RouteMethods): Promise<Respon
   // On a route that takes a body, anything but JSON is refused unread (elsewhere the router's 404
   // or 405 says more, or the body is not read): a form would be read as one, and a body without a
   // media type not at all, so it would pass for none (a device decision of "deny" sent so would approve).
-  if (size > 0 && !(type !== null && isJson(type)) && routes.takesBody(request.method, pathOf(request.url))) {
-    return renderError(errors.unsupportedMediaType())
+  if (size === 0 || !routes.takesBody(request.method, pathOf(request.url))) return undefined
+  const refused = unreadable(type, request.headers.get('content-encoding'))
+  return refused === null ? undefined : renderError(refused)
+}
+
+/**
+ * Why a body cannot be read as JSON, or null: not JSON, in another charset than UTF-8 (RFC 8259,
+ * 8.1), or under a content coding, none of which is decoded (RFC 9110, 8.4.1): read as is, either
+ * would be a 400 `invalid_json` that never says why.
+ */
+function unreadable(type: string | null, coding: string | null): AppError | null {
+  if (type === null || !isJson(type)) return errors.unsupportedMediaType()
+  const charset = /;\s*charset\s*=\s*"?([^";\s]*)/i.exec(type)?.[1]
+  if (charset !== undefined && !/^utf-?8$/i.test(charset))
+    return errors.unsupportedMediaType('JSON is read as UTF-8 only: send it so, with charset=utf-8 or none')
+  if (coding !== null && coding.trim().toLowerCase() !== 'identity') {
+    return errors.unsupportedMediaType('No content coding is decoded: send the body without Content-Encoding')
   }
-  return undefined
+  return null
 }
 
 const bodyUnread = (method: string) => method === 'GET' || method === 'HEAD'

@@ -38,7 +38,9 @@ export const failureResponses: Record<string, Response> = {
   ),
   PayloadTooLarge: failure('payload_too_large: the body is over its limit (1 MiB; 2 MiB for config listings)'),
   UriTooLong: failure('uri_too_long: the path and query are over 8 KiB'),
-  UnsupportedMediaType: failure('unsupported_media_type: a body must be JSON, sent with Content-Type: application/json'),
+  UnsupportedMediaType: failure(
+    'unsupported_media_type: a body must be JSON in UTF-8, sent with Content-Type: application/json and no Content-Encoding',
+  ),
   HeadersTooLarge: failure('headers_too_large: the request line and headers are over 16 KiB'),
   Internal: failure('internal: something went wrong on our side'),
   Unavailable: {
