@@ -56,6 +56,42 @@ describe('characters Postgres cannot store', () => {
   })
 })
 
+describe('lengths in characters', () => {
+  test('a limit counts characters (code points), as the OpenAPI document’s maxLength and Postgres do, not UTF-16 units', async () => {
+    const { user } = await subscribed()
+    // 500 emoji are 1,000 UTF-16 units: within the 500 characters of a chat message.
+    const chat = await ctx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: '😀'.repeat(500) } })
+    expect(chat.status).toBe(201)
+    const [stored] = await ctx.deps.sql<{ n: number }[]>`select char_length(text)::int as n from chat_messages where id = ${chat.body.data.id}`
+    expect(stored!.n).toBe(500)
+    const over = await ctx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: '😀'.repeat(501) } })
+    expect(expectError(over, 400, 'validation_failed').details[0].path).toBe('/text')
+    expect((await ctx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: `${'a'.repeat(499)}😀` } })).status).toBe(201)
+    expect((await ctx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: `${'a'.repeat(500)}😀` } })).status).toBe(400)
+  })
+
+  test('a minimum counts characters too', async () => {
+    // No route takes a minimum over 1, so the patched validator is asked directly (patches/README.md).
+    const { TypeCompiler } = await import('@sinclair/typebox/compiler')
+    const { Value } = await import('@sinclair/typebox/value')
+    const { Type } = await import('@sinclair/typebox')
+    const schema = Type.String({ minLength: 2, maxLength: 3 })
+    const compiled = TypeCompiler.Compile(schema)
+    for (const [text, valid] of [
+      ['😀', false],
+      ['😀😀', true],
+      ['😀😀😀', true],
+      ['😀😀😀😀', false],
+      ['ab', true],
+      ['a', false],
+    ] as const) {
+      expect([text, compiled.Check(text)]).toEqual([text, valid])
+      expect([text, Value.Check(schema, text)]).toEqual([text, valid])
+      expect([text, [...Value.Errors(schema, text)].length === 0]).toEqual([text, valid])
+    }
+  })
+})
+
 describe('bodies that are not JSON', () => {
   const put = (token: string, body: string | FormData, headers: Record<string, string> = {}) =>
     ctx.app.handle(
