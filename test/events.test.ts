@@ -322,6 +322,36 @@ describe('world chat', () => {
     expectError(await ctx.call('POST', '/v1/chat/messages', { body: { text: 'anon' } }), 401, 'unauthorized')
   })
 
+  test('messages sent in one millisecond get times of their own, so paging with before skips none', async () => {
+    const authors = await Promise.all(Array.from({ length: 4 }, () => signUp(ctx)))
+    ctx.clock.freeze(new Date())
+    try {
+      // Forty at once, all at the same clock time.
+      const sent = await Promise.all(
+        Array.from({ length: 40 }, (_, i) => ctx.call('POST', '/v1/chat/messages', { token: authors[i % 4]!.token, body: { text: `same ms ${i}` } })),
+      )
+      expect(sent.map(s => s.status)).toEqual(Array(40).fill(201))
+      const times = sent.map(s => s.body.data.createdAt as string)
+      expect(new Set(times).size).toBe(40)
+      // Walked back by pages of 7 from the newest, every one of them is found, once.
+      const oldest = [...times].sort()[0]!
+      const seen: string[] = []
+      let before = ''
+      for (let page = 0; page < 20; page++) {
+        const res = await ctx.call('GET', `/v1/chat/messages?limit=7${before}`, { token: authors[0]!.token })
+        const messages = res.body.data as { id: string; createdAt: string }[]
+        seen.push(...messages.map(m => m.id))
+        const last = messages.at(-1)
+        if (!last || last.createdAt <= oldest) break
+        before = `&before=${encodeURIComponent(last.createdAt)}`
+      }
+      const ids = sent.map(s => s.body.data.id as string)
+      expect(seen.filter(id => ids.includes(id)).sort()).toEqual([...ids].sort())
+    } finally {
+      ctx.clock.set(new Date())
+    }
+  })
+
   test('ten messages a minute per author, then 429 with Retry-After', async () => {
     const limited = await createTestContext({
       database: ctx.database,

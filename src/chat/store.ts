@@ -24,10 +24,18 @@ const toMessage = (row: Row): ChatMessage => ({
   createdAt: row.createdAt.toISOString(),
 })
 
+/**
+ * Records a message at `at`, or a millisecond after the last one if that is later: messages never
+ * share a time, which paging by time (`before`) relies on. The clock's row lock orders the writers
+ * until their transactions end (sql/00018).
+ */
 export async function insertChatMessage(sql: Db, message: { author: ChatMessage['author']; text: string; at: Date }): Promise<ChatMessage> {
   const [row] = await sql<Row[]>`
+    with clock as (
+      update chat_clock set last_at = greatest(${message.at}::timestamptz, last_at + interval '1 millisecond') returning last_at
+    )
     insert into chat_messages (author_kind, author_id, author_name, text, created_at)
-    values (${message.author.kind}, ${message.author.id}, ${message.author.name}, ${message.text}, ${message.at})
+    select ${message.author.kind}, ${message.author.id}, ${message.author.name}, ${message.text}, last_at from clock
     returning id, author_kind as "authorKind", author_id as "authorId", author_name as "authorName", text, created_at as "createdAt"
   `
   return toMessage(row!)
