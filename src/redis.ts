@@ -5,13 +5,22 @@ import { errorFields, throttled, type Log } from './log.ts'
 
 export type { Redis }
 
+/**
+ * How long a command (not BullMQ's) waits for Redis's answer before it fails as an outage: a Redis
+ * that stops answering (paused, swapping, a network that drops packets) keeps the connection open, so
+ * without it a request would wait as long as the pause. A copy that blocks (BLPOP) adds its own wait.
+ */
+export const commandTimeoutMs = 3000
+
 /** A connection; `name` (the role's by default) tells it apart in the log and in Redis's CLIENT LIST. */
 export function createRedis(url: string, log: Log, role: 'commands' | 'subscriber' | 'bullmq', name: string = role): Redis {
   const redis = new Redis(url, {
     lazyConnect: true,
     connectTimeout: 3000,
-    // API calls fail fast (503) when Redis is gone; BullMQ requires null so its blocking calls wait.
+    // API calls fail fast (503) when Redis is gone or stops answering; BullMQ requires null so its
+    // blocking calls wait (and its producers' jobs wait for Redis rather than fail).
     maxRetriesPerRequest: role === 'bullmq' ? null : 2,
+    ...(role === 'bullmq' ? {} : { commandTimeout: commandTimeoutMs }),
     enableReadyCheck: true,
     // Reconnect at most 500 ms apart (ioredis's default grows to 2 s): a restarted Redis is back in use
     // within a second of accepting connections.
@@ -106,7 +115,8 @@ export function redactUrl(url: string): string {
 export function isRedisUnavailable(error: unknown): boolean {
   const e = error as { name?: string; message?: string } | null
   return (
-    e?.name === 'MaxRetriesPerRequestError' || /Connection is closed|ECONNREFUSED|Stream isn't writeable|enableOfflineQueue/.test(e?.message ?? '')
+    e?.name === 'MaxRetriesPerRequestError' ||
+    /Connection is closed|ECONNREFUSED|Stream isn't writeable|enableOfflineQueue|Command timed out/.test(e?.message ?? '')
   )
 }
 

@@ -127,6 +127,48 @@ describe('through outages', () => {
     expect(records.filter(record => record.level === 'warn' || record.level === 'error').length).toBeLessThan(60)
   }, 60_000)
 
+  test('Redis that stops answering: requests that need it are 503 within seconds, not held for the pause', async () => {
+    const redis: RedisServer = await startRedisServer()
+    cleanups.push(() => redis.close())
+    const { started, base } = await service((await database()).url, redis.url)
+    const token = await userToken('outage-carol', { email: 'carol@example.com' })
+    const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' }
+    const agent = await fetch(`${base}/v1/participants`, { method: 'POST', headers, body: JSON.stringify({ name: 'paused-bot' }) })
+    const apiKey = ((await agent.json()) as { data: { apiKey: string } }).data.apiKey
+    const calls = [
+      () => fetch(`${base}/v1/chat/messages`, { method: 'POST', headers, body: JSON.stringify({ text: 'anyone?' }) }),
+      () => fetch(`${base}/v1/auth/sse-token`, { method: 'POST', headers }),
+      () => fetch(`${base}/v1/agent/events`, { headers: { 'x-api-key': apiKey } }),
+    ]
+    expect(await Promise.all(calls.map(async call => (await call()).status))).toEqual([201, 200, 200])
+
+    redis.pause()
+    try {
+      // The poll may answer from the process's memory; anything that needs Redis is 503 in the envelope.
+      const answered = await Promise.all(
+        calls.map(async call => {
+          const began = Date.now()
+          const response = await call().catch(() => null)
+          const body = response ? ((await response.json()) as { error?: string }) : null
+          return { status: response?.status ?? 0, error: body?.error, ms: Date.now() - began }
+        }),
+      )
+      for (const answer of answered) {
+        expect(answer.status === 503 ? answer.error : answer.status).toBe(answer.status === 503 ? 'unavailable' : 200)
+        expect(answer.ms).toBeLessThan(10_000)
+      }
+      expect(answered[0]!.status).toBe(503)
+      expect(answered[1]!.status).toBe(503)
+    } finally {
+      redis.resume()
+    }
+    await until(async () => (await health(base)) === 200, 20_000)
+    expect(await Promise.all(calls.map(async call => (await call()).status))).toEqual([201, 200, 200])
+    started.proc.kill('SIGTERM')
+    expect(await exitWithin(started.proc, 15_000)).toBe(0)
+    expectJsonLines(await linesOf(started))
+  }, 60_000)
+
   test('PostgreSQL cut off for a few seconds and back: every line JSON, serving after', async () => {
     const db = await database()
     const proxy: HeldProxy = await startHeldProxy(db.url)

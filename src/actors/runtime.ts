@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto'
 import type { Sql } from '../db.ts'
 import { isBadInput } from '../db.ts'
-import type { Redis } from '../redis.ts'
+import { commandTimeoutMs, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
 import { errorFields, type Log } from '../log.ts'
@@ -159,11 +159,16 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   }
 
   // Idle loops wait on the doorbell together, on a connection of its own (a blocking call holds it).
-  const blocking = redis.duplicate({ enableAutoPipelining: false, connectionName: 'agent-marketplace:actors-blocking' })
+  const idleSeconds = options.idleSeconds ?? 1
+  const blocking = redis.duplicate({
+    enableAutoPipelining: false,
+    connectionName: 'agent-marketplace:actors-blocking',
+    commandTimeout: idleSeconds * 1000 + commandTimeoutMs,
+  })
   let waiting: Promise<unknown> | undefined
   const idle = () =>
     (waiting ??= due
-      .wait(blocking, options.idleSeconds ?? 1)
+      .wait(blocking, idleSeconds)
       .catch(() => (running ? Bun.sleep(250) : undefined))
       .finally(() => (waiting = undefined)))
 

@@ -17,6 +17,9 @@ export interface RedisServer {
   down(options: { keepData: boolean }): Promise<number>
   /** Starts it again on the same port; resolves with the first moment it answered PING. */
   up(): Promise<number>
+  /** Stops it answering (SIGSTOP), its connections left open, as a Redis paused or cut off by the network; `resume` goes on. */
+  pause(): void
+  resume(): void
   /** `down`, `downMs` after it `up`: when it went down and when it answered again. */
   restart(options: { keepData: boolean; downMs: number }): Promise<{ downAt: number; upAt: number }>
   /** The server's own output, the newest 20,000 characters. */
@@ -66,6 +69,8 @@ export async function startRedisServer(): Promise<RedisServer> {
   const down = async ({ keepData }: { keepData: boolean }) => {
     const at = Date.now()
     if (proc) {
+      // A paused server takes no signal but SIGKILL until it goes on.
+      proc.kill('SIGCONT')
       proc.kill(keepData ? 'SIGTERM' : 'SIGKILL')
       await proc.exited
       proc = undefined
@@ -83,6 +88,8 @@ export async function startRedisServer(): Promise<RedisServer> {
     port,
     down,
     up,
+    pause: () => proc?.kill('SIGSTOP'),
+    resume: () => proc?.kill('SIGCONT'),
     async restart({ keepData, downMs }) {
       const downAt = await down({ keepData })
       await Bun.sleep(Math.max(0, downAt + downMs - Date.now()))
