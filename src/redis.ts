@@ -120,6 +120,26 @@ export function isRedisUnavailable(error: unknown): boolean {
   )
 }
 
+/**
+ * The run id of the Redis server a connection is on (`INFO server`), read once per connection: a
+ * restarted or failed-over server has another, though its data may be an older copy of the last
+ * one's. Null where INFO is refused (a managed Redis may rename it).
+ */
+export function watchServerRunId(redis: Redis): () => Promise<string | null> {
+  let current: Promise<string | null> | undefined
+  redis.on('close', () => (current = undefined))
+  const read = () =>
+    redis.info('server').then(
+      info => /^run_id:(\w+)/m.exec(info)?.[1] ?? null,
+      (error: Error) => {
+        if (/NOPERM|unknown command/i.test(error.message)) return null
+        current = undefined
+        throw error
+      },
+    )
+  return () => (current ??= read())
+}
+
 /** Deletes every key under a prefix (a test's or a benchmark's own), by SCAN, never a flush. */
 export async function deleteByPrefix(redis: Redis, prefix: string): Promise<void> {
   let cursor = '0'

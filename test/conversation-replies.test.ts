@@ -370,7 +370,7 @@ describe('the inbox’s one write rule', () => {
     await writeConversation(ctx.deps, rebuilt, answered, 6, null)
     await writeConversation(ctx.deps, rebuilt, newer, 7, entry(newer, 'newer'))
     const holder = (await ctx.deps.redis.get(ctx.deps.keys.actor(`agent:${rebuilt}`).lease))!
-    const written = await rebuildInbox(ctx.deps, rebuilt, holder, {
+    const written = await rebuildInbox(ctx.deps, rebuilt, holder, 'run-id', {
       conversations: [answered, waiting, newer].map(userId => ({ userId, version: 5, pending: entry(userId, 'as read') })),
       requests: [],
     })
@@ -387,7 +387,7 @@ describe('the inbox’s one write rule', () => {
     const waiting = newRowId()
     // Another holder took the actor after this rebuild's lease ran out.
     const letGo = (await holdActor(ctx.deps, `agent:${rebuilt}`))!
-    const written = await rebuildInbox(ctx.deps, rebuilt, 'the slow rebuild', {
+    const written = await rebuildInbox(ctx.deps, rebuilt, 'the slow rebuild', 'run-id', {
       conversations: [{ userId: waiting, version: 5, pending: entry(waiting, 'older') }],
       requests: [],
     })

@@ -4,7 +4,9 @@ import type { Sql } from '../src/db.ts'
 import { AppError } from '../src/errors.ts'
 import { createInboxReader, type InboxReader } from '../src/conversations/inbox-reader.ts'
 import { seedAgents, type SeededAgent } from '../bench/lib/seed-agents.ts'
-import { createTestContext, type TestContext } from './helpers/context.ts'
+import { createTestContext, signUp, subscribedPair, type TestContext } from './helpers/context.ts'
+import { startRedisServer } from './helpers/redis-server.ts'
+import { until } from './helpers/until.ts'
 
 let ctx: TestContext
 let agents: SeededAgent[]
@@ -92,6 +94,41 @@ describe('inboxes rebuilt after Redis lost them, 1,000 agents polling', () => {
       expect(builtMarkers.every(marker => marker === 1)).toBe(true)
     } finally {
       await reader.close()
+    }
+  }, 60_000)
+})
+
+describe('an inbox Redis brought back older than it was', () => {
+  test('a restarted or failed-over server holding an older copy shows a message acknowledged since: the inbox is rebuilt', async () => {
+    const redis = await startRedisServer()
+    const own = await createTestContext({ actors: true, env: { REDIS_URL: redis.url } })
+    try {
+      const { agent, user } = await subscribedPair(own, await signUp(own))
+      const poll = async () => (await own.call('GET', '/v1/agent/events', { apiKey: agent.apiKey })).body.data.pendingConversations as unknown[]
+      expect(await poll()).toEqual([])
+      // The copy a replica or a snapshot still holds: the inbox as built, before the message.
+      const k = own.deps.keys.agent(agent.id)
+      const names = [k.inbox, k.versions, k.requests, k.built]
+      const copies = await Promise.all(names.map(name => own.deps.redis.dumpBuffer(name)))
+      const sent = await own.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'are you there?' } })
+      expect(sent.status).toBe(201)
+      expect(await poll()).toHaveLength(1)
+
+      // Another server (a restart; a failover would be another machine) with the older copy.
+      await redis.restart({ keepData: true, downMs: 100 })
+      await until(async () => (await own.deps.redis.ping().catch(() => '')) === 'PONG', 10_000)
+      await own.deps.redis.del(...names)
+      for (const [i, copy] of copies.entries()) if (copy) await own.deps.redis.restore(names[i]!, 0, copy, 'REPLACE')
+      expect(await own.deps.redis.hlen(k.inbox)).toBe(0)
+
+      await until(async () => (await poll().catch(() => [])).length === 1, 10_000)
+      // Shown by a rebuild from Postgres, marked with the new server's run id (not from memory).
+      const runId = /run_id:(\w+)/.exec(await own.deps.redis.info('server'))![1]
+      expect(await own.deps.redis.get(k.built)).toBe(runId!)
+      expect(await own.deps.redis.hlen(k.inbox)).toBe(1)
+    } finally {
+      await own.close()
+      await redis.close()
     }
   }, 60_000)
 })

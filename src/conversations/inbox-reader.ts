@@ -1,6 +1,6 @@
 /** Reading an agent's inbox for the poll: from process memory that pub/sub keeps honest, else Redis, else Postgres. */
 import { randomUUID } from 'node:crypto'
-import type { Redis } from '../redis.ts'
+import { watchServerRunId, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { PubSub } from '../pubsub.ts'
 import type { Sql } from '../db.ts'
@@ -21,7 +21,7 @@ export interface InboxReader {
 
 /**
  * Reads inboxes: from process memory when nothing changed since, else in one Redis round trip. An
- * inbox Redis lost (no "built" marker) is rebuilt from Postgres while holding the agent's actor, so
+ * inbox Redis lost is rebuilt from Postgres while holding the agent's actor, so
  * no service request changes meanwhile (conversations keep to their versions whoever writes them);
  * if someone else holds the actor, this poll is answered from Postgres. Rebuilds are bounded:
  * `rebuilds` at once, `waitingRebuilds` more waiting for a turn (polls of one agent share its
@@ -43,6 +43,7 @@ export async function createInboxReader(options: {
   const ttlMs = options.ttlMs ?? 300_000
   const maxEntries = options.maxEntries ?? 100_000
   const holder = createHolder(redis, keys, `inbox:${randomUUID()}`, 5000)
+  const serverRunId = watchServerRunId(redis)
   const due = createDue(redis, keys)
   const cache = new Map<string, { inbox: AgentInbox; expires: number }>()
   const rebuilding = new Map<string, Promise<AgentInbox>>()
@@ -60,14 +61,20 @@ export async function createInboxReader(options: {
     cache.clear()
   })
 
+  /**
+   * The inbox, or null when it is to be rebuilt: its "built" marker is gone (Redis lost it), or holds
+   * another server's run id. A server restarted or failed over may hold an older copy of the data
+   * (a snapshot, a replica that lagged) in which a message acknowledged since is missing; only a
+   * Redis that refuses INFO keeps any marker.
+   */
   const fetch = async (agentId: string) => {
     const k = keys.agent(agentId)
-    const results = await redis.multi().exists(k.built).hgetall(k.inbox).hgetall(k.requests).exec()
+    const [runId, results] = await Promise.all([serverRunId(), redis.multi().get(k.built).hgetall(k.inbox).hgetall(k.requests).exec()])
     const [built, inbox, requests] = (results ?? []).map(([error, value]) => {
       if (error) throw error
       return value
-    }) as [number, Record<string, string>, Record<string, string>]
-    if (built !== 1) return null
+    }) as [string | null, Record<string, string>, Record<string, string>]
+    if (built === null || (runId !== null && built !== runId)) return null
     return {
       conversations: Object.values(inbox)
         .map(value => JSON.parse(value) as PendingConversation)
@@ -95,7 +102,7 @@ export async function createInboxReader(options: {
       const [conversations, requests] = await Promise.all([agentConversations(sql, agentId), openRequests(sql, agentId, clock.now())])
       // Written only while still held: a rebuild whose hold ran out (a long pause) answers this poll
       // from what it read but leaves Redis to the newer holder.
-      if (held) await rebuildInbox({ redis, keys }, agentId, holder.id, { conversations, requests })
+      if (held) await rebuildInbox({ redis, keys }, agentId, holder.id, (await serverRunId()) ?? '1', { conversations, requests })
       return { conversations: conversations.flatMap(c => (c.pending ? [c.pending] : [])).sort(byTime), requests }
     } finally {
       // Mail that came while the actor was held here: due at once for a runtime.

@@ -53,21 +53,21 @@ return 1`,
   5,
 )
 
-// KEYS inbox, versions, requests, built, lease; ARGV channel, agent id, holder, then (user id,
-// version, entry) per conversation, '--', then (request id, entry) per open request. Writes what
-// Postgres holds by the rule, replaces the requests, and marks the inbox built; only while the hold it
-// was read under lasts, for the requests' sake (a rebuild paused past its lease would overwrite what
-// a newer holder wrote).
+// KEYS inbox, versions, requests, built, lease; ARGV channel, agent id, holder, marker, then (user
+// id, version, entry) per conversation, '--', then (request id, entry) per open request. Writes what
+// Postgres holds by the rule, replaces the requests, and marks the inbox built (by the server's run
+// id); only while the hold it was read under lasts, for the requests' sake (a rebuild paused past its
+// lease would overwrite what a newer holder wrote).
 const rebuild = defineScript(`${write}
 if redis.call('GET', KEYS[5]) ~= ARGV[3] then return 0 end
-local i = 4
+local i = 5
 while ARGV[i] ~= '--' do
   write(KEYS, ARGV[i], ARGV[i + 1], ARGV[i + 2])
   i = i + 3
 end
 redis.call('DEL', KEYS[3])
 for j = i + 1, #ARGV, 2 do redis.call('HSET', KEYS[3], ARGV[j], ARGV[j + 1]) end
-redis.call('SET', KEYS[4], '1')
+redis.call('SET', KEYS[4], ARGV[4])
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return 1`)
 
@@ -104,16 +104,18 @@ export async function removeOpenRequest(deps: InboxDeps, agentId: string, reques
 
 /**
  * Writes what Postgres holds (every conversation at its version, pending or not) and marks the inbox
- * built, if `holder` still holds the agent's actor; says whether it did.
+ * built by `marker` (the server's run id: inbox-reader.ts), if `holder` still holds the agent's actor;
+ * says whether it did.
  */
 export async function rebuildInbox(
   deps: InboxDeps,
   agentId: string,
   holder: string,
+  marker: string,
   stored: { conversations: { userId: string; version: number; pending: PendingConversation | null }[]; requests: OpenServiceRequest[] },
 ): Promise<boolean> {
   const k = deps.keys.agent(agentId)
-  const args: (string | number)[] = [deps.keys.channels.inboxChanged, agentId, holder]
+  const args: (string | number)[] = [deps.keys.channels.inboxChanged, agentId, holder, marker]
   for (const c of stored.conversations) args.push(c.userId, c.version, c.pending ? JSON.stringify(c.pending) : '')
   args.push('--')
   for (const r of stored.requests) args.push(r.requestId, JSON.stringify(r))
