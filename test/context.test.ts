@@ -251,6 +251,38 @@ describe('bad input writes nothing', () => {
     expect((await ctx.call('GET', '/v1/context', { token: other.token })).body.data.entries).toEqual([])
   })
 
+  test('writes honour Idempotency-Key: a retry is one version and the same answer; another body under the key is 409', async () => {
+    const user = await signUp(ctx)
+    const {
+      agents: [agent],
+    } = await hire(user, 1)
+    const body = { userId: user.id, type: 'keywords', key: 'retried', data: { n: 1 }, confidence: 'derived' }
+    const headers = { 'idempotency-key': 'agent-write-1' }
+    const [first, second] = await Promise.all([1, 2].map(() => ctx.call('POST', '/v1/agent/context', { apiKey: agent!.apiKey, body, headers })))
+    const again = await ctx.call('POST', '/v1/agent/context', { apiKey: agent!.apiKey, body, headers })
+    expect([first!.status, second!.status, again.status]).toEqual([201, 201, 201])
+    expect(second!.body).toEqual(first!.body)
+    expect(again.body).toEqual(first!.body)
+    const other = await ctx.call('POST', '/v1/agent/context', { apiKey: agent!.apiKey, body: { ...body, data: { n: 2 } }, headers })
+    expectError(other, 409, 'idempotency_key_reused')
+
+    const put = (data: object, key: string) =>
+      ctx.call('PUT', '/v1/context/keywords/retried', { token: user.token, body: { data }, headers: { 'idempotency-key': key } })
+    const mine = await put({ n: 3 }, 'user-write-1')
+    expect((await put({ n: 3 }, 'user-write-1')).body).toEqual(mine.body)
+    expectError(await put({ n: 4 }, 'user-write-1'), 409, 'idempotency_key_reused')
+
+    const revert = () =>
+      ctx.call('POST', '/v1/context/keywords/retried/revert', { token: user.token, body: { version: 1 }, headers: { 'idempotency-key': 'revert-1' } })
+    const reverted = await revert()
+    expect(reverted.status).toBe(201)
+    expect((await revert()).body).toEqual(reverted.body)
+
+    // One version for each request, however many times it was sent.
+    const versions = await ctx.call('GET', '/v1/context/keywords/retried/versions', { token: user.token })
+    expect(versions.body.data.entries.map((e: { version: number }) => e.version)).toEqual([3, 2, 1])
+  })
+
   test('the table is append-only: the database refuses updates and deletes', async () => {
     const user = await signUp(ctx)
     await ctx.call('PUT', '/v1/context/custom/locked', { token: user.token, body: { data: { a: 1 } } })

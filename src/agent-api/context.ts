@@ -3,6 +3,8 @@ import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { failures, Ok, ok, Query, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
+import { principalSubject } from '../auth/principal.ts'
+import { IdempotencyHeaders, idempotentCommand } from '../idempotency/idempotent.ts'
 import { readEntriesAsAgent, writeEntryAsAgent } from '../context/entries.ts'
 import { AgentWrite, ContextEntries, ContextEntry, ContextKey, ContextTypeParam } from '../context/schema.ts'
 
@@ -20,18 +22,23 @@ export function agentContextRoutes(deps: Deps, auth: AuthPlugin) {
     })
     .post(
       '/context',
-      async ({ agent, body, set }) => {
-        const entry = await writeEntryAsAgent(deps, agent.participantId, body)
-        set.status = 201
-        return ok(entry)
+      async ({ agent, body, headers, set }) => {
+        const request = { subject: principalSubject(agent), key: headers['idempotency-key'], method: 'POST', path: '/v1/agent/context', body }
+        const outcome = await idempotentCommand(deps, request, async identity => ({
+          status: 201,
+          body: ok(await writeEntryAsAgent(deps, agent.participantId, body, identity)),
+        }))
+        set.status = outcome.status
+        return outcome.body as { success: true; data: typeof ContextEntry.static }
       },
       {
         agent: true,
         body: AgentWrite,
+        headers: IdempotencyHeaders,
         response: { 201: Ok(ContextEntry), ...failures(400, 401, 403, 409, 503) },
         detail: {
           operationId: 'writeContextAsAgent',
-          summary: 'A new version of an entry (derived or suggested); 409 while the user’s own value stands',
+          summary: 'A new version of an entry (derived or suggested); 409 while the user’s own value stands (honours Idempotency-Key)',
         },
       },
     )

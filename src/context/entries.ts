@@ -4,6 +4,7 @@ import { errors } from '../errors.ts'
 import { accepted } from '../actors/refusal.ts'
 import type { Refusal } from '../actors/types.ts'
 import { hasActiveSubscription } from '../billing/subscriptions/store.ts'
+import type { CommandIdentity } from '../idempotency/idempotent.ts'
 import type { WriteEntry } from './commands.ts'
 import { userSourceMethod, type AgentWrite, type ContextEntry, type ContextType } from './schema.ts'
 import { ensureOrganization, findOrganization, newestEntries } from './store.ts'
@@ -48,10 +49,18 @@ function fullLength(n: number): number {
   return sign + digits + 1
 }
 
-/** A new version of an entry of the user's organization (made on first write), through its actor. */
-export async function writeEntry({ sql, dispatcher, clock }: Deps, userId: string, command: WriteEntry): Promise<ContextEntry> {
+/**
+ * A new version of an entry of the user's organization (made on first write), through its actor;
+ * `identity` (an Idempotency-Key's) makes a repeat the same command, applied once.
+ */
+export async function writeEntry(
+  { sql, dispatcher, clock }: Deps,
+  userId: string,
+  command: WriteEntry,
+  identity: CommandIdentity = {},
+): Promise<ContextEntry> {
   const orgId = await ensureOrganization(sql, userId, clock.now())
-  return accepted(await dispatcher.ask<ContextEntry | Refusal>(`org:${orgId}`, 'context.write', command))
+  return accepted(await dispatcher.ask<ContextEntry | Refusal>(`org:${orgId}`, 'context.write', command, identity))
 }
 
 /** The newest version of each matching entry of a subscriber's organization, for an agent it subscribes to. */
@@ -79,17 +88,27 @@ export function claimsUserProvenance(method: string): boolean {
 }
 
 /** An agent's version of a subscriber's entry (derived, or suggested by default; never user_provided, nor the user's provenance). */
-export async function writeEntryAsAgent(deps: Deps, agentId: string, body: typeof AgentWrite.static): Promise<ContextEntry> {
+export async function writeEntryAsAgent(
+  deps: Deps,
+  agentId: string,
+  body: typeof AgentWrite.static,
+  identity: CommandIdentity = {},
+): Promise<ContextEntry> {
   checkSizes(body.data, body.source)
   if (body.confidence === 'user_provided') throw errors.confidenceNotAllowed()
   if (body.source && claimsUserProvenance(body.source.method)) throw errors.userProvenanceNotAllowed()
   if (!(await hasActiveSubscription(deps.sql, body.userId, agentId))) throw errors.notSubscribed()
-  return writeEntry(deps, body.userId, {
-    type: body.type,
-    key: body.key,
-    data: body.data,
-    confidence: body.confidence ?? 'suggested',
-    source: body.source ?? null,
-    author: { kind: 'agent', id: agentId },
-  })
+  return writeEntry(
+    deps,
+    body.userId,
+    {
+      type: body.type,
+      key: body.key,
+      data: body.data,
+      confidence: body.confidence ?? 'suggested',
+      source: body.source ?? null,
+      author: { kind: 'agent', id: agentId },
+    },
+    identity,
+  )
 }

@@ -4,6 +4,8 @@ import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
 import { failures, Ok, ok, Query } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
+import { principalSubject } from '../auth/principal.ts'
+import { IdempotencyHeaders, idempotentCommand } from '../idempotency/idempotent.ts'
 import { accepted } from '../actors/refusal.ts'
 import type { Refusal } from '../actors/types.ts'
 import type { RevertEntry } from './commands.ts'
@@ -48,50 +50,56 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
     )
     .put(
       '/v1/context/:type/:key',
-      async ({ user, params, body }) => {
+      async ({ user, params, body, headers, set }) => {
         checkSizes(body.data)
-        return ok(
-          await writeEntry(deps, user.userId, {
-            type: params.type,
-            key: params.key,
-            data: body.data,
-            confidence: 'user_provided',
-            source: { method: userSourceMethod },
-            author: { kind: 'user', id: user.userId },
-          }),
-        )
+        const path = `/v1/context/${params.type}/${params.key}`
+        const request = { subject: principalSubject(user), key: headers['idempotency-key'], method: 'PUT', path, body }
+        const outcome = await idempotentCommand(deps, request, async identity => {
+          const write = { type: params.type, key: params.key, data: body.data, confidence: 'user_provided' as const }
+          const by = { source: { method: userSourceMethod }, author: { kind: 'user' as const, id: user.userId } }
+          return { status: 200, body: ok(await writeEntry(deps, user.userId, { ...write, ...by }, identity)) }
+        })
+        set.status = outcome.status
+        return outcome.body as { success: true; data: typeof ContextEntry.static }
       },
       {
         user: true,
         params: EntryPath,
         body: UserWrite,
-        response: { 200: Ok(ContextEntry), ...failures(400, 401, 403, 503) },
+        headers: IdempotencyHeaders,
+        response: { 200: Ok(ContextEntry), ...failures(400, 401, 403, 409, 503) },
         detail: {
           operationId: 'writeContext',
-          summary: 'Set an entry yourself: a new user_provided version, which agents cannot override',
+          summary: 'Set an entry yourself: a new user_provided version, which agents cannot override (honours Idempotency-Key)',
         },
       },
     )
     .post(
       '/v1/context/:type/:key/revert',
-      async ({ user, params, body, set }) => {
-        const orgId = await findOrganization(sql, user.userId)
-        if (!orgId) throw errors.notFound('Context entry')
-        const command: RevertEntry = { type: params.type, key: params.key, version: body.version, userId: user.userId }
-        const entry = accepted(await dispatcher.ask<ContextEntry | Refusal>(`org:${orgId}`, 'context.revert', command), () =>
-          errors.notFound('Context entry version'),
-        )
-        set.status = 201
-        return ok(entry)
+      async ({ user, params, body, headers, set }) => {
+        const path = `/v1/context/${params.type}/${params.key}/revert`
+        const request = { subject: principalSubject(user), key: headers['idempotency-key'], method: 'POST', path, body }
+        const outcome = await idempotentCommand(deps, request, async identity => {
+          const orgId = await findOrganization(sql, user.userId)
+          if (!orgId) throw errors.notFound('Context entry')
+          const command: RevertEntry = { type: params.type, key: params.key, version: body.version, userId: user.userId }
+          const entry = accepted(await dispatcher.ask<ContextEntry | Refusal>(`org:${orgId}`, 'context.revert', command, identity), () =>
+            errors.notFound('Context entry version'),
+          )
+          return { status: 201, body: ok(entry) }
+        })
+        set.status = outcome.status
+        return outcome.body as { success: true; data: typeof ContextEntry.static }
       },
       {
         user: true,
         params: EntryPath,
         body: Revert,
-        response: { 201: Ok(ContextEntry), ...failures(400, 401, 403, 404, 503) },
+        headers: IdempotencyHeaders,
+        response: { 201: Ok(ContextEntry), ...failures(400, 401, 403, 404, 409, 503) },
         detail: {
           operationId: 'revertContext',
-          summary: 'A new version with an earlier version’s data and confidence (source.method revert:v<N>)',
+          summary: 'A new version with an earlier version’s data and confidence (source.method revert:v<N>; honours Idempotency-Key)',
         },
       },
     )
