@@ -8,7 +8,7 @@ import { findParticipant } from '../participants/store.ts'
 import { enqueueEvents } from '../events/outbox.ts'
 import { errors } from '../errors.ts'
 import { IdempotencyHeaders, idempotent } from '../idempotency/idempotent.ts'
-import { insertChatMessage, recentChatMessages, type ChatMessage } from './store.ts'
+import { insertChatMessage, nextChatTime, recentChatMessages, type ChatMessage } from './store.ts'
 
 const Message = t.Object(
   {
@@ -33,6 +33,8 @@ export function chatRoutes(deps: Deps, auth: AuthPlugin) {
       '/messages',
       async ({ caller, body, headers, set }) => {
         const request = { subject: principalSubject(caller), key: headers['idempotency-key'], method: 'POST', path: '/v1/chat/messages', body }
+        // Taken before the transaction (a replay or a refusal leaves its millisecond unused).
+        const at = await nextChatTime(sql, clock.now())
         const outcome = await idempotent(deps, request, async tx => {
           await rateLimiter.take('chatPost', principalSubject(caller))
           // No email, ever: users appear by a short form of their id.
@@ -43,7 +45,6 @@ export function chatRoutes(deps: Deps, auth: AuthPlugin) {
             if (!agent) throw errors.invalidToken()
             author = { kind: 'agent', id: agent.id, name: agent.name }
           }
-          const at = clock.now()
           const message = await insertChatMessage(tx, { author, text: body.text, at })
           await enqueueEvents(tx, at, [{ userId: null, type: 'chat.message', payload: { ...message } }])
           return { status: 201, body: ok(message) }

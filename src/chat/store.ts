@@ -1,5 +1,5 @@
 /** SQL for world chat history. */
-import type { Db } from '../db.ts'
+import type { Db, Sql } from '../db.ts'
 
 export interface ChatMessage {
   id: string
@@ -25,17 +25,22 @@ const toMessage = (row: Row): ChatMessage => ({
 })
 
 /**
- * Records a message at `at`, or a millisecond after the last one if that is later: messages never
- * share a time, which paging by time (`before`) relies on. The clock's row lock orders the writers
- * until their transactions end (sql/00018).
+ * The time of a new message: `at`, or a millisecond after the last one if that is later, so messages
+ * never share a time, which paging by time (`before`) relies on. A statement of its own, outside the
+ * post's transaction, so the clock's row is locked for that statement only (sql/00018); a post that
+ * then fails leaves its millisecond unused.
  */
+export async function nextChatTime(sql: Sql, at: Date): Promise<Date> {
+  const [row] = await sql<{ at: Date }[]>`
+    update chat_clock set last_at = greatest(${at}::timestamptz, last_at + interval '1 millisecond') returning last_at as at
+  `
+  return row!.at
+}
+
 export async function insertChatMessage(sql: Db, message: { author: ChatMessage['author']; text: string; at: Date }): Promise<ChatMessage> {
   const [row] = await sql<Row[]>`
-    with clock as (
-      update chat_clock set last_at = greatest(${message.at}::timestamptz, last_at + interval '1 millisecond') returning last_at
-    )
     insert into chat_messages (author_kind, author_id, author_name, text, created_at)
-    select ${message.author.kind}, ${message.author.id}, ${message.author.name}, ${message.text}, last_at from clock
+    values (${message.author.kind}, ${message.author.id}, ${message.author.name}, ${message.text}, ${message.at})
     returning id, author_kind as "authorKind", author_id as "authorId", author_name as "authorName", text, created_at as "createdAt"
   `
   return toMessage(row!)
