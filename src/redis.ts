@@ -120,24 +120,33 @@ export function isRedisUnavailable(error: unknown): boolean {
   )
 }
 
-/**
- * The run id of the Redis server a connection is on (`INFO server`), read once per connection: a
- * restarted or failed-over server has another, though its data may be an older copy of the last
- * one's. Null where INFO is refused (a managed Redis may rename it).
- */
-export function watchServerRunId(redis: Redis): () => Promise<string | null> {
+/** Which Redis server a connection is on: a restarted or failed-over one may hold an older copy of the data. */
+export interface ServerIdentity {
+  /** The server's run id (`INFO server`), read once per connection; null where INFO is refused (a managed Redis may deny or rename it). */
+  runId(): Promise<string | null>
+  /** How many times the connection has closed: a reply that came across a close may be from another server than `runId` said. */
+  closes(): number
+}
+
+/** The identity of a standalone server (on a Cluster each shard has its own run id, to be read by slot). */
+export function watchServerIdentity(redis: Redis): ServerIdentity {
   let current: Promise<string | null> | undefined
-  redis.on('close', () => (current = undefined))
+  let closes = 0
+  redis.on('close', () => {
+    closes++
+    current = undefined
+  })
   const read = () =>
     redis.info('server').then(
       info => /^run_id:(\w+)/m.exec(info)?.[1] ?? null,
       (error: Error) => {
-        if (/NOPERM|unknown command/i.test(error.message)) return null
+        // An error reply is the server refusing INFO; anything else (no connection, a timeout) is tried again.
+        if (error.name === 'ReplyError') return null
         current = undefined
         throw error
       },
     )
-  return () => (current ??= read())
+  return { runId: () => (current ??= read()), closes: () => closes }
 }
 
 /** Deletes every key under a prefix (a test's or a benchmark's own), by SCAN, never a flush. */

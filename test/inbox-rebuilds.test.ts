@@ -1,8 +1,10 @@
 /** Rebuilding agents' inboxes after Redis lost them: bounded per process, every poll answered or told when to retry. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { Redis } from 'ioredis'
 import type { Sql } from '../src/db.ts'
 import { AppError } from '../src/errors.ts'
 import { createInboxReader, type InboxReader } from '../src/conversations/inbox-reader.ts'
+import { invalidateInbox } from '../src/conversations/inbox.ts'
 import { seedAgents, type SeededAgent } from '../bench/lib/seed-agents.ts'
 import { createTestContext, signUp, subscribedPair, type TestContext } from './helpers/context.ts'
 import { startRedisServer } from './helpers/redis-server.ts'
@@ -99,6 +101,33 @@ describe('inboxes rebuilt after Redis lost them, 1,000 agents polling', () => {
 })
 
 describe('an inbox Redis brought back older than it was', () => {
+  test('where INFO is refused (an ACL), inboxes are read and rebuilt all the same, never an error', async () => {
+    const redis = await startRedisServer()
+    const admin = new Redis(redis.url)
+    await admin.call('ACL', 'SETUSER', 'app', 'on', '>app-secret', '~*', '&*', '+@all', '-info')
+    const url = new URL(redis.url)
+    url.username = 'app'
+    url.password = 'app-secret'
+    const own = await createTestContext({ actors: true, env: { REDIS_URL: url.toString() } })
+    try {
+      expect(await own.deps.redis.info('server').catch((error: Error) => error.message)).toStartWith('NOPERM')
+      const { agent, user } = await subscribedPair(own, await signUp(own))
+      const poll = () => own.call('GET', '/v1/agent/events', { apiKey: agent.apiKey })
+      expect((await poll()).status).toBe(200)
+      expect((await own.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'hi' } })).status).toBe(201)
+      await until(async () => (await poll()).body.data.pendingConversations.length === 1, 5000)
+      // Marked for a rebuild, rebuilt at the next poll, and marked '1': no server's run id is known.
+      await invalidateInbox(own.deps, agent.id)
+      await until(async () => (await poll()).body.data.pendingConversations.length === 1, 5000)
+      expect(await own.deps.redis.get(own.deps.keys.agent(agent.id).built)).toBe('1')
+      expect((await poll()).body.data.pendingConversations).toHaveLength(1)
+    } finally {
+      await own.close()
+      admin.disconnect()
+      await redis.close()
+    }
+  }, 60_000)
+
   test('a restarted or failed-over server holding an older copy shows a message acknowledged since: the inbox is rebuilt', async () => {
     const redis = await startRedisServer()
     const own = await createTestContext({ actors: true, env: { REDIS_URL: redis.url } })

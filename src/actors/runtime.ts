@@ -159,16 +159,19 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   }
 
   // Idle loops wait on the doorbell together, on a connection of its own (a blocking call holds it).
-  const idleSeconds = options.idleSeconds ?? 1
+  // Its BLPOP is timed by ioredis's blocking timeout (the call's own wait, and as long again as a
+  // command may take), not the command timeout.
   const blocking = redis.duplicate({
     enableAutoPipelining: false,
     connectionName: 'agent-marketplace:actors-blocking',
-    commandTimeout: idleSeconds * 1000 + commandTimeoutMs,
+    commandTimeout: undefined,
+    blockingTimeout: commandTimeoutMs,
+    blockingTimeoutGrace: commandTimeoutMs,
   })
   let waiting: Promise<unknown> | undefined
   const idle = () =>
     (waiting ??= due
-      .wait(blocking, idleSeconds)
+      .wait(blocking, options.idleSeconds ?? 1)
       .catch(() => (running ? Bun.sleep(250) : undefined))
       .finally(() => (waiting = undefined)))
 

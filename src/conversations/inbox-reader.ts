@@ -1,6 +1,6 @@
 /** Reading an agent's inbox for the poll: from process memory that pub/sub keeps honest, else Redis, else Postgres. */
 import { randomUUID } from 'node:crypto'
-import { watchServerRunId, type Redis } from '../redis.ts'
+import { watchServerIdentity, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { PubSub } from '../pubsub.ts'
 import type { Sql } from '../db.ts'
@@ -43,7 +43,7 @@ export async function createInboxReader(options: {
   const ttlMs = options.ttlMs ?? 300_000
   const maxEntries = options.maxEntries ?? 100_000
   const holder = createHolder(redis, keys, `inbox:${randomUUID()}`, 5000)
-  const serverRunId = watchServerRunId(redis)
+  const server = watchServerIdentity(redis)
   const due = createDue(redis, keys)
   const cache = new Map<string, { inbox: AgentInbox; expires: number }>()
   const rebuilding = new Map<string, Promise<AgentInbox>>()
@@ -69,7 +69,10 @@ export async function createInboxReader(options: {
    */
   const fetch = async (agentId: string) => {
     const k = keys.agent(agentId)
-    const [runId, results] = await Promise.all([serverRunId(), redis.multi().get(k.built).hgetall(k.inbox).hgetall(k.requests).exec()])
+    const closes = server.closes()
+    const [runId, results] = await Promise.all([server.runId(), redis.multi().get(k.built).hgetall(k.inbox).hgetall(k.requests).exec()])
+    // Answered across a reconnect (ioredis sends what was unanswered again), perhaps by another server.
+    if (server.closes() !== closes) return null
     const [built, inbox, requests] = (results ?? []).map(([error, value]) => {
       if (error) throw error
       return value
@@ -98,11 +101,13 @@ export async function createInboxReader(options: {
     const actor = `agent:${agentId}`
     const [taken] = await holder.take([{ actor, mail: 0 }])
     const held = typeof taken === 'object' && !(taken instanceof Error)
+    // Failed (timed out, say), the take may still land: let go of whatever it took (a release follows it on the connection).
+    if (taken instanceof Error) void holder.release(actor, []).catch(() => {})
     try {
       const [conversations, requests] = await Promise.all([agentConversations(sql, agentId), openRequests(sql, agentId, clock.now())])
       // Written only while still held: a rebuild whose hold ran out (a long pause) answers this poll
       // from what it read but leaves Redis to the newer holder.
-      if (held) await rebuildInbox({ redis, keys }, agentId, holder.id, (await serverRunId()) ?? '1', { conversations, requests })
+      if (held) await rebuildInbox({ redis, keys }, agentId, holder.id, (await server.runId()) ?? '1', { conversations, requests })
       return { conversations: conversations.flatMap(c => (c.pending ? [c.pending] : [])).sort(byTime), requests }
     } finally {
       // Mail that came while the actor was held here: due at once for a runtime.
