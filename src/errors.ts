@@ -28,7 +28,8 @@ function withFirstProblem(message: string, details?: ErrorDetail[]): string {
   if (!first) return message
   // A path names the client's own keys, which may be long: the message keeps a readable share.
   const problem = `${first.path} ${first.message}`
-  const shown = problem.length > 300 ? `${problem.slice(0, 299)}…` : problem
+  // Cut by code points, so no surrogate pair is split.
+  const shown = problem.length > 300 ? `${[...problem].slice(0, 299).join('')}…` : problem
   return `${message}: ${shown}${more.length > 0 ? ` (and ${more.length} more)` : ''}`
 }
 
@@ -95,8 +96,13 @@ export const errors = {
   /** `close`: the connection is closed after the answer instead of reading the rest of the body. */
   payloadTooLarge: (limit: number, close = false) =>
     new AppError(413, 'payload_too_large', `The request body is over ${limit} bytes`, undefined, close ? { connection: 'close' } : undefined),
-  unsupportedMediaType: (message = 'The request body must be JSON, sent with Content-Type: application/json') =>
-    new AppError(415, 'unsupported_media_type', message),
+  unsupportedMediaType: () => new AppError(415, 'unsupported_media_type', 'The request body must be JSON, sent with Content-Type: application/json'),
+  unsupportedCharset: () => new AppError(415, 'unsupported_media_type', 'JSON is read as UTF-8 only: send it so, with charset=utf-8 or none'),
+  /** RFC 9110, 12.5.3: a 415 for a content coding says which codings are taken. */
+  unsupportedCoding: () =>
+    new AppError(415, 'unsupported_media_type', 'No content coding is decoded: send the body without Content-Encoding', undefined, {
+      'accept-encoding': 'identity',
+    }),
   uriTooLong: (limit: number) => new AppError(414, 'uri_too_long', `The request URL (path and query) is over ${limit} bytes`),
   headersTooLarge: (limit: number) => new AppError(431, 'headers_too_large', `The request line and headers are over ${limit} bytes`),
 

@@ -124,6 +124,8 @@ describe('framework-level errors', () => {
     for (const [headers, names] of cases) {
       const result = await ctx.call('POST', '/v1/participants', { token: alice.token, rawBody: JSON.stringify({ name }), headers })
       expect(expectError(result, 415, 'unsupported_media_type').message).toContain(names)
+      // RFC 9110, 12.5.3: refused for its coding, the answer says which coding is taken.
+      expect(result.headers.get('accept-encoding')).toBe(headers['content-encoding'] ? 'identity' : null)
     }
     expect((await ctx.call('GET', `/v1/participants/${name}`)).status).toBe(404)
     // UTF-8 said in any spelling, and the identity coding, are read.
@@ -269,6 +271,11 @@ describe('framework-level errors', () => {
     expect(body.details.map((detail: { path: string }) => detail.path)).toContain(`/${key}`)
     expect(body.message.length).toBeLessThan(400)
     expect(body.message).toStartWith('The request body is not valid: /kkk')
+    // Cut between characters: no half of an emoji is left.
+    const emoji = await ctx.call('POST', '/v1/participants', { token: alice.token, body: { name: 'long-key-bot', [`x${'😀'.repeat(400)}`]: true } })
+    const cut = expectError(emoji, 400, 'validation_failed').message as string
+    expect(cut.length).toBeLessThan(700)
+    expect(cut.isWellFormed()).toBe(true)
   })
 
   test('a check made by the route names its problem in the message too', async () => {

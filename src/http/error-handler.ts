@@ -182,11 +182,8 @@ async function refusalOf(request: Request, routes: RouteMethods): Promise<Respon
 function unreadable(type: string | null, coding: string | null): AppError | null {
   if (type === null || !isJson(type)) return errors.unsupportedMediaType()
   const charset = /;\s*charset\s*=\s*"?([^";\s]*)/i.exec(type)?.[1]
-  if (charset !== undefined && !/^utf-?8$/i.test(charset))
-    return errors.unsupportedMediaType('JSON is read as UTF-8 only: send it so, with charset=utf-8 or none')
-  if (coding !== null && coding.trim().toLowerCase() !== 'identity') {
-    return errors.unsupportedMediaType('No content coding is decoded: send the body without Content-Encoding')
-  }
+  if (charset !== undefined && !/^utf-?8$/i.test(charset)) return errors.unsupportedCharset()
+  if (coding !== null && coding.trim().toLowerCase() !== 'identity') return errors.unsupportedCoding()
   return null
 }
 
