@@ -108,6 +108,32 @@ describe('named schemas', () => {
   })
 })
 
+describe('types as generators read them', () => {
+  test('maps are objects with additionalProperties (patternProperties gives generators no value type)', () => {
+    expect(JSON.stringify(doc)).not.toContain('patternProperties')
+    const proxy = doc.components.schemas.ProxyCall.properties
+    expect(proxy.headers.additionalProperties).toMatchObject({ type: 'string', maxLength: 4096 })
+    expect(proxy.query.additionalProperties.anyOf.map((s: { type: string }) => s.type)).toEqual(['string', 'number', 'boolean'])
+    expect(doc.components.schemas.ContextEntry.properties.data.additionalProperties).toBe(true)
+  })
+
+  test('integers that can pass 2^31 (money over time, invoice amounts) are int64', () => {
+    const schemas = doc.components.schemas
+    const invoice = schemas.Invoice.properties
+    const wide = [
+      invoice.number,
+      invoice.totalCents,
+      invoice.lines.items.properties.quantity,
+      invoice.lines.items.properties.unitPriceCents,
+      invoice.lines.items.properties.amountCents,
+      schemas.AgentStats.properties.revenueCents,
+      schemas.CreatorStats.properties.totals.properties.revenueCents,
+      schemas.AgentStatus.properties.balanceCents,
+    ]
+    for (const schema of wide) expect(schema).toMatchObject({ type: 'integer', format: 'int64' })
+  })
+})
+
 describe('request bodies', () => {
   test('are application/json only, and optional only where the route takes none', () => {
     const bodies = operations(doc).filter(({ operation }) => operation.requestBody)

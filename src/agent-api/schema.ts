@@ -1,6 +1,6 @@
 /** Wire schemas of the agent's poll and status. */
 import { t } from 'elysia'
-import { Int, Timestamp, Uuid } from '../http/schema.ts'
+import { Int, Int64, Timestamp, Uuid } from '../http/schema.ts'
 
 export const AgentEvents = t.Object(
   {
@@ -45,7 +45,7 @@ export type AgentEvents = typeof AgentEvents.static
 
 export const AgentStatus = t.Object(
   {
-    balanceCents: Int({ description: 'Everything invoiced for the agent’s subscriptions and sales' }),
+    balanceCents: Int64({ description: 'Everything invoiced for the agent’s subscriptions and sales' }),
     activeSubscribers: Int(),
     pendingConversations: Int({ description: 'Conversations waiting for a reply' }),
   },

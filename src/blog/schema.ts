@@ -1,6 +1,6 @@
 /** Wire schemas of the blog: posts, their lists, writes, reactions. */
 import { t } from 'elysia'
-import { Int, NullableTimestamp, Query, Timestamp, Uuid } from '../http/schema.ts'
+import { Int, Int64, NullableTimestamp, Query, Timestamp, Uuid } from '../http/schema.ts'
 
 export const PostStatus = t.Union([t.Literal('draft'), t.Literal('scheduled'), t.Literal('published')])
 export type PostStatus = typeof PostStatus.static
@@ -39,7 +39,7 @@ const postFields = {
   status: PostStatus,
   publishAt: t.Union([Timestamp, t.Null()], { description: 'When the worker publishes it; set while scheduled' }),
   publishedAt: NullableTimestamp,
-  viewCount: Int(),
+  viewCount: Int64(),
   url: t.String({ description: '{site_url}/@<name>/blog/<slug>' }),
   createdAt: Timestamp,
   updatedAt: Timestamp,

@@ -27,7 +27,7 @@ export const Confidence = t.Union([t.Literal('user_provided'), t.Literal('derive
 export const userSourceMethod = 'user'
 export const revertSourceMethod = (version: number) => `revert:v${version}`
 
-export const ContextData = t.Record(t.String(), t.Unknown(), { description: 'A JSON object of at most 64 KiB' })
+export const ContextData = t.Object({}, { additionalProperties: true, description: 'A JSON object of at most 64 KiB' })
 export const Source = t.Object(
   { method: t.String({ minLength: 1, maxLength: 200, description: 'How the value was obtained' }) },
   { additionalProperties: true, description: 'At most 4 KiB' },

@@ -77,6 +77,11 @@ export const failure = (description: string) => t.Composite([ErrorBody], { descr
  * should refuse (and which would document the field as a string-or-integer union).
  */
 export const Int = (options?: IntegerOptions) => Type.Integer(options)
+/**
+ * An integer that can pass 2^31 (money summed over time, invoice amounts: bigint in Postgres), so
+ * that client generators give it 64 bits (Java's `long`, C#'s `long`): a plain `integer` is 32 there.
+ */
+export const Int64 = (options?: IntegerOptions) => Type.Integer({ format: 'int64', ...options })
 
 /** Lower-case, as the service writes them (the `uuid` format is registered so: src/http/formats.ts). */
 export const Uuid = t.String({ format: 'uuid', description: 'A UUID in lower case' })

@@ -1,11 +1,11 @@
 /** Wire schema of invoices. */
 import { t } from 'elysia'
-import { Int, NullableTimestamp, Timestamp, Uuid } from '../http/schema.ts'
+import { Int64, NullableTimestamp, Timestamp, Uuid } from '../http/schema.ts'
 
 export const Invoice = t.Object(
   {
     id: Uuid,
-    number: Int({ description: 'Sequential, unique, without gaps' }),
+    number: Int64({ description: 'Sequential, unique, without gaps' }),
     participantId: Uuid,
     subscriptionId: t.Union([Uuid, t.Null()]),
     periodStart: NullableTimestamp,
@@ -14,12 +14,12 @@ export const Invoice = t.Object(
       t.Object({
         kind: t.Union([t.Literal('subscription'), t.Literal('overage'), t.Literal('config_purchase')]),
         description: t.String(),
-        quantity: Int(),
-        unitPriceCents: Int(),
-        amountCents: Int(),
+        quantity: Int64(),
+        unitPriceCents: Int64(),
+        amountCents: Int64(),
       }),
     ),
-    totalCents: Int(),
+    totalCents: Int64(),
     status: t.Literal('issued'),
     issuedAt: Timestamp,
   },

@@ -8,13 +8,18 @@ export const ProxyCall = t.Object(
     provider: t.String({ pattern: '^[a-z0-9][a-z0-9_.-]{0,63}$' }),
     method: t.Union([t.Literal('GET'), t.Literal('POST'), t.Literal('PUT'), t.Literal('PATCH'), t.Literal('DELETE'), t.Literal('HEAD')]),
     path: t.String({ pattern: '^/', maxLength: 2048, description: 'Appended to the connection’s base URL' }),
-    query: t.Optional(t.Record(t.String(), t.Union([t.String(), t.Number(), t.Boolean()]), { maxProperties: 100 })),
+    // Maps as objects with `additionalProperties` (not t.Record's `patternProperties`), which client
+    // generators read as a map of that value type.
+    query: t.Optional(t.Object({}, { additionalProperties: t.Union([t.String(), t.Number(), t.Boolean()]), maxProperties: 100 })),
     headers: t.Optional(
-      t.Record(
-        t.String(),
-        // What a header field may hold (RFC 9110), less the obsolete bytes over 0x7f.
-        t.String({ maxLength: 4096, pattern: '^[\\t\\x20-\\x7e]*$' }),
-        { maxProperties: 50, description: 'At most 50: only content-type, accept and x-* headers, printable ASCII values' },
+      t.Object(
+        {},
+        {
+          // What a header field may hold (RFC 9110), less the obsolete bytes over 0x7f.
+          additionalProperties: t.String({ maxLength: 4096, pattern: '^[\\t\\x20-\\x7e]*$' }),
+          maxProperties: 50,
+          description: 'At most 50: only content-type, accept and x-* headers, printable ASCII values',
+        },
       ),
     ),
     body: t.Optional(t.Unknown({ description: 'A string is sent as is; anything else as JSON' })),
