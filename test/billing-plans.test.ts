@@ -210,7 +210,7 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
     expect(await ctx.deps.sql`select 1 from outbox where user_id = ${gone.user.id} and type = 'plan.changed'`).toHaveLength(0)
     expect(await ctx.deps.redis.xlen(ctx.deps.keys.events.user(gone.user.id))).toBe(0)
 
-    await runInvoices({ ...ctx.deps, metering: ctx.deps.queues.metering }, new Date('2025-05-11T00:00:00.000Z'))
+    await runInvoices(ctx.deps, new Date('2025-05-11T00:00:00.000Z'))
     expect(await invoiced(a.user.id)).toEqual([
       ['2025-01-10T12:00:00.000Z', 1000],
       ['2025-02-10T12:00:00.000Z', 1000],
@@ -246,7 +246,7 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
     }
     const [change] = await planChanges(a.user.id, 1)
     expect(change.effectiveFrom).toBe('2025-08-01T00:00:00.000Z')
-    await runInvoices({ ...ctx.deps, metering: ctx.deps.queues.metering }, new Date('2025-09-01T00:01:01.000Z'))
+    await runInvoices(ctx.deps, new Date('2025-09-01T00:01:01.000Z'))
     const periods = await ctx.deps.sql`
       select period_start as "start", monthly_price_cents as monthly, included_proxy_calls as included, overage_per_call_cents as overage
       from subscription_periods where subscription_id = ${a.subscriptionId} order by period_index

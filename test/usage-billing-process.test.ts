@@ -352,14 +352,15 @@ describe('usage billing with real worker processes', () => {
 
       const run = start(['src/cli/invoices-run.ts', '--at', at.toISOString()], env)
       expect(await exitWithin(run.proc, 20_000)).toBe(0)
-      expect(await run.stdout).toBe(`issued ${expected} invoices for periods ended by ${at.toISOString()}\n`)
+      const endedBy = new Date(at.getTime() - 60_000).toISOString()
+      expect(await run.stdout).toBe(`issued ${expected} invoices dated ${at.toISOString()}, for periods ended by ${endedBy}\n`)
       expect(await run.stderr).toBe('')
       await expectInvoicedOnce(ctx, at, expected)
 
       // The package script, as an operator runs it.
       const again = start(['run', 'invoices:run', '--at', at.toISOString()], env)
       expect(await exitWithin(again.proc, 20_000)).toBe(0)
-      expect(await again.stdout).toContain(`issued 0 invoices for periods ended by ${at.toISOString()}\n`)
+      expect(await again.stdout).toContain(`issued 0 invoices dated ${at.toISOString()}, for periods ended by ${endedBy}\n`)
       await expectInvoicedOnce(ctx, at, expected)
 
       const bad = start(['src/cli/invoices-run.ts', '--at', 'not-a-date'], env)

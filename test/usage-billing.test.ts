@@ -9,6 +9,7 @@ import { runInvoices } from '../src/invoices/run.ts'
 import { duePeriods, issueDueInvoices } from '../src/invoices/store.ts'
 import { countUsage } from '../src/metering/count.ts'
 import { invoiceProcessor } from '../workers/invoices.ts'
+import { runMaintenance } from '../workers/maintenance.ts'
 import type { Job } from 'bullmq'
 import { addMonths } from '../src/billing/periods.ts'
 import { ensurePeriods } from '../src/billing/subscriptions/store.ts'
@@ -305,7 +306,7 @@ describe('invoices', () => {
     const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
     const end = new Date(sub.currentPeriodEnd)
     const at = new Date(end.getTime() + 60_000)
-    const deps = { ...ctx.deps, metering: ctx.deps.queues.metering }
+    const deps = ctx.deps
     const run = await runInvoices(deps, at)
     expect(run.issued).toBeGreaterThanOrEqual(1)
     const invoices = (await ctx.call('GET', '/v1/billing/invoices', { token: s.user.token })).body.data
@@ -345,7 +346,7 @@ describe('invoices', () => {
     ctx.clock.freeze(new Date('2024-03-15T00:00:00.000Z'))
     await ctx.call('DELETE', `/v1/billing/subscriptions/${other.subscriptionId}`, { token: other.user.token })
     ctx.clock.set(new Date())
-    const deps = { ...ctx.deps, metering: ctx.deps.queues.metering }
+    const deps = ctx.deps
     await runInvoices(deps, new Date('2024-06-01T00:00:00.000Z'))
     const mine = (await ctx.call('GET', '/v1/billing/invoices?limit=100', { token: s.user.token })).body.data
     expect(mine.map((i: { periodStart: string }) => i.periodStart).reverse()).toEqual([
@@ -421,7 +422,7 @@ describe('invoice amounts', () => {
         new Date((await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0].currentPeriodEnd).getTime(),
       ),
     )
-    await runInvoices({ ...ctx.deps, metering: ctx.deps.queues.metering }, new Date(Math.max(...ends) + 60_000))
+    await runInvoices(ctx.deps, new Date(Math.max(...ends) + 60_000))
     const [invoice] = (await ctx.call('GET', '/v1/billing/invoices', { token: big.user.token })).body.data
     expect(invoice.totalCents).toBe(1000 + 25_000 * 100_000)
     expect(invoice.lines[1]).toEqual({
@@ -440,7 +441,7 @@ describe('when a period is invoiced', () => {
     const s = await setup({ monthlyPriceCents: 1000, includedProxyCalls: 0, overagePerCallCents: 100 })
     const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
     const end = new Date(sub.currentPeriodEnd).getTime()
-    const runDeps = { ...ctx.deps, metering: ctx.deps.queues.metering }
+    const runDeps = ctx.deps
     const invoices = async () => (await ctx.call('GET', '/v1/billing/invoices', { token: s.user.token })).body.data
     const usage = (offsetMs: number, countedAfterMs: number) =>
       countUsage(
@@ -462,7 +463,7 @@ describe('when a period is invoiced', () => {
 })
 
 describe('invoice announcements', () => {
-  const runDeps = () => ({ ...ctx.deps, metering: ctx.deps.queues.metering })
+  const runDeps = () => ctx.deps
   const flat = { monthlyPriceCents: 900, includedProxyCalls: 0, overagePerCallCents: 0 }
   /** A minute after the subscription's current period ends. */
   const dueAfter = async (s: Setup) => {
@@ -524,7 +525,78 @@ describe('invoice announcements', () => {
   })
 })
 
+describe('usage whose metering job was lost', () => {
+  const proxyThrough = (c: TestContext, s: Setup) =>
+    c.call('POST', '/v1/agent/proxy-call', {
+      apiKey: s.agent.apiKey,
+      body: { userId: s.user.id, provider: 'acme', method: 'GET', path: '/echo' },
+    })
+
+  test('is recorded before the call is answered, and counted by maintenance a minute later', async () => {
+    // A process whose metering queue no worker reads (another prefix): its jobs are as good as lost with Redis.
+    const lost = await createTestContext({
+      database: ctx.database,
+      env: { PROXY_ALLOWED_HOSTS: '127.0.0.1', CONNECTIONS_KEY: connectionsKey },
+    })
+    try {
+      const s = await meteredSubscriber(lost, await signUp(lost), upstream.url, { includedProxyCalls: 1, overagePerCallCents: 10 })
+      const calls = [] as number[]
+      for (let i = 0; i < 3; i++) calls.push((await proxyThrough(lost, s)).status)
+      expect(calls).toEqual([200, 200, 200])
+      const recorded = await ctx.deps.sql<{ counted: boolean }[]>`
+        select counted_at is not null as counted from usage_events where subscription_id = ${s.subscriptionId}
+      `
+      expect([...recorded]).toEqual([{ counted: false }, { counted: false }, { counted: false }])
+      // Maintenance counts what is still uncounted a minute after it was recorded.
+      expect((await runMaintenance(lost.deps)).usageEvents).toBe(0)
+      lost.clock.advance(61_000)
+      expect((await runMaintenance(lost.deps)).usageEvents).toBe(3)
+      expect(await counted(ctx, s.subscriptionId, 3)).toBe(3)
+      expect((await runMaintenance(lost.deps)).usageEvents).toBe(0)
+    } finally {
+      await lost.close()
+    }
+  })
+
+  test('the invoice run counts what is left before it bills a period', async () => {
+    const lost = await createTestContext({
+      database: ctx.database,
+      env: { PROXY_ALLOWED_HOSTS: '127.0.0.1', CONNECTIONS_KEY: connectionsKey },
+    })
+    try {
+      const s = await meteredSubscriber(lost, await signUp(lost), upstream.url, {
+        monthlyPriceCents: 500,
+        includedProxyCalls: 0,
+        overagePerCallCents: 7,
+      })
+      for (let i = 0; i < 2; i++) expect((await proxyThrough(lost, s)).status).toBe(200)
+      const sub = (await lost.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
+      await runInvoices(lost.deps, new Date(new Date(sub.currentPeriodEnd).getTime() + 60_000))
+      const [invoice] = (await lost.call('GET', '/v1/billing/invoices', { token: s.user.token })).body.data
+      expect(invoice.totalCents).toBe(500 + 2 * 7)
+    } finally {
+      await lost.close()
+    }
+  })
+})
+
 describe('the invoices worker', () => {
+  test('dates a run asked for up to a minute ahead by the database’s clock: a period that just ended waits its minute', async () => {
+    const s = await setup({ monthlyPriceCents: 300, includedProxyCalls: 0, overagePerCallCents: 0 })
+    // Its first period ended 5 s ago, by the database's clock.
+    await ctx.deps.sql`delete from subscription_periods where subscription_id = ${s.subscriptionId}`
+    await ctx.deps.sql`update subscriptions set started_at = now() - interval '1 month' - interval '5 seconds' where id = ${s.subscriptionId}`
+    const invoices = async () => (await ctx.call('GET', '/v1/billing/invoices', { token: s.user.token })).body.data as unknown[]
+    const run = invoiceProcessor(ctx.deps)
+    await run({ data: { at: new Date(Date.now() + 58_000).toISOString() } } as Job)
+    expect(await invoices()).toEqual([])
+    // Once the minute has passed (the period moved back instead of waiting), it is billed.
+    await ctx.deps.sql`update subscriptions set started_at = started_at - interval '1 minute' where id = ${s.subscriptionId}`
+    await ctx.deps.sql`delete from subscription_periods where subscription_id = ${s.subscriptionId}`
+    await run({ data: { at: new Date().toISOString() } } as Job)
+    expect(await invoices()).toHaveLength(1)
+  })
+
   test('refuses a run dated in the future (it would bill periods still running), without retries', async () => {
     const run = invoiceProcessor(ctx.deps)
     const ahead = new Date(ctx.clock.now().getTime() + 32 * 86_400_000).toISOString()

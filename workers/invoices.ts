@@ -1,17 +1,18 @@
 /** The invoices queue: a repeatable run (and on-demand runs at a given time) issuing invoices for ended periods. */
 import { UnrecoverableError, type Job } from 'bullmq'
 import type { Deps } from '../src/deps.ts'
-import { isFutureRun, runInvoices } from '../src/invoices/run.ts'
+import { runInvoices, runTime } from '../src/invoices/run.ts'
 
 export function invoiceProcessor(deps: Deps) {
-  const { clock, queues } = deps
+  const { clock } = deps
   return async (job: Job) => {
-    const at = typeof job.data?.at === 'string' ? new Date(job.data.at) : clock.now()
-    if (Number.isNaN(at.getTime())) throw new UnrecoverableError('invoice run with a bad time')
-    if (isFutureRun(at, clock.now())) throw new UnrecoverableError('invoice run with a time in the future')
+    const requested = typeof job.data?.at === 'string' ? new Date(job.data.at) : clock.now()
+    if (Number.isNaN(requested.getTime())) throw new UnrecoverableError('invoice run with a bad time')
+    const at = await runTime(deps.sql, requested)
+    if (!at) throw new UnrecoverableError('invoice run with a time in the future')
     const run = deps.metrics.invoiceRun()
     try {
-      const result = await runInvoices({ ...deps, metering: queues.metering }, at, { onProgress: run.progress })
+      const result = await runInvoices(deps, at, { onProgress: run.progress })
       run.end('completed')
       return result
     } catch (error) {

@@ -1,9 +1,7 @@
 /** The invoice run: every ended period invoiced exactly once, after all its usage is counted, in batches. */
-import type { Queue } from 'bullmq'
 import type { Sql } from '../db.ts'
-import { errors } from '../errors.ts'
 import { ensurePeriods } from '../billing/subscriptions/store.ts'
-import { meteringCaughtUp } from '../metering/caught-up.ts'
+import { countUncounted } from '../metering/count.ts'
 import type { Log } from '../log.ts'
 import { countDuePeriods, issueDueInvoices, type DueCursor } from './store.ts'
 
@@ -15,35 +13,35 @@ import { countDuePeriods, issueDueInvoices, type DueCursor } from './store.ts'
 export const invoiceSettleMs = 60_000
 
 /**
- * Whether a run dated `at` lies in the future (beyond a minute of clock difference between the
- * machine that asked and this one). Invoices are issued for periods that have ended: such a run
- * would bill periods still running, so the worker and `invoices:run` refuse it.
+ * The time a run asked for `requested` is dated: Postgres's clock when that is earlier, so that a
+ * period is due a minute after it ended whatever the clock of the machine that asked (a run dated
+ * ahead would bill a period whose last calls are still being answered); null for more than a minute
+ * ahead, which is no clock difference but a mistake, refused by the worker and `invoices:run`.
  */
-export function isFutureRun(at: Date, now: Date): boolean {
-  return at.getTime() > now.getTime() + 60_000
+export async function runTime(sql: Sql, requested: Date): Promise<Date | null> {
+  const [row] = await sql<{ now: Date }[]>`select now()`
+  const now = row!.now
+  if (requested.getTime() > now.getTime() + 60_000) return null
+  return requested < now ? requested : now
 }
 
 export interface InvoiceRunOptions {
   batchSize?: number
-  /** How long to wait for queued usage of ended periods to be counted before giving up this run. */
-  meteringWaitMs?: number
   onProgress?: (done: number, total: number) => void
 }
 
 /**
  * @example
- * const { issued } = await runInvoices({ ...deps, metering: deps.queues.metering }, new Date())
+ * const { issued } = await runInvoices(deps, await runTime(deps.sql, new Date()))
  */
-export async function runInvoices(
-  deps: { sql: Sql; log: Log; metering: Queue },
-  at: Date,
-  options: InvoiceRunOptions = {},
-): Promise<{ issued: number }> {
-  const { sql, log, metering } = deps
-  const deadline = Date.now() + (options.meteringWaitMs ?? 60_000)
-  while (!(await meteringCaughtUp(metering, at))) {
-    if (Date.now() > deadline) throw errors.unavailable('Usage of ended periods is still being counted; run again later')
-    await Bun.sleep(250)
+export async function runInvoices(deps: { sql: Sql; log: Log }, at: Date, options: InvoiceRunOptions = {}): Promise<{ issued: number }> {
+  const { sql, log } = deps
+  // Usage recorded before the run's time and not counted yet (its job still queued, or lost with
+  // Redis) is counted here, so that every call is on its period's invoice.
+  for (;;) {
+    const { counted, late } = await countUncounted(sql, at, at)
+    if (late > 0) log.error('usage counted into an invoiced period', { events: late })
+    if (counted === 0) break
   }
   // Periods nobody called in have no row yet; they are billed all the same.
   await ensurePeriods(sql, at)

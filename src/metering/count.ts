@@ -1,6 +1,6 @@
 /** Counting usage events into their period, exactly once each, and recording the 80 % and 100 % thresholds. */
 import { Type, type Static } from '@sinclair/typebox'
-import type { Sql } from '../db.ts'
+import type { Db, Sql } from '../db.ts'
 import { ensurePeriods } from '../billing/subscriptions/store.ts'
 import { enqueueEvents } from '../events/outbox.ts'
 
@@ -20,17 +20,27 @@ export interface Counted {
   late?: boolean
 }
 
-/** Counts the event unless it was counted before; records `usage.threshold` events for the thresholds it crossed. */
+/** Records the event, uncounted, unless it is there already: what the API does before it answers a call that reached its upstream. */
+export async function recordUsage(sql: Db, event: UsageEvent): Promise<void> {
+  await sql`
+    insert into usage_events (id, subscription_id, period_index, occurred_at)
+    values (${event.eventId}, ${event.subscriptionId}, ${event.periodIndex}, ${event.occurredAt})
+    on conflict (id) do nothing
+  `
+}
+
+/** Counts the event unless it was counted before (recorded or not); records `usage.threshold` events for the thresholds it crossed. */
 export async function countUsage(sql: Sql, event: UsageEvent, at: Date): Promise<Counted> {
   return sql.begin(async tx => {
     await ensurePeriods(tx, new Date(event.occurredAt), event.subscriptionId)
-    const inserted = await tx`
+    // The row's lock orders two counts of one event (the queue's job and a sweep): the second finds it counted.
+    const counted = await tx`
       insert into usage_events (id, subscription_id, period_index, occurred_at, counted_at)
       values (${event.eventId}, ${event.subscriptionId}, ${event.periodIndex}, ${event.occurredAt}, ${at})
-      on conflict (id) do nothing
+      on conflict (id) do update set counted_at = excluded.counted_at where usage_events.counted_at is null
       returning 1
     `
-    if (inserted.length === 0) return { counted: false }
+    if (counted.length === 0) return { counted: false }
     const [period] = await tx<{ calls: number; included: number; invoiced: boolean }[]>`
       update subscription_periods set proxy_calls = proxy_calls + 1
       where subscription_id = ${event.subscriptionId} and period_index = ${event.periodIndex}
@@ -61,4 +71,24 @@ export async function countUsage(sql: Sql, event: UsageEvent, at: Date): Promise
     }
     return { counted: true, ...(period!.invoiced ? { late: true } : {}) }
   })
+}
+
+/**
+ * Counts the recorded events that occurred before `before` and are still uncounted (their jobs lost
+ * with Redis, or not yet run), oldest first, `limit` at most: how many it counted, and how many of
+ * those went into periods already invoiced.
+ */
+export async function countUncounted(sql: Sql, before: Date, at: Date, limit = 1000): Promise<{ counted: number; late: number }> {
+  const events = await sql<(Omit<UsageEvent, 'occurredAt'> & { occurredAt: Date })[]>`
+    select id as "eventId", subscription_id as "subscriptionId", period_index as "periodIndex", occurred_at as "occurredAt"
+    from usage_events where counted_at is null and occurred_at < ${before}
+    order by occurred_at limit ${limit}
+  `
+  const done = { counted: 0, late: 0 }
+  for (const event of events) {
+    const result = await countUsage(sql, { ...event, occurredAt: event.occurredAt.toISOString() }, at)
+    if (result.counted) done.counted++
+    if (result.late) done.late++
+  }
+  return done
 }

@@ -6,7 +6,7 @@ import type { Queues } from '../queues.ts'
 import { ensurePeriods, periodUsage } from '../billing/subscriptions/store.ts'
 import { periodIndexAt } from '../billing/periods.ts'
 import { countLive } from './usage-counter.ts'
-import type { UsageEvent } from './count.ts'
+import { recordUsage, type UsageEvent } from './count.ts'
 import { errors } from '../errors.ts'
 
 export interface Usage {
@@ -33,6 +33,8 @@ export async function meterCall(
     periodIndex,
     occurredAt: call.occurredAt.toISOString(),
   }
+  // Recorded before the answer, so that no loss of the queue loses it (sql/00019); counted later.
+  await recordUsage(sql, event)
   // The job id is the event id: a repeat while the first is queued is dropped here, later ones by the table's key.
   await queues.metering.add('usage', event, {
     jobId: call.eventId,
