@@ -7,7 +7,7 @@ import { until } from './helpers/until.ts'
 import { meteringProcessor } from '../workers/metering.ts'
 import { runInvoices } from '../src/invoices/run.ts'
 import { duePeriods, issueDueInvoices } from '../src/invoices/store.ts'
-import { countUsage } from '../src/metering/count.ts'
+import { countRecorded, recordUsage } from '../src/metering/count.ts'
 import { invoiceProcessor } from '../workers/invoices.ts'
 import { runMaintenance } from '../workers/maintenance.ts'
 import type { Job } from 'bullmq'
@@ -34,6 +34,8 @@ afterAll(async () => {
 })
 
 type Setup = MeteredSubscriber
+
+const int = async (rows: Promise<{ n: number }[]>) => (await rows)[0]!.n
 
 const setup = (terms: Record<string, number> = {}, provider = 'acme') => meteredSubscriber(ctx, owner, upstream.url, terms, provider)
 
@@ -443,22 +445,27 @@ describe('when a period is invoiced', () => {
     const end = new Date(sub.currentPeriodEnd).getTime()
     const runDeps = ctx.deps
     const invoices = async () => (await ctx.call('GET', '/v1/billing/invoices', { token: s.user.token })).body.data
-    const usage = (offsetMs: number, countedAfterMs: number) =>
-      countUsage(
-        ctx.deps.sql,
-        { eventId: crypto.randomUUID(), subscriptionId: s.subscriptionId, periodIndex: 0, occurredAt: new Date(end + offsetMs).toISOString() },
-        new Date(end + countedAfterMs),
-      )
+    /** A call's usage, recorded and counted as its metering job does. */
+    const usage = async (offsetMs: number, countedAfterMs: number) => {
+      const eventId = crypto.randomUUID()
+      await recordUsage(ctx.deps.sql, {
+        eventId,
+        subscriptionId: s.subscriptionId,
+        periodIndex: 0,
+        occurredAt: new Date(end + offsetMs).toISOString(),
+      })
+      return countRecorded(ctx.deps.sql, { ids: [eventId] }, new Date(end + countedAfterMs))
+    }
 
     await runInvoices(runDeps, new Date(end + 30_000))
     expect(await invoices()).toEqual([])
     // A call started a second before the end whose answer (and metering) came after it.
-    expect((await usage(-1000, 40_000)).late).toBeUndefined()
+    expect(await usage(-1000, 40_000)).toEqual({ taken: 1, counted: 1, late: 0 })
     await runInvoices(runDeps, new Date(end + 61_000))
     const [invoice] = await invoices()
     expect(invoice.totalCents).toBe(1100)
     // One metered later still is counted, and flagged: it is on no invoice.
-    expect(await usage(-2000, 120_000)).toMatchObject({ counted: true, late: true })
+    expect(await usage(-2000, 120_000)).toEqual({ taken: 1, counted: 1, late: 1 })
   })
 })
 
@@ -543,15 +550,18 @@ describe('usage whose metering job was lost', () => {
       const calls = [] as number[]
       for (let i = 0; i < 3; i++) calls.push((await proxyThrough(lost, s)).status)
       expect(calls).toEqual([200, 200, 200])
-      const recorded = await ctx.deps.sql<{ counted: boolean }[]>`
-        select counted_at is not null as counted from usage_events where subscription_id = ${s.subscriptionId}
-      `
-      expect([...recorded]).toEqual([{ counted: false }, { counted: false }, { counted: false }])
+      // Recorded, waiting to be counted.
+      const waiting = async () => [
+        await int(ctx.deps.sql`select count(*)::int as n from usage_uncounted where subscription_id = ${s.subscriptionId}`),
+        await int(ctx.deps.sql`select count(*)::int as n from usage_events where subscription_id = ${s.subscriptionId}`),
+      ]
+      expect(await waiting()).toEqual([3, 0])
       // Maintenance counts what is still uncounted a minute after it was recorded.
       expect((await runMaintenance(lost.deps)).usageEvents).toBe(0)
       lost.clock.advance(61_000)
       expect((await runMaintenance(lost.deps)).usageEvents).toBe(3)
       expect(await counted(ctx, s.subscriptionId, 3)).toBe(3)
+      expect(await waiting()).toEqual([0, 3])
       expect((await runMaintenance(lost.deps)).usageEvents).toBe(0)
     } finally {
       await lost.close()
@@ -577,6 +587,27 @@ describe('usage whose metering job was lost', () => {
     } finally {
       await lost.close()
     }
+  })
+})
+
+describe('counting beside other counters', () => {
+  test('a run with thousands left to count, beside four other counters, bills every one of them', async () => {
+    const s = await setup({ monthlyPriceCents: 100, includedProxyCalls: 0, overagePerCallCents: 1 })
+    const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
+    const [start, end] = [new Date(sub.currentPeriodStart).getTime(), new Date(sub.currentPeriodEnd).getTime()]
+    // 2,500 calls of the period recorded, whose jobs were lost.
+    await ctx.deps.sql`
+      insert into usage_uncounted (id, subscription_id, period_index, occurred_at)
+      select gen_random_uuid(), ${s.subscriptionId}, 0, ${new Date(start)}::timestamptz + g * interval '1 second'
+      from generate_series(1, 2500) g
+    `
+    const counter = async () => {
+      for (;;) if ((await countRecorded(ctx.deps.sql, { before: new Date(end), limit: 100 }, new Date())).taken === 0) return
+    }
+    await Promise.all([counter(), counter(), counter(), counter(), runInvoices(ctx.deps, new Date(end + 60_000))])
+    const [invoice] = (await ctx.call('GET', '/v1/billing/invoices', { token: s.user.token })).body.data
+    expect(invoice.totalCents).toBe(100 + 2500)
+    expect(await int(ctx.deps.sql`select count(*)::int as n from usage_uncounted where subscription_id = ${s.subscriptionId}`)).toBe(0)
   })
 })
 

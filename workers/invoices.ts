@@ -4,10 +4,10 @@ import type { Deps } from '../src/deps.ts'
 import { runInvoices, runTime } from '../src/invoices/run.ts'
 
 export function invoiceProcessor(deps: Deps) {
-  const { clock } = deps
   return async (job: Job) => {
-    const requested = typeof job.data?.at === 'string' ? new Date(job.data.at) : clock.now()
-    if (Number.isNaN(requested.getTime())) throw new UnrecoverableError('invoice run with a bad time')
+    // The scheduled run asks for no time: it is dated by Postgres's clock, whatever this machine's says.
+    const requested = typeof job.data?.at === 'string' ? new Date(job.data.at) : undefined
+    if (requested && Number.isNaN(requested.getTime())) throw new UnrecoverableError('invoice run with a bad time')
     const at = await runTime(deps.sql, requested)
     if (!at) throw new UnrecoverableError('invoice run with a time in the future')
     const run = deps.metrics.invoiceRun()

@@ -7,8 +7,9 @@ import { createLog } from '../log.ts'
 import { invoiceSettleMs, runInvoices, runTime } from '../invoices/run.ts'
 
 const { values } = parseArgs({ options: { at: { type: 'string' } } })
-const requested = values.at ? new Date(values.at) : new Date()
-if (Number.isNaN(requested.getTime())) {
+// Without --at, the run is dated by the database's clock.
+const requested = values.at ? new Date(values.at) : undefined
+if (requested && Number.isNaN(requested.getTime())) {
   console.error('invoices:run: --at must be an ISO 8601 time, e.g. 2026-12-01T00:00:00Z')
   process.exit(2)
 }

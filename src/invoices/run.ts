@@ -1,7 +1,7 @@
 /** The invoice run: every ended period invoiced exactly once, after all its usage is counted, in batches. */
 import type { Sql } from '../db.ts'
 import { ensurePeriods } from '../billing/subscriptions/store.ts'
-import { countUncounted } from '../metering/count.ts'
+import { countRecorded } from '../metering/count.ts'
 import type { Log } from '../log.ts'
 import { countDuePeriods, issueDueInvoices, type DueCursor } from './store.ts'
 
@@ -13,14 +13,15 @@ import { countDuePeriods, issueDueInvoices, type DueCursor } from './store.ts'
 export const invoiceSettleMs = 60_000
 
 /**
- * The time a run asked for `requested` is dated: Postgres's clock when that is earlier, so that a
+ * The time a run asked for `requested` (none: now) is dated: Postgres's clock when that is earlier, so that a
  * period is due a minute after it ended whatever the clock of the machine that asked (a run dated
  * ahead would bill a period whose last calls are still being answered); null for more than a minute
  * ahead, which is no clock difference but a mistake, refused by the worker and `invoices:run`.
  */
-export async function runTime(sql: Sql, requested: Date): Promise<Date | null> {
+export async function runTime(sql: Sql, requested?: Date): Promise<Date | null> {
   const [row] = await sql<{ now: Date }[]>`select now()`
   const now = row!.now
+  if (requested === undefined) return now
   if (requested.getTime() > now.getTime() + 60_000) return null
   return requested < now ? requested : now
 }
@@ -36,16 +37,11 @@ export interface InvoiceRunOptions {
  */
 export async function runInvoices(deps: { sql: Sql; log: Log }, at: Date, options: InvoiceRunOptions = {}): Promise<{ issued: number }> {
   const { sql, log } = deps
-  // Usage recorded before the run's time and not counted yet (its job still queued, or lost with
-  // Redis) is counted here, so that every call is on its period's invoice.
-  for (;;) {
-    const { counted, late } = await countUncounted(sql, at, at)
-    if (late > 0) log.error('usage counted into an invoiced period', { events: late })
-    if (counted === 0) break
-  }
   // Periods nobody called in have no row yet; they are billed all the same.
   await ensurePeriods(sql, at)
   const endedBy = new Date(at.getTime() - invoiceSettleMs)
+  // Every call of a due period occurred before it ended: counted first, wherever its job is.
+  await countUsageOfDuePeriods(deps, endedBy)
   const total = await countDuePeriods(sql, endedBy)
   let issued = 0
   let after: DueCursor | undefined
@@ -59,4 +55,22 @@ export async function runInvoices(deps: { sql: Sql; log: Log }, at: Date, option
   }
   if (issued > 0) log.info('invoices issued', { issued, at: at.toISOString() })
   return { issued }
+}
+
+/**
+ * Counts the usage recorded before `endedBy` and not counted yet (its job still queued, or lost with
+ * Redis), so that every call of a due period is on its invoice: batches beside the metering workers
+ * (skipping what they hold), then a last pass that waits for what they hold, so nothing they took
+ * and let go of uncounted (a rollback) is missed.
+ */
+async function countUsageOfDuePeriods({ sql, log }: { sql: Sql; log: Log }, endedBy: Date) {
+  let late = 0
+  for (const wait of [false, true]) {
+    for (;;) {
+      const pass = await countRecorded(sql, { before: endedBy }, new Date(), wait)
+      late += pass.late
+      if (pass.taken === 0) break
+    }
+  }
+  if (late > 0) log.error('usage counted into an invoiced period', { events: late })
 }

@@ -1,7 +1,6 @@
 /** Counting usage events into their period, exactly once each, and recording the 80 % and 100 % thresholds. */
 import { Type, type Static } from '@sinclair/typebox'
 import type { Db, Sql } from '../db.ts'
-import { ensurePeriods } from '../billing/subscriptions/store.ts'
 import { enqueueEvents } from '../events/outbox.ts'
 
 export const UsageEvent = Type.Object({
@@ -14,81 +13,123 @@ export type UsageEvent = Static<typeof UsageEvent>
 
 export const thresholds = [80, 100] as const
 
-export interface Counted {
-  counted: boolean
-  /** Counted into a period already invoiced: this call is on no invoice (an operator must see to it). */
-  late?: boolean
-}
-
-/** Records the event, uncounted, unless it is there already: what the API does before it answers a call that reached its upstream. */
+/** Records the event to be counted: what the API does before it answers a call that reached its upstream (its period's row exists). */
 export async function recordUsage(sql: Db, event: UsageEvent): Promise<void> {
   await sql`
-    insert into usage_events (id, subscription_id, period_index, occurred_at)
+    insert into usage_uncounted (id, subscription_id, period_index, occurred_at)
     values (${event.eventId}, ${event.subscriptionId}, ${event.periodIndex}, ${event.occurredAt})
     on conflict (id) do nothing
   `
 }
 
-/** Counts the event unless it was counted before (recorded or not); records `usage.threshold` events for the thresholds it crossed. */
-export async function countUsage(sql: Sql, event: UsageEvent, at: Date): Promise<Counted> {
+export interface Counted {
+  /** Recorded events this count took (each counted now, or found counted before). */
+  taken: number
+  /** Events counted now. */
+  counted: number
+  /** Of those, counted into periods already invoiced: on no invoice (an operator must see to them). */
+  late: number
+}
+
+/** Which recorded events to count: some by id (a metering job's), or the oldest that occurred before a time. */
+export type Recorded = { ids: string[] } | { before: Date; limit?: number }
+
+/**
+ * Counts recorded events into their periods in one transaction, and records the thresholds they
+ * crossed (`usage.threshold` to the subscriber and the owner). Events another counter holds are
+ * skipped, unless `wait` (the invoice run's last pass, which must see them counted). Each event moves
+ * to `usage_events`, whose key counts it once whoever counts it; the periods are locked in one order,
+ * so counters never wait on each other in a cycle.
+ */
+export async function countRecorded(sql: Sql, which: Recorded, at: Date, wait = false): Promise<Counted> {
   return sql.begin(async tx => {
-    await ensurePeriods(tx, new Date(event.occurredAt), event.subscriptionId)
-    // The row's lock orders two counts of one event (the queue's job and a sweep): the second finds it counted.
-    const counted = await tx`
-      insert into usage_events (id, subscription_id, period_index, occurred_at, counted_at)
-      values (${event.eventId}, ${event.subscriptionId}, ${event.periodIndex}, ${event.occurredAt}, ${at})
-      on conflict (id) do update set counted_at = excluded.counted_at where usage_events.counted_at is null
-      returning 1
+    const filter = 'ids' in which ? tx`id = any(${which.ids}::uuid[])` : tx`occurred_at < ${which.before}`
+    const limit = 'ids' in which ? which.ids.length : (which.limit ?? 1000)
+    const [row] = await tx<{ taken: number; periods: { subscriptionId: string; periodIndex: number; k: number }[] }[]>`
+      with picked as (
+        select id from usage_uncounted where ${filter}
+        order by occurred_at limit ${limit}
+        for update ${wait ? tx`` : tx`skip locked`}
+      ), taken as (
+        delete from usage_uncounted u using picked p where u.id = p.id
+        returning u.id, u.subscription_id, u.period_index, u.occurred_at
+      ), inserted as (
+        insert into usage_events (id, subscription_id, period_index, occurred_at, counted_at)
+        select id, subscription_id, period_index, occurred_at, ${at} from taken
+        on conflict (id) do nothing
+        returning subscription_id, period_index
+      )
+      select (select count(*)::int from taken) as taken, coalesce((
+        select json_agg(json_build_object('subscriptionId', subscription_id, 'periodIndex', period_index, 'k', k))
+        from (select subscription_id, period_index, count(*)::int as k from inserted group by 1, 2) g
+      ), '[]') as periods
     `
-    if (counted.length === 0) return { counted: false }
-    const [period] = await tx<{ calls: number; included: number; invoiced: boolean }[]>`
-      update subscription_periods set proxy_calls = proxy_calls + 1
-      where subscription_id = ${event.subscriptionId} and period_index = ${event.periodIndex}
-      returning proxy_calls as calls, included_proxy_calls as included, invoice_id is not null as invoiced
-    `
-    const percents = thresholds.filter(percent => {
-      const limit = Math.ceil((period!.included * percent) / 100)
-      return period!.included > 0 && period!.calls >= limit && period!.calls - 1 < limit
-    })
-    for (const percent of percents) {
-      const recorded = await tx`
-        insert into usage_thresholds (subscription_id, period_index, percent, reached_at)
-        values (${event.subscriptionId}, ${event.periodIndex}, ${percent}, ${at})
-        on conflict do nothing
-        returning 1
-      `
-      if (recorded.length === 0) continue
-      const [who] = await tx<{ userId: string; ownerId: string; participantId: string }[]>`
-        select s.user_id as "userId", a.owner_id as "ownerId", a.id as "participantId"
-        from subscriptions s join participants a on a.id = s.participant_id
-        where s.id = ${event.subscriptionId}
-      `
-      const payload = { subscriptionId: event.subscriptionId, periodIndex: event.periodIndex, participantId: who!.participantId, percent }
-      await enqueueEvents(tx, at, [
-        { userId: who!.userId, type: 'usage.threshold', payload },
-        { userId: who!.ownerId, type: 'usage.threshold', payload },
-      ])
-    }
-    return { counted: true, ...(period!.invoiced ? { late: true } : {}) }
+    const { taken, periods } = row!
+    if (periods.length === 0) return { taken, counted: 0, late: 0 }
+    return { taken, ...(await addToPeriods(tx, periods, at)) }
   })
 }
 
 /**
- * Counts the recorded events that occurred before `before` and are still uncounted (their jobs lost
- * with Redis, or not yet run), oldest first, `limit` at most: how many it counted, and how many of
- * those went into periods already invoiced.
+ * Adds each period's new calls, the periods locked in one order first (`no key update`, as the update
+ * itself: the key-share locks the events' foreign keys take do not stand in its way); records the
+ * thresholds crossed.
  */
-export async function countUncounted(sql: Sql, before: Date, at: Date, limit = 1000): Promise<{ counted: number; late: number }> {
-  const events = await sql<(Omit<UsageEvent, 'occurredAt'> & { occurredAt: Date })[]>`
-    select id as "eventId", subscription_id as "subscriptionId", period_index as "periodIndex", occurred_at as "occurredAt"
-    from usage_events where counted_at is null and occurred_at < ${before}
-    order by occurred_at limit ${limit}
+async function addToPeriods(tx: Db, periods: { subscriptionId: string; periodIndex: number; k: number }[], at: Date) {
+  const input = JSON.stringify(periods)
+  await tx`
+    select 1 from subscription_periods sp
+    join json_to_recordset(${input}::text::json) as p("subscriptionId" uuid, "periodIndex" int, k int)
+      on sp.subscription_id = p."subscriptionId" and sp.period_index = p."periodIndex"
+    order by sp.subscription_id, sp.period_index
+    for no key update of sp
   `
-  const done = { counted: 0, late: 0 }
-  for (const event of events) {
-    const result = await countUsage(sql, { ...event, occurredAt: event.occurredAt.toISOString() }, at)
-    if (result.counted) done.counted++
-    if (result.late) done.late++
-  }
-  return done
+  const bumped = await tx<{ subscriptionId: string; periodIndex: number; calls: number; k: number; included: number; invoiced: boolean }[]>`
+    update subscription_periods sp set proxy_calls = sp.proxy_calls + p.k
+    from json_to_recordset(${input}::text::json) as p("subscriptionId" uuid, "periodIndex" int, k int)
+    where sp.subscription_id = p."subscriptionId" and sp.period_index = p."periodIndex"
+    returning sp.subscription_id as "subscriptionId", sp.period_index as "periodIndex", sp.proxy_calls as calls, p.k,
+      sp.included_proxy_calls as included, sp.invoice_id is not null as invoiced
+  `
+  const crossed = bumped.flatMap(period =>
+    thresholds
+      .filter(percent => {
+        const limit = Math.ceil((period.included * percent) / 100)
+        return period.included > 0 && period.calls >= limit && period.calls - period.k < limit
+      })
+      .map(percent => ({ subscriptionId: period.subscriptionId, periodIndex: period.periodIndex, percent })),
+  )
+  if (crossed.length > 0) await announceThresholds(tx, crossed, at)
+  const counted = bumped.reduce((n, period) => n + period.k, 0)
+  const late = bumped.filter(period => period.invoiced).reduce((n, period) => n + period.k, 0)
+  return { counted, late }
+}
+
+/** Records each threshold once, and tells the subscriber and the agent's owner of those recorded now. */
+async function announceThresholds(tx: Db, crossed: { subscriptionId: string; periodIndex: number; percent: number }[], at: Date) {
+  const recorded = await tx<
+    { subscriptionId: string; periodIndex: number; percent: number; userId: string; ownerId: string; participantId: string }[]
+  >`
+    with recorded as (
+      insert into usage_thresholds (subscription_id, period_index, percent, reached_at)
+      select "subscriptionId", "periodIndex", percent, ${at}
+      from json_to_recordset(${JSON.stringify(crossed)}::text::json) as c("subscriptionId" uuid, "periodIndex" int, percent int)
+      on conflict do nothing
+      returning subscription_id, period_index, percent
+    )
+    select r.subscription_id as "subscriptionId", r.period_index as "periodIndex", r.percent,
+      s.user_id as "userId", a.owner_id as "ownerId", a.id as "participantId"
+    from recorded r join subscriptions s on s.id = r.subscription_id join participants a on a.id = s.participant_id
+  `
+  await enqueueEvents(
+    tx,
+    at,
+    recorded.flatMap(({ subscriptionId, periodIndex, percent, userId, ownerId, participantId }) => {
+      const payload = { subscriptionId, periodIndex, participantId, percent }
+      return [
+        { userId, type: 'usage.threshold' as const, payload },
+        { userId: ownerId, type: 'usage.threshold' as const, payload },
+      ]
+    }),
+  )
 }

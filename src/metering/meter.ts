@@ -8,6 +8,7 @@ import { periodIndexAt } from '../billing/periods.ts'
 import { countLive } from './usage-counter.ts'
 import { recordUsage, type UsageEvent } from './count.ts'
 import { errors } from '../errors.ts'
+import { errorFields, type Log } from '../log.ts'
 
 export interface Usage {
   periodCalls: number
@@ -18,7 +19,7 @@ export interface Usage {
 const week = 7 * 86_400_000
 
 export async function meterCall(
-  deps: { sql: Sql; redis: Redis; keys: Keys; queues: Queues },
+  deps: { sql: Sql; redis: Redis; keys: Keys; queues: Queues; log: Log },
   call: { eventId: string; subscription: { id: string; startedAt: Date }; occurredAt: Date },
 ): Promise<Usage> {
   const { sql, queues } = deps
@@ -35,21 +36,22 @@ export async function meterCall(
   }
   // Recorded before the answer, so that no loss of the queue loses it (sql/00019); counted later.
   await recordUsage(sql, event)
-  // The job id is the event id: a repeat while the first is queued is dropped here, later ones by the table's key.
-  await queues.metering.add('usage', event, {
-    jobId: call.eventId,
-    attempts: 25,
-    backoff: { type: 'exponential', delay: 1000 },
-    removeOnComplete: true,
-    removeOnFail: false,
-  })
-  const periodCalls = await countLive(deps, {
-    eventId: call.eventId,
-    subscriptionId: call.subscription.id,
-    periodIndex,
-    seed: period.proxyCalls,
-    ttlMs: Math.max(0, period.periodEnd.getTime() - call.occurredAt.getTime()) + week,
-  })
+  // From here nothing fails the call: it is billed, and a retry without a key would be billed again.
+  // The job brings the count on sooner (its id the event's: a repeat while it is queued is dropped);
+  // lost or never added, maintenance counts the event a minute later.
+  await queues.metering
+    .add('usage', event, {
+      jobId: call.eventId,
+      attempts: 25,
+      backoff: { type: 'exponential', delay: 1000 },
+      removeOnComplete: true,
+      removeOnFail: false,
+    })
+    .catch(error => deps.log.warn('metering job not queued; maintenance counts the call', { eventId: call.eventId, ...errorFields(error) }))
+  const live = { eventId: call.eventId, subscriptionId: call.subscription.id, periodIndex, seed: period.proxyCalls }
+  const ttlMs = Math.max(0, period.periodEnd.getTime() - call.occurredAt.getTime()) + week
+  // With Redis away, the live count is Postgres's (what is counted so far), this call added.
+  const periodCalls = await countLive(deps, { ...live, ttlMs }).catch(() => period.proxyCalls + 1)
   return {
     periodCalls,
     includedProxyCalls: period.includedProxyCalls,
