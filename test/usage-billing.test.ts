@@ -8,6 +8,7 @@ import { meteringProcessor } from '../workers/metering.ts'
 import { runInvoices } from '../src/invoices/run.ts'
 import { duePeriods, issueDueInvoices } from '../src/invoices/store.ts'
 import { countRecorded, recordUsage } from '../src/metering/count.ts'
+import { meterCall } from '../src/metering/meter.ts'
 import { invoiceProcessor } from '../workers/invoices.ts'
 import { runMaintenance } from '../workers/maintenance.ts'
 import type { Job } from 'bullmq'
@@ -587,6 +588,28 @@ describe('usage whose metering job was lost', () => {
     } finally {
       await lost.close()
     }
+  })
+})
+
+describe('a call of a subscription cancelled meanwhile', () => {
+  test('counts in the period it was cancelled in, even when the call falls in the next', async () => {
+    const s = await setup({ monthlyPriceCents: 100, includedProxyCalls: 0, overagePerCallCents: 1 })
+    const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
+    expect((await ctx.call('DELETE', `/v1/billing/subscriptions/${s.subscriptionId}`, { token: s.user.token })).status).toBe(200)
+    // Checked while active; answered by the upstream just after the period it was cancelled in.
+    const occurredAt = new Date(new Date(sub.currentPeriodEnd).getTime() + 1000)
+    const eventId = crypto.randomUUID()
+    const usage = await meterCall(ctx.deps, {
+      eventId,
+      subscription: { id: s.subscriptionId, startedAt: new Date(sub.currentPeriodStart) },
+      occurredAt,
+    })
+    expect(usage.periodCalls).toBe(1)
+    const [row] = await ctx.deps.sql<{ periodIndex: number }[]>`
+      select period_index as "periodIndex" from usage_uncounted where id = ${eventId}
+      union all select period_index from usage_events where id = ${eventId}
+    `
+    expect(row!.periodIndex).toBe(0)
   })
 })
 

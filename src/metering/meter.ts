@@ -7,7 +7,6 @@ import { ensurePeriods, periodUsage } from '../billing/subscriptions/store.ts'
 import { periodIndexAt } from '../billing/periods.ts'
 import { countLive } from './usage-counter.ts'
 import { recordUsage, type UsageEvent } from './count.ts'
-import { errors } from '../errors.ts'
 import { errorFields, type Log } from '../log.ts'
 
 export interface Usage {
@@ -23,11 +22,11 @@ export async function meterCall(
   call: { eventId: string; subscription: { id: string; startedAt: Date }; occurredAt: Date },
 ): Promise<Usage> {
   const { sql, queues } = deps
-  const periodIndex = periodIndexAt(call.subscription.startedAt, call.occurredAt)
   await ensurePeriods(sql, call.occurredAt, call.subscription.id)
-  const period = await periodUsage(sql, call.subscription.id, periodIndex)
   // Cancelled between the check and now: the call still counts, in the period it was cancelled in.
-  if (!period) throw errors.notSubscribed()
+  const period = await periodUsage(sql, call.subscription.id, periodIndexAt(call.subscription.startedAt, call.occurredAt))
+  if (!period) throw new Error(`subscription ${call.subscription.id} has no period at ${call.occurredAt.toISOString()}`)
+  const { periodIndex } = period
   const event: UsageEvent = {
     eventId: call.eventId,
     subscriptionId: call.subscription.id,

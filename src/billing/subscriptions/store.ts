@@ -200,15 +200,21 @@ export async function activeSubscription(sql: Db, userId: string, participantId:
   return row
 }
 
+/**
+ * The period a call at `periodIndex` counts in: that one, or the last before it when there is none
+ * (the subscription was cancelled in an earlier period, between the call's check and the call).
+ */
 export async function periodUsage(
   sql: Db,
   subscriptionId: string,
   periodIndex: number,
-): Promise<{ proxyCalls: number; includedProxyCalls: number; periodEnd: Date } | undefined> {
-  const [row] = await sql<{ proxyCalls: number; includedProxyCalls: number; periodEnd: Date }[]>`
-    select proxy_calls as "proxyCalls", included_proxy_calls as "includedProxyCalls", period_end as "periodEnd"
+): Promise<{ periodIndex: number; proxyCalls: number; includedProxyCalls: number; periodEnd: Date } | undefined> {
+  const [row] = await sql<{ periodIndex: number; proxyCalls: number; includedProxyCalls: number; periodEnd: Date }[]>`
+    select period_index as "periodIndex", proxy_calls as "proxyCalls", included_proxy_calls as "includedProxyCalls", period_end as "periodEnd"
     from subscription_periods
-    where subscription_id = ${subscriptionId} and period_index = ${periodIndex}
+    where subscription_id = ${subscriptionId} and period_index <= ${periodIndex}
+    order by period_index desc
+    limit 1
   `
   return row
 }
