@@ -33,7 +33,7 @@ export interface InvoiceRunOptions {
 
 /**
  * @example
- * const { issued } = await runInvoices(deps, await runTime(deps.sql, new Date()))
+ * const { issued } = await runInvoices(deps, (await runTime(deps.sql))!)
  */
 export async function runInvoices(deps: { sql: Sql; log: Log }, at: Date, options: InvoiceRunOptions = {}): Promise<{ issued: number }> {
   const { sql, log } = deps
