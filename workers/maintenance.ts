@@ -10,7 +10,7 @@ import { purgeIdempotencyKeys } from '../src/idempotency/idempotent.ts'
 import { purgeAppliedCommands } from '../src/actors/store.ts'
 import { expireRequests } from '../src/service-requests/store.ts'
 import { removeOpenRequest } from '../src/conversations/inbox.ts'
-import { countRecorded } from '../src/metering/count.ts'
+import { countRecordedBefore } from '../src/metering/count.ts'
 
 export const maintenanceEveryMs = 60_000
 
@@ -37,18 +37,12 @@ export async function runMaintenance(deps: Deps) {
  * is logged and left to the next run.
  */
 async function countLostUsage({ sql, log }: Deps, now: Date): Promise<number> {
-  let counted = 0
-  let late = 0
   try {
-    for (let batch = 0; batch < 20; batch++) {
-      const pass = await countRecorded(sql, { before: new Date(now.getTime() - 60_000) }, now)
-      counted += pass.counted
-      late += pass.late
-      if (pass.taken === 0) break
-    }
+    const { counted, late } = await countRecordedBefore(sql, new Date(now.getTime() - 60_000), now, { batches: 20 })
+    if (late > 0) log.error('usage counted into an invoiced period', { events: late })
+    return counted
   } catch (error) {
     log.warn('counting lost usage failed; the next maintenance run goes on', errorFields(error))
+    return 0
   }
-  if (late > 0) log.error('usage counted into an invoiced period', { events: late })
-  return counted
 }

@@ -1,7 +1,7 @@
 /** The invoice run: every ended period invoiced exactly once, after all its usage is counted, in batches. */
 import type { Sql } from '../db.ts'
 import { ensurePeriods } from '../billing/subscriptions/store.ts'
-import { countRecorded } from '../metering/count.ts'
+import { countRecordedBefore } from '../metering/count.ts'
 import type { Log } from '../log.ts'
 import { countDuePeriods, issueDueInvoices, type DueCursor } from './store.ts'
 
@@ -64,13 +64,8 @@ export async function runInvoices(deps: { sql: Sql; log: Log }, at: Date, option
  * and let go of uncounted (a rollback) is missed.
  */
 async function countUsageOfDuePeriods({ sql, log }: { sql: Sql; log: Log }, endedBy: Date) {
-  let late = 0
-  for (const wait of [false, true]) {
-    for (;;) {
-      const pass = await countRecorded(sql, { before: endedBy }, new Date(), wait)
-      late += pass.late
-      if (pass.taken === 0) break
-    }
-  }
+  const beside = await countRecordedBefore(sql, endedBy, new Date())
+  const last = await countRecordedBefore(sql, endedBy, new Date(), { wait: true })
+  const late = beside.late + last.late
   if (late > 0) log.error('usage counted into an invoiced period', { events: late })
 }

@@ -71,6 +71,22 @@ export async function countRecorded(sql: Sql, which: Recorded, at: Date, wait = 
 }
 
 /**
+ * Counts the events recorded before `before`, batch after batch until a batch takes none (or
+ * `batches` were done): the totals. `wait` as for `countRecorded`.
+ */
+export async function countRecordedBefore(sql: Sql, before: Date, at: Date, options: { wait?: boolean; batches?: number } = {}): Promise<Counted> {
+  const total: Counted = { taken: 0, counted: 0, late: 0 }
+  for (let batch = 0; batch < (options.batches ?? Infinity); batch++) {
+    const pass = await countRecorded(sql, { before }, at, options.wait)
+    total.taken += pass.taken
+    total.counted += pass.counted
+    total.late += pass.late
+    if (pass.taken === 0) break
+  }
+  return total
+}
+
+/**
  * Adds each period's new calls, the periods locked in one order first (`no key update`, as the update
  * itself: the key-share locks the events' foreign keys take do not stand in its way); records the
  * thresholds crossed.
