@@ -132,6 +132,33 @@ describe('types as generators read them', () => {
     ]
     for (const schema of wide) expect(schema).toMatchObject({ type: 'integer', format: 'int64' })
   })
+
+  test('query integers and times are shown as what they stand for, with the bounds the route applies', async () => {
+    const queries = operations(doc).flatMap(({ where, operation }) =>
+      (operation.parameters ?? []).filter((p: any) => p.in === 'query').map((p: any) => ({ where, name: p.name, schema: p.schema })),
+    )
+    const shown = (name: string) => queries.filter(q => q.name === name)
+    expect(shown('limit').length).toBeGreaterThanOrEqual(8)
+    for (const q of shown('limit')) expect(q.schema, q.where).toMatchObject({ type: 'integer', minimum: 1, examples: [q.schema.default] })
+    for (const q of [...shown('before'), ...shown('since')]) expect(q.schema, q.where).toMatchObject({ type: 'string', format: 'date-time' })
+    for (const q of shown('offset')) expect(q.schema, q.where).toMatchObject({ type: 'integer', minimum: 0, maximum: 100_000, default: 0 })
+    expect(shown('page')[0]!.schema).toMatchObject({ type: 'integer', minimum: 1, maximum: 1000, default: 1 })
+    expect(JSON.stringify(doc)).not.toContain('x-shown-as')
+
+    // The bounds shown are the route's: its maximum is taken, one more is refused.
+    const invoices = queries.find(q => q.where === 'GET /v1/billing/invoices' && q.name === 'limit')!
+    expect(invoices.schema).toMatchObject({ maximum: 100, default: 50 })
+    const list = (limit: number) => ctx.call('GET', `/v1/billing/invoices?limit=${limit}`, { token: user.token })
+    expect((await list(100)).status).toBe(200)
+    const over = await list(101)
+    expect(over.status).toBe(400)
+    expect(over.body.details).toEqual([{ path: '/limit', message: 'must be an integer from 1 to 100' }])
+    const feed = queries.find(q => q.where === 'GET /blog/feed' && q.name === 'limit')!
+    expect(feed.schema).toMatchObject({ maximum: 50, default: 20 })
+    expect((await ctx.call('GET', '/blog/feed?limit=51')).status).toBe(400)
+    expect((await ctx.call('GET', '/blog/feed?limit=50&offset=100000')).status).toBe(200)
+    expect((await ctx.call('GET', '/blog/feed?offset=100001')).status).toBe(400)
+  })
 })
 
 describe('request bodies', () => {

@@ -1,6 +1,7 @@
 /** The public HTML blog: /@{name}/blog (an agent's posts) and /@{name}/blog/{slug} (one post). */
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
+import { Query, queryValue } from '../http/schema.ts'
 import { withHtml } from './render.ts'
 import { findPublicBlog, listPublished, viewPublished } from './store.ts'
 import { blogIndexPage, htmlResponse, notFoundPage, postPage } from './templates.ts'
@@ -44,7 +45,7 @@ export function blogPages(deps: Deps) {
       {
         params: t.Object({ name: t.String() }),
         // Shared links carry tracking parameters (utm_source, ...): a page ignores what it does not know.
-        query: t.Object({ page: t.Optional(t.String({ description: 'Page number from 1 (20 posts a page)' })) }, { additionalProperties: true }),
+        query: Query({ page: queryValue({ type: 'integer', minimum: 1, maximum: maxPage, default: 1 }, `Page number (${perPage} posts a page)`, 1) }),
         detail: {
           operationId: 'getAgentBlogPage',
           summary: 'An agent’s blog as an HTML page (published posts, newest first)',

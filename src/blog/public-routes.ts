@@ -2,22 +2,12 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
-import { ErrorBody, Ok, failures, ok, parseLimit } from '../http/schema.ts'
-import { AgentIdOrName, Post, PostSummary, PublicListQuery, SlugParam } from './schema.ts'
+import { ErrorBody, failures, Ok, ok } from '../http/schema.ts'
+import { AgentIdOrName, feedLimit, feedOffset, Post, PostSummary, PublicListQuery, SlugParam } from './schema.ts'
 import { findPublicBlog, listPublished, listPublishedWithContent, viewPublished } from './store.ts'
 import { withHtml } from './render.ts'
 import { rssFeed, rssResponse } from './rss.ts'
 import { postView, summaryView } from './views.ts'
-
-const maxOffset = 100_000
-
-function parseOffset(value: string | undefined): number {
-  if (value === undefined) return 0
-  if (!/^[0-9]{1,6}$/.test(value) || Number(value) > maxOffset) {
-    throw errors.field('/offset', `must be an integer from 0 to ${maxOffset}`)
-  }
-  return Number(value)
-}
 
 const AgentParams = t.Object({ agentIdOrName: AgentIdOrName })
 
@@ -45,7 +35,7 @@ export function publicBlogRoutes(deps: Deps) {
     .get(
       '/feed',
       async ({ query }) => {
-        const filter = { limit: parseLimit(query.limit, 20, 50), offset: parseOffset(query.offset), tag: query.tag }
+        const filter = { limit: feedLimit.parse(query.limit), offset: feedOffset.parse(query.offset), tag: query.tag }
         return ok((await listPublished(sql, filter)).map(row => summaryView(row, site)))
       },
       {
@@ -83,8 +73,8 @@ export function publicBlogRoutes(deps: Deps) {
         const agent = await publicBlog(params.agentIdOrName)
         const filter = {
           participantId: agent.id,
-          limit: parseLimit(query.limit, 20, 50),
-          offset: parseOffset(query.offset),
+          limit: feedLimit.parse(query.limit),
+          offset: feedOffset.parse(query.offset),
           tag: query.tag,
         }
         return ok((await listPublished(sql, filter)).map(row => summaryView(row, site)))

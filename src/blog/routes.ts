@@ -2,7 +2,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
-import { BeforeParam, failures, LimitParam, Ok, ok, parseLimit, parseTime, Query, Uuid } from '../http/schema.ts'
+import { BeforeParam, failures, Ok, ok, pageLimit, parseTime, Query, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { findParticipant } from '../participants/store.ts'
 import { CreatePost, DeletedPost, Post, PostStatus, PostSummary, React, ReactionCounts, UpdatePost } from './schema.ts'
@@ -11,6 +11,8 @@ import { findPost, isVisible, listAgentPosts } from './store.ts'
 import { addReaction, countReactions } from './reactions.ts'
 import { postView, summaryView } from './views.ts'
 import { requireWritableAgent, requireWriter } from './writer.ts'
+
+const listLimit = pageLimit(50, 100)
 
 const PostId = t.Object({ postId: Uuid })
 
@@ -89,7 +91,7 @@ export function blogRoutes(deps: Deps, auth: AuthPlugin) {
         if (!agent) throw errors.notFound('Participant')
         requireWriter(caller, { participantId: agent.id, ownerId: agent.ownerId })
         const page = {
-          limit: parseLimit(query.limit, 50, 100),
+          limit: listLimit.parse(query.limit),
           status: query.status,
           before: parseTime(query.before, '/before'),
         }
@@ -98,7 +100,7 @@ export function blogRoutes(deps: Deps, auth: AuthPlugin) {
       {
         caller: true,
         params: t.Object({ agentId: Uuid }),
-        query: Query({ limit: LimitParam, status: t.Optional(PostStatus), before: BeforeParam }),
+        query: Query({ limit: listLimit.param, status: t.Optional(PostStatus), before: BeforeParam }),
         response: { 200: Ok(t.Array(PostSummary)), ...failures(400, 401, 403, 404) },
         detail: {
           operationId: 'listManagedBlogPosts',

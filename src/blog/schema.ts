@@ -1,6 +1,6 @@
 /** Wire schemas of the blog: posts, their lists, writes, reactions. */
 import { t } from 'elysia'
-import { Int, Int64, NullableTimestamp, Query, Timestamp, Uuid } from '../http/schema.ts'
+import { Int, Int64, NullableTimestamp, pageLimit, Query, queryInteger, Timestamp, Uuid } from '../http/schema.ts'
 
 export const PostStatus = t.Union([t.Literal('draft'), t.Literal('scheduled'), t.Literal('published')])
 export type PostStatus = typeof PostStatus.static
@@ -128,7 +128,9 @@ export const ReactionCounts = t.Object(
 )
 export type ReactionCounts = typeof ReactionCounts.static
 
-export const OffsetParam = t.Optional(t.String({ description: 'Integer from 0: how many posts to skip', examples: ['0'] }))
+/** The public feeds' page: `limit` and `offset`. */
+export const feedLimit = pageLimit(20, 50)
+export const feedOffset = queryInteger('offset', 0, 0, 100_000, 'How many posts to skip (default 0)')
 export const TagParam = t.Optional(t.String({ minLength: 1, maxLength: 32, pattern: noNul, description: 'Only posts with this tag' }))
 
 /** An agent in a public path: its id or its name (both letters, digits and hyphens). */
@@ -136,7 +138,7 @@ export const AgentIdOrName = t.String({ pattern: '^[A-Za-z0-9-]{1,64}$', descrip
 export const SlugParam = t.String({ pattern: '^[A-Za-z0-9-]{1,100}$', description: 'The post’s slug' })
 
 export const PublicListQuery = Query({
-  limit: t.Optional(t.String({ description: 'Integer from 1 to 50 (default 20)', examples: ['20'] })),
-  offset: OffsetParam,
+  limit: feedLimit.param,
+  offset: feedOffset.param,
   tag: TagParam,
 })

@@ -1,7 +1,7 @@
 /** /v1/chat/messages: world chat, written by users and agents (10 a minute each), read by anyone signed in. */
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
-import { BeforeParam, failures, LimitParam, Ok, ok, parseLimit, parseTime, Query, Timestamp, Uuid } from '../http/schema.ts'
+import { BeforeParam, failures, Ok, ok, pageLimit, parseTime, Query, Timestamp, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
 import { findParticipant } from '../participants/store.ts'
@@ -9,6 +9,8 @@ import { enqueueEvents } from '../events/outbox.ts'
 import { errors } from '../errors.ts'
 import { IdempotencyHeaders, idempotent } from '../idempotency/idempotent.ts'
 import { insertChatMessage, nextChatTime, recentChatMessages, type ChatMessage } from './store.ts'
+
+const listLimit = pageLimit(50, 100)
 
 const Message = t.Object(
   {
@@ -65,10 +67,10 @@ export function chatRoutes(deps: Deps, auth: AuthPlugin) {
     )
     .get(
       '/messages',
-      async ({ query }) => ok(await recentChatMessages(sql, { limit: parseLimit(query.limit, 50, 100), before: parseTime(query.before, '/before') })),
+      async ({ query }) => ok(await recentChatMessages(sql, { limit: listLimit.parse(query.limit), before: parseTime(query.before, '/before') })),
       {
         caller: true,
-        query: Query({ limit: LimitParam, before: BeforeParam }),
+        query: Query({ limit: listLimit.param, before: BeforeParam }),
         response: { 200: Ok(t.Array(Message)), ...failures(400, 401) },
         detail: { operationId: 'listChatMessages', summary: 'Recent world chat, newest first (default 50, max 100)' },
       },

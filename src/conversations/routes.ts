@@ -3,7 +3,7 @@ import { newRowId } from '../ids.ts'
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
-import { BeforeParam, failures, iso, LimitParam, Ok, ok, parseLimit, parseTime, Query, Uuid } from '../http/schema.ts'
+import { BeforeParam, failures, iso, Ok, ok, pageLimit, parseTime, Query, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
 import { IdempotencyHeaders, idempotentCommand } from '../idempotency/idempotent.ts'
@@ -14,6 +14,8 @@ import { hasActiveSubscription } from '../billing/subscriptions/store.ts'
 import type { MessageApplied, UserMessage } from './commands.ts'
 import { Message, PostMessage } from './schema.ts'
 import { listMessages } from './store.ts'
+
+const listLimit = pageLimit(50, 100)
 
 export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
   const { sql, dispatcher, rateLimiter } = deps
@@ -63,14 +65,14 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
       '/v1/conversations/:agentId/messages',
       async ({ user, params, query }) => {
         await activeAgent(params.agentId)
-        const page = { limit: parseLimit(query.limit, 50, 100), before: parseTime(query.before, '/before') }
+        const page = { limit: listLimit.parse(query.limit), before: parseTime(query.before, '/before') }
         const rows = await listMessages(sql, { participantId: params.agentId, userId: user.userId }, page)
         return ok(rows.map(row => ({ id: row.id, role: row.role, text: row.text, createdAt: iso(row.createdAt) })))
       },
       {
         user: true,
         params: t.Object({ agentId: Uuid }),
-        query: Query({ limit: LimitParam, before: BeforeParam }),
+        query: Query({ limit: listLimit.param, before: BeforeParam }),
         response: { 200: Ok(t.Array(Message)), ...failures(400, 401, 403, 404) },
         detail: {
           operationId: 'listMessages',

@@ -93,19 +93,43 @@ export const NullableTimestamp = t.Union([Timestamp, t.Null()])
 export const iso = (date: Date) => date.toISOString()
 export const isoOrNull = (date: Date | null | undefined) => (date ? date.toISOString() : null)
 
-/** A `limit` query parameter as the contract has it: a string holding an integer. */
-export const LimitParam = t.Optional(t.String({ description: 'Integer from 1 to the maximum', examples: ['20'] }))
-export const BeforeParam = t.Optional(
-  t.String({ description: 'ISO time: only items strictly older than it', examples: ['2026-11-22T10:00:00.000Z'] }),
-)
+/** Where a query parameter's schema carries what the document shows for it instead (openapi/document.ts). */
+export const shownAs = 'x-shown-as'
 
-export function parseLimit(value: string | undefined, fallback: number, max: number): number {
-  if (value === undefined) return fallback
-  if (!/^[0-9]{1,7}$/.test(value) || Number(value) < 1 || Number(value) > max) {
-    throw errors.field('/limit', `must be an integer from 1 to ${max}`)
+/**
+ * A query parameter its route reads from the raw string (strictly, with the contract's message), which
+ * the OpenAPI document shows as the value it stands for: an integer, a date-time, as client
+ * generators should type it. Validation sees only a string.
+ */
+export const queryValue = (shown: Record<string, unknown>, description: string, example: unknown) =>
+  t.Optional(t.String({ description, [shownAs]: { ...shown, description, examples: [example] } }))
+
+/** A query integer from `minimum` to `maximum` (`fallback` when absent), read by `parse`. */
+export function queryInteger(name: string, fallback: number, minimum: number, maximum: number, description: string) {
+  return {
+    param: queryValue({ type: 'integer', minimum, maximum, default: fallback }, description, fallback),
+    parse(value: string | undefined): number {
+      if (value === undefined) return fallback
+      if (!/^[0-9]{1,7}$/.test(value) || Number(value) < minimum || Number(value) > maximum) {
+        throw errors.field(`/${name}`, `must be an integer from ${minimum} to ${maximum}`)
+      }
+      return Number(value)
+    },
   }
-  return Number(value)
 }
+
+/** A `limit` query parameter as the contract has it: a string holding an integer from 1 to `max`. */
+export const pageLimit = (fallback: number, max: number) =>
+  queryInteger('limit', fallback, 1, max, `How many items at most (default ${fallback}, at most ${max})`)
+
+/** A `before` query parameter: an ISO time (read leniently by `parseTime`). */
+export const BeforeParam = queryValue(
+  { type: 'string', format: 'date-time' },
+  'Only items strictly older than this ISO 8601 time',
+  '2026-11-22T10:00:00.000Z',
+)
+/** An ISO time query parameter that keeps what came after it. */
+export const SinceParam = (description: string) => queryValue({ type: 'string', format: 'date-time' }, description, '2026-11-22T10:00:00.000Z')
 
 /**
  * An ISO 8601 time, read leniently the way clients write them: `T` or a space between date and time,

@@ -1,16 +1,18 @@
 /** GET /v1/billing/invoices: the caller's invoices, newest first. */
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
-import { BeforeParam, failures, iso, isoOrNull, LimitParam, Ok, ok, parseLimit, parseTime, Query } from '../http/schema.ts'
+import { BeforeParam, failures, iso, isoOrNull, Ok, ok, pageLimit, parseTime, Query } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { Invoice } from './schema.ts'
 import { listInvoices } from './store.ts'
+
+const listLimit = pageLimit(50, 100)
 
 export function invoiceRoutes({ sql }: Deps, auth: AuthPlugin) {
   return new Elysia({ tags: ['billing'] }).use(auth).get(
     '/v1/billing/invoices',
     async ({ user, query }) => {
-      const page = { limit: parseLimit(query.limit, 50, 100), before: parseTime(query.before, '/before') }
+      const page = { limit: listLimit.parse(query.limit), before: parseTime(query.before, '/before') }
       const rows = await listInvoices(sql, user.userId, page)
       return ok(
         rows.map(row => ({
@@ -29,7 +31,7 @@ export function invoiceRoutes({ sql }: Deps, auth: AuthPlugin) {
     },
     {
       user: true,
-      query: Query({ limit: LimitParam, before: BeforeParam }),
+      query: Query({ limit: listLimit.param, before: BeforeParam }),
       response: { 200: Ok(t.Array(Invoice)), ...failures(400, 401, 403) },
       detail: { operationId: 'listInvoices', summary: 'Invoices you were issued, newest first (default 50, max 100)' },
     },

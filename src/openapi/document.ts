@@ -1,6 +1,7 @@
 /** The OpenAPI 3.1 document of the whole API, made from the routes' own TypeBox schemas. */
 import type { AnyElysia } from 'elysia'
 import { toOpenAPISchema } from '@elysiajs/openapi'
+import { shownAs } from '../http/schema.ts'
 import { namedSchemas, type Schema } from './components.ts'
 import { addFailures, failureResponses, type Operation } from './failures.ts'
 
@@ -65,7 +66,7 @@ export function openApiDocument(app: AnyElysia, siteUrl: string) {
     for (const operation of Object.values(item)) {
       jsonBodyOnly(operation)
       operation.security ??= []
-      for (const parameter of operation.parameters ?? []) if (parameter.schema) parameter.schema = hoist(parameter.schema)
+      for (const parameter of operation.parameters ?? []) if (parameter.schema) parameter.schema = hoist(shown(parameter.schema))
       for (const content of Object.values(operation.requestBody?.content ?? {})) content.schema = hoist(content.schema)
       for (const response of Object.values(operation.responses ?? {})) {
         for (const content of Object.values(response.content ?? {})) content.schema = hoist(content.schema)
@@ -96,6 +97,9 @@ export function openApiDocument(app: AnyElysia, siteUrl: string) {
     components: { schemas: sorted(components), responses, securitySchemes },
   }
 }
+
+/** A query value its route reads from the raw string, shown as what it stands for (`queryValue`). */
+const shown = (schema: Schema): Schema => (schema[shownAs] as Schema | undefined) ?? schema
 
 /**
  * Request bodies are JSON only (the plugin offers form and multipart too, which the service refuses).

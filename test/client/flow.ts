@@ -73,7 +73,7 @@ export async function walk(baseUrl: string, tokens: { owner: string; subscriber:
     }),
   )
   const purchase = data(await subscriber.POST('/v1/billing/configs/{id}/purchase', { params: { path: { id: listing.id } } }))
-  const invoices = data(await subscriber.GET('/v1/billing/invoices', { params: { query: { limit: '10' } } }))
+  const invoices = data(await subscriber.GET('/v1/billing/invoices', { params: { query: { limit: 10 } } }))
 
   data(await owner.PATCH('/v1/participants/{id}', { params: { path: { id: agent.id } }, body: { settings: { blogEnabled: true } } }))
   const draft = data(

@@ -3,13 +3,15 @@ import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps.ts'
 import { errors } from '../../errors.ts'
 import { requireParticipant } from '../../participants/ownership.ts'
-import { BeforeParam, failures, iso, LimitParam, Ok, ok, parseLimit, parseTime, Query, Uuid } from '../../http/schema.ts'
+import { BeforeParam, failures, iso, Ok, ok, pageLimit, parseTime, Query, Uuid } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
 import { hasSubscribed } from '../subscriptions/store.ts'
 import { hasBoughtFrom } from '../configs/store.ts'
 import { enqueueEvents } from '../../events/outbox.ts'
 import { Review, WriteReview } from './schema.ts'
 import { findReview, insertReview, listReviews, updateReview, type ReviewRow } from './store.ts'
+
+const listLimit = pageLimit(20, 100)
 
 const reviewView = (row: ReviewRow): Review => ({
   id: row.id,
@@ -62,13 +64,13 @@ export function reviewRoutes(deps: Deps, auth: AuthPlugin) {
       '/:participantId',
       async ({ params, query }) => {
         const participant = await requireParticipant(sql, params.participantId)
-        const page = { limit: parseLimit(query.limit, 20, 100), before: parseTime(query.before, '/before') }
+        const page = { limit: listLimit.parse(query.limit), before: parseTime(query.before, '/before') }
         return ok((await listReviews(sql, participant.id, page)).map(reviewView))
       },
       {
         caller: true,
         params: t.Object({ participantId: Uuid }),
-        query: Query({ limit: LimitParam, before: BeforeParam }),
+        query: Query({ limit: listLimit.param, before: BeforeParam }),
         response: { 200: Ok(t.Array(Review)), ...failures(400, 401, 404) },
         detail: { operationId: 'listReviews', summary: 'An agent’s reviews, newest first (default 20, max 100)' },
       },

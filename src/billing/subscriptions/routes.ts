@@ -3,7 +3,7 @@ import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps.ts'
 import { errors } from '../../errors.ts'
 import { uniqueViolation } from '../../db.ts'
-import { BeforeParam, failures, iso, isoOrNull, LimitParam, Ok, ok, parseLimit, parseTime, Query, Uuid } from '../../http/schema.ts'
+import { BeforeParam, failures, iso, isoOrNull, Ok, ok, pageLimit, parseTime, Query, Uuid } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
 import { principalSubject } from '../../auth/principal.ts'
 import { IdempotencyHeaders, idempotent } from '../../idempotency/idempotent.ts'
@@ -20,6 +20,8 @@ import {
   listSubscriptions,
   type SubscriptionRow,
 } from './store.ts'
+
+const listLimit = pageLimit(50, 100)
 
 export const subscriptionView = (row: SubscriptionRow): Subscription => ({
   id: row.id,
@@ -95,7 +97,7 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
     .get(
       '',
       async ({ user, query }) => {
-        const page = { limit: parseLimit(query.limit, 50, 100), before: parseTime(query.before, '/before') }
+        const page = { limit: listLimit.parse(query.limit), before: parseTime(query.before, '/before') }
         const rows = await listSubscriptions(sql, user.userId, page, clock.now())
         // Calls metered but not yet counted by the worker are in the live counters.
         const live = await liveCounts(
@@ -106,7 +108,7 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
       },
       {
         user: true,
-        query: Query({ limit: LimitParam, before: BeforeParam }),
+        query: Query({ limit: listLimit.param, before: BeforeParam }),
         response: { 200: Ok(t.Array(Subscription)), ...failures(400, 401, 403) },
         detail: {
           operationId: 'listSubscriptions',
