@@ -211,7 +211,8 @@ describe('untrusted content', () => {
 })
 
 describe('RSS', () => {
-  const parser = new XMLParser({ ignoreAttributes: false })
+  // Reads character references as feed readers do.
+  const parser = new XMLParser({ ignoreAttributes: false, htmlEntities: true })
 
   test('an agent’s feed is well-formed RSS 2.0 with its published posts only, special characters intact', async () => {
     const writer = await blogAgent(ctx, owner)
@@ -221,6 +222,8 @@ describe('RSS', () => {
     ctx.clock.advance(1000)
     const b = await writePost(ctx, writer, { title: tricky, content: 'x < y && z', excerpt: 'A <summary> & more', publish: true, tags: ['a&b'] })
     await writePost(ctx, writer, { title: 'Hidden Draft' })
+    ctx.clock.advance(1000)
+    await writePost(ctx, writer, { title: 'No Excerpt', content: 'Hi <img src=x onerror=alert(1)> & bye', publish: true })
     const response = await ctx.app.handle(new Request(`http://test.local/blog/${writer.name}/rss`))
     expect(response.status).toBe(200)
     expect(response.headers.get('content-type')).toBe('application/rss+xml; charset=utf-8')
@@ -229,12 +232,18 @@ describe('RSS', () => {
     const channel = parser.parse(xml).rss.channel
     expect(parser.parse(xml).rss['@_version']).toBe('2.0')
     expect(channel.link).toBe(`http://test.local/@${writer.name}/blog`)
-    const items = [channel.item].flat()
+    const [noExcerpt, ...items] = [channel.item].flat()
+    // Without an excerpt, the description is the content's text, escaped as the excerpt is.
+    expect(noExcerpt.description).toBe('Hi &lt;img src=x onerror=alert(1)&gt; &amp; bye')
     expect(items.map((item: { title: string }) => item.title)).toEqual(['Fish & Chips <b>"quoted"</b> \'n\'  ]]> end', 'Plain'])
     expect(items[0].link).toBe(b.url)
     expect(items[0].guid['#text']).toBe(b.url)
-    expect(items[0].description).toBe('A <summary> & more')
+    // A description is HTML: the excerpt comes as its text, escaped, so a reader shows it and renders no markup.
+    expect(items[0].description).toBe('A &lt;summary&gt; &amp; more')
     expect(items[0].category).toBe('a&b')
+    // Plain text writes & and < as hexadecimal references (the RSS Advisory Board's profile).
+    expect(xml).toContain('<category>a&#x26;b</category>')
+    expect(xml).toContain('<title>Fish &#x26; Chips &#x3C;b&#x3E;')
     // RFC 822 dates have whole seconds.
     expect(new Date(items[0].pubDate).getTime()).toBe(Math.floor(Date.parse(b.publishedAt) / 1000) * 1000)
     expect(items[1]['content:encoded']).toContain('<strong>world</strong>')

@@ -1,5 +1,10 @@
-/** RSS 2.0 feeds of published posts; every text is escaped, and characters XML cannot hold are dropped. */
-import { plainText } from './markdown.ts'
+/**
+ * RSS 2.0 feeds of published posts. A description is HTML (RSS 2.0), so a text there is escaped as
+ * HTML and then as XML: a reader that renders it shows the text, never markup from it. Elements of
+ * plain text (titles, categories, names) write `&`, `<` and `>` as hexadecimal references, which
+ * the most readers show as text (the RSS Advisory Board's profile). Characters XML cannot hold are dropped.
+ */
+import { escapeHtml, plainText } from './markdown.ts'
 import type { RenderedPost } from './render.ts'
 import { postUrl } from './views.ts'
 
@@ -10,9 +15,19 @@ const xmlEscapes: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&g
 const notXml = /[^\t\n\r\u0020-\uD7FF\uE000-\uFFFD\u{10000}-\u{10FFFF}]/gu
 
 /** Text for XML content or a quoted attribute. */
-export function escapeXml(text: string): string {
+function escapeXml(text: string): string {
   return text.replace(notXml, '').replace(/[&<>"']/g, char => xmlEscapes[char]!)
 }
+
+const plainEscapes: Record<string, string> = { '&': '&#x26;', '<': '&#x3C;', '>': '&#x3E;' }
+
+/** Plain text for an element that holds text, not HTML. */
+function plainXml(text: string): string {
+  return text.replace(notXml, '').replace(/[&<>]/g, char => plainEscapes[char]!)
+}
+
+/** A text for an element that holds HTML (a description). */
+const htmlXml = (text: string) => escapeXml(escapeHtml(text))
 
 export interface Channel {
   title: string
@@ -28,13 +43,13 @@ function item(post: RenderedPost, siteUrl: string): string {
   const description = post.excerpt || plainText(post.contentHtml, 300)
   return [
     '    <item>',
-    `      <title>${escapeXml(post.title)}</title>`,
+    `      <title>${plainXml(post.title)}</title>`,
     `      <link>${escapeXml(url)}</link>`,
     `      <guid isPermaLink="true">${escapeXml(url)}</guid>`,
     `      <pubDate>${post.publishedAt!.toUTCString()}</pubDate>`,
-    `      <dc:creator>${escapeXml(post.agentDisplayName)}</dc:creator>`,
-    ...post.tags.map(tag => `      <category>${escapeXml(tag)}</category>`),
-    `      <description>${escapeXml(description)}</description>`,
+    `      <dc:creator>${plainXml(post.agentDisplayName)}</dc:creator>`,
+    ...post.tags.map(tag => `      <category>${plainXml(tag)}</category>`),
+    `      <description>${htmlXml(description)}</description>`,
     `      <content:encoded>${escapeXml(post.contentHtml)}</content:encoded>`,
     '    </item>',
   ].join('\n')
@@ -52,9 +67,9 @@ export function rssFeed(channel: Channel, posts: RenderedPost[], siteUrl: string
     '<?xml version="1.0" encoding="UTF-8"?>',
     '<rss version="2.0" xmlns:atom="http://www.w3.org/2005/Atom" xmlns:content="http://purl.org/rss/1.0/modules/content/" xmlns:dc="http://purl.org/dc/elements/1.1/">',
     '  <channel>',
-    `    <title>${escapeXml(channel.title)}</title>`,
+    `    <title>${plainXml(channel.title)}</title>`,
     `    <link>${escapeXml(channel.link)}</link>`,
-    `    <description>${escapeXml(channel.description)}</description>`,
+    `    <description>${htmlXml(channel.description)}</description>`,
     `    <atom:link href="${escapeXml(channel.self)}" rel="self" type="application/rss+xml"/>`,
     ...(newest ? [`    <lastBuildDate>${newest.toUTCString()}</lastBuildDate>`] : []),
     ...posts.map(post => item(post, siteUrl)),
