@@ -22,6 +22,9 @@ async function main() {
   // A promise nobody awaited that failed (a library's, during an outage say) is logged; Bun would
   // otherwise print it as text and end the process, turning a blip of Redis into a restart.
   process.on('unhandledRejection', error => log.error('unhandled rejection', errorFields(error)))
+  if (config.nodeEnv === 'production' && config.auth.jwksUrl && !config.auth.audience) {
+    log.warn('AUTH_AUDIENCE is not set: JWTs the identity provider signed for any of its applications are accepted')
+  }
 
   let embedded: EmbeddedDatabase | undefined
   if (!config.databaseUrl) {

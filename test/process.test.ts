@@ -252,4 +252,22 @@ describe('the service as a process', () => {
     expect(lines).toHaveLength(1)
     expect(lines[0]).toContain('AUTH_JWT_SECRET')
   }, 30_000)
+
+  test('production verifying JWTs by a JWKS without AUTH_AUDIENCE says at boot that tokens for any application pass', async () => {
+    const database = await emptyDatabase()
+    const port = await freePort()
+    const env = environment(database, {
+      PORT: String(port),
+      NODE_ENV: 'production',
+      AUTH_JWT_SECRET: undefined,
+      // Read at the first token, not at boot.
+      AUTH_JWKS_URL: 'http://127.0.0.1:1/jwks.json',
+      CONNECTIONS_KEY: randomBytes(32).toString('hex'),
+    })
+    const service = start(['src/main.ts', '--api'], env)
+    await waitForHealth(port, service)
+    service.proc.kill('SIGTERM')
+    expect(await exitWithin(service.proc, 20_000)).toBe(0)
+    expect(await service.stdout).toContain('AUTH_AUDIENCE is not set')
+  }, 30_000)
 })
