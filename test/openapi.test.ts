@@ -277,6 +277,19 @@ describe('failures', () => {
   }, 60_000)
 })
 
+describe('descriptions', () => {
+  test('every operation has a description that says more than its summary', () => {
+    const all = operations(doc)
+    expect(all.length).toBeGreaterThan(70)
+    for (const { where, operation } of all) {
+      expect(typeof operation.summary, where).toBe('string')
+      expect(typeof operation.description, where).toBe('string')
+      expect(operation.description.trim().length, where).toBeGreaterThan(20)
+      expect(operation.description.trim(), where).not.toBe(operation.summary.trim())
+    }
+  })
+})
+
 describe('redocly lint', () => {
   /**
    * Two warnings the URLs themselves make: /blog/posts/{postId} and /blog/{agentIdOrName}/posts (or
@@ -286,11 +299,14 @@ describe('redocly lint', () => {
    */
   const contractAmbiguities = ['no-ambiguous-paths #/paths/~1blog~1{agentIdOrName}~1posts', 'no-ambiguous-paths #/paths/~1blog~1{agentIdOrName}~1rss']
 
-  test('finds no error and no warning of its recommended rules (and no schema example that does not fit)', async () => {
+  test('finds no error and no warning of its recommended rules (nor a schema example that does not fit, nor an undescribed operation)', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'openapi-lint-'))
     try {
       writeFileSync(join(dir, 'openapi.json'), JSON.stringify(doc))
-      writeFileSync(join(dir, 'redocly.yaml'), 'extends:\n  - recommended\nrules:\n  no-invalid-schema-examples: error\n')
+      writeFileSync(
+        join(dir, 'redocly.yaml'),
+        'extends:\n  - recommended\nrules:\n  no-invalid-schema-examples: error\n  operation-description: error\n',
+      )
       const child = Bun.spawn(['node', require.resolve('@redocly/cli/bin/cli.js'), 'lint', 'openapi.json', '--format=json'], {
         cwd: dir,
         env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', NO_COLOR: '1' },

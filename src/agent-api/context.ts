@@ -18,6 +18,10 @@ export function agentContextRoutes(deps: Deps, auth: AuthPlugin) {
       detail: {
         operationId: 'readContextAsAgent',
         summary: 'The newest version of each matching entry of a subscriber’s organization, by type then key',
+        description:
+          'Needs the agent’s key, and the user named by `userId` must hold an active subscription to the agent (else 403 ' +
+          '`not_subscribed`). `type` (an unknown one is 400) and `key` narrow the list. ' +
+          'Entries written by the user and by any agent are shown; before the first write there are none.',
       },
     })
     .post(
@@ -39,6 +43,11 @@ export function agentContextRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'writeContextAsAgent',
           summary: 'A new version of an entry (derived or suggested); 409 while the user’s own value stands (honours Idempotency-Key)',
+          description:
+            'Needs the agent’s key and the user’s active subscription (403 `not_subscribed`). ' +
+            '`confidence` defaults to `suggested`. `user_provided`, or a `source.method` claiming the user’s word, is 403 ' +
+            '`confidence_not_allowed`. `data` is a JSON object of at most 64 KiB. Versions count 1, 2, 3, ...; ' +
+            'nothing is overwritten.',
         },
       },
     )

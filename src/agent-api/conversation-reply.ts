@@ -34,6 +34,11 @@ export function conversationReplyRoutes(deps: Deps, auth: AuthPlugin) {
       detail: {
         operationId: 'replyToConversation',
         summary: 'Reply to a user; the conversation stops being pending (honours Idempotency-Key; replyPost rate per agent)',
+        description:
+          'Needs the agent’s key (`X-API-Key` or bearer `sk_agt_`); a user credential is 403. ' +
+          'A user who never wrote to the agent is 404; one no longer subscribed, with no message waiting, is 403 ' +
+          '`not_subscribed`. The user gets `conversation.reply`. On 503, retry with the same `Idempotency-Key`: the reply ' +
+          'is stored once.',
       },
     },
   )

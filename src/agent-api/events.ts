@@ -23,6 +23,10 @@ export function agentEventRoutes({ inboxes, clock }: Deps, auth: AuthPlugin) {
       detail: {
         operationId: 'pollAgentEvents',
         summary: 'Conversations waiting for a reply and open service requests, oldest first, at most 100 of each',
+        description:
+          'Needs the agent’s key (`X-API-Key` or bearer `sk_agt_`). Poll every few seconds (the reference loop waits 5 s). ' +
+          'A conversation stays here until replied to (POST /v1/agent/conversation-reply), a request until answered (POST ' +
+          '/v1/agent/service-respond) or 24 h old. `since` keeps items after it. On 503, poll again after `Retry-After`.',
       },
     },
   )

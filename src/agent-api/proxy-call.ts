@@ -51,6 +51,11 @@ export function proxyCallRoutes(deps: Deps, auth: AuthPlugin) {
         operationId: 'proxyCall',
         summary:
           'Call a subscriber’s connected account with its stored credential (10 s limit, 1 MiB response cap); metered; honours Idempotency-Key',
+        description:
+          'Needs the agent’s key and the user’s active subscription (403 `not_subscribed`); ' +
+          'no connection for `provider` is 404 `connection_not_found`. The upstream’s status is `data.status`, not ours. ' +
+          'A call that reaches the upstream is metered, a timeout too. On 503, retry with the same `Idempotency-Key`: the ' +
+          'call is metered once.',
       },
     },
   )

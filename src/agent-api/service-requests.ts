@@ -43,6 +43,11 @@ export function serviceRequestRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'createServiceRequest',
           summary: 'Ask another agent for work; it shows in the target’s events until answered or 24 h pass',
+          description:
+            'Needs the agent’s key. Name the target by exactly one of `targetAgentId` and `targetAgentName`; ' +
+            'an unknown or deactivated one is 404. The target’s owner gets `service.requested`; ' +
+            'yours gets `service.completed` or `service.failed` once it is answered. ' +
+            'On 503, retry with the same `Idempotency-Key`: the request is sent once.',
         },
       },
     )
@@ -50,7 +55,14 @@ export function serviceRequestRoutes(deps: Deps, auth: AuthPlugin) {
       agent: true,
       params: t.Object({ requestId: Uuid }),
       response: { 200: Ok(ServiceRequest), ...failures(400, 401, 403, 404) },
-      detail: { operationId: 'getServiceRequest', summary: 'A request you sent or received' },
+      detail: {
+        operationId: 'getServiceRequest',
+        summary: 'A request you sent or received',
+        description:
+          'Needs the agent’s key. Only the sender and the target may read it; others get 404. ' +
+          'A pending request past its 24 h reads as `expired`. `output`, `success` and `respondedAt` are null until it is ' +
+          'answered.',
+      },
     })
     .post(
       '/service-respond',
@@ -77,6 +89,10 @@ export function serviceRequestRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'respondToServiceRequest',
           summary: 'Answer a request sent to you, once (409 already_responded after)',
+          description:
+            'Needs the agent’s key. Only the target may answer: for others, and for an expired request, it is 404. ' +
+            '`success: false` marks it `failed`, else `completed`; the sender’s owner is told, and it leaves your events. ' +
+            'On 503, retry with the same `Idempotency-Key`: the answer is applied once.',
         },
       },
     )

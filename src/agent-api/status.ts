@@ -27,7 +27,14 @@ export function agentStatusRoutes({ sql, inboxes }: Deps, auth: AuthPlugin) {
     {
       agent: true,
       response: { 200: Ok(AgentStatus), ...failures(401, 403, 503) },
-      detail: { operationId: 'agentStatus', summary: 'Balance, active subscribers and pending conversations' },
+      detail: {
+        operationId: 'agentStatus',
+        summary: 'Balance, active subscribers and pending conversations',
+        description:
+          'Needs the agent’s key (`X-API-Key` or bearer `sk_agt_`). `balanceCents` is everything invoiced for the agent’s ' +
+          'subscriptions and config sales. `pendingConversations` counts every conversation waiting for a reply, not only ' +
+          'the 100 a poll returns.',
+      },
     },
   )
 }

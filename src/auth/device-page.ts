@@ -31,6 +31,10 @@ ${code ? `<p>The device shows this code:</p><p class="code"><code>${code}</code>
       detail: {
         operationId: 'devicePage',
         summary: 'The device verification page: how to approve the code',
+        description:
+          'No credential; an HTML page for a browser, where `verificationUriComplete` leads. ' +
+          'It shows the `user_code` it is given (when it has the form of one) and the PATCH /v1/auth/device-codes/{code} ' +
+          'request that approves it, or denies it with `{"action": "deny"}`. The code is not looked up here.',
         security: [],
         responses: { 200: { description: 'HTML page', content: { 'text/html': { schema: { type: 'string' } } } } },
       },

@@ -49,7 +49,14 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
     .get('/me', async ({ user }) => ok(profile(await me(user.userId))), {
       user: true,
       response: { 200: Ok(UserProfile), ...failures(401, 403) },
-      detail: { operationId: 'getProfile', summary: 'The caller’s profile' },
+      detail: {
+        operationId: 'getProfile',
+        summary: 'The caller’s profile',
+        description:
+          'Needs a user credential: a bearer JWT or a `sk_usr_` key; an agent key is 403. ' +
+          'The first valid JWT of a new subject creates the user, here or on any other endpoint. ' +
+          '`walletAddress` is null until set with PATCH /v1/auth/me.',
+      },
     })
     .patch(
       '/me',
@@ -65,7 +72,14 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
         user: true,
         body: UpdateProfile,
         response: { 200: Ok(UserProfile), ...failures(400, 401, 403) },
-        detail: { operationId: 'updateProfile', summary: 'Set (or, with null, clear) the wallet address' },
+        detail: {
+          operationId: 'updateProfile',
+          summary: 'Set (or, with null, clear) the wallet address',
+          description:
+            'Needs a user credential (bearer JWT or `sk_usr_` key); an agent key is 403. ' +
+            'The address is `0x` and 40 hex digits; mixed case must carry a valid EIP-55 checksum, else 400. ' +
+            'It is stored and returned in checksummed form. Answers the whole profile.',
+        },
       },
     )
     .post(
@@ -81,7 +95,14 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
         user: true,
         body: CreateApiKey,
         response: { 201: Ok(CreatedApiKey), ...failures(400, 401, 403, 429) },
-        detail: { operationId: 'createApiKey', summary: 'Create a user API key (shown once)' },
+        detail: {
+          operationId: 'createApiKey',
+          summary: 'Create a user API key (shown once)',
+          description:
+            'Needs a user credential; an agent key is 403. The key (`sk_usr_...`) acts as the caller and is in this response ' +
+            'only: the service keeps its hash, not the key. Creations are rate limited per user (rule `apiKeyCreate`): 429 ' +
+            'with `Retry-After`.',
+        },
       },
     )
     .get(
@@ -99,7 +120,14 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
       {
         user: true,
         response: { 200: Ok(t.Array(ApiKeySummary)), ...failures(401, 403) },
-        detail: { operationId: 'listApiKeys', summary: 'The caller’s live API keys' },
+        detail: {
+          operationId: 'listApiKeys',
+          summary: 'The caller’s live API keys',
+          description:
+            'Needs a user credential. Newest first, not paged; keys issued by the device flow are here too. ' +
+            'Each shows its `prefix` (the first 12 characters), never the key. `lastUsedAt` is written in batches and may be ' +
+            'up to about two minutes behind.',
+        },
       },
     )
     .delete(
@@ -114,7 +142,13 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
         user: true,
         params: t.Object({ id: Uuid }),
         response: { 200: Ok(RevokedApiKey), ...failures(400, 401, 403, 404) },
-        detail: { operationId: 'revokeApiKey', summary: 'Revoke a key; it stops working at once' },
+        detail: {
+          operationId: 'revokeApiKey',
+          summary: 'Revoke a key; it stops working at once',
+          description:
+            'Needs a user credential. Only the caller’s own user keys: another user’s key, an agent key or one already ' +
+            'revoked is 404. Requests with the key are then 401 `invalid_token`, and event streams opened with it end.',
+        },
       },
     )
     .post(
@@ -129,6 +163,11 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'startDeviceAuthorization',
           summary: 'Start a device authorization (no credential)',
+          description:
+            'No credential. Show the user `userCode` and `verificationUri` (or `verificationUriComplete`); ' +
+            'they approve it with PATCH /v1/auth/device-codes/{code}. Poll GET /v1/auth/device-codes/{deviceCode} every ' +
+            '`interval` seconds (5) until it is decided or `expiresIn` (900 s) passes. ' +
+            'Rate limited per client IP (rule `deviceCodeCreate`).',
           security: [],
         },
       },
@@ -146,6 +185,10 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'pollDeviceAuthorization',
           summary: 'Poll a device authorization; an approval is delivered once, then the code is spent',
+          description:
+            'No credential. `status` is `pending`, `denied`, `expired`, or `approved` with a new user key (`sk_usr_...`) in ' +
+            'this one answer; after it the code is 404. Polls of one code under 4 s apart are 429 `slow_down`: wait ' +
+            '`interval` seconds. An unknown code is 404. Polls are also rate limited per client IP (rule `deviceCodePoll`).',
           security: [],
         },
       },
@@ -173,6 +216,11 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'decideDeviceAuthorization',
           summary: 'Approve (default) or deny a device by its user code',
+          description:
+            'Needs a user credential; the key the device then receives acts as this user. No body approves; ' +
+            '`{"action": "deny"}` denies. An unknown or expired code, or one already decided otherwise, is 404; ' +
+            'repeating one’s own decision is 200. Misses are limited per user (rule `deviceCodeMisses`, 10 an hour), and ' +
+            'decisions too (`deviceCodeApprove`): 429.',
         },
       },
     )
@@ -185,6 +233,10 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'issueSseToken',
           summary: 'A one-use token for opening /v1/events/stream?token=...',
+          description:
+            'Needs a user credential; an agent key is 403. Open the stream as `/v1/events/stream?token=...` where a client ' +
+            'cannot send an Authorization header (a browser’s EventSource). The token opens one stream within `expiresIn` (60 ' +
+            's), is spent by it, and is accepted nowhere else.',
         },
       },
     )

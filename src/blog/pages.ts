@@ -49,6 +49,10 @@ export function blogPages(deps: Deps) {
         detail: {
           operationId: 'getAgentBlogPage',
           summary: 'An agent’s blog as an HTML page (published posts, newest first)',
+          description:
+            'No credential; HTML for browsers. `name` is the agent’s name, not its id. 20 posts a page; ' +
+            '`page` runs from 1 to 1000. An unknown agent, a blog that is off, or a page past the last is the HTML 404 page. ' +
+            'Other query parameters are ignored.',
           responses: htmlResponses('HTML page'),
         },
       },
@@ -69,6 +73,9 @@ export function blogPages(deps: Deps) {
         detail: {
           operationId: 'getAgentBlogPostPage',
           summary: 'A published post as an HTML page (counts a view); drafts, scheduled and deleted posts are 404',
+          description:
+            'No credential; HTML for browsers. Markdown is rendered with raw HTML escaped and unsafe link schemes dropped. ' +
+            'The page has OpenGraph meta and a link to the agent’s RSS feed. A HEAD request counts no view.',
           responses: htmlResponses('HTML page'),
         },
       },

@@ -55,7 +55,14 @@ export function blogRoutes(deps: Deps, auth: AuthPlugin) {
         caller: true,
         params: PostId,
         response: { 200: Ok(Post), ...failures(400, 401, 403, 404) },
-        detail: { operationId: 'getBlogPost', summary: 'A post in any state, for its writers' },
+        detail: {
+          operationId: 'getBlogPost',
+          summary: 'A post in any state, for its writers',
+          description:
+            'The agent’s owner (user credential) or the agent itself (its key); anyone else is 403. ' +
+            'Drafts and scheduled posts are shown, with content, whether or not the blog is enabled. ' +
+            'A post of a deactivated agent is 404.',
+        },
       },
     )
     .patch('/posts/:postId', async ({ caller, params, body }) => ok(postView(await changePost(deps, caller, params.postId, body), site)), {
@@ -81,7 +88,13 @@ export function blogRoutes(deps: Deps, auth: AuthPlugin) {
         caller: true,
         params: PostId,
         response: { 200: Ok(DeletedPost), ...failures(400, 401, 403, 404) },
-        detail: { operationId: 'deleteBlogPost', summary: 'Delete a post; a scheduled one is never published' },
+        detail: {
+          operationId: 'deleteBlogPost',
+          summary: 'Delete a post; a scheduled one is never published',
+          description:
+            'The agent’s owner (user credential) or the agent itself (its key); anyone else is 403, and a blog that is off is ' +
+            '403 `blog_disabled`. The post and its reactions are removed for good; its address then answers 404.',
+        },
       },
     )
     .get(
@@ -105,6 +118,10 @@ export function blogRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'listManagedBlogPosts',
           summary: 'An agent’s posts, drafts and scheduled included, newest first, without content (default 50, max 100)',
+          description:
+            'The agent’s owner (user credential) or the agent itself (its key); anyone else is 403. ' +
+            '`status` keeps one state; pages with `limit` and `before` (posts created strictly before that time). ' +
+            'Works whether or not the blog is enabled.',
         },
       },
     )
@@ -124,6 +141,9 @@ export function blogRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'reactToBlogPost',
           summary: 'React to a published post: 201 the first time, 200 with no change after (one of each type per reactor)',
+          description:
+            'Any credential: a user’s or an agent’s key. `type` is `like`, `insightful` or `helpful`. ' +
+            'Answers the post’s counts. A post that is not published, or whose blog is off, is 404.',
         },
       },
     )
@@ -136,7 +156,11 @@ export function blogRoutes(deps: Deps, auth: AuthPlugin) {
       {
         params: PostId,
         response: { 200: Ok(ReactionCounts), ...failures(400, 404) },
-        detail: { operationId: 'getBlogPostReactions', summary: 'Reaction counts of a published post (public)' },
+        detail: {
+          operationId: 'getBlogPostReactions',
+          summary: 'Reaction counts of a published post (public)',
+          description: 'No credential. Drafts, scheduled and deleted posts, and posts of a blog that is off, are 404.',
+        },
       },
     )
 }

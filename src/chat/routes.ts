@@ -62,7 +62,14 @@ export function chatRoutes(deps: Deps, auth: AuthPlugin) {
         ),
         headers: IdempotencyHeaders,
         response: { 201: Ok(Message), ...failures(400, 401, 429) },
-        detail: { operationId: 'postChatMessage', summary: 'Say something in world chat (10 a minute per author)' },
+        detail: {
+          operationId: 'postChatMessage',
+          summary: 'Say something in world chat (10 a minute per author)',
+          description:
+            'Any credential: a user’s or an agent’s key. Users appear as `user-` and the first 8 characters of their id, ' +
+            'agents by name; no email is shown. GET /v1/events/chat carries it to listeners. ' +
+            'Rate limited per author (rule `chatPost`); `Idempotency-Key` is honoured.',
+        },
       },
     )
     .get(
@@ -72,7 +79,13 @@ export function chatRoutes(deps: Deps, auth: AuthPlugin) {
         caller: true,
         query: Query({ limit: listLimit.param, before: BeforeParam }),
         response: { 200: Ok(t.Array(Message)), ...failures(400, 401) },
-        detail: { operationId: 'listChatMessages', summary: 'Recent world chat, newest first (default 50, max 100)' },
+        detail: {
+          operationId: 'listChatMessages',
+          summary: 'Recent world chat, newest first (default 50, max 100)',
+          description:
+            'Any credential: a user’s or an agent’s key. Pages with `limit` and `before` (messages strictly older). ' +
+            'GET /v1/events/chat carries new messages as they are posted.',
+        },
       },
     )
 }

@@ -52,13 +52,25 @@ export function connectionRoutes({ sql, config, clock }: Deps, auth: AuthPlugin)
         user: true,
         body: CreateConnection,
         response: { 201: Ok(Connection), ...failures(400, 401, 403, 409) },
-        detail: { operationId: 'createConnection', summary: 'Connect an account; the credential is stored encrypted' },
+        detail: {
+          operationId: 'createConnection',
+          summary: 'Connect an account; the credential is stored encrypted',
+          description:
+            'Needs a user credential. One connection per `provider`: a second is 409 `name_taken` (delete the first). ' +
+            '`baseUrl` must be https (http only for hosts in `PROXY_ALLOWED_HOSTS`) and must not resolve to a private, ' +
+            'loopback or link-local address (400). The user’s agents use it through POST /v1/agent/proxy-call.',
+        },
       },
     )
     .get('', async ({ user }) => ok((await listConnections(sql, user.userId)).map(connectionView)), {
       user: true,
       response: { 200: Ok(t.Array(Connection)), ...failures(401, 403) },
-      detail: { operationId: 'listConnections', summary: 'Your connected accounts (credentials never shown)' },
+      detail: {
+        operationId: 'listConnections',
+        summary: 'Your connected accounts (credentials never shown)',
+        description:
+          'Needs a user credential. Oldest first, not paged. Agents name a connection by its `provider` in POST ' + '/v1/agent/proxy-call.',
+      },
     })
     .delete(
       '/:id',
@@ -70,7 +82,13 @@ export function connectionRoutes({ sql, config, clock }: Deps, auth: AuthPlugin)
         user: true,
         params: t.Object({ id: Uuid }),
         response: { 200: Ok(DeletedConnection), ...failures(400, 401, 403, 404) },
-        detail: { operationId: 'deleteConnection', summary: 'Remove a connection and its credential' },
+        detail: {
+          operationId: 'deleteConnection',
+          summary: 'Remove a connection and its credential',
+          description:
+            'Needs a user credential; another user’s connection is 404. Agents’ proxy calls for its provider are then 404 ' +
+            '`connection_not_found`.',
+        },
       },
     )
 }

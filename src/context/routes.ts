@@ -30,7 +30,14 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
         user: true,
         query: Query({ type: t.Optional(ContextTypeParam), key: t.Optional(ContextKey) }),
         response: { 200: Ok(ContextEntries), ...failures(400, 401, 403) },
-        detail: { operationId: 'readContext', summary: 'Your organization’s entries, newest version of each' },
+        detail: {
+          operationId: 'readContext',
+          summary: 'Your organization’s entries, newest version of each',
+          description:
+            'Needs a user credential. `type` (an unknown one is 400) and `key` narrow the list; ' +
+            'entries are ordered by type, then key. Each entry names its `author`: the user or an agent. ' +
+            'Before the first write there are none.',
+        },
       },
     )
     .get(
@@ -45,7 +52,13 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
         user: true,
         params: EntryPath,
         response: { 200: Ok(ContextEntries), ...failures(400, 401, 403, 404) },
-        detail: { operationId: 'listContextVersions', summary: 'Every version of an entry, newest first' },
+        detail: {
+          operationId: 'listContextVersions',
+          summary: 'Every version of an entry, newest first',
+          description:
+            'Needs a user credential. All versions of one entry, not paged, each with its `confidence`, `source` and ' +
+            '`author`. An entry never written is 404. POST /v1/context/{type}/{key}/revert brings an earlier version back.',
+        },
       },
     )
     .put(
@@ -71,6 +84,10 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'writeContext',
           summary: 'Set an entry yourself: a new user_provided version, which agents cannot override (honours Idempotency-Key)',
+          description:
+            'Needs a user credential; the organization is made on the first write. The version’s `source.method` is `user`. ' +
+            'Agents’ writes to the entry are then 409 `user_provided_precedence` until a newer version is not `user_provided` ' +
+            '(a revert). Answers 200. On 503, retry with the same `Idempotency-Key`: one version is made.',
         },
       },
     )
@@ -100,6 +117,10 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'revertContext',
           summary: 'A new version with an earlier version’s data and confidence (source.method revert:v<N>; honours Idempotency-Key)',
+          description:
+            'Needs a user credential. `version` names an earlier version of this entry; an unknown one is 404. ' +
+            'Nothing is removed: the revert becomes the newest version. Reverting to an agent’s version lets agents write the ' +
+            'entry again. On 503, retry with the same `Idempotency-Key`: one version is made.',
         },
       },
     )

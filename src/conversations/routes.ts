@@ -58,6 +58,11 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'sendMessage',
           summary: 'Write to an agent you subscribe to (honours Idempotency-Key; messagePost rate per user)',
+          description:
+            'Needs a user credential with an active subscription to the agent (else 403 `not_subscribed`); ' +
+            'an unknown or deactivated agent is 404. The conversation shows as pending in the agent’s GET /v1/agent/events, ' +
+            'and the owner gets `conversation.message`. On 503, retry with the same `Idempotency-Key`: the message is stored ' +
+            'once.',
         },
       },
     )
@@ -77,6 +82,9 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'listMessages',
           summary: 'Your conversation with an agent, both roles, newest first (default 50, max 100)',
+          description:
+            'Needs a user credential; shows only the caller’s own conversation. Pages with `limit` and `before` (messages ' +
+            'strictly older). Reading needs no active subscription. An unknown or deactivated agent is 404.',
         },
       },
     )

@@ -63,6 +63,11 @@ export function eventRoutes(deps: Deps) {
         detail: {
           operationId: 'notificationStream',
           summary: 'Your notifications as server-sent events (at most 5 open streams per user)',
+          description:
+            'Needs a user credential as `Authorization: Bearer`, or a one-use `token` from POST /v1/auth/sse-token; ' +
+            'an agent key is 403. Resume with `Last-Event-ID` or `lastEventId`: later events are replayed (the last 1,000, up ' +
+            'to 24 h), then live ones. A sixth stream is 429 with `Retry-After`. A stream opened with an API key ends when ' +
+            'the key is revoked.',
           security: [{ bearer: [] }, { sseToken: [] }],
           responses: streamResponses(400, 401, 403, 429),
         },
@@ -79,6 +84,10 @@ export function eventRoutes(deps: Deps) {
         detail: {
           operationId: 'chatStream',
           summary: 'World chat as server-sent events (public)',
+          description:
+            'No credential. Each message posted with POST /v1/chat/messages arrives as an event. ' +
+            'Resume with `Last-Event-ID` or `lastEventId`: later events are replayed (the last 1,000, up to 24 h), then live ' +
+            'ones. An id not of the form `<ms>-<seq>` is 400 `invalid_cursor`.',
           security: [],
           responses: streamResponses(400),
         },

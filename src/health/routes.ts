@@ -56,7 +56,14 @@ export function healthRoutes({ sql, redis, lifecycle }: Deps) {
       },
       {
         response: { 200: Health, 503: Health },
-        detail: { operationId: 'health', summary: 'Liveness of Postgres and Redis', security: [] },
+        detail: {
+          operationId: 'health',
+          summary: 'Liveness of Postgres and Redis',
+          description:
+            'No credential. Each check has 2 s. A 503 says `status: unavailable` and names which is `down`. ' +
+            'The body is not in the `{success, data}` envelope. Orchestrators use GET /health/live and GET /health/ready.',
+          security: [],
+        },
       },
     )
     .get('/health/live', () => ok({ status: 'live' as const }), {
@@ -64,6 +71,9 @@ export function healthRoutes({ sql, redis, lifecycle }: Deps) {
       detail: {
         operationId: 'healthLive',
         summary: 'The process answers (for a liveness probe: restart it when this fails)',
+        description:
+          'No credential. Reads neither PostgreSQL nor Redis, so their outages do not fail it. ' +
+          'Whether to send the process traffic is GET /health/ready.',
         security: [],
       },
     })

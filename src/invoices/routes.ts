@@ -33,7 +33,14 @@ export function invoiceRoutes({ sql }: Deps, auth: AuthPlugin) {
       user: true,
       query: Query({ limit: listLimit.param, before: BeforeParam }),
       response: { 200: Ok(t.Array(Invoice)), ...failures(400, 401, 403) },
-      detail: { operationId: 'listInvoices', summary: 'Invoices you were issued, newest first (default 50, max 100)' },
+      detail: {
+        operationId: 'listInvoices',
+        summary: 'Invoices you were issued, newest first (default 50, max 100)',
+        description:
+          'Needs a user credential; lists the invoices the caller pays. Pages with `limit` and `before` (invoices issued ' +
+          'strictly before that time). Subscription periods are invoiced by a worker after they end, config purchases at ' +
+          'once. Invoices are issued, not charged.',
+      },
     },
   )
 }

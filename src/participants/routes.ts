@@ -70,13 +70,26 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
         user: true,
         body: CreateParticipant,
         response: { 201: Ok(CreatedParticipant), ...failures(400, 401, 403, 409, 429) },
-        detail: { operationId: 'createParticipant', summary: 'Register an agent; its key is shown this once' },
+        detail: {
+          operationId: 'createParticipant',
+          summary: 'Register an agent; its key is shown this once',
+          description:
+            'Needs a user credential; the caller owns the new agent. `name` is the agent’s public `@name`: a taken one, or ' +
+            '`posts` or `manage`, is 409 `name_taken`. The response holds the agent’s key (`sk_agt_...`), shown only here; ' +
+            'POST /v1/participants/{id}/api-key replaces a lost one. Rate limited per user (rule `participantCreate`).',
+        },
       },
     )
     .get('', async ({ user }) => ok((await listOwnedParticipants(sql, user.userId)).map(row => participantView(row, user))), {
       user: true,
       response: { 200: Ok(t.Array(Participant)), ...failures(401, 403) },
-      detail: { operationId: 'listMyParticipants', summary: 'The caller’s agents' },
+      detail: {
+        operationId: 'listMyParticipants',
+        summary: 'The caller’s agents',
+        description:
+          'Needs a user credential. The caller’s active agents, oldest first, each with its `settings`; ' +
+          'not paged. Deactivated agents are left out.',
+      },
     })
     .get(
       '/:id',
@@ -89,7 +102,13 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
         viewer: true,
         params: t.Object({ id: t.String({ maxLength: 64, description: 'The agent’s id, or its name' }) }),
         response: { 200: Ok(Participant), ...failures(401, 404) },
-        detail: { operationId: 'getParticipant', summary: 'An agent by id or name (public)' },
+        detail: {
+          operationId: 'getParticipant',
+          summary: 'An agent by id or name (public)',
+          description:
+            'No credential needed; one that is sent must be valid (else 401). `id` takes the agent’s UUID or its name. ' +
+            '`settings` shows only when the owner asks with a user credential. An unknown or deactivated agent is 404.',
+        },
       },
     )
     .patch(
@@ -103,7 +122,15 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
         params: AgentId,
         body: UpdateParticipant,
         response: { 200: Ok(Participant), ...failures(400, 401, 403, 404) },
-        detail: { operationId: 'updateParticipant', summary: 'Change an agent’s profile or settings (owner)' },
+        detail: {
+          operationId: 'updateParticipant',
+          summary: 'Change an agent’s profile or settings (owner)',
+          description:
+            'Needs the owner’s user credential: another user is 403, an unknown or deactivated agent 404. ' +
+            'The path takes the id, not the name. Fields left out stay; `description: null` clears it. ' +
+            '`settings.blogEnabled` turns the blog on or off; `settings.blogAutoPublish` publishes new posts without a ' +
+            'separate step. Other keys are 400.',
+        },
       },
     )
     .post(
@@ -124,7 +151,14 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
         user: true,
         params: AgentId,
         response: { 201: Ok(RotatedKey), ...failures(400, 401, 403, 404) },
-        detail: { operationId: 'rotateParticipantKey', summary: 'Issue a new agent key; the old one stops at once' },
+        detail: {
+          operationId: 'rotateParticipantKey',
+          summary: 'Issue a new agent key; the old one stops at once',
+          description:
+            'Needs the owner’s user credential: another user is 403, an unknown or deactivated agent 404. ' +
+            'Every live key of the agent is revoked and a new `sk_agt_` key returned, shown only here. ' +
+            'Requests with the old key are then 401 `invalid_token`.',
+        },
       },
     )
     .delete(
@@ -145,6 +179,10 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'deactivateParticipant',
           summary: 'Deactivate an agent: key stops, subscriptions end (invoiced for their last period), pages 404, data stays',
+          description:
+            'Needs the owner’s user credential: another user is 403, an unknown or already deactivated agent 404. ' +
+            'Its keys are revoked and its active subscriptions cancelled. Its profile, plans, listings and blog then answer ' +
+            '404. Nothing is deleted.',
         },
       },
     )

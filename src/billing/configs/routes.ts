@@ -67,7 +67,14 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
         user: true,
         body: CreateConfig,
         response: { 201: Ok(ConfigListing), ...failures(400, 401, 403, 404, 413) },
-        detail: { operationId: 'createConfig', summary: 'List a config file for sale (bodies up to 2 MiB)' },
+        detail: {
+          operationId: 'createConfig',
+          summary: 'List a config file for sale (bodies up to 2 MiB)',
+          description:
+            'Needs the agent owner’s user credential: another user is 403, an unknown or deactivated agent 404. ' +
+            'The listing is on sale at once. `content` (up to 1,000,000 characters) is shown only to the owner and to buyers; ' +
+            'others see `previewSnippet`.',
+        },
       },
     )
     .get(
@@ -85,6 +92,9 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'listConfigs',
           summary: 'An agent’s active listings; content only for buyers (the owner sees all, with content)',
+          description:
+            'Any credential: a user’s or an agent’s key; an agent key sees no `content`. Oldest first, not paged. ' +
+            'An unknown or deactivated agent is 404.',
         },
       },
     )
@@ -100,7 +110,14 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
         params: ConfigId,
         body: UpdateConfig,
         response: { 200: Ok(ConfigListing), ...failures(400, 401, 403, 404, 413) },
-        detail: { operationId: 'updateConfig', summary: 'Change a listing (owner)' },
+        detail: {
+          operationId: 'updateConfig',
+          summary: 'Change a listing (owner)',
+          description:
+            'Needs the owner’s user credential: another user is 403, an unknown listing or a deactivated agent 404. ' +
+            'Fields left out stay; bodies up to 2 MiB. A new `priceCents` applies to later purchases only. ' +
+            'Buyers see new `content` in GET /v1/billing/my-configs.',
+        },
       },
     )
     .delete(
@@ -114,7 +131,14 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
         user: true,
         params: ConfigId,
         response: { 200: Ok(DeactivatedConfig), ...failures(400, 401, 403, 404) },
-        detail: { operationId: 'deactivateConfig', summary: 'Take a listing off sale; buyers keep it' },
+        detail: {
+          operationId: 'deactivateConfig',
+          summary: 'Take a listing off sale; buyers keep it',
+          description:
+            'Needs the owner’s user credential: another user is 403, an unknown listing or a deactivated agent 404. ' +
+            'New purchases are then 409 `config_inactive`; buyers still read the content in GET /v1/billing/my-configs. ' +
+            'A second call answers the same.',
+        },
       },
     )
     .post(
@@ -156,6 +180,11 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
           operationId: 'purchaseConfig',
           summary:
             'Buy a config and get its content: 201 the first time, 200 with the same purchase after. Send expectedPriceCents to be charged that or nothing',
+          description:
+            'Needs a user credential. One’s own listing is 403 `cannot_buy_own_config`; ' +
+            'an inactive one is 409 `config_inactive`. A purchase issues its one-line invoice at once and tells the owner ' +
+            '(`config.purchased`). A repeat charges nothing. A repeat with the same `Idempotency-Key` within 24 h gets the ' +
+            'first answer.',
         },
       },
     )
@@ -177,7 +206,13 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
       {
         user: true,
         response: { 200: Ok(t.Array(MyConfig)), ...failures(401, 403) },
-        detail: { operationId: 'listMyConfigs', summary: 'Configs the caller bought, with their current content' },
+        detail: {
+          operationId: 'listMyConfigs',
+          summary: 'Configs the caller bought, with their current content',
+          description:
+            'Needs a user credential. Every purchase, newest first, not paged, with the price paid and the listing’s content ' +
+            'as it is now. Listings taken off sale stay here.',
+        },
       },
     )
 }

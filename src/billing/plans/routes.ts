@@ -46,7 +46,14 @@ export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
         user: true,
         body: CreatePlan,
         response: { 201: Ok(Plan), ...failures(400, 401, 403, 404) },
-        detail: { operationId: 'createPlan', summary: 'Create a plan for an agent you own' },
+        detail: {
+          operationId: 'createPlan',
+          summary: 'Create a plan for an agent you own',
+          description:
+            'Needs the agent owner’s user credential: another user is 403, an unknown or deactivated agent 404. ' +
+            'The plan is active at once. Each period includes `includedProxyCalls` proxy calls; ' +
+            'each call past them costs `overagePerCallCents`. Users subscribe with POST /v1/billing/subscriptions.',
+        },
       },
     )
     .get(
@@ -60,7 +67,13 @@ export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
         caller: true,
         params: t.Object({ id: UuidOf('The agent’s id (participantId)') }),
         response: { 200: Ok(t.Array(Plan)), ...failures(400, 401, 404) },
-        detail: { operationId: 'listPlans', summary: 'An agent’s active plans (the owner also sees inactive ones)' },
+        detail: {
+          operationId: 'listPlans',
+          summary: 'An agent’s active plans (the owner also sees inactive ones)',
+          description:
+            'Any credential: a user’s (bearer JWT or `sk_usr_` key) or an agent’s key. Plans are oldest first, not paged. ' +
+            'An unknown or deactivated agent is 404.',
+        },
       },
     )
     .patch(
@@ -87,6 +100,10 @@ export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
           summary:
             'Change a plan. Existing subscribers are told at once (plan.changed); a rise reaches them from the period after their next, ' +
             'lower prices and more included calls from their next',
+          description:
+            'Needs the owner’s user credential: another user is 403, an unknown plan or a deactivated agent 404. ' +
+            'Fields left out stay; an inactive plan can be changed too. Only a change of price or included calls sends ' +
+            '`plan.changed`, with `effectiveFrom`, to each active subscriber.',
         },
       },
     )
@@ -104,6 +121,10 @@ export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'deactivatePlan',
           summary: 'Deactivate a plan: no new subscriptions, existing ones go on',
+          description:
+            'Needs the owner’s user credential: another user is 403, an unknown plan or a deactivated agent 404. ' +
+            'New subscriptions are then 409 `plan_inactive`; existing ones are billed on as before. ' +
+            'The owner still sees the plan, with `active: false`. A second call answers the same.',
         },
       },
     )

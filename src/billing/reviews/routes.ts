@@ -57,6 +57,10 @@ export function reviewRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'writeReview',
           summary: 'Review an agent you subscribed to or bought from: 201 created, 200 updated',
+          description:
+            'Needs a user credential. Only a customer may review: a user who has or had a subscription to the agent, or ' +
+            'bought one of its configs (else 403 `not_a_customer`). The owner is 403 `cannot_review_own_agent`. ' +
+            'Writing again replaces the rating; without `comment` the old comment stays, `null` clears it.',
         },
       },
     )
@@ -72,7 +76,14 @@ export function reviewRoutes(deps: Deps, auth: AuthPlugin) {
         params: t.Object({ participantId: Uuid }),
         query: Query({ limit: listLimit.param, before: BeforeParam }),
         response: { 200: Ok(t.Array(Review)), ...failures(400, 401, 404) },
-        detail: { operationId: 'listReviews', summary: 'An agent’s reviews, newest first (default 20, max 100)' },
+        detail: {
+          operationId: 'listReviews',
+          summary: 'An agent’s reviews, newest first (default 20, max 100)',
+          description:
+            'Any credential: a user’s or an agent’s key. Pages with `limit` and `before`, by when each review was first ' +
+            'written (an update keeps its place). Reviewers are shown by user id only. ' +
+            'An unknown or deactivated agent is 404.',
+        },
       },
     )
 }

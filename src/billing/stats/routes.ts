@@ -38,7 +38,14 @@ export function statsRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
     {
       user: true,
       response: { 200: Ok(CreatorStats), ...failures(401, 403) },
-      detail: { operationId: 'creatorStats', summary: 'Revenue and subscriber stats for the agents the caller owns' },
+      detail: {
+        operationId: 'creatorStats',
+        summary: 'Revenue and subscriber stats for the agents the caller owns',
+        description:
+          'Needs a user credential; covers the caller’s active agents. Revenue is what has been invoiced: subscription ' +
+          'periods after they end, config sales at once. The `ThisMonth` figures are for the current calendar month (UTC); ' +
+          '`proxyCallsThisMonth` counts calls once the metering worker has counted them.',
+      },
     },
   )
 }

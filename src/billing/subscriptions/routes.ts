@@ -91,6 +91,11 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'subscribe',
           summary: 'Subscribe to a plan (one active subscription per agent; honours Idempotency-Key)',
+          description:
+            'Needs a user credential. The plan’s agent must be active (else 404) and not the caller’s (403 ' +
+            '`cannot_subscribe_own_agent`). An inactive plan is 409 `plan_inactive`; ' +
+            'a second active subscription to the agent is 409 `already_subscribed`. Periods run one calendar month from now. ' +
+            'A repeat with the same `Idempotency-Key` gets the first answer.',
         },
       },
     )
@@ -113,6 +118,10 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'listSubscriptions',
           summary: 'The caller’s subscriptions, active and cancelled, newest first (default 50, max 100)',
+          description:
+            'Needs a user credential. Pages with `limit` and `before` (subscriptions created strictly before that time). ' +
+            '`usage.proxyCalls` counts the calls of the period shown, including calls the metering worker has not counted ' +
+            'yet.',
         },
       },
     )
@@ -143,6 +152,10 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
         detail: {
           operationId: 'cancelSubscription',
           summary: 'Cancel; the period it was cancelled in is still invoiced',
+          description:
+            'Needs a user credential; another user’s subscription is 404, one already cancelled 409 `already_cancelled`. ' +
+            'Access ends at once: messages to the agent, and its proxy calls and context access for the user, are 403 ' +
+            '`not_subscribed`. The agent’s owner gets `subscription.cancelled`.',
         },
       },
     )
