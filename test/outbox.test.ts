@@ -8,6 +8,7 @@ import { enqueueEvents } from '../src/events/outbox.ts'
 import { relayPass, startRelay, type Relay } from '../src/events/relay.ts'
 import { createRedis, deleteByPrefix } from '../src/redis.ts'
 import { keepSchedules } from '../workers/schedules.ts'
+import { startRedisServer } from './helpers/redis-server.ts'
 
 let ctx: TestContext
 
@@ -90,6 +91,30 @@ describe('the outbox relay', () => {
     expect(await delivered(user)).toEqual([1, 2, 3])
     expect(await delivered(other)).toEqual([1, 2])
   })
+
+  test('appends that time out while Redis is paused, then run when it goes on, keep each event once', async () => {
+    const server = await startRedisServer()
+    const redis = createRedis(server.url, ctx.deps.log, 'commands')
+    try {
+      // As on a connection in use: connected, and the script loaded (else Redis refuses the late copies).
+      await commit(randomUUID(), 1, 1)
+      expect(await relayPass({ ...ctx.deps, redis }, 10)).toEqual({ sent: 1 })
+      const user = randomUUID()
+      await commit(user, 1, 3)
+      server.pause()
+      // Each pass's append times out after 3 s, waiting in Redis's socket to run once it goes on.
+      const relay = startRelay({ ...ctx.deps, redis }, { everyMs: 10 })
+      await Bun.sleep(7500)
+      server.resume()
+      await until(async () => (await waiting()) === 0, 15_000)
+      await relay.stop()
+      const kept = (await redis.xrange(ctx.deps.keys.events.user(user), '-', '+')) as [string, string[]][]
+      expect(kept.map(([, fields]) => (JSON.parse(fields[3]!) as { n: number }).n)).toEqual([1, 2, 3])
+    } finally {
+      redis.disconnect()
+      await server.close()
+    }
+  }, 40_000)
 
   test('relays running at once send every event once, each user’s in order', async () => {
     const users = Array.from({ length: 5 }, () => randomUUID())

@@ -5,7 +5,8 @@
  * process): a pass holds a transaction-scoped advisory lock, so one relay moves events at a time and
  * none sends an event twice on purpose.
  * Delivery is at least once: a relay that dies between Redis and its commit leaves those rows to be
- * sent again (clients deduplicate by the ids in the payload).
+ * sent again (clients deduplicate by the ids in the payload); a copy of one of a stream's newest
+ * events is dropped (`append`).
  */
 import { defineBatchedScript, type Redis } from '../redis.ts'
 import type { Sql } from '../db.ts'
@@ -16,6 +17,8 @@ import { keyRevokedType } from './outbox.ts'
 
 /** Kept per stream for replay: the last 1,000 events (and at most 24 h, enforced when replaying). */
 export const streamLength = 1000
+// Entries a new event is checked against, newest first, for being a copy of one kept already.
+const recentEntries = 8
 
 /** What every API process hears on the events channel, and what a stream replays. */
 export interface Published {
@@ -25,15 +28,21 @@ export interface Published {
   data: string
 }
 
-// K the stream; A channel, type, JSON. Kept and announced in one step, so an event is never
-// announced without being kept, nor kept without being announced.
+// K the stream; A channel, type, JSON, outbox row. Kept and announced in one step, so an event is
+// never announced without being kept, nor kept without being announced. An event among the stream's
+// newest already is not appended again: an append that timed out (Redis paused) runs when Redis
+// answers again, after the passes that sent it again meanwhile, and its user's later events wait for
+// it, so its copies land among the newest.
 const append = defineBatchedScript(
   `
-local id = redis.call('XADD', K[1], 'MAXLEN', '~', ${streamLength}, '*', 'type', A[2], 'data', A[3])
+for _, entry in ipairs(redis.call('XREVRANGE', K[1], '+', '-', 'COUNT', ${recentEntries})) do
+  if entry[2][6] == A[4] then return entry[1] end
+end
+local id = redis.call('XADD', K[1], 'MAXLEN', '~', ${streamLength}, '*', 'type', A[2], 'data', A[3], 'row', A[4])
 redis.call('PUBLISH', A[1], cjson.encode({ stream = K[1], id = id, type = A[2], data = A[3] }))
 return id`,
   1,
-  3,
+  4,
 )
 
 // Any constant: the same in every process relaying for this database.
@@ -92,7 +101,9 @@ export async function relayPass(deps: RelayDeps, batch: number): Promise<Pass | 
       // A revocation is announced to the API processes, on its own: it has no stream and no order.
       if (row.type === keyRevokedType) return redis.publish(keys.channels.keyRevoked, row.data)
       const stream = row.userId ? keys.events.user(row.userId) : keys.events.chat
-      const next = (chains.get(row.userId) ?? Promise.resolve()).then(() => append(redis, [stream], [keys.channels.events, row.type, row.data]))
+      const next = (chains.get(row.userId) ?? Promise.resolve()).then(() =>
+        append(redis, [stream], [keys.channels.events, row.type, row.data, row.id]),
+      )
       chains.set(row.userId, next)
       return next
     })
