@@ -6,7 +6,9 @@ import type { Redis } from '../src/redis.ts'
 import { blogQueueName } from '../src/blog/queue.ts'
 import { PublishJobData, publishDuePosts, publishScheduledPost } from '../src/blog/publish.ts'
 
-export const blogSweepEveryMs = 30_000
+// How late a due post whose job was lost (with Redis's data, or never queued) goes live at most:
+// well within the 5 s an auto-published post is promised.
+export const blogSweepEveryMs = 2_000
 
 export async function runBlogJob(deps: Deps, job: Job): Promise<unknown> {
   if (job.name === 'sweep') return publishDuePosts(deps)
