@@ -174,6 +174,24 @@ describe('bodies nested deep', () => {
   })
 })
 
+describe('numbers past a 64-bit float', () => {
+  test('are 400 naming where, and nothing is stored (JSON reads 1e400 as Infinity, which would be kept as null)', async () => {
+    const { user } = await subscribed()
+    for (const number of ['1e400', '-1e400']) {
+      const refused = expectError(
+        await ctx.call('PUT', '/v1/context/custom/huge', { token: user.token, rawBody: `{"data":{"a":[1, ${number}]}}` }),
+        400,
+        'validation_failed',
+      )
+      expect(refused.details[0].path).toBe('/data/a/1')
+    }
+    expect((await ctx.call('GET', '/v1/context?type=custom&key=huge', { token: user.token })).body.data.entries).toEqual([])
+    const stored = await ctx.call('PUT', '/v1/context/custom/huge', { token: user.token, rawBody: '{"data":{"a":1.7e308}}' })
+    expect(stored.status).toBe(200)
+    expect(stored.body.data.data).toEqual({ a: 1.7e308 })
+  })
+})
+
 describe('ids and times as clients write them', () => {
   test('an upper-case UUID is refused with 400 instead of reaching the wrong key', async () => {
     const { agent, user } = await subscribed()

@@ -209,11 +209,12 @@ export const maxJsonDepth = 64
 
 const badTextMessage = 'must not contain NUL characters or unpaired surrogates'
 const tooDeepMessage = `must not nest objects and arrays more than ${maxJsonDepth} deep`
+const tooLargeNumberMessage = 'must be a number of at most about 1.8e308 in size (a 64-bit float)'
 
 /**
  * The first thing in a (JSON) body that Postgres could not store (a NUL or a lone surrogate in a
- * string or a key), or that nests deeper than `maxJsonDepth`, with its JSON pointer; null when there
- * is none.
+ * string or a key, a number past a 64-bit float's range), or that nests deeper than `maxJsonDepth`,
+ * with its JSON pointer; null when there is none.
  * An object's keys are looked at before its values. The walk goes no deeper than `maxJsonDepth`, so
  * no body can exhaust the call stack, and it builds the pointer only for what it finds.
  */
@@ -234,6 +235,8 @@ function unstorable(body: unknown): { path: string; message: string } | null {
 
 function problemIn(value: unknown, depth: number, trail: string[]): string | null {
   if (typeof value === 'string') return isStorableText(value) ? null : badTextMessage
+  // JSON's 1e400 parses as Infinity, which would be stored as null.
+  if (typeof value === 'number') return Number.isFinite(value) ? null : tooLargeNumberMessage
   if (value === null || typeof value !== 'object') return null
   if (depth === maxJsonDepth) return tooDeepMessage
   if (Array.isArray(value)) {
