@@ -1,5 +1,6 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
+import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { createSql, isConnectionError, type Sql } from '../src/db.ts'
 import { adminUrl } from './helpers/database.ts'
@@ -10,7 +11,8 @@ import { until } from './helpers/until.ts'
 // postgres.js 3.4.9 as patched at install (patches/README.md): a connection whose socket closes
 // with small writes buffered neither crashes the process nor stays unable to reconnect; one whose
 // socket closes with a statement in flight neither holds up `end()` nor fails its next statement,
-// nor one that closes while it fetches the array types.
+// nor one that closes while it fetches the array types; a startup closed without an error is tried
+// again only until connect_timeout.
 
 const { start, killAll } = processGroup()
 const servers: PostgresServer[] = []
@@ -130,6 +132,31 @@ describe('the PostgreSQL driver when a connection closes under it', () => {
     )
     expect(next).toBe(1)
   }, 15_000)
+
+  test('a server that closes every connection cleanly at startup fails the query after connect_timeout, trying again backing off', async () => {
+    // A proxy whose server is away: it accepts each connection and closes it without a word.
+    let accepted = 0
+    const proxy = createServer(socket => (accepted++, socket.end())).listen(0, '127.0.0.1')
+    await new Promise(resolve => proxy.once('listening', resolve))
+    const sql = createSql(`postgres://nobody@127.0.0.1:${(proxy.address() as { port: number }).port}/none`, { max: 1 })
+    pools.push(sql)
+    try {
+      // Upstream the query never settled, the driver reconnecting at once for ever.
+      const outcome = await Promise.race([
+        sql`select 1`.then(
+          () => 'answered',
+          (error: { code?: string }) => error.code,
+        ),
+        Bun.sleep(15_000).then(() => 'never settled'),
+      ])
+      expect(outcome).toBe('CONNECTION_CLOSED')
+      // In its 5 s it tried again about every 0.5 s (the pool's backoff), not thousands of times.
+      expect(accepted).toBeGreaterThan(3)
+      expect(accepted).toBeLessThan(50)
+    } finally {
+      proxy.close()
+    }
+  }, 30_000)
 
   test.skipIf(!hasServerBinaries)(
     'after a restart under load the pool answers within 2 s of the server accepting connections',
