@@ -1,5 +1,6 @@
 /** PostgreSQL connections: one postgres.js pool per process, bigint parsed as number (all amounts fit). */
 import postgres from 'postgres'
+import { redactUrl } from './text.ts'
 
 export type Sql = postgres.Sql<{ bigint: number }>
 export type TxSql = postgres.TransactionSql<{ bigint: number }>
@@ -33,6 +34,23 @@ export function createSql(url: string, options: SqlOptions = {}): Sql {
       },
     },
   }) as unknown as Sql
+}
+
+/**
+ * Runs one `select 1` on a connection of its own, or throws one line naming DATABASE_URL and why (a
+ * boot's or a tool's first step: the driver's own errors name only a host, or nothing).
+ */
+export async function reachDatabase(url: string): Promise<void> {
+  let sql: Sql | undefined
+  try {
+    sql = createSql(url, { max: 1 })
+    await sql`select 1`
+  } catch (error) {
+    const why = (error instanceof Error ? error.message : String(error)).split('\n')[0]
+    throw new Error(`PostgreSQL is not reachable at DATABASE_URL=${redactUrl(url)}: ${why}`)
+  } finally {
+    await sql?.end({ timeout: 1 }).catch(() => {})
+  }
 }
 
 /** True when an error means the database cannot be reached (as opposed to a bad query). */

@@ -2,7 +2,7 @@
 import { ConfigError, loadConfig } from './config.ts'
 import { withDevSecrets } from './dev-secrets.ts'
 import { captureConsole, createLog, errorFields, toStderr } from './log.ts'
-import { createSql } from './db.ts'
+import { createSql, reachDatabase } from './db.ts'
 import { migrate } from './migrate.ts'
 import { createDeps, type Deps } from './deps.ts'
 import { createApp } from './app.ts'
@@ -40,6 +40,7 @@ async function main() {
   let server: ReturnType<ReturnType<typeof createApp>['listen']> | undefined
   let metricsServer: ReturnType<typeof serveMetrics> | undefined
   try {
+    await reachDatabase(config.databaseUrl!)
     const migrator = createSql(config.databaseUrl!, { max: 1 })
     try {
       const applied = await migrate(migrator, undefined, config.migrationTimeouts)

@@ -2,6 +2,7 @@
 import { Redis } from 'ioredis'
 import calculateSlot from 'cluster-key-slot'
 import { errorFields, throttled, type Log } from './log.ts'
+import { redactUrl } from './text.ts'
 
 export type { Redis }
 
@@ -106,10 +107,6 @@ export async function connectRedis(redis: Redis, url: string): Promise<void> {
       `Redis is not reachable at REDIS_URL=${redactUrl(url)}: start one (Debian: apt-get install redis-server && redis-server --daemonize yes) or point REDIS_URL at yours`,
     )
   }
-}
-
-export function redactUrl(url: string): string {
-  return url.replace(/\/\/([^@/]*)@/, '//***@')
 }
 
 export function isRedisUnavailable(error: unknown): boolean {

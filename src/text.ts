@@ -2,3 +2,8 @@
 export function isStorableText(value: string): boolean {
   return value.isWellFormed() && !value.includes('\u0000')
 }
+
+/** A connection URL as it may be shown: its credentials hidden. */
+export function redactUrl(url: string): string {
+  return url.replace(/\/\/([^@/]*)@/, '//***@')
+}

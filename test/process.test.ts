@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
-import { connect } from 'node:net'
+import { connect, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createSql } from '../src/db.ts'
@@ -120,6 +120,49 @@ describe('the service as a process', () => {
       const refused = start(['src/cli/token.ts', '--sub', 'alice', '--ttl', ttl], env)
       expect(await exitWithin(refused.proc, 10_000)).toBe(2)
       expect(await refused.stderr).toContain('AUTH_MAX_TOKEN_AGE')
+    }
+  }, 30_000)
+
+  test('the CLIs answer --help, and a wrong use or an unreachable database is one line naming why, no stack', async () => {
+    const env = environment({ url: 'postgres://someone:secret@127.0.0.1:1/none' })
+    const run = async (args: string[], overrides: Record<string, string> = {}) => {
+      const cli = start(args, { ...env, ...overrides })
+      const code = await exitWithin(cli.proc, 20_000)
+      return { code, stdout: await cli.stdout, stderr: (await cli.stderr).trimEnd() }
+    }
+    for (const tool of ['src/cli/migrate.ts', 'src/cli/token.ts', 'src/cli/invoices-run.ts']) {
+      const help = await run([tool, '--help'])
+      expect(help.code, tool).toBe(0)
+      expect(help.stdout).toStartWith('usage: bun run ')
+      const wrong = await run([tool, '--no-such-option'])
+      expect(wrong.code, tool).toBe(2)
+      expect(wrong.stderr.split('\n')).toEqual([expect.stringContaining("Unknown option '--no-such-option'"), expect.stringMatching(/^usage: /)])
+    }
+    for (const tool of ['src/cli/migrate.ts', 'src/cli/invoices-run.ts']) {
+      const away = await run([tool])
+      expect(away.code, tool).toBe(1)
+      expect(away.stderr).not.toContain('\n')
+      expect(away.stderr).toContain('PostgreSQL is not reachable at DATABASE_URL=postgres://***@127.0.0.1:1/none')
+      const badSetting = await run([tool], { PORT: 'abc' })
+      expect(badSetting.code, tool).toBe(1)
+      expect(badSetting.stderr).toEndWith(': invalid PORT: must be a whole number')
+    }
+  }, 60_000)
+
+  test('a DATABASE_URL whose far end closes each connection at once stops the boot with one line naming it', async () => {
+    // A proxy whose database is away: upstream, the driver tried again for ever and the boot hung in silence.
+    const proxy = createServer(socket => socket.end()).listen(0, '127.0.0.1')
+    await new Promise(resolve => proxy.once('listening', resolve))
+    try {
+      const url = `postgres://someone:secret@127.0.0.1:${(proxy.address() as { port: number }).port}/none`
+      const service = start(['src/main.ts', '--api'], environment({ url }, { PORT: String(await freePort()) }))
+      expect(await exitWithin(service.proc, 20_000)).not.toBe(0)
+      const lines = (await service.stderr).trimEnd().split('\n')
+      expect(lines).toHaveLength(1)
+      expect(lines[0]).toContain('PostgreSQL is not reachable at DATABASE_URL=postgres://***@127.0.0.1:')
+      expect(lines[0]).toContain('CONNECTION_CLOSED')
+    } finally {
+      proxy.close()
     }
   }, 30_000)
 
