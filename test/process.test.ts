@@ -149,6 +149,20 @@ describe('the service as a process', () => {
     }
   }, 60_000)
 
+  test('a second API process on a port the first holds stops with one line, rather than sharing its connections', async () => {
+    const database = await emptyDatabase()
+    const port = await freePort()
+    const first = start(['src/main.ts', '--api'], environment(database, { PORT: String(port) }))
+    await waitForHealth(port, first)
+    const second = start(['src/main.ts', '--api'], environment(database, { PORT: String(port) }))
+    expect(await exitWithin(second.proc, 20_000)).not.toBe(0)
+    const lines = (await second.stderr).trimEnd().split('\n')
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toContain(`port ${port} in use`)
+    first.proc.kill('SIGTERM')
+    expect(await exitWithin(first.proc, 15_000)).toBe(0)
+  }, 45_000)
+
   test('a DATABASE_URL whose far end closes each connection at once stops the boot with one line naming it', async () => {
     // A proxy whose database is away: upstream, the driver tried again for ever and the boot hung in silence.
     const proxy = createServer(socket => socket.end()).listen(0, '127.0.0.1')

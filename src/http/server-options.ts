@@ -11,7 +11,9 @@ import { serverHeadBytes } from './request-limits.ts'
  * parses), so that heads over the app's limit (request-limits.ts) but under this one reach the app;
  * lifts Bun's body cap, since the app measures every body itself (error-handler.ts) and would
  * otherwise lose those over the cap to Bun's bare 413; and renders anything that escapes the app as
- * the 500 envelope rather than Bun's error page (which shows source outside production).
+ * the 500 envelope rather than Bun's error page (which shows source outside production). A port
+ * another process holds is refused (`Is port N in use?`): Elysia asks Bun to share it, so a second
+ * instance, or an old one left running, would silently take half the connections.
  *
  * @example
  * createApp(deps).listen({ port, idleTimeout: 30, ...serverOptions(deps.log) })
@@ -21,6 +23,7 @@ export function serverOptions(log: Log) {
   // writes it, as the process-wide form of that flag (since Bun 1.1.27).
   ;(http as { maxHeaderSize: number }).maxHeaderSize = serverHeadBytes
   return {
+    reusePort: false,
     maxRequestBodySize: Number.MAX_SAFE_INTEGER,
     error(error: ErrorLike) {
       log.error('unhandled server error', errorFields(error))
