@@ -159,6 +159,8 @@ describe('the workers', () => {
       expect(sample(text, 'invoice_run_due_periods')).toBe(0)
       expect(sample(text, 'redis_connection_ready{connection="workers"}')).toBe(1)
       expect(sample(text, 'redis_connection_ready{connection="actors"}')).toBe(1)
+      // Every connection shown is ready: one a worker never uses (`batches`) is not shown as down.
+      expect([...text.matchAll(/^redis_connection_ready\{[^}]*\} (\S+)$/gm)].map(m => m[1])).not.toContain('0')
     } finally {
       await workers?.close()
       workers = undefined

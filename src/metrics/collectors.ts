@@ -113,13 +113,15 @@ export function registerCollectors(registry: Registry, sources: CollectorSources
 
   new Gauge({
     name: 'redis_connection_ready',
-    help: "Whether each of the process's Redis connections is ready (1) or down, connecting or closed (0)",
+    help: "Whether each of the process's Redis connections is ready (1) or down, connecting or closed (0); one never used yet is not shown",
     labelNames: ['connection'] as const,
     registers,
     collect() {
       this.reset()
       const ready = new Map<string, boolean>()
       for (const connection of sources.connections) {
+        // A connection made on first use that has not been used (a worker's `batches`) is not down.
+        if (connection.status === 'wait') continue
         const name = (connection.options.connectionName ?? 'unnamed').replace(/^agent-marketplace:/, '')
         ready.set(name, (ready.get(name) ?? true) && connection.status === 'ready')
       }
