@@ -10,7 +10,7 @@ import { isBadInput } from '../db.ts'
 import { commandTimeoutMs, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
-import { errorFields, type Log } from '../log.ts'
+import { errorFields, throttled, type Log } from '../log.ts'
 import type { ActorKinds } from './types.ts'
 import { createHolder, type Hold } from './hold.ts'
 import { createDue } from './due.ts'
@@ -75,6 +75,8 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   let abandoned = false
   let claims = 0
   const deps: WorkDeps = { ...options, leaseMs, holder, running: () => running, abandoned: () => abandoned }
+  // What repeats every round while Redis is away is said once, then once a minute.
+  const outage = throttled(log, 60_000)
   const commands = (holds: Hold[]) => holds.reduce((n, h) => n + h.mail.filter(m => m.list !== null).length, 0)
 
   /** A careful turn's command that failed: refused at once for bad input, else dead-lettered on its last attempt. */
@@ -112,7 +114,9 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
         if (left === undefined) return undefined
         return left === 0 && !worked.failure ? due.settle(actor, owner) : due.mark(actor, 0)
       }),
-    ).catch(error => log.warn('actor due marks failed; the claims come due again', { actors: worked.left.size, ...errorFields(error) }))
+    ).catch(error =>
+      outage('warn', 'marks', 'actor due marks failed; the claims come due again', { actors: worked.left.size, ...errorFields(error) }),
+    )
 
   /** A batch of the actors not careful: one turn; a command that fails it makes its actor careful. */
   const batch = async (holds: Hold[], owner: string) => {
@@ -145,7 +149,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       // Held elsewhere (a dead holder never lets go): look again once its lease may have run out.
       if (t === 'busy' || t === 'unfinished') return due.settle(actors[i]!, owner, leaseMs / 2)
       if (t instanceof Error) {
-        if (running) log.warn('actor lease failed; retrying', { actor: actors[i], ...errorFields(t) })
+        if (running) outage('warn', 'lease', 'actor lease failed; retrying', { actor: actors[i], ...errorFields(t) })
         // The lease may have been taken, its reply lost: let go of it.
         return holder.release(actors[i]!, []).then(() => due.settle(actors[i]!, owner, 1000))
       }
@@ -179,7 +183,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     while (running) {
       const owner = `${id}:${++claims}`
       const actors = await due.claim(options.batchActors ?? 64, leaseMs, owner).catch(error => {
-        log.warn('actor claim failed; retrying', errorFields(error))
+        outage('warn', 'claim', 'actor claim failed; retrying', errorFields(error))
         return null
       })
       if (actors === null) await Bun.sleep(250)
