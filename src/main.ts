@@ -43,7 +43,9 @@ async function main() {
     await reachDatabase(config.databaseUrl!)
     const migrator = createSql(config.databaseUrl!, { max: 1 })
     try {
-      const applied = await migrate(migrator, undefined, config.migrationTimeouts)
+      const applied = await migrate(migrator, undefined, config.migrationTimeouts, holder =>
+        log.warn('waiting for the migration lock, held by another session', { ...holder }),
+      )
       if (applied.length > 0) log.info('migrations applied', { applied })
     } finally {
       await migrator.end()

@@ -90,10 +90,15 @@ export function migrationOptions(migration: Migration): MigrationOptions {
  * @example
  * const applied = await migrate(sql)
  */
-export async function migrate(sql: Sql, migrations = readMigrations(), timeouts: MigrationTimeouts = defaultTimeouts): Promise<string[]> {
+export async function migrate(
+  sql: Sql,
+  migrations = readMigrations(),
+  timeouts: MigrationTimeouts = defaultTimeouts,
+  waiting: (holder: LockHolder) => void = () => {},
+): Promise<string[]> {
   const session = await sql.reserve()
   try {
-    await takeLock(session)
+    await takeLock(session, waiting)
     try {
       return await applyPending(session, migrations, timeouts)
     } finally {
@@ -109,15 +114,40 @@ export async function migrate(sql: Sql, migrations = readMigrations(), timeouts:
  * transaction, and `create index concurrently` waits for every transaction older than its build to
  * end: a second process waiting so, while the first builds an index, is a deadlock.
  */
-async function takeLock(session: Sql) {
+async function takeLock(session: Sql, waiting: (holder: LockHolder) => void) {
+  const began = Date.now()
+  let said = began
   for (;;) {
     const [row] = await session<{ locked: boolean }[]>`select pg_try_advisory_lock(${lockId}) as locked`
     if (row!.locked) return
+    if (Date.now() - said >= sayWaitingEveryMs) {
+      said = Date.now()
+      waiting({ ...(await lockHolder(session)), waitedMs: said - began })
+    }
     await Bun.sleep(lockRetryMs)
   }
 }
 
 const lockRetryMs = 100
+const sayWaitingEveryMs = 10_000
+
+/** Who holds the migration lock, for an operator to find it: another run migrating, or a session left holding it. */
+export interface LockHolder {
+  pid: number | null
+  application: string | null
+  state: string | null
+  since: Date | null
+  waitedMs: number
+}
+
+async function lockHolder(session: Sql): Promise<Omit<LockHolder, 'waitedMs'>> {
+  const [holder] = await session<Omit<LockHolder, 'waitedMs'>[]>`
+    select a.pid, a.application_name as application, a.state, a.backend_start as since
+    from pg_locks l join pg_stat_activity a on a.pid = l.pid
+    where l.locktype = 'advisory' and l.granted and l.classid = 0 and l.objid = ${lockId}::bigint::oid and l.objsubid = 1
+  `
+  return holder ?? { pid: null, application: null, state: null, since: null }
+}
 
 async function applyPending(session: Sql, migrations: Migration[], timeouts: MigrationTimeouts): Promise<string[]> {
   await session`begin`

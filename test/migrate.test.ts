@@ -74,6 +74,23 @@ describe('migrate', () => {
     expect(rows.map(row => row.id)).toEqual(readMigrations().map(file => file.id))
   })
 
+  test('a run waiting for the lock says every 10 s which session holds it, and goes on once it is let go', async () => {
+    const database = await emptyDatabase()
+    const stray = connect(database)
+    // A session left holding the lock (a stuck deploy, a stray psql).
+    const held = await stray.reserve()
+    const [row] = await held<{ pid: number }[]>`select pg_backend_pid() as pid, pg_advisory_lock(1634560359)`
+    const pid = row!.pid
+    const said: { pid: number | null; application: string | null; waitedMs: number }[] = []
+    const run = migrate(connect(database), undefined, undefined, holder => said.push(holder))
+    await until(async () => said.length > 0, 15_000)
+    expect(said[0]).toMatchObject({ pid, application: 'agent-marketplace' })
+    expect(said[0]!.waitedMs).toBeGreaterThanOrEqual(10_000)
+    await held`select pg_advisory_unlock(1634560359)`
+    held.release()
+    expect((await run).length).toBe(readMigrations().length)
+  }, 30_000)
+
   test('a failing migration leaves nothing applied, not even the ones before it', async () => {
     const sql = connect(await emptyDatabase())
     const dir = folder({

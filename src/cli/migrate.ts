@@ -1,7 +1,7 @@
 /** `bun run migrate`: applies pending migrations to DATABASE_URL and prints what it applied. */
 import { loadConfig } from '../config.ts'
 import { createSql, reachDatabase } from '../db.ts'
-import { migrate } from '../migrate.ts'
+import { migrate, type LockHolder } from '../migrate.ts'
 import { runCli } from './run.ts'
 
 await runCli('migrate', 'usage: bun run migrate (applies the migrations in sql/ to DATABASE_URL)', {}, async () => {
@@ -10,9 +10,16 @@ await runCli('migrate', 'usage: bun run migrate (applies the migrations in sql/ 
   await reachDatabase(config.databaseUrl)
   const sql = createSql(config.databaseUrl, { max: 1 })
   try {
-    const applied = await migrate(sql, undefined, config.migrationTimeouts)
+    const applied = await migrate(sql, undefined, config.migrationTimeouts, holder =>
+      console.error(`migrate: waiting ${Math.round(holder.waitedMs / 1000)} s for the migration lock, held by ${describe(holder)}`),
+    )
     console.log(applied.length === 0 ? 'migrate: up to date' : `migrate: applied ${applied.join(', ')}`)
   } finally {
     await sql.end()
   }
 })
+
+const describe = (holder: LockHolder) =>
+  holder.pid === null
+    ? 'a session gone by now'
+    : `pid ${holder.pid} (${holder.application || 'no application name'}, ${holder.state}, connected ${holder.since?.toISOString()})`
