@@ -26,7 +26,7 @@ const Env = T.Object({
     default: 'info',
   }),
   RATE_LIMITS: T.String({ default: '{}' }),
-  SHUTDOWN_TIMEOUT_MS: T.Integer({ minimum: 0, default: 10000 }),
+  SHUTDOWN_TIMEOUT_MS: T.Integer({ minimum: 1, default: 10000 }),
   INVOICE_EVERY_MS: T.Integer({ minimum: 1000, default: 3_600_000 }),
   QUEUE_LOCK_MS: T.Integer({ minimum: 1000, default: 30_000 }),
   ACTORS_INLINE: T.Union([T.Literal('on'), T.Literal('off')], { default: 'on' }),

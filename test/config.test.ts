@@ -67,6 +67,8 @@ describe('loadConfig', () => {
   test('SHUTDOWN_TIMEOUT_MS is a whole number of milliseconds', () => {
     expect(loadConfig({ SHUTDOWN_TIMEOUT_MS: '2500' }).shutdownTimeoutMs).toBe(2500)
     expect(configError({ SHUTDOWN_TIMEOUT_MS: '1.5' }).message).toContain('SHUTDOWN_TIMEOUT_MS')
+    // 0 would end every shutdown at once, with no drain (elsewhere 0 means no limit): refused.
+    expect(configError({ SHUTDOWN_TIMEOUT_MS: '0' }).message).toContain('SHUTDOWN_TIMEOUT_MS')
   })
 
   test('METRICS_PORT and METRICS_TOKEN say where metrics are served; a short token or a bad port is refused', () => {
