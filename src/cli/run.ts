@@ -1,7 +1,7 @@
 /** What every command-line tool shares: strict arguments, `--help`, and a failure as one line on stderr. */
 import { parseArgs, type ParseArgsConfig } from 'node:util'
 
-/** A wrong use of the tool (a bad option or value): said with the usage, exit 2. */
+/** A wrong use of the tool (a bad option or value): exit 2. */
 export class UsageError extends Error {}
 
 type Options = NonNullable<ParseArgsConfig['options']>
@@ -9,8 +9,7 @@ type Options = NonNullable<ParseArgsConfig['options']>
 /**
  * Parses the arguments (an unknown option, a missing value or a stray word is a wrong use), answers
  * `--help` with the usage, and runs `main`. A failure ends the process with one line, `name: why`:
- * exit 2 for a wrong use (with the usage), 1 for anything else (an unreachable database, a bad
- * setting). `main` sets `process.exitCode` itself for an outcome that is not a failure.
+ * exit 2 for a wrong use, 1 for anything else (an unreachable database, a bad setting). `main` sets `process.exitCode` itself for an outcome that is not a failure.
  *
  * @example
  * await runCli('migrate', 'usage: bun run migrate', {}, async () => { ... })
@@ -30,12 +29,12 @@ export async function runCli<O extends Options>(
     }
     values = parsed.values as ReturnType<typeof parseArgs<{ options: O }>>['values']
   } catch (error) {
-    return fail(name, `${firstLine(error)}\n${usage}`, 2)
+    return fail(name, `${firstLine(error)} (--help shows the usage)`, 2)
   }
   try {
     await main(values)
   } catch (error) {
-    if (error instanceof UsageError) fail(name, `${error.message}\n${usage}`, 2)
+    if (error instanceof UsageError) fail(name, error.message, 2)
     else fail(name, firstLine(error), 1)
   }
 }

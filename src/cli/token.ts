@@ -8,7 +8,7 @@ const usage = 'usage: bun run token --sub <provider id> [--email <email>] [--wal
 const options = { sub: { type: 'string' }, email: { type: 'string' }, wallet: { type: 'string' }, ttl: { type: 'string' } } as const
 
 await runCli('token', usage, options, async values => {
-  if (!values.sub) throw new UsageError('--sub is required')
+  if (!values.sub) throw new UsageError('--sub is required (--help shows the usage)')
   const config = withDevSecrets(loadConfig(process.env))
   if (!config.auth.jwtSecret) throw new Error('no HS256 secret (AUTH_JWT_SECRET); with a JWKS provider, get tokens from the provider')
   // The service refuses a token that lives longer than AUTH_MAX_TOKEN_AGE: that is the default and the most.
