@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { randomUUID } from 'node:crypto'
 import { startActors } from '../workers/actors.ts'
 import {
   createAgent,
@@ -11,6 +12,7 @@ import {
   type TestUser,
   uuidV7,
 } from './helpers/context.ts'
+import { until } from './helpers/until.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -325,7 +327,14 @@ describe('replies of many agents at once', () => {
     await send(user, agent, 'One question')
     expect((await poll(agent)).body.data.pendingConversations).toHaveLength(1)
     const announced: string[] = []
-    const stop = await ctx.deps.pubsub.subscribe(ctx.deps.keys.channels.inboxChanged, id => announced.push(id))
+    const channel = ctx.deps.keys.channels.inboxChanged
+    const stop = await ctx.deps.pubsub.subscribe(channel, id => announced.push(id))
+    // What was announced before (the message's write, the poll's rebuild) may still be on its way:
+    // once a marker published now has come, all of it has, and it is not counted.
+    const marker = randomUUID()
+    await ctx.deps.redis.publish(channel, marker)
+    await until(async () => announced.includes(marker))
+    announced.length = 0
     expect((await reply(agent, user.id, 'First answer')).status).toBe(201)
     expect((await reply(agent, user.id, 'And one more thing')).status).toBe(201)
     await Bun.sleep(100)
