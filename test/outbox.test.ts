@@ -1,13 +1,13 @@
 /** The outbox and its relay: an event is delivered if and only if its change committed, in order per user, once. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomUUID } from 'node:crypto'
-import { Queue } from 'bullmq'
+import { Queue, Worker } from 'bullmq'
 import { createTestContext, type TestContext } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
 import { enqueueEvents } from '../src/events/outbox.ts'
 import { relayPass, startRelay, type Relay } from '../src/events/relay.ts'
 import { createRedis, deleteByPrefix } from '../src/redis.ts'
-import { keepSchedules } from '../workers/schedules.ts'
+import { keepSchedules, keptJobs } from '../workers/schedules.ts'
 import { startRedisServer } from './helpers/redis-server.ts'
 
 let ctx: TestContext
@@ -153,4 +153,22 @@ describe('job schedules', () => {
     await queue.close()
     await connection.quit()
   })
+
+  test('keep only their newest finished jobs', async () => {
+    const connection = createRedis(ctx.config.redisUrl, ctx.deps.log, 'bullmq')
+    const queue = new Queue('schedules-kept', { connection, prefix: ctx.deps.keys.bullPrefix })
+    let done = 0
+    const worker = new Worker('schedules-kept', async () => void done++, { connection, prefix: ctx.deps.keys.bullPrefix })
+    const kept = await keepSchedules([{ queue, id: 'fast', job: 'fast', everyMs: 5 }], ctx.deps.redis, ctx.deps.log)
+    try {
+      await until(async () => done > keptJobs.completed + 20, 20_000)
+      expect(await queue.getCompletedCount()).toBeLessThanOrEqual(keptJobs.completed)
+    } finally {
+      kept.stop()
+      await queue.removeJobScheduler('fast')
+      await worker.close()
+      await queue.close()
+      await connection.quit()
+    }
+  }, 30_000)
 })

@@ -20,8 +20,12 @@ export interface Schedule {
 /** How often the schedules are asserted even without a reconnect (a Redis that restarted empty faster than a ping). */
 export const scheduleCheckEveryMs = 10_000
 
+/** Finished jobs of a schedule kept for inspection; older ones go (a job every 2 s would otherwise keep 50 MB a day). */
+export const keptJobs = { completed: 100, failed: 1000 }
+
 export async function upsertSchedules(schedules: Schedule[]): Promise<void> {
-  for (const { queue, id, job, everyMs } of schedules) await queue.upsertJobScheduler(id, { every: everyMs }, { name: job })
+  const opts = { removeOnComplete: { count: keptJobs.completed }, removeOnFail: { count: keptJobs.failed } }
+  for (const { queue, id, job, everyMs } of schedules) await queue.upsertJobScheduler(id, { every: everyMs }, { name: job, opts })
 }
 
 /**
