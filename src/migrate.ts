@@ -145,6 +145,7 @@ async function lockHolder(session: Sql): Promise<Omit<LockHolder, 'waitedMs'>> {
     select a.pid, a.application_name as application, a.state, a.backend_start as since
     from pg_locks l join pg_stat_activity a on a.pid = l.pid
     where l.locktype = 'advisory' and l.granted and l.classid = 0 and l.objid = ${lockId}::bigint::oid and l.objsubid = 1
+      and l.database = (select oid from pg_database where datname = current_database())
   `
   return holder ?? { pid: null, application: null, state: null, since: null }
 }

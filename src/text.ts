@@ -3,7 +3,10 @@ export function isStorableText(value: string): boolean {
   return value.isWellFormed() && !value.includes('\u0000')
 }
 
-/** A connection URL as it may be shown: its credentials hidden. */
+/**
+ * A connection URL as it may be shown: everything up to its last `@` hidden, so that a password
+ * written unencoded (holding `/` or `@`) is hidden too.
+ */
 export function redactUrl(url: string): string {
-  return url.replace(/\/\/([^@/]*)@/, '//***@')
+  return url.replace(/\/\/.*@/, '//***@')
 }

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { ConfigError, defaultRateLimits, loadConfig } from '../src/config.ts'
 import { withDevSecrets } from '../src/dev-secrets.ts'
+import { redactUrl } from '../src/text.ts'
 
 const secret = 'a-production-secret-of-at-least-32-chars'
 const production = {
@@ -240,5 +241,14 @@ describe('withDevSecrets', () => {
     const config = loadConfig({ ...production, DATA_DIR: dataDir })
     expect(withDevSecrets(config)).toBe(config)
     expect(existsSync(dataDir)).toBe(false)
+  })
+})
+
+describe('redactUrl', () => {
+  test('hides credentials, unencoded ones with / or @ too, and leaves a URL without them alone', () => {
+    expect(redactUrl('postgres://u:secret@db.example.com:5432/app')).toBe('postgres://***@db.example.com:5432/app')
+    expect(redactUrl('postgres://u:p/w@h/db')).toBe('postgres://***@h/db')
+    expect(redactUrl('postgres://u:p@ss@h/db')).toBe('postgres://***@h/db')
+    expect(redactUrl('redis://127.0.0.1:6379')).toBe('redis://127.0.0.1:6379')
   })
 })

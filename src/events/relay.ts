@@ -30,13 +30,14 @@ export interface Published {
 
 // K the stream; A channel, type, JSON, outbox row. Kept and announced in one step, so an event is
 // never announced without being kept, nor kept without being announced. An event among the stream's
-// newest already is not appended again: an append that timed out (Redis paused) runs when Redis
-// answers again, after the passes that sent it again meanwhile, and its user's later events wait for
-// it, so its copies land among the newest.
+// newest already (the same outbox row and payload: row ids can come again after a database restore)
+// is not appended again: an append that timed out (Redis paused) runs when Redis answers again, after
+// the passes that sent it again meanwhile, and its user's later events wait for it, so its copies
+// land among the newest.
 const append = defineBatchedScript(
   `
 for _, entry in ipairs(redis.call('XREVRANGE', K[1], '+', '-', 'COUNT', ${recentEntries})) do
-  if entry[2][6] == A[4] then return entry[1] end
+  if entry[2][6] == A[4] and entry[2][4] == A[3] then return entry[1] end
 end
 local id = redis.call('XADD', K[1], 'MAXLEN', '~', ${streamLength}, '*', 'type', A[2], 'data', A[3], 'row', A[4])
 redis.call('PUBLISH', A[1], cjson.encode({ stream = K[1], id = id, type = A[2], data = A[3] }))
