@@ -1,6 +1,6 @@
 /** PostgreSQL connections: one postgres.js pool per process, bigint parsed as number (all amounts fit). */
 import postgres from 'postgres'
-import { redactUrl } from './text.ts'
+import { firstLine, redactUrl } from './text.ts'
 
 export type Sql = postgres.Sql<{ bigint: number }>
 export type TxSql = postgres.TransactionSql<{ bigint: number }>
@@ -46,8 +46,7 @@ export async function reachDatabase(url: string): Promise<void> {
     sql = createSql(url, { max: 1 })
     await sql`select 1`
   } catch (error) {
-    const why = (error instanceof Error ? error.message : String(error)).split('\n')[0]
-    throw new Error(`PostgreSQL is not reachable at DATABASE_URL=${redactUrl(url)}: ${why}`)
+    throw new Error(`PostgreSQL is not reachable at DATABASE_URL=${redactUrl(url)}: ${firstLine(error)}`)
   } finally {
     await sql?.end({ timeout: 1 }).catch(() => {})
   }

@@ -10,6 +10,7 @@ import { serverOptions } from './http/server-options.ts'
 import type { EmbeddedDatabase } from './embedded-postgres.ts'
 import { startWorkers, type Workers } from '../workers/index.ts'
 import { serveMetrics } from './metrics/routes.ts'
+import { firstLine } from './text.ts'
 
 type Role = 'all' | 'api' | 'workers'
 
@@ -104,7 +105,6 @@ async function main() {
 // such as a child process that cannot start) is one JSON line on stderr, its message's first line,
 // and a non-zero exit. A crash's stack is kept in the line: it is the only trace of where it was.
 const fatal = createLog('error', toStderr)
-const firstLine = (error: unknown) => (error instanceof Error ? error.message : String(error)).split('\n')[0]
 
 process.on('uncaughtException', error => {
   fatal.error('uncaught exception', { error: firstLine(error), stack: error instanceof Error ? error.stack : undefined })

@@ -10,3 +10,6 @@ export function isStorableText(value: string): boolean {
 export function redactUrl(url: string): string {
   return url.replace(/\/\/.*@/, '//***@')
 }
+
+/** An error's message, its first line only: for a one-line report. */
+export const firstLine = (error: unknown): string => (error instanceof Error ? error.message : String(error)).split('\n')[0]!

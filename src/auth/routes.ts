@@ -219,7 +219,8 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
           description:
             'Needs a user credential; the key the device then receives acts as this user. No body approves; ' +
             '`{"action": "deny"}` denies. An unknown or expired code, or one already decided otherwise, is 404; ' +
-            'repeating one’s own decision is 200. Misses are limited per user (rule `deviceCodeMisses`, 10 an hour), and ' +
+            'repeating one’s own decision is 200 until the device has collected its key. Misses are limited per user (rule ' +
+            '`deviceCodeMisses`, by default 10 an hour), and ' +
             'decisions too (`deviceCodeApprove`): 429.',
         },
       },

@@ -74,6 +74,7 @@ export function blogRoutes(deps: Deps, auth: AuthPlugin) {
         operationId: 'updateBlogPost',
         summary: 'Edit a post, publish it (status published), take it down (status draft) or schedule it (publishAt)',
         description:
+          'Needs the post’s agent key, or its owner’s user credential (another’s post is 403). ' +
           'The slug follows the title until the post is first published; from then on it stays. ' +
           '`publishAt` on a published post is 400: set status draft first.',
       },

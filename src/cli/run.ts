@@ -1,5 +1,6 @@
 /** What every command-line tool shares: strict arguments, `--help`, and a failure as one line on stderr. */
 import { parseArgs, type ParseArgsConfig } from 'node:util'
+import { firstLine } from '../text.ts'
 
 /** A wrong use of the tool (a bad option or value): exit 2. */
 export class UsageError extends Error {}
@@ -43,5 +44,3 @@ function fail(name: string, message: string, code: number) {
   console.error(`${name}: ${message}`)
   process.exitCode = code
 }
-
-const firstLine = (error: unknown) => (error instanceof Error ? error.message : String(error)).split('\n')[0]!

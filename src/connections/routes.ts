@@ -57,8 +57,8 @@ export function connectionRoutes({ sql, config, clock }: Deps, auth: AuthPlugin)
           summary: 'Connect an account; the credential is stored encrypted',
           description:
             'Needs a user credential. One connection per `provider`: a second is 409 `name_taken` (delete the first). ' +
-            '`baseUrl` must be https (http only for hosts in `PROXY_ALLOWED_HOSTS`) and must not resolve to a private, ' +
-            'loopback or link-local address (400). The user’s agents use it through POST /v1/agent/proxy-call.',
+            '`baseUrl` must be https and must not resolve to a private, loopback or link-local address (400); a host in ' +
+            '`PROXY_ALLOWED_HOSTS` is exempt from both. The user’s agents use it through POST /v1/agent/proxy-call.',
         },
       },
     )

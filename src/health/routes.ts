@@ -94,7 +94,7 @@ export function healthRoutes({ sql, redis, lifecycle }: Deps) {
         detail: {
           operationId: 'healthReady',
           summary: 'Ready for traffic: Postgres and Redis reachable, migrations applied, not shutting down',
-          description: 'Otherwise 503 `unavailable`, with a detail for each reason.',
+          description: 'No credential. For a load balancer: when one of these fails, 503 `unavailable` with a detail for each reason.',
           security: [],
         },
       },

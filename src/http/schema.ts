@@ -106,11 +106,13 @@ export const queryValue = (shown: Record<string, unknown>, description: string, 
 
 /** A query integer from `minimum` to `maximum` (`fallback` when absent), read by `parse`. */
 export function queryInteger(name: string, fallback: number, minimum: number, maximum: number, description: string) {
+  // Digits only, and few enough that no string of them costs anything to read (leading zeros allowed).
+  const digits = new RegExp(`^[0-9]{1,${Math.max(7, String(maximum).length)}}$`)
   return {
     param: queryValue({ type: 'integer', minimum, maximum, default: fallback }, description, fallback),
     parse(value: string | undefined): number {
       if (value === undefined) return fallback
-      if (!/^[0-9]{1,7}$/.test(value) || Number(value) < minimum || Number(value) > maximum) {
+      if (!digits.test(value) || Number(value) < minimum || Number(value) > maximum) {
         throw errors.field(`/${name}`, `must be an integer from ${minimum} to ${maximum}`)
       }
       return Number(value)
