@@ -71,8 +71,6 @@ export const defaultRateLimits = {
   messagePost: { capacity: 30, perSeconds: 60 },
   // proxy calls one agent may make (for all its subscribers)
   proxyCall: { capacity: 600, perSeconds: 60 },
-  // API keys no one was issued that one address may send (each costs a database lookup)
-  unknownApiKeys: { capacity: 60, perSeconds: 60 },
 } satisfies Record<string, RateRule>
 export type RateLimitName = keyof typeof defaultRateLimits
 export type RateLimits = Record<RateLimitName, RateRule>

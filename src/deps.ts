@@ -95,11 +95,8 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const sql = createSql(config.databaseUrl, { max: options.sqlMax ?? 20 })
 
   const keyCache = await createKeyCache({ sql, redis, pubsub, channel: keys.channels.keyRevoked, clock, log })
+  const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache)
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
-  const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache, {
-    limiter: rateLimiter,
-    trustedProxies: config.trustedProxies,
-  })
   const inFlight = createInFlightLimiter(redis, keys, clock)
   const proxyBuffers = createBufferBudget(config.proxy.bufferBytes)
   // Agents' replies and the turns of idle actors run in batches with Postgres connections of their own

@@ -1,9 +1,6 @@
 /** Turns request headers into a principal: Bearer JWT, Bearer sk_ key, or X-API-Key agent key. */
-import type { Server } from 'bun'
 import type { Sql } from '../db.ts'
-import { AppError, errors } from '../errors.ts'
-import { addressBucket, clientIpResolver } from '../http/client-ip.ts'
-import type { RateLimiter } from '../rate-limit/token-bucket.ts'
+import { errors } from '../errors.ts'
 import { hashKeyHex, keyKind } from './api-key.ts'
 import type { VerifyJwt } from './jwt.ts'
 import type { KeyCache } from './key-cache.ts'
@@ -12,11 +9,10 @@ import { upsertUser } from './store.ts'
 
 export interface Authenticator {
   /**
-   * The caller, or null when no credential was sent; throws 401 `invalid_token` for a bad one, and
-   * 429 when the caller's address has sent too many unknown keys (`server` gives its address).
+   * The caller, or null when no credential was sent; throws 401 `invalid_token` for a bad one.
    * `prefer` picks which header wins when both are sent (agent routes read X-API-Key first).
    */
-  authenticate(request: Request, server: Server<unknown> | null | undefined, prefer?: 'user' | 'agent'): Promise<Principal | null>
+  authenticate(headers: Headers, prefer?: 'user' | 'agent'): Promise<Principal | null>
   keys: KeyCache
 }
 
@@ -40,39 +36,21 @@ export function userKeyHash(headers: Headers): string | null {
   return token.startsWith('sk_') ? hashKeyHex(token) : null
 }
 
-/** Where the keys an address sends that no one was issued are counted: each costs a database lookup. */
-export interface UnknownKeyBudget {
-  limiter: RateLimiter
-  trustedProxies: string[]
-}
-
-export function createAuthenticator(sql: Sql, verifyJwt: VerifyJwt, keys: KeyCache, unknownKeys?: UnknownKeyBudget): Authenticator {
+export function createAuthenticator(sql: Sql, verifyJwt: VerifyJwt, keys: KeyCache): Authenticator {
   // JWT subject -> user id, so a signed-in user costs one signature check, not a query, per call.
   const users = new Map<string, { id: string; expires: number }>()
-  const clientIp = clientIpResolver(unknownKeys?.trustedProxies ?? [])
-
-  /**
-   * A key not cached, looked up in the database: only while its address has not used up its budget
-   * of unknown keys (checked before, charged after a miss: a burst sent at once may pass it by as
-   * many as it holds, but no address goes on sending made-up keys at the database's cost).
-   */
-  const lookup = async (hex: string, address: string | undefined): Promise<Principal> => {
-    // Redis away: the lookup goes ahead, as it did before budgets (only an empty budget refuses).
-    if (address) await unknownKeys!.limiter.check('unknownApiKeys', address).catch(error => rethrowIf(error instanceof AppError, error))
-    const principal = await keys.lookup(hex)
-    if (principal) return principal
-    if (address) await unknownKeys!.limiter.take('unknownApiKeys', address).catch(() => {})
-    throw errors.invalidToken()
-  }
 
   // Synchronous when the cache answers: this is every poll's path. A hash the cache knows as live is
   // that issued key (so its checksum is good); any other key has its checksum checked before the query.
-  const fromKey = (key: string, address: () => string | undefined): Principal | Promise<Principal> => {
+  const fromKey = (key: string): Principal | Promise<Principal> => {
     const hex = hashKeyHex(key)
     const cached = keys.peek(hex)
     if (cached) return cached
     if (cached === null || !keyKind(key)) throw errors.invalidToken()
-    return lookup(hex, address())
+    return keys.lookup(hex).then(principal => {
+      if (!principal) throw errors.invalidToken()
+      return principal
+    })
   }
 
   const fromJwt = async (token: string): Promise<Principal> => {
@@ -85,32 +63,25 @@ export function createAuthenticator(sql: Sql, verifyJwt: VerifyJwt, keys: KeyCac
     return { kind: 'user', userId: id, keyId: null }
   }
 
-  const fromBearer = (header: string, address: () => string | undefined): Principal | Promise<Principal> => {
+  const fromBearer = (header: string): Principal | Promise<Principal> => {
     const token = bearerToken(header)
-    return token.startsWith('sk_') ? fromKey(token, address) : fromJwt(token)
+    return token.startsWith('sk_') ? fromKey(token) : fromJwt(token)
   }
 
-  const fromApiKey = (key: string, address: () => string | undefined): Principal | Promise<Principal> => {
+  const fromApiKey = (key: string): Principal | Promise<Principal> => {
     if (!key.startsWith('sk_agt_')) throw errors.invalidToken('X-API-Key takes an agent key (sk_agt_...)')
-    return fromKey(key, address)
+    return fromKey(key)
   }
 
   return {
     keys,
-    async authenticate(request, server, prefer = 'user') {
-      const { headers } = request
-      // Worked out only for a key that needs a lookup.
-      const address = () => (unknownKeys ? `ip:${addressBucket(clientIp(server, request))}` : undefined)
+    async authenticate(headers, prefer = 'user') {
       const authorization = headers.get('authorization')
       const apiKey = headers.get('x-api-key')
-      if (prefer === 'agent' && apiKey) return fromApiKey(apiKey.trim(), address)
-      if (authorization) return fromBearer(authorization, address)
-      if (apiKey) return fromApiKey(apiKey.trim(), address)
+      if (prefer === 'agent' && apiKey) return fromApiKey(apiKey.trim())
+      if (authorization) return fromBearer(authorization)
+      if (apiKey) return fromApiKey(apiKey.trim())
       return null
     },
   }
-}
-
-function rethrowIf(condition: boolean, error: unknown): void {
-  if (condition) throw error
 }

@@ -41,7 +41,7 @@ export function eventRoutes(deps: Deps) {
           userId = spent.userId
           keyHash = spent.keyHash
         } else {
-          const principal = await authenticator.authenticate(request, server)
+          const principal = await authenticator.authenticate(request.headers)
           if (!principal) throw errors.unauthorized()
           if (principal.kind !== 'user') throw errors.userOnly()
           userId = principal.userId
