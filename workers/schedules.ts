@@ -20,11 +20,15 @@ export interface Schedule {
 /** How often the schedules are asserted even without a reconnect (a Redis that restarted empty faster than a ping). */
 export const scheduleCheckEveryMs = 10_000
 
-/** Finished jobs of a schedule kept for inspection; older ones go (a job every 2 s would otherwise keep 50 MB a day). */
-export const keptJobs = { completed: 100, failed: 1000 }
+/**
+ * A scheduled job goes once it is done (a job every 2 s would otherwise keep 50 MB a day); a failed
+ * one is kept a week, like the blog's publish jobs. Both rules trim the queue's whole finished
+ * set, so they must not cut what the queue's other jobs keep.
+ */
+export const scheduledJobOptions = { removeOnComplete: true, removeOnFail: { age: 7 * 86_400 } }
 
 export async function upsertSchedules(schedules: Schedule[]): Promise<void> {
-  const opts = { removeOnComplete: { count: keptJobs.completed }, removeOnFail: { count: keptJobs.failed } }
+  const opts = scheduledJobOptions
   for (const { queue, id, job, everyMs } of schedules) await queue.upsertJobScheduler(id, { every: everyMs }, { name: job, opts })
 }
 
