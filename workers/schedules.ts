@@ -21,11 +21,11 @@ export interface Schedule {
 export const scheduleCheckEveryMs = 10_000
 
 /**
- * A scheduled job goes once it is done (a job every 2 s would otherwise keep 50 MB a day); a failed
- * one is kept a week, like the blog's publish jobs. Both rules trim the queue's whole finished
- * set, so they must not cut what the queue's other jobs keep.
+ * A scheduled job's finished record is kept an hour (a job every 2 s kept for ever would be 50 MB a
+ * day), a failed one a week, as the blog's publish jobs keep theirs. Both rules trim the queue's
+ * whole finished set by age, so they cut nothing the queue's other jobs keep longer.
  */
-export const scheduledJobOptions = { removeOnComplete: true, removeOnFail: { age: 7 * 86_400 } }
+export const scheduledJobOptions = { removeOnComplete: { age: 3600 }, removeOnFail: { age: 7 * 86_400 } }
 
 export async function upsertSchedules(schedules: Schedule[]): Promise<void> {
   const opts = scheduledJobOptions
