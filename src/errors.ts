@@ -77,6 +77,13 @@ export const errors = {
   configInactive: () => new AppError(409, 'config_inactive', 'The config is no longer for sale'),
   priceChanged: (priceCents: number) =>
     new AppError(409, 'price_changed', `The price is now ${priceCents} cents, not the expected one; nothing was charged`),
+  termsChanged: (terms: { monthlyPriceCents: number; includedProxyCalls: number; overagePerCallCents: number }) =>
+    new AppError(
+      409,
+      'price_changed',
+      `The plan's terms are now ${terms.monthlyPriceCents} cents a month, ${terms.includedProxyCalls} calls included and ` +
+        `${terms.overagePerCallCents} cents a call over them, not the expected ones; nothing was charged`,
+    ),
   alreadyResponded: () => new AppError(409, 'already_responded', 'The request has already been answered'),
   userProvidedPrecedence: () => new AppError(409, 'user_provided_precedence', 'The user has set this entry; agents cannot override it'),
   nameTaken: () => new AppError(409, 'name_taken', 'That name is taken'),

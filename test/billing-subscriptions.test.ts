@@ -98,6 +98,37 @@ describe('subscribing', () => {
     expect((await participant(agent.id)).activeSubscribers).toBe(1)
   })
 
+  test('expectedTerms: terms changed since the plan was read are 409 price_changed, and nothing is created or charged', async () => {
+    const { agent, planId } = await agentWithPlan()
+    const user = await signUp(ctx)
+    const seen = { monthlyPriceCents: 1000, includedProxyCalls: 100, overagePerCallCents: 5 }
+    const raised = await ctx.call('PATCH', `/v1/billing/plans/${planId}`, { token: owner.token, body: { monthlyPriceCents: 2500 } })
+    expect(raised.status).toBe(200)
+    const refused = expectError(
+      await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId, expectedTerms: seen } }),
+      409,
+      'price_changed',
+    )
+    expect(refused.message).toContain('2500 cents a month')
+    const [count] = await ctx.deps.sql<{ n: number }[]>`select count(*)::int as n from subscriptions where user_id = ${user.id}`
+    expect(count!.n).toBe(0)
+    expect((await participant(agent.id)).activeSubscribers).toBe(0)
+
+    // The terms as they are now: subscribed, and the first period is billed at them.
+    const now = { ...seen, monthlyPriceCents: 2500 }
+    const taken = await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId, expectedTerms: now } })
+    expect(taken.status).toBe(201)
+    const [period] = await ctx.deps.sql<{ price: number }[]>`
+      select monthly_price_cents as price from subscription_periods where subscription_id = ${taken.body.data.id} and period_index = 0`
+    expect(period!.price).toBe(2500)
+    // Part of the terms, or an unknown field in them, is refused as bad input.
+    const other = await signUp(ctx)
+    const partial = { planId, expectedTerms: { monthlyPriceCents: 2500 } }
+    expectError(await ctx.call('POST', '/v1/billing/subscriptions', { token: other.token, body: partial }), 400, 'validation_failed')
+    const extra = { planId, expectedTerms: { ...now, currency: 'usd' } }
+    expectError(await ctx.call('POST', '/v1/billing/subscriptions', { token: other.token, body: extra }), 400, 'validation_failed')
+  })
+
   test('a price change reaches existing subscribers only from their next period', async () => {
     const { planId } = await agentWithPlan({ includedProxyCalls: 100, monthlyPriceCents: 1000 })
     const user = await signUp(ctx)

@@ -16,8 +16,10 @@ import {
   adjustActiveSubscribers,
   cancelSubscription,
   findSubscription,
+  firstPeriodTerms,
   insertSubscription,
   listSubscriptions,
+  type PeriodTerms,
   type SubscriptionRow,
 } from './store.ts'
 
@@ -36,6 +38,9 @@ export const subscriptionView = (row: SubscriptionRow): Subscription => ({
   createdAt: iso(row.createdAt),
   cancelledAt: isoOrNull(row.cancelledAt),
 })
+
+const sameTerms = (a: PeriodTerms, b: PeriodTerms) =>
+  a.monthlyPriceCents === b.monthlyPriceCents && a.includedProxyCalls === b.includedProxyCalls && a.overagePerCallCents === b.overagePerCallCents
 
 export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
   const { sql, clock } = deps
@@ -74,6 +79,9 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
               if (uniqueViolation(error) === 'subscriptions_one_active') throw errors.alreadySubscribed()
               throw error
             }
+            // The terms the first period was given, whatever changed meanwhile: those are what is billed.
+            const terms = await firstPeriodTerms(tx, id)
+            if (body.expectedTerms && !sameTerms(terms, body.expectedTerms)) throw errors.termsChanged(terms)
             await adjustActiveSubscribers(tx, plan.participantId, 1)
             const payload = { subscriptionId: id, participantId: plan.participantId, planId: plan.id, userId: user.userId }
             await enqueueEvents(tx, startedAt, [{ userId: plan.ownerId, type: 'subscription.created', payload }])
@@ -95,7 +103,9 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
             'Needs a user credential. The plan’s agent must be active (else 404) and not the caller’s (403 ' +
             '`cannot_subscribe_own_agent`). An inactive plan is 409 `plan_inactive`; ' +
             'a second active subscription to the agent is 409 `already_subscribed`. Periods run one calendar month from now. ' +
-            'A repeat with the same `Idempotency-Key` gets the first answer.',
+            'Send `expectedTerms` (the plan’s terms as shown): the first period given other terms (the owner changed them ' +
+            'meanwhile) is 409 `price_changed`, and nothing is created. A repeat with the same `Idempotency-Key` gets the ' +
+            'first answer.',
         },
       },
     )

@@ -42,6 +42,22 @@ export const Subscription = t.Object(
 export type Subscription = typeof Subscription.static
 
 export const CreateSubscription = t.Object(
-  { planId: Uuid },
+  {
+    planId: Uuid,
+    expectedTerms: t.Optional(
+      t.Object(
+        {
+          monthlyPriceCents: Int({ minimum: 0, maximum: 10_000_000 }),
+          includedProxyCalls: Int({ minimum: 0, maximum: 10_000_000 }),
+          overagePerCallCents: Int({ minimum: 0, maximum: 100_000 }),
+        },
+        {
+          description:
+            'The plan’s terms the subscriber agreed to (as the plan shows them); a plan whose terms are now otherwise is 409 price_changed',
+          additionalProperties: false,
+        },
+      ),
+    ),
+  },
   { $id: 'CreateSubscription', description: 'The plan to subscribe to', additionalProperties: false },
 )

@@ -51,6 +51,22 @@ export async function insertSubscription(sql: Db, s: NewSubscription): Promise<s
   return row!.id
 }
 
+export interface PeriodTerms {
+  monthlyPriceCents: number
+  includedProxyCalls: number
+  overagePerCallCents: number
+}
+
+/** The terms a subscription's first period was given. */
+export async function firstPeriodTerms(sql: Db, subscriptionId: string): Promise<PeriodTerms> {
+  const [row] = await sql<PeriodTerms[]>`
+    select monthly_price_cents as "monthlyPriceCents", included_proxy_calls as "includedProxyCalls",
+      overage_per_call_cents as "overagePerCallCents"
+    from subscription_periods where subscription_id = ${subscriptionId} and period_index = 0
+  `
+  return row!
+}
+
 /**
  * Creates the missing rows of every period that has begun by `at` (for a cancelled subscription, up
  * to the period it was cancelled in), with their terms, and counts them; one subscription, several
