@@ -2,7 +2,8 @@
 import { t } from 'elysia'
 import { Int, Timestamp, Uuid } from '../../http/schema.ts'
 
-const terms = {
+/** A plan's fields, each with its bounds: a plan's terms are checked the same wherever they are sent. */
+export const terms = {
   name: t.String({ minLength: 1, maxLength: 100 }),
   description: t.Union([t.String({ maxLength: 1000 }), t.Null()]),
   monthlyPriceCents: Int({ minimum: 0, maximum: 10_000_000 }),

@@ -1,6 +1,7 @@
 /** Wire schemas of subscriptions. */
 import { t } from 'elysia'
 import { Int, NullableTimestamp, Timestamp, Uuid } from '../../http/schema.ts'
+import { terms } from '../plans/schema.ts'
 
 export const Subscription = t.Object(
   {
@@ -47,9 +48,9 @@ export const CreateSubscription = t.Object(
     expectedTerms: t.Optional(
       t.Object(
         {
-          monthlyPriceCents: Int({ minimum: 0, maximum: 10_000_000 }),
-          includedProxyCalls: Int({ minimum: 0, maximum: 10_000_000 }),
-          overagePerCallCents: Int({ minimum: 0, maximum: 100_000 }),
+          monthlyPriceCents: terms.monthlyPriceCents,
+          includedProxyCalls: terms.includedProxyCalls,
+          overagePerCallCents: terms.overagePerCallCents,
         },
         {
           description:
