@@ -1,7 +1,7 @@
 /** GET /v1/agent/events: the agent's poll (the hottest path), served from its inbox in process memory or Redis. */
 import { Elysia } from 'elysia'
 import type { Deps } from '../deps.ts'
-import { failures, Ok, ok, parseTime, Query, SinceParam } from '../http/schema.ts'
+import { failures, Ok, ok, parseTime, Query, TimeParam } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { pollEvents } from './poll.ts'
 import { AgentEvents } from './schema.ts'
@@ -17,7 +17,7 @@ export function agentEventRoutes({ inboxes, clock }: Deps, auth: AuthPlugin) {
     {
       agent: true,
       query: Query({
-        since: SinceParam('Only conversations and requests after this ISO 8601 time'),
+        since: TimeParam('Only conversations and requests after this ISO 8601 time'),
       }),
       response: { 200: Ok(AgentEvents), ...failures(400, 401, 403, 503) },
       detail: {

@@ -124,14 +124,11 @@ export function queryInteger(name: string, fallback: number, minimum: number, ma
 export const pageLimit = (fallback: number, max: number) =>
   queryInteger('limit', fallback, 1, max, `How many items at most (default ${fallback}, at most ${max})`)
 
-/** A `before` query parameter: an ISO time (read leniently by `parseTime`). */
-export const BeforeParam = queryValue(
-  { type: 'string', format: 'date-time' },
-  'Only items strictly older than this ISO 8601 time',
-  '2026-11-22T10:00:00.000Z',
-)
-/** An ISO time query parameter that keeps what came after it. */
-export const SinceParam = (description: string) => queryValue({ type: 'string', format: 'date-time' }, description, '2026-11-22T10:00:00.000Z')
+/** An ISO time query parameter (read leniently by `parseTime`), shown as a date-time. */
+export const TimeParam = (description: string) => queryValue({ type: 'string', format: 'date-time' }, description, '2026-11-22T10:00:00.000Z')
+
+/** A `before` query parameter. */
+export const BeforeParam = TimeParam('Only items strictly older than this ISO 8601 time')
 
 /**
  * An ISO 8601 time, read leniently the way clients write them: `T` or a space between date and time,
