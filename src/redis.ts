@@ -1,5 +1,5 @@
 /** Redis connections: commands (fail fast), a subscriber, and BullMQ's (which must wait forever). */
-import { Redis } from 'ioredis'
+import { Redis, type Cluster } from 'ioredis'
 import calculateSlot from 'cluster-key-slot'
 import { errorFields, throttled, type Log } from './log.ts'
 import { redactUrl } from './text.ts'
@@ -156,7 +156,10 @@ export async function deleteByPrefix(redis: Redis, prefix: string): Promise<void
   } while (cursor !== '0')
 }
 
-export type Script = (redis: Redis, keys: string[], args: (string | number)[]) => Promise<unknown>
+/** What a script runs on: a connection, or a Cluster client (which sends each call to its keys' node). */
+export type ScriptClient = Redis | Cluster
+
+export type Script = (redis: ScriptClient, keys: string[], args: (string | number)[]) => Promise<unknown>
 
 /** A Lua script run by its SHA (EVALSHA), loaded on first use and again after a Redis restart. */
 export function defineScript(lua: string): Script {
@@ -212,9 +215,9 @@ for c = 0, calls - 1 do
   out[c + 1] = result
 end
 return out`)
-  const queues = new WeakMap<Redis, BatchedCall[]>()
+  const queues = new WeakMap<ScriptClient, BatchedCall[]>()
 
-  const run = (redis: Redis, calls: BatchedCall[]) => {
+  const run = (redis: ScriptClient, calls: BatchedCall[]) => {
     script(
       redis,
       calls.flatMap(c => c.keys),
@@ -237,10 +240,10 @@ return out`)
     )
   }
 
-  const flush = (redis: Redis) => {
+  const flush = (redis: ScriptClient) => {
     const calls = queues.get(redis)!
     queues.delete(redis)
-    const groups = (redis as { isCluster?: boolean }).isCluster ? Map.groupBy(calls, c => calculateSlot(c.keys[0]!)).values() : [calls]
+    const groups = redis.isCluster ? Map.groupBy(calls, c => calculateSlot(c.keys[0]!)).values() : [calls]
     for (const group of groups) {
       for (let i = 0; i < group.length; i += maxCalls) run(redis, group.slice(i, i + maxCalls))
     }

@@ -2,6 +2,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createTestContext, type TestContext } from './helpers/context.ts'
 import { defineBatchedScript } from '../src/redis.ts'
+import { startRedisCluster } from './helpers/redis-cluster.ts'
 
 let ctx: TestContext
 
@@ -48,22 +49,21 @@ describe('a batched script', () => {
     }
   })
 
-  test('on a Redis Cluster only calls whose keys share a slot go together', async () => {
-    const cluster = ctx.deps.redis.duplicate()
-    // The client is a standalone one (this machine has no Cluster), told it is a Cluster's: only the grouping changes.
-    Object.defineProperty(cluster, 'isCluster', { value: true })
+  test('on a real Redis Cluster calls go together only with calls whose keys share their slot', async () => {
+    const cluster = await startRedisCluster()
     try {
+      const client = await cluster.client()
       const tag = crypto.randomUUID()
-      const [a1, b, a2] = await Promise.all([
-        add(cluster, [key(`{${tag}}:one`)], [1]),
-        add(cluster, [key(`{other-${tag}}:two`)], [1]),
-        add(cluster, [key(`{${tag}}:three`)], [1]),
-      ])
-      expect([(a1 as number[])[1], (b as number[])[1], (a2 as number[])[1]]).toEqual([2, 1, 2])
+      // Tags chosen to land on different slots; one EVALSHA holding both would be refused (CROSSSLOT).
+      const keys = [`{${tag}}:one`, `{other-${tag}}:two`, `{${tag}}:three`, `{third-${tag}}:four`]
+      const results = await Promise.all(keys.map(k => add(client, [k], [1])))
+      // The two calls of one tag shared an EVALSHA; each other call went alone, to its own slot's node.
+      expect(results.map(r => (r as number[])[1])).toEqual([2, 1, 2, 1])
+      expect(await Promise.all(keys.map(k => client.get(k)))).toEqual(['1', '1', '1', '1'])
     } finally {
-      cluster.disconnect()
+      await cluster.close()
     }
-  })
+  }, 30_000)
 
   test('a call that raises an error fails alone, keeping what it did before; the other calls of its EVALSHA succeed', async () => {
     const counter = key(crypto.randomUUID())
