@@ -36,6 +36,7 @@ const Env = T.Object({
   PROXY_BUFFER_BYTES: T.Integer({ minimum: 1_048_576, default: 67_108_864 }),
   METRICS_PORT: T.Optional(T.Integer({ minimum: 1, maximum: 65535 })),
   METRICS_TOKEN: T.Optional(T.String({ minLength: 32, pattern: '^[\\x21-\\x7e]+$' })),
+  DATABASE_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, default: 30_000 }),
   MIGRATION_LOCK_TIMEOUT_MS: T.Integer({ minimum: 0, default: defaultTimeouts.lockTimeoutMs }),
   MIGRATION_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, default: defaultTimeouts.statementTimeoutMs }),
 })
@@ -122,6 +123,8 @@ export interface Config {
   }
   /** Where GET /metrics is served: on a port of its own, and/or on the API's port behind a bearer token. */
   metrics: { port: number | undefined; token: string | undefined }
+  /** How long a statement of the API or the workers may run, lock waits included (0: the database role's setting). */
+  statementTimeoutMs: number
   /** The lock_timeout and statement_timeout of each migration (0: none), unless its file sets its own. */
   migrationTimeouts: MigrationTimeouts
 }
@@ -220,6 +223,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     serviceRequests: { maxOpen: e.SERVICE_REQUESTS_OPEN_MAX, maxOpenBytes: e.SERVICE_REQUESTS_OPEN_BYTES },
     proxy: { inFlightPerAgent: e.PROXY_IN_FLIGHT_PER_AGENT, bufferBytes: e.PROXY_BUFFER_BYTES },
     metrics: { port: e.METRICS_PORT, token: e.METRICS_TOKEN },
+    statementTimeoutMs: e.DATABASE_STATEMENT_TIMEOUT_MS,
     migrationTimeouts: { lockTimeoutMs: e.MIGRATION_LOCK_TIMEOUT_MS, statementTimeoutMs: e.MIGRATION_STATEMENT_TIMEOUT_MS },
   }
 }

@@ -12,6 +12,8 @@ export interface SqlOptions {
   applicationName?: string
   /** Planner settings of these connections (e.g. `enable_seqscan`). */
   settings?: Record<string, string>
+  /** How long one statement may run, lock waits included, before Postgres cancels it (0 or unset: the role's setting). */
+  statementTimeoutMs?: number
 }
 
 export function createSql(url: string, options: SqlOptions = {}): Sql {
@@ -24,7 +26,12 @@ export function createSql(url: string, options: SqlOptions = {}): Sql {
     backoff: attempts => Math.min(0.05 * 2 ** attempts, 0.5),
     onnotice: () => {},
     // UTC, so month arithmetic in SQL (billing periods) matches the application's.
-    connection: { application_name: options.applicationName ?? 'agent-marketplace', TimeZone: 'UTC', ...options.settings },
+    connection: {
+      application_name: options.applicationName ?? 'agent-marketplace',
+      TimeZone: 'UTC',
+      ...(options.statementTimeoutMs ? { statement_timeout: options.statementTimeoutMs } : {}),
+      ...options.settings,
+    },
     types: {
       bigint: {
         to: 20,
@@ -67,6 +74,15 @@ export function isConnectionError(error: unknown): boolean {
     code === '57P03' ||
     code === '53300'
   )
+}
+
+// serialization failure, deadlock, lock not available, canceled (a statement timeout, or an operator's cancel)
+const transientStates = new Set(['40001', '40P01', '55P03', '57014'])
+
+/** True when Postgres gave up a statement for want of time or a lock, having changed nothing: the same request may succeed again. */
+export function isTransientFailure(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code
+  return typeof code === 'string' && transientStates.has(code)
 }
 
 /** The Postgres error code for a unique violation, with the constraint that fired. */

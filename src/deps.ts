@@ -92,7 +92,8 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const subscriber = createRedis(config.redisUrl, log, 'subscriber')
   await connectRedis(subscriber, config.redisUrl)
   const pubsub = createPubSub(subscriber)
-  const sql = createSql(config.databaseUrl, { max: options.sqlMax ?? 20 })
+  const statementTimeoutMs = config.statementTimeoutMs
+  const sql = createSql(config.databaseUrl, { max: options.sqlMax ?? 20, statementTimeoutMs })
 
   const keyCache = await createKeyCache({ sql, redis, pubsub, channel: keys.channels.keyRevoked, clock, log })
   const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache)
@@ -103,13 +104,13 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   // (one per batch in flight), so a batch never waits behind requests' queries, nor they behind it;
   // their Redis calls share writes on auto-pipelined connections of their own.
   const batchRedis = redis.duplicate({ enableAutoPipelining: true, connectionName: 'agent-marketplace:batches' })
-  const inlineSql = config.actorsInline ? createSql(config.databaseUrl, { max: inlineBatches }) : undefined
+  const inlineSql = config.actorsInline ? createSql(config.databaseUrl, { max: inlineBatches, statementTimeoutMs }) : undefined
   const inline = inlineSql && { sql: inlineSql, clock, batches: inlineBatches, kinds: actorKinds({ redis: batchRedis, keys, config }) }
   // The writer's statements touch a few conversations by key. While the table is small (a few thousand
   // rows) the planner, taking the JSON input for 100 rows, hash-joins it against a scan of the whole
   // table instead (about a tenth more Postgres CPU a reply); these connections run nothing else, so
   // they keep to the keyed lookups it picks at scale.
-  const replySql = createSql(config.databaseUrl, { max: 2 * replyBatches, settings: { enable_seqscan: 'off' } })
+  const replySql = createSql(config.databaseUrl, { max: 2 * replyBatches, statementTimeoutMs, settings: { enable_seqscan: 'off' } })
   const replies = createReplyWriter({ sql: replySql, redis: batchRedis, keys, clock, log, batches: replyBatches })
   const dispatcher = await createDispatcher({ redis, pubsub, keys, log, inline })
   const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock })

@@ -88,6 +88,13 @@ describe('loadConfig', () => {
     expect(configError({ MIGRATION_LOCK_TIMEOUT_MS: '5s' }).message).toContain('MIGRATION_LOCK_TIMEOUT_MS')
   })
 
+  test('DATABASE_STATEMENT_TIMEOUT_MS is whole milliseconds, 30 s by default, 0 for the role’s own', () => {
+    expect(loadConfig({}).statementTimeoutMs).toBe(30_000)
+    expect(loadConfig({ DATABASE_STATEMENT_TIMEOUT_MS: '0' }).statementTimeoutMs).toBe(0)
+    expect(configError({ DATABASE_STATEMENT_TIMEOUT_MS: '-1' }).message).toContain('DATABASE_STATEMENT_TIMEOUT_MS')
+    expect(configError({ DATABASE_STATEMENT_TIMEOUT_MS: '30s' }).message).toContain('DATABASE_STATEMENT_TIMEOUT_MS')
+  })
+
   test('refuses malformed URLs, a short JWT secret and an unknown LOG_LEVEL, naming the variable', () => {
     expect(configError({ DATABASE_URL: 'mysql://x' }).message).toContain('DATABASE_URL')
     expect(configError({ REDIS_URL: 'localhost:6379' }).message).toContain('REDIS_URL')

@@ -8,7 +8,7 @@
  */
 import postgres from 'postgres'
 import type { Sql } from '../db.ts'
-import { isConnectionError } from '../db.ts'
+import { isConnectionError, isTransientFailure } from '../db.ts'
 import { errors } from '../errors.ts'
 import { errorFields, type Log } from '../log.ts'
 import type { Redis } from '../redis.ts'
@@ -65,8 +65,6 @@ interface Pending {
 }
 
 const code = (error: unknown) => (error instanceof postgres.PostgresError ? error.code : '')
-// Rolled back for want of time or a lock (a deadlock with a statement outside this writer): the caller may try again.
-const busy = new Set(['40P01', '40001', '55P03', '57014'])
 /** Postgres refused a value of one reply (bad text, say): nothing was stored, and that reply is at fault. */
 const refusedValue = (error: unknown) => code(error).startsWith('22')
 
@@ -221,7 +219,7 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
 
 function failureOf(error: unknown) {
   if (refusedValue(error)) return errors.validation('The reply holds a value that cannot be stored')
-  if (busy.has(code(error))) return errors.unavailable('The database is busy; try again')
+  if (isTransientFailure(error)) return errors.unavailable('The database is busy; try again')
   if (isConnectionError(error)) return errors.unavailable('The reply could not be stored; it may have been')
   return error
 }

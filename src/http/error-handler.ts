@@ -2,7 +2,7 @@
 import { Elysia, ValidationError } from 'elysia'
 import { AppError, errors, type ErrorDetail } from '../errors.ts'
 import { errorFields, throttled, type Log } from '../log.ts'
-import { isBadInput, isConnectionError } from '../db.ts'
+import { isBadInput, isConnectionError, isTransientFailure } from '../db.ts'
 import { isRedisUnavailable } from '../redis.ts'
 import { isStorableText } from '../text.ts'
 import { headTooLarge } from './request-limits.ts'
@@ -60,6 +60,11 @@ export function toAppError(
   // the client's to fix, and nothing was written.
   if (isBadInput(error)) {
     return errors.validation('The request holds a value that cannot be stored (e.g. a NUL character)')
+  }
+  // Postgres gave up a statement (a statement timeout, a lock wait, a deadlock) and changed nothing.
+  if (isTransientFailure(error)) {
+    outage('warn', 'postgres-busy', 'database statement given up', { path, ...errorFields(error) })
+    return errors.unavailable('The database is busy; try again', 1)
   }
   if (isConnectionError(error) || isRedisUnavailable(error)) {
     outage('error', errorFields(error).error as string, 'backing service unavailable', { path, ...errorFields(error) })

@@ -1,0 +1,92 @@
+/** A statement that waits past DATABASE_STATEMENT_TIMEOUT_MS is cancelled by Postgres: 503, nothing changed. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import postgres from 'postgres'
+import { createAgent, createTestContext, expectError, signUp, type TestContext, type TestUser } from './helpers/context.ts'
+import { isTransientFailure } from '../src/db.ts'
+
+let ctx: TestContext
+let alice: TestUser
+let other: postgres.Sql
+
+beforeAll(async () => {
+  ctx = await createTestContext({ env: { DATABASE_STATEMENT_TIMEOUT_MS: '300' } })
+  alice = await signUp(ctx, 'alice')
+  other = postgres(ctx.database.url, { max: 1, onnotice: () => {} })
+})
+afterAll(async () => {
+  await other.end()
+  await ctx.close()
+})
+
+describe('a statement timeout', () => {
+  test('a request waiting on a row another session holds is 503 with Retry-After, changes nothing, and works once it is let go', async () => {
+    const agent = await createAgent(ctx, alice)
+    let letGo!: () => void
+    const released = new Promise<void>(resolve => (letGo = resolve))
+    let locked!: () => void
+    const holding = new Promise<void>(resolve => (locked = resolve))
+    const session = other.begin(async tx => {
+      await tx`select id from participants where id = ${agent.id} for update`
+      locked()
+      await released
+    })
+    await holding
+
+    const started = Date.now()
+    const res = await ctx.call('PATCH', `/v1/participants/${agent.id}`, { token: alice.token, body: { displayName: 'Waited' } })
+    expectError(res, 503, 'unavailable')
+    expect(res.headers.get('retry-after')).toBe('1')
+    // Cancelled by the timeout, not after some other wait.
+    expect(Date.now() - started).toBeLessThan(5000)
+
+    letGo()
+    await session
+    const [row] = await other`select display_name from participants where id = ${agent.id}`
+    expect(row!.display_name).not.toBe('Waited')
+
+    const again = await ctx.call('PATCH', `/v1/participants/${agent.id}`, { token: alice.token, body: { displayName: 'Waited' } })
+    expect(again.status).toBe(200)
+    expect(again.body.data.displayName).toBe('Waited')
+  })
+
+  test('Postgres’s own give-ups (a timeout, a deadlock) are transient; a query’s errors are not', async () => {
+    const caught = (query: Promise<unknown>) =>
+      query.then(
+        () => null,
+        (error: unknown) => error,
+      )
+    const timedOut = await caught(other.begin(tx => tx`set local statement_timeout = 10`.then(() => tx`select pg_sleep(1)`)))
+    expect((timedOut as { code: string }).code).toBe('57014')
+    expect(isTransientFailure(timedOut)).toBe(true)
+
+    // Two sessions taking two rows in opposite orders: Postgres picks one to fail.
+    await other`create table if not exists deadlock_probe (id int primary key)`
+    await other`insert into deadlock_probe values (1), (2) on conflict do nothing`
+    const second = postgres(ctx.database.url, { max: 1, onnotice: () => {} })
+    try {
+      // Each takes its first row, and goes for its second only once both hold their first.
+      let held = 0
+      let bothHold!: () => void
+      const barrier = new Promise<void>(resolve => (bothHold = resolve))
+      const crossing = (sql: postgres.Sql, [a, b]: number[]) =>
+        caught(
+          sql.begin(async tx => {
+            await tx`set local deadlock_timeout = 50`
+            await tx`update deadlock_probe set id = id where id = ${a!}`
+            if (++held === 2) bothHold()
+            await barrier
+            await tx`update deadlock_probe set id = id where id = ${b!}`
+          }),
+        )
+      const outcomes = await Promise.all([crossing(other, [1, 2]), crossing(second, [2, 1])])
+      const deadlocked = outcomes.filter(e => e !== null)
+      expect(deadlocked.map(e => (e as { code: string }).code)).toEqual(['40P01'])
+      expect(isTransientFailure(deadlocked[0])).toBe(true)
+    } finally {
+      await second.end()
+    }
+
+    expect(isTransientFailure(await caught(other`select 1/0`))).toBe(false)
+    expect(isTransientFailure(await caught(other`select * from no_such_table`))).toBe(false)
+  })
+})
