@@ -71,15 +71,19 @@ async function main() {
   }
 
   let stopping = false
+  /** Ends the process without draining, once the embedded database (if any) has stopped or 5 s have passed. */
+  const abort = (reason: string, fields: Record<string, unknown> = {}) => {
+    log.error(reason, fields)
+    const stopped = embedded ? embedded.stop().catch(() => {}) : Promise.resolve()
+    void Promise.race([stopped, Bun.sleep(5000)]).finally(() => process.exit(1))
+  }
   const shutdown = async (signal: string) => {
-    if (stopping) return
+    // A second signal (Ctrl-C again) will not wait for the drain.
+    if (stopping) return abort(`${signal} while shutting down; exiting without waiting`)
     stopping = true
     log.info('shutting down', { signal })
     deps?.lifecycle.drain()
-    const force = setTimeout(() => {
-      log.error('shutdown timed out; exiting')
-      process.exit(1)
-    }, config.shutdownTimeoutMs)
+    const force = setTimeout(() => abort('shutdown timed out; exiting'), config.shutdownTimeoutMs)
     try {
       // End event streams (their clients reconnect elsewhere), stop accepting, let open requests
       // finish, then stop the workers and the connections.
@@ -93,8 +97,7 @@ async function main() {
       log.info('stopped')
       process.exit(0)
     } catch (error) {
-      log.error('shutdown failed', errorFields(error))
-      process.exit(1)
+      abort('shutdown failed', errorFields(error))
     }
   }
   process.on('SIGTERM', () => void shutdown('SIGTERM'))
