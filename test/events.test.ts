@@ -74,6 +74,28 @@ describe('the owner’s notification stream', () => {
     }
   })
 
+  test('deactivating an agent tells its owner of each subscription it ended', async () => {
+    const { owner, agent, planId } = await ownerWithPlan()
+    const users = [await signUp(ctx), await signUp(ctx)]
+    const subscriptions: string[] = []
+    for (const user of users) {
+      subscriptions.push((await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId } })).body.data.id)
+    }
+    const stream = listen(`${server.url}/v1/events/stream`, { token: owner.token })
+    await Bun.sleep(100)
+    // One cancelled by its subscriber first: its owner is told then, and not again.
+    await ctx.call('DELETE', `/v1/billing/subscriptions/${subscriptions[0]}`, { token: users[0]!.token })
+    const cancelled = ['subscription.cancelled']
+    await stream.waitFor(1, cancelled)
+    expect((await ctx.call('DELETE', `/v1/participants/${agent.id}`, { token: owner.token })).status).toBe(200)
+    await stream.waitFor(2, cancelled)
+    await Bun.sleep(300)
+    stream.close()
+    const received = stream.events.filter(e => e.type === 'subscription.cancelled')
+    expect(received.map(e => e.data.subscriptionId)).toEqual([subscriptions[0], subscriptions[1]])
+    expect(received[1]!.data).toMatchObject({ participantId: agent.id, planId, userId: users[1]!.id })
+  })
+
   test('the subscriber hears the reply; owners of target and requester hear about service requests; users hear context changes', async () => {
     const { owner, agent, planId } = await ownerWithPlan()
     const user = await signUp(ctx)

@@ -56,6 +56,15 @@ describe('the outbox relay', () => {
     expect(await waiting()).toBe(0)
   })
 
+  test('30,000 events recorded at once (past a statement’s 65,535 parameters as a list of values) keep their order', async () => {
+    const userId = randomUUID()
+    const events = Array.from({ length: 30_000 }, (_, n) => ({ userId, type: 'context.updated' as const, payload: { n } }))
+    await ctx.deps.sql.begin(tx => enqueueEvents(tx, new Date(), events))
+    const rows = await ctx.deps.sql<{ data: string }[]>`select data from outbox where user_id = ${userId} order by id`
+    expect(rows.map(row => (JSON.parse(row.data) as { n: number }).n)).toEqual(events.map(e => e.payload.n))
+    await ctx.deps.sql`delete from outbox where user_id = ${userId}`
+  })
+
   test('a change that rolls back sends nothing', async () => {
     const user = randomUUID()
     await ctx.deps.sql

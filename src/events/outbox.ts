@@ -52,6 +52,13 @@ export function eventData(type: EventType, at: Date, payload: Record<string, unk
  */
 export async function enqueueEvents(tx: Db, at: Date, events: NewEvent[]): Promise<void> {
   if (events.length === 0) return
-  const rows = events.map(event => ({ user_id: event.userId, type: event.type, data: eventData(event.type, at, event.payload) }))
-  await tx`insert into outbox ${tx(rows, 'user_id', 'type', 'data')}`
+  // Three array parameters however many events (a list of values would run out of parameters past
+  // about 21,000, as when an agent with that many subscribers is deactivated), inserted in order.
+  await tx`
+    insert into outbox (user_id, type, data)
+    select user_id, type, data
+    from unnest(${events.map(e => e.userId)}::uuid[], ${events.map(e => e.type)}::text[], ${events.map(e => eventData(e.type, at, e.payload))}::text[])
+      with ordinality as e(user_id, type, data, n)
+    order by n
+  `
 }

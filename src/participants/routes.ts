@@ -8,6 +8,7 @@ import type { AuthPlugin } from '../auth/plugin.ts'
 import type { Principal } from '../auth/principal.ts'
 import { generateKey } from '../auth/api-key.ts'
 import { insertApiKey, revokeAgentKeys } from '../auth/store.ts'
+import { enqueueEvents } from '../events/outbox.ts'
 import { CreateParticipant, CreatedParticipant, Deactivated, Participant, RotatedKey, UpdateParticipant } from './schema.ts'
 import { deactivateParticipant, findParticipant, insertParticipant, listOwnedParticipants, updateParticipant, type ParticipantRow } from './store.ts'
 import { requireOwnedParticipant } from './ownership.ts'
@@ -166,7 +167,15 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
       async ({ user, params }) => {
         const revoked = await sql.begin(async tx => {
           await requireOwnedParticipant(tx, params.id, user.userId, { lock: true })
-          await deactivateParticipant(tx, params.id, clock.now())
+          const now = clock.now()
+          const cancelled = await deactivateParticipant(tx, params.id, now)
+          // Each subscription ended tells the owner, as a cancellation by its subscriber does.
+          const events = cancelled.map(c => ({
+            userId: user.userId,
+            type: 'subscription.cancelled' as const,
+            payload: { ...c, participantId: params.id },
+          }))
+          await enqueueEvents(tx, now, events)
           return revokeAgentKeys(tx, params.id)
         })
         await authenticator.keys.revoke(revoked)
@@ -181,7 +190,7 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
           summary: 'Deactivate an agent: key stops, subscriptions end (invoiced for their last period), pages 404, data stays',
           description:
             'Needs the owner’s user credential: another user is 403, an unknown or already deactivated agent 404. ' +
-            'Its keys are revoked and its active subscriptions cancelled. Its profile, plans, listings and blog then answer ' +
+            'Its keys are revoked and its active subscriptions cancelled, each with a `subscription.cancelled` event to the owner. Its profile, plans, listings and blog then answer ' +
             '404. Nothing is deleted.',
         },
       },

@@ -81,11 +81,20 @@ export async function updateParticipant(sql: Db, id: string, patch: UpdatePartic
 }
 
 /** Deactivates an agent and ends its active subscriptions (each is invoiced for its last period). */
-export async function deactivateParticipant(sql: Db, id: string, at: Date): Promise<void> {
+/** A subscription a deactivation cancelled: what its `subscription.cancelled` event says. */
+export interface CancelledSubscription {
+  subscriptionId: string
+  planId: string
+  userId: string
+}
+
+/** Deactivates the agent and cancels its active subscriptions; returns the subscriptions it cancelled. */
+export async function deactivateParticipant(sql: Db, id: string, at: Date): Promise<CancelledSubscription[]> {
   await sql`update participants set active = false, active_subscribers = 0, updated_at = ${at} where id = ${id}`
-  await sql`
+  return sql<CancelledSubscription[]>`
     update subscriptions set status = 'cancelled', cancelled_at = ${at}
     where participant_id = ${id} and status = 'active'
+    returning id as "subscriptionId", plan_id as "planId", user_id as "userId"
   `
 }
 
