@@ -1,21 +1,23 @@
 /** Configuration: the only reader of the environment, validated once at boot. */
+import { mkdirSync } from 'node:fs'
 import { Type as T, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { trustedProxyList } from './http/client-ip.ts'
 import { defaultTimeouts, type MigrationTimeouts } from './migrate.ts'
+import { firstLine } from './text.ts'
 
 const Env = T.Object({
   PORT: T.Integer({ minimum: 0, maximum: 65535, default: 3000 }),
-  DATABASE_URL: T.Optional(T.String({ pattern: '^postgres(ql)?://' })),
-  REDIS_URL: T.String({ pattern: '^rediss?://', default: 'redis://127.0.0.1:6379' }),
-  REDIS_PREFIX: T.String({ pattern: '^[A-Za-z0-9:_.-]{0,64}$', default: 'am:' }),
-  SITE_URL: T.Optional(T.String({ pattern: '^https?://[^\\s]+$' })),
+  DATABASE_URL: T.Optional(T.String({ pattern: '^postgres(ql)?://', expected: 'a postgres:// or postgresql:// URL' })),
+  REDIS_URL: T.String({ pattern: '^rediss?://', default: 'redis://127.0.0.1:6379', expected: 'a redis:// or rediss:// URL' }),
+  REDIS_PREFIX: T.String({ pattern: '^[A-Za-z0-9:_.-]{0,64}$', default: 'am:', expected: 'at most 64 letters, digits and : _ . -' }),
+  SITE_URL: T.Optional(T.String({ pattern: '^https?://[^\\s]+$', expected: 'an http:// or https:// URL without spaces' })),
   AUTH_JWT_SECRET: T.Optional(T.String({ minLength: 32 })),
-  AUTH_JWKS_URL: T.Optional(T.String({ pattern: '^https?://' })),
+  AUTH_JWKS_URL: T.Optional(T.String({ pattern: '^https?://', expected: 'an http:// or https:// URL' })),
   AUTH_ISSUER: T.Optional(T.String({ minLength: 1 })),
   AUTH_AUDIENCE: T.Optional(T.String({ minLength: 1 })),
   AUTH_MAX_TOKEN_AGE: T.Integer({ minimum: 60, default: 86_400 }),
-  CONNECTIONS_KEY: T.Optional(T.String({ pattern: '^([0-9a-fA-F]{64}|[A-Za-z0-9+/]{43}=)$' })),
+  CONNECTIONS_KEY: T.Optional(T.String({ pattern: '^([0-9a-fA-F]{64}|[A-Za-z0-9+/]{43}=)$', expected: '64 hex digits, or 32 bytes in base64' })),
   PROXY_ALLOWED_HOSTS: T.String({ default: '' }),
   TRUSTED_PROXIES: T.String({ default: '' }),
   NODE_ENV: T.Union([T.Literal('development'), T.Literal('production'), T.Literal('test')], {
@@ -35,7 +37,7 @@ const Env = T.Object({
   PROXY_IN_FLIGHT_PER_AGENT: T.Integer({ minimum: 1, default: 10 }),
   PROXY_BUFFER_BYTES: T.Integer({ minimum: 1_048_576, default: 67_108_864 }),
   METRICS_PORT: T.Optional(T.Integer({ minimum: 1, maximum: 65535 })),
-  METRICS_TOKEN: T.Optional(T.String({ minLength: 32, pattern: '^[\\x21-\\x7e]+$' })),
+  METRICS_TOKEN: T.Optional(T.String({ minLength: 32, pattern: '^[\\x21-\\x7e]+$', expected: '32 or more printable ASCII characters, no spaces' })),
   DATABASE_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, default: 30_000 }),
   MIGRATION_LOCK_TIMEOUT_MS: T.Integer({ minimum: 0, default: defaultTimeouts.lockTimeoutMs }),
   MIGRATION_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, default: defaultTimeouts.statementTimeoutMs }),
@@ -163,7 +165,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   const firstError = Value.Errors(Env, converted).First()
   if (firstError) {
     const name = firstError.path.replace(/^\//, '')
-    throw new ConfigError(`invalid ${name}: ${firstError.message}`)
+    throw new ConfigError(`invalid ${name}: ${expectation(name) ?? firstError.message}`)
   }
   const e = converted as Static<typeof Env>
 
@@ -225,6 +227,22 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     metrics: { port: e.METRICS_PORT, token: e.METRICS_TOKEN },
     statementTimeoutMs: e.DATABASE_STATEMENT_TIMEOUT_MS,
     migrationTimeouts: { lockTimeoutMs: e.MIGRATION_LOCK_TIMEOUT_MS, statementTimeoutMs: e.MIGRATION_STATEMENT_TIMEOUT_MS },
+  }
+}
+
+/** What a variable must be, in words, where TypeBox's message would show a pattern or a union. */
+function expectation(name: string): string | undefined {
+  const schema = (Env.properties as Record<string, { expected?: string; anyOf?: { const?: unknown }[] }>)[name]
+  if (schema?.anyOf) return `must be one of ${schema.anyOf.map(option => option.const).join(', ')}`
+  return schema?.expected && `must be ${schema.expected}`
+}
+
+/** Makes DATA_DIR (and its parents) if missing, or throws one line naming it. */
+export function makeDataDir(dir: string): void {
+  try {
+    mkdirSync(dir, { recursive: true })
+  } catch (error) {
+    throw new ConfigError(`invalid DATA_DIR: ${dir} cannot be made (${firstLine(error)})`)
   }
 }
 

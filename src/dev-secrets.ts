@@ -1,8 +1,8 @@
 /** Development secrets: generated once under DATA_DIR when nothing is configured outside production. */
-import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs'
+import { readFileSync, writeFileSync, existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { randomBytes } from 'node:crypto'
-import type { Config } from './config.ts'
+import { makeDataDir, type Config } from './config.ts'
 
 /**
  * Fills the JWT secret and the connections key from files under DATA_DIR when the environment
@@ -20,7 +20,7 @@ export function withDevSecrets(config: Config): Config {
 function readOrCreate(dir: string, name: string): string {
   const file = join(dir, name)
   if (existsSync(file)) return readFileSync(file, 'utf8').trim()
-  mkdirSync(dir, { recursive: true })
+  makeDataDir(dir)
   const secret = randomBytes(32).toString('hex')
   try {
     writeFileSync(file, secret + '\n', { mode: 0o600, flag: 'wx' })

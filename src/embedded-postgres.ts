@@ -1,9 +1,10 @@
 /** The embedded PostgreSQL used when no DATABASE_URL is configured: data under DATA_DIR/postgres. */
-import { chmodSync, existsSync, mkdirSync, statSync } from 'node:fs'
+import { chmodSync, existsSync, statSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { dirname, join, resolve } from 'node:path'
 import { createSql } from './db.ts'
 import type { Log } from './log.ts'
+import { makeDataDir } from './config.ts'
 
 export interface EmbeddedDatabase {
   url: string
@@ -12,7 +13,7 @@ export interface EmbeddedDatabase {
 
 export async function startEmbeddedPostgres(dataDir: string, log: Log): Promise<EmbeddedDatabase> {
   const databaseDir = resolve(dataDir, 'postgres')
-  mkdirSync(dataDir, { recursive: true })
+  makeDataDir(dataDir)
   const port = await freePort()
   const password = 'postgres'
   const EmbeddedPostgres = await importWithoutSignalHooks()

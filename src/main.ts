@@ -55,11 +55,13 @@ async function main() {
     deps = await createDeps(config, { log })
     // First, so that a process that answers on its API port is already scraped.
     if (config.metrics.port !== undefined) {
-      metricsServer = serveMetrics(deps.metrics, { port: config.metrics.port, token: config.metrics.token })
+      metricsServer = onPort('METRICS_PORT', config.metrics.port, () =>
+        serveMetrics(deps!.metrics, { port: config.metrics.port!, token: config.metrics.token }),
+      )
       log.info('metrics listening', { port: metricsServer.port })
     }
     if (role !== 'workers') {
-      server = createApp(deps).listen({ port: config.port, idleTimeout: 30, ...serverOptions(deps.log) })
+      server = onPort('PORT', config.port, () => createApp(deps!).listen({ port: config.port, idleTimeout: 30, ...serverOptions(deps!.log) }))
       log.info('api listening', { port: server.server?.port, swagger: `${config.siteUrl}/swagger` })
     }
     if (role !== 'api') workers = await startWorkers(deps)
@@ -102,6 +104,15 @@ async function main() {
   }
   process.on('SIGTERM', () => void shutdown('SIGTERM'))
   process.on('SIGINT', () => void shutdown('SIGINT'))
+}
+
+/** Listens, or throws one line naming the variable that chose the port (Bun's own names only the port). */
+function onPort<T>(variable: string, port: number, listen: () => T): T {
+  try {
+    return listen()
+  } catch (error) {
+    throw new Error(`cannot listen on ${variable}=${port}: ${firstLine(error)}`)
+  }
 }
 
 // What ends the process (a boot that cannot finish; a library that emits an error nobody listens to,

@@ -103,6 +103,29 @@ describe('loadConfig', () => {
     expect(configError({ CONNECTIONS_KEY: 'not-a-key' }).message).toContain('CONNECTIONS_KEY')
   })
 
+  test('says what a value must be in words: the choices of a union, the form a pattern stands for', () => {
+    expect(configError({ NODE_ENV: 'prod' }).message).toBe('invalid NODE_ENV: must be one of development, production, test')
+    expect(configError({ LOG_LEVEL: 'INFO' }).message).toBe('invalid LOG_LEVEL: must be one of debug, info, warn, error')
+    expect(configError({ ACTORS_INLINE: 'yes' }).message).toBe('invalid ACTORS_INLINE: must be one of on, off')
+    expect(configError({ CONNECTIONS_KEY: 'abc' }).message).toBe('invalid CONNECTIONS_KEY: must be 64 hex digits, or 32 bytes in base64')
+    expect(configError({ REDIS_URL: 'localhost:6379' }).message).toBe('invalid REDIS_URL: must be a redis:// or rediss:// URL')
+    expect(configError({ DATABASE_URL: 'mysql://x' }).message).toBe('invalid DATABASE_URL: must be a postgres:// or postgresql:// URL')
+    expect(configError({ REDIS_PREFIX: 'a b' }).message).toBe('invalid REDIS_PREFIX: must be at most 64 letters, digits and : _ . -')
+    // No pattern and no union: TypeBox's own words, which say the bound.
+    expect(configError({ INVOICE_EVERY_MS: '5' }).message).toMatch(/^invalid INVOICE_EVERY_MS: .*1000/)
+  })
+
+  test('a DATA_DIR that cannot be made is one line naming it', () => {
+    let error: Error | undefined
+    try {
+      withDevSecrets(loadConfig({ DATA_DIR: '/proc/no-such-dir' }))
+    } catch (caught) {
+      error = caught as Error
+    }
+    expect(error).toBeInstanceOf(ConfigError)
+    expect(error!.message).toStartWith('invalid DATA_DIR: /proc/no-such-dir cannot be made (')
+  })
+
   test('production without AUTH_JWT_SECRET or AUTH_JWKS_URL is refused', () => {
     const error = configError({ ...production, AUTH_JWT_SECRET: undefined })
     expect(error.message).toContain('AUTH_JWT_SECRET')

@@ -158,6 +158,7 @@ describe('the service as a process', () => {
     expect(await exitWithin(second.proc, 20_000)).not.toBe(0)
     const lines = (await second.stderr).trimEnd().split('\n')
     expect(lines).toHaveLength(1)
+    expect(lines[0]).toContain(`cannot listen on PORT=${port}`)
     expect(lines[0]).toContain(`port ${port} in use`)
     first.proc.kill('SIGTERM')
     expect(await exitWithin(first.proc, 15_000)).toBe(0)

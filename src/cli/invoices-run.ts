@@ -16,20 +16,21 @@ function progress(done: number, total: number) {
   process.stdout.write(`\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done}/${total}`)
 }
 
-const usage = 'usage: bun run invoices:run [--at <ISO 8601 time, not in the future; default: the database’s now>]'
+const usage =
+  'usage: bun run invoices:run [--at <ISO 8601 time; later than the database’s now is dated now, more than a minute later refused; default: now>]'
 
 await runCli('invoices:run', usage, { at: { type: 'string' } }, async values => {
   // Without --at, the run is dated by the database's clock.
   const requested = values.at ? new Date(values.at) : undefined
   if (requested && Number.isNaN(requested.getTime())) throw new UsageError('--at must be an ISO 8601 time, e.g. 2026-12-01T00:00:00Z')
   const config = withDevSecrets(loadConfig(process.env))
-  if (!config.databaseUrl) throw new Error('set DATABASE_URL')
+  if (!config.databaseUrl) throw new Error('set DATABASE_URL, and REDIS_PREFIX as the service has it (docs/operations.md)')
   await reachDatabase(config.databaseUrl)
   const deps = await createDeps(config, { log: createLog('warn') })
   try {
     // Dated by the database's clock when this machine's is ahead of it (src/invoices/run.ts).
     const at = await runTime(deps.sql, requested)
-    if (!at) throw new UsageError('--at must not be in the future')
+    if (!at) throw new UsageError('--at must not be more than a minute ahead of the database’s clock')
     try {
       const { issued } = await runInvoices(deps, at, { onProgress: progress })
       if (terminal) process.stdout.write('\n')
