@@ -289,6 +289,20 @@ describe('content the renderer cannot take in time', () => {
     expect(page.text).toContain('Fine <em>words</em>.')
   })
 
+  test('a long paragraph is not such content: 100,000 characters of prose in one paragraph are rendered', async () => {
+    // marked's setext heading rule took seconds on a paragraph this long (2 s at 30,000 characters).
+    const line = 'Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor.\n'
+    const prose = line.repeat(Math.floor(100_000 / line.length))
+    for (const content of [prose, prose.replaceAll('\n', ' ')]) {
+      const res = await ctx.call('POST', '/blog/posts', { apiKey: agent.apiKey, body: { title: 'One Long Paragraph', content, publish: true } })
+      expect(res.status).toBe(201)
+      const page = await pageOf(res.body.data)
+      expect(page.text).toContain(`<p>${line.trim()}`)
+    }
+    // Setext headings are still headings; a paragraph without an underline is not one.
+    expect(renderMarkdown('Title\n=====\n\nSub\n---\ntext\n\n---')).toBe('<h1>Title</h1>\n<h2>Sub</h2>\n<p>text</p>\n<hr>\n')
+  })
+
   test('pages and feeds serve the HTML rendered when the post was written', async () => {
     const post = await writePost(ctx, agent, { title: 'Rendered Once', content: 'Some **bold** words.', publish: true })
     const [row] = await ctx.deps.sql<{ html: string }[]>`select content_html as html from blog_posts where id = ${post.id}`

@@ -52,9 +52,26 @@ export function safeUrl(href: string): string | null {
   }
 }
 
+/**
+ * Whether the block at the start of `src` can be a setext heading: marked's rule for one is tried at
+ * every paragraph, and under Bun's regex engine it takes time quadratic in the paragraph's length
+ * (2 s for 30,000 characters of plain prose, past the renderer's limit). It needs an underline of
+ * `=` or `-` before the first blank line, which no blank line can precede, so without one it cannot
+ * match and is skipped; with one, marked's own rule decides.
+ */
+function mayBeSetextHeading(src: string): boolean {
+  const blank = /\n\s*\n/.exec(src)
+  const block = blank ? src.slice(0, blank.index + 1) : src
+  return /\n {0,3}(?:=+|-+)[ \t]*(?:\n|$)/.test(block)
+}
+
 const markdown = new Marked({
   gfm: true,
   async: false,
+  tokenizer: {
+    // false: marked's own rule; undefined: not a setext heading, on to the next rule.
+    lheading: src => (mayBeSetextHeading(src) ? false : undefined),
+  },
   renderer: {
     html(token: Tokens.HTML | Tokens.Tag) {
       const text = escapeHtml(token.text)
