@@ -4,6 +4,7 @@ import { createTestContext, expectError, signUp, uuidV7, type TestContext, type 
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
 import { startWorker } from './helpers/workers.ts'
 import { until } from './helpers/until.ts'
+import { startRedisServer } from './helpers/redis-server.ts'
 import { meteringProcessor } from '../workers/metering.ts'
 import { runInvoices } from '../src/invoices/run.ts'
 import { duePeriods, issueDueInvoices } from '../src/invoices/store.ts'
@@ -268,6 +269,38 @@ describe('proxy calls', () => {
     const list = await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })
     expect(list.body.data[0].usage).toEqual({ proxyCalls: 200, includedProxyCalls: 1000 })
   })
+
+  test('after Redis lost the live count, calls answer no less than what maintenance has counted since', async () => {
+    const redis = await startRedisServer()
+    const own = await createTestContext({ env: { REDIS_URL: redis.url, PROXY_ALLOWED_HOSTS: '127.0.0.1', CONNECTIONS_KEY: connectionsKey } })
+    try {
+      const s = await meteredSubscriber(own, await signUp(own), upstream.url, { includedProxyCalls: 3 })
+      const usage = async () => {
+        const res = await own.call('POST', '/v1/agent/proxy-call', {
+          apiKey: s.agent.apiKey,
+          body: { userId: s.user.id, provider: 'acme', method: 'GET', path: '/echo' },
+        })
+        expect(res.status).toBe(200)
+        return [res.body.data.usage.periodCalls, res.body.data.usage.overageCalls]
+      }
+      // No metering worker here: the four calls are recorded, their jobs wait in Redis and are lost with it.
+      for (let n = 1; n <= 4; n++) expect(await usage()).toEqual([n, Math.max(0, n - 3)])
+      await redis.restart({ keepData: false, downMs: 0 })
+      await until(async () => (await own.deps.redis.ping().catch(() => '')) === 'PONG', 10_000)
+      // The counter starts again from what Postgres has counted: none of them yet.
+      expect((await usage())[0]).toBeGreaterThanOrEqual(1)
+      // Maintenance counts the calls whose jobs were lost, a minute after they were recorded (and
+      // a metering worker each new call at once): the answers come back to the whole count.
+      const countAll = async () => (await countRecorded(own.deps.sql, { before: new Date(Date.now() + 1000) }, new Date())).counted
+      expect(await countAll()).toBe(5)
+      expect(await usage()).toEqual([6, 3])
+      expect(await countAll()).toBe(1)
+      expect(await usage()).toEqual([7, 4])
+    } finally {
+      await own.close()
+      await redis.close()
+    }
+  }, 60_000)
 
   test('a retry with the same Idempotency-Key reaches the upstream once and is metered once', async () => {
     const s = await setup()

@@ -3,7 +3,11 @@ import { defineScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 
 // KEYS[1] the period's counter, KEYS[2] the event's marker; ARGV seed (calls Postgres had counted), ttl ms.
-// An event bumps the counter once, however often it is offered; a counter Redis lost restarts from the seed.
+// An event bumps the counter once, however often it is offered; a counter Redis lost restarts from the
+// seed. A new event is answered no less than the seed and itself: a counter that restarted short of
+// the calls whose jobs Redis lost with it would otherwise answer short for the rest of the period,
+// after maintenance had counted them. (The counter is not lifted: a call counted in Postgres before
+// its own bump here would then be counted twice.)
 const bump = defineScript(`
 if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) == false then
   return tonumber(redis.call('GET', KEYS[1]) or ARGV[1])
@@ -11,7 +15,7 @@ end
 local calls = redis.call('INCR', KEYS[1])
 if calls == 1 then calls = redis.call('INCRBY', KEYS[1], tonumber(ARGV[1])) end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return calls`)
+return math.max(calls, tonumber(ARGV[1]) + 1)`)
 
 export async function countLive(
   { redis, keys }: { redis: Redis; keys: Keys },
