@@ -30,7 +30,7 @@ export interface SendOptions {
 export interface Dispatcher {
   /** Sends a command; resolves once it is in the mailbox, or applied when this process took its actor. */
   tell(actor: string, type: string, payload: unknown, options?: SendOptions): Promise<string>
-  /** Sends a command and resolves with its result; 503 `unavailable` after the timeout (it is still applied once). */
+  /** Sends a command and resolves with its result; 503 `unavailable` after the timeout (it stays in the mailbox, to be applied once unless Redis loses it). */
   ask<Result>(actor: string, type: string, payload: unknown, options?: SendOptions & { timeoutMs?: number }): Promise<Result>
   /** Applies nothing more here (what waits is mailed), waits for what is under way, stops listening. */
   close(): Promise<void>
@@ -138,7 +138,9 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
         for (const p of batch.get(actor)!) {
           // An outage: the caller hears of it now; the command stays in the mailbox, to be applied once.
           if (failure && isOutage(failure.error) && p.ask)
-            waiting.get(p.ask)?.reject(errors.unavailable('The command could not be applied yet; it will be, once'))
+            waiting
+              .get(p.ask)
+              ?.reject(errors.unavailable('The command could not be applied yet; it may be later: retry with the same Idempotency-Key'))
           p.sent()
         }
       }),
@@ -172,7 +174,7 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
       const result = new Promise<Result>((resolve, reject) => {
         const timer = setTimeout(() => {
           waiting.delete(ask)
-          reject(errors.unavailable('The agent did not answer in time; the command will still be applied once'))
+          reject(errors.unavailable('The agent did not answer in time; the command may yet be applied: retry with the same Idempotency-Key'))
         }, timeoutMs)
         const done = () => (clearTimeout(timer), waiting.delete(ask))
         waiting.set(ask, { resolve: value => (done(), resolve(value as Result)), reject: error => (done(), reject(error)) })
