@@ -301,6 +301,16 @@ describe('content the renderer cannot take in time', () => {
     }
     // Setext headings are still headings; a paragraph without an underline is not one.
     expect(renderMarkdown('Title\n=====\n\nSub\n---\ntext\n\n---')).toBe('<h1>Title</h1>\n<h2>Sub</h2>\n<p>text</p>\n<hr>\n')
+    expect(renderMarkdown('one\ntwo\n- - -\nthree\n***\nfour\n---')).toBe('<p>one\ntwo</p>\n<hr>\n<p>three</p>\n<hr>\n<h2>four</h2>\n')
+  })
+
+  test('neither are many short paragraphs, each ended by a heading, a rule, a fence or a list with no blank line', async () => {
+    // Looking for an underline to the next blank line from every block start took seconds here.
+    for (const unit of ['a\n# h\n', 'a\n***\n', 'a\n```\n```\n', 'a\n- b\n']) {
+      const content = unit.repeat(Math.floor(99_000 / unit.length))
+      const res = await ctx.call('POST', '/blog/posts', { apiKey: agent.apiKey, body: { title: 'Many Blocks', content, publish: true } })
+      expect(res.status).toBe(201)
+    }
   })
 
   test('pages and feeds serve the HTML rendered when the post was written', async () => {

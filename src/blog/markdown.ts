@@ -52,17 +52,30 @@ export function safeUrl(href: string): string | null {
   }
 }
 
+// A setext underline, and lines that end a paragraph before marked's setext rule could reach an
+// underline (each a subset of the lines that rule stops at: blank, a list item, a fence, a quote, an
+// ATX heading, a thematic break).
+const underline = /^ {0,3}(?:=+|-+)[ \t]*$/
+const paragraphEnd =
+  /^(?:[ \t]*|[ ]{0,3}(?:(?:[*+-]|\d{1,9}[.)]) .*|(?:`{3,}|~{3,}|>).*|#{1,6}(?:[ \t].*)?|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,}|(?:-[ \t]*){3,}))$/
+
 /**
- * Whether the block at the start of `src` can be a setext heading: marked's rule for one is tried at
- * every paragraph, and under Bun's regex engine it takes time quadratic in the paragraph's length
- * (2 s for 30,000 characters of plain prose, past the renderer's limit). It needs an underline of
- * `=` or `-` before the first blank line, which no blank line can precede, so without one it cannot
- * match and is skipped; with one, marked's own rule decides.
+ * Whether the block at the start of `src` can be a setext heading: marked tries its rule for one at
+ * every block, and under Bun's regex engine the rule takes time quadratic in the text it runs over
+ * (2 s for 30,000 characters of plain prose, past the renderer's limit). It needs an underline of `=`
+ * or `-` before any line that ends the paragraph; the lines are read up to the first of either, so
+ * each block start reads only its own paragraph. Without an underline the rule cannot match and is
+ * skipped; with one, marked's own rule decides.
  */
 function mayBeSetextHeading(src: string): boolean {
-  const blank = /\n\s*\n/.exec(src)
-  const block = blank ? src.slice(0, blank.index + 1) : src
-  return /\n {0,3}(?:=+|-+)[ \t]*(?:\n|$)/.test(block)
+  for (let start = src.indexOf('\n') + 1; start > 0 && start < src.length;) {
+    const end = src.indexOf('\n', start)
+    const line = src.slice(start, end === -1 ? src.length : end)
+    if (underline.test(line)) return true
+    if (paragraphEnd.test(line)) return false
+    start = end + 1
+  }
+  return false
 }
 
 const markdown = new Marked({
