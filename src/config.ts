@@ -38,7 +38,8 @@ const Env = T.Object({
   PROXY_BUFFER_BYTES: T.Integer({ minimum: 1_048_576, default: 67_108_864 }),
   METRICS_PORT: T.Optional(T.Integer({ minimum: 1, maximum: 65535 })),
   METRICS_TOKEN: T.Optional(T.String({ minLength: 32, pattern: '^[\\x21-\\x7e]+$', expected: '32 or more printable ASCII characters, no spaces' })),
-  DATABASE_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, default: 30_000 }),
+  // Postgres takes at most 2^31 - 1 ms, and refuses every connection given more.
+  DATABASE_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, maximum: 2_147_483_647, default: 30_000 }),
   MIGRATION_LOCK_TIMEOUT_MS: T.Integer({ minimum: 0, default: defaultTimeouts.lockTimeoutMs }),
   MIGRATION_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, default: defaultTimeouts.statementTimeoutMs }),
 })
@@ -125,7 +126,7 @@ export interface Config {
   }
   /** Where GET /metrics is served: on a port of its own, and/or on the API's port behind a bearer token. */
   metrics: { port: number | undefined; token: string | undefined }
-  /** How long a statement of the API or the workers may run, lock waits included (0: the database role's setting). */
+  /** How long a statement of a request may run, lock waits included (0: the database role's setting); the workers' have no limit. */
   statementTimeoutMs: number
   /** The lock_timeout and statement_timeout of each migration (0: none), unless its file sets its own. */
   migrationTimeouts: MigrationTimeouts

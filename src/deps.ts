@@ -30,7 +30,14 @@ import { registerCollectors } from './metrics/collectors.ts'
 
 export interface Deps {
   config: Config
+  /** Connections for requests: a statement past DATABASE_STATEMENT_TIMEOUT_MS is cancelled. */
   sql: Sql
+  /**
+   * Connections for the workers and the CLIs, with no statement timeout: their statements (an invoice
+   * run's first one reads every subscription) grow with the data, and a wait on a lock only delays them.
+   * Opened on first use: an API-only process never opens one.
+   */
+  backgroundSql: Sql
   redis: Redis
   pubsub: PubSub
   keys: Keys
@@ -94,6 +101,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const pubsub = createPubSub(subscriber)
   const statementTimeoutMs = config.statementTimeoutMs
   const sql = createSql(config.databaseUrl, { max: options.sqlMax ?? 20, statementTimeoutMs })
+  const backgroundSql = createSql(config.databaseUrl, { max: options.sqlMax ?? 10 })
 
   const keyCache = await createKeyCache({ sql, redis, pubsub, channel: keys.channels.keyRevoked, clock, log })
   const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache)
@@ -133,6 +141,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   return {
     config,
     sql,
+    backgroundSql,
     redis,
     pubsub,
     keys,
@@ -166,6 +175,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
       await pubsub.close()
       await redis.quit().catch(() => redis.disconnect())
       await sql.end({ timeout: 5 })
+      await backgroundSql.end({ timeout: 5 })
     },
   }
 }

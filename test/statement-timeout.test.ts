@@ -1,7 +1,11 @@
-/** A statement that waits past DATABASE_STATEMENT_TIMEOUT_MS is cancelled by Postgres: 503, nothing changed. */
+/**
+ * A request's statement that waits past DATABASE_STATEMENT_TIMEOUT_MS is cancelled by Postgres: 503,
+ * nothing changed. The workers' statements have no such limit: they wait for the lock.
+ */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import postgres from 'postgres'
-import { createAgent, createTestContext, expectError, signUp, type TestContext, type TestUser } from './helpers/context.ts'
+import { createAgent, createTestContext, expectError, signUp, subscribedPair, type TestContext, type TestUser } from './helpers/context.ts'
+import { startWorkers } from '../workers/index.ts'
 import { isTransientFailure } from '../src/db.ts'
 
 let ctx: TestContext
@@ -9,7 +13,8 @@ let alice: TestUser
 let other: postgres.Sql
 
 beforeAll(async () => {
-  ctx = await createTestContext({ env: { DATABASE_STATEMENT_TIMEOUT_MS: '300' } })
+  // Every command through the workers' actor runtime, none applied by the API process itself.
+  ctx = await createTestContext({ env: { DATABASE_STATEMENT_TIMEOUT_MS: '300', ACTORS_INLINE: 'off' } })
   alice = await signUp(ctx, 'alice')
   other = postgres(ctx.database.url, { max: 1, onnotice: () => {} })
 })
@@ -49,6 +54,43 @@ describe('a statement timeout', () => {
     expect(again.body.data.displayName).toBe('Waited')
   })
 
+  test('requests’ connections have the timeout; the workers’ and the CLIs’ have none', async () => {
+    expect((await ctx.deps.sql`show statement_timeout`)[0]!.statement_timeout).toBe('300ms')
+    expect((await ctx.deps.backgroundSql`show statement_timeout`)[0]!.statement_timeout).toBe('0')
+  })
+
+  test('a user’s message whose conversation another session holds for 8 s, 26 times the timeout, is applied once it is let go', async () => {
+    const workers = await startWorkers(ctx.deps)
+    try {
+      const { agent, user } = await subscribedPair(ctx, alice)
+      const send = (text: string, key: string) =>
+        ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, headers: { 'idempotency-key': key }, body: { text } })
+      expect((await send('one', 'k1')).status).toBe(201)
+      let letGo!: () => void
+      const released = new Promise<void>(resolve => (letGo = resolve))
+      let locked!: () => void
+      const holding = new Promise<void>(resolve => (locked = resolve))
+      const session = other.begin(async tx => {
+        await tx`select 1 from conversations where participant_id = ${agent.id} for update`
+        locked()
+        await released
+      })
+      await holding
+      const second = send('two', 'k2')
+      // Long enough for a runtime that counted each cancelled turn against the command to have
+      // moved it to the dead-letter stream (5 attempts), short of the ask's 10 s.
+      await Bun.sleep(8000)
+      letGo()
+      await session
+      expect((await second).status).toBe(201)
+      const history = await ctx.call('GET', `/v1/conversations/${agent.id}/messages`, { token: user.token })
+      expect(history.body.data.map((m: { text: string }) => m.text)).toEqual(['two', 'one'])
+      expect(await ctx.deps.redis.xlen(ctx.deps.keys.actor(`agent:${agent.id}`).dead)).toBe(0)
+    } finally {
+      await workers.close()
+    }
+  }, 20_000)
+
   test('Postgres’s own give-ups (a timeout, a deadlock) are transient; a query’s errors are not', async () => {
     const caught = (query: Promise<unknown>) =>
       query.then(
@@ -59,7 +101,7 @@ describe('a statement timeout', () => {
     expect((timedOut as { code: string }).code).toBe('57014')
     expect(isTransientFailure(timedOut)).toBe(true)
 
-    // Two sessions taking two rows in opposite orders: Postgres picks one to fail.
+    // Two sessions taking two rows in opposite orders: Postgres picks one to fail (after deadlock_timeout, 1 s).
     await other`create table if not exists deadlock_probe (id int primary key)`
     await other`insert into deadlock_probe values (1), (2) on conflict do nothing`
     const second = postgres(ctx.database.url, { max: 1, onnotice: () => {} })
@@ -71,7 +113,6 @@ describe('a statement timeout', () => {
       const crossing = (sql: postgres.Sql, [a, b]: number[]) =>
         caught(
           sql.begin(async tx => {
-            await tx`set local deadlock_timeout = 50`
             await tx`update deadlock_probe set id = id where id = ${a!}`
             if (++held === 2) bothHold()
             await barrier

@@ -17,7 +17,9 @@ export interface Workers {
   close(): Promise<void>
 }
 
-export async function startWorkers(deps: Deps): Promise<Workers> {
+export async function startWorkers(requestDeps: Deps): Promise<Workers> {
+  // Every worker runs its statements on the connections without a statement timeout.
+  const deps: Deps = { ...requestDeps, sql: requestDeps.backgroundSql }
   const { config, keys, log } = deps
   const connection = createRedis(config.redisUrl, log, 'bullmq', 'workers')
   const options = { connection, prefix: keys.bullPrefix }

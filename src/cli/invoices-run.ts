@@ -26,7 +26,9 @@ await runCli('invoices:run', usage, { at: { type: 'string' } }, async values => 
   const config = withDevSecrets(loadConfig(process.env))
   if (!config.databaseUrl) throw new Error('set DATABASE_URL, and REDIS_PREFIX as the service has it (docs/operations.md)')
   await reachDatabase(config.databaseUrl)
-  const deps = await createDeps(config, { log: createLog('warn') })
+  const opened = await createDeps(config, { log: createLog('warn') })
+  // As the worker does: no statement timeout (the run's first statement reads every subscription).
+  const deps = { ...opened, sql: opened.backgroundSql }
   try {
     // Dated by the database's clock when this machine's is ahead of it (src/invoices/run.ts).
     const at = await runTime(deps.sql, requested)

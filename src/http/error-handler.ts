@@ -62,8 +62,9 @@ export function toAppError(
     return errors.validation('The request holds a value that cannot be stored (e.g. a NUL character)')
   }
   // Postgres gave up a statement (a statement timeout, a lock wait, a deadlock) and changed nothing.
+  // Logged as an error: a timeout may be a query that needs an index, not only a lock held too long.
   if (isTransientFailure(error)) {
-    outage('warn', 'postgres-busy', 'database statement given up', { path, ...errorFields(error) })
+    outage('error', 'postgres-gave-up', 'database statement given up (timeout, lock or deadlock)', { path, ...errorFields(error) })
     return errors.unavailable('The database is busy; try again', 1)
   }
   if (isConnectionError(error) || isRedisUnavailable(error)) {
