@@ -73,11 +73,15 @@ async function main() {
   }
 
   let stopping = false
-  /** Ends the process without draining, once the embedded database (if any) has stopped or 5 s have passed. */
+  let force: ReturnType<typeof setTimeout> | undefined
+  // One stop of the embedded database (if any), shared by the drain and an abort that cuts it short.
+  let databaseStopped: Promise<void> | undefined
+  const stopDatabase = () => (databaseStopped ??= embedded ? embedded.stop() : Promise.resolve())
+  /** Ends the process without draining, once the embedded database has stopped or 5 s have passed. */
   const abort = (reason: string, fields: Record<string, unknown> = {}) => {
+    clearTimeout(force)
     log.error(reason, fields)
-    const stopped = embedded ? embedded.stop().catch(() => {}) : Promise.resolve()
-    void Promise.race([stopped, Bun.sleep(5000)]).finally(() => process.exit(1))
+    void Promise.race([stopDatabase().catch(() => {}), Bun.sleep(5000)]).finally(() => process.exit(1))
   }
   const shutdown = async (signal: string) => {
     // A second signal (Ctrl-C again) will not wait for the drain.
@@ -85,7 +89,7 @@ async function main() {
     stopping = true
     log.info('shutting down', { signal })
     deps?.lifecycle.drain()
-    const force = setTimeout(() => abort('shutdown timed out; exiting'), config.shutdownTimeoutMs)
+    force = setTimeout(() => abort('shutdown timed out; exiting'), config.shutdownTimeoutMs)
     try {
       // End event streams (their clients reconnect elsewhere), stop accepting, let open requests
       // finish, then stop the workers and the connections.
@@ -94,7 +98,7 @@ async function main() {
       await workers?.close()
       await metricsServer?.stop(true)
       await deps?.close()
-      await embedded?.stop()
+      await stopDatabase()
       clearTimeout(force)
       log.info('stopped')
       process.exit(0)

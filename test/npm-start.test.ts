@@ -2,6 +2,7 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { connect } from 'node:net'
 import { deleteKeys, randomPrefix } from './helpers/context.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 import { deploymentEnv, descendants, exitWithin, isRunning, processGroup, type Started } from './helpers/processes.ts'
@@ -91,6 +92,35 @@ describe('the service started through npm start', () => {
     const { tree } = await startAndTerminate(undefined, 60_000)
     const postgres = tree.filter(({ command }) => /\bpostgres -D /.test(command))
     expect(postgres).toHaveLength(1)
+    expect(isFree(postgresPort(postgres[0]!.command))).toBe(true)
+  }, 90_000)
+
+  test('with the embedded PostgreSQL, a second SIGTERM cuts the drain short and still stops the database', async () => {
+    const port = await freePort()
+    const npm = start(['start'], environment(port, undefined, { SHUTDOWN_TIMEOUT_MS: '60000' }), ['npm'])
+    await waitForReady(port, npm, 60_000)
+    const tree = descendants(npm.proc.pid)
+    for (const { pid } of tree) seen.add(pid)
+    const postgres = tree.filter(({ command }) => /\bpostgres -D /.test(command))
+    expect(postgres).toHaveLength(1)
+    // A request whose body never ends holds the drain (up to SHUTDOWN_TIMEOUT_MS).
+    const socket = connect(port, '127.0.0.1')
+    await new Promise<void>(resolve =>
+      socket.on('connect', () =>
+        socket.write('POST /v1/participants HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{', () => resolve()),
+      ),
+    )
+    try {
+      await Bun.sleep(200)
+      npm.proc.kill('SIGTERM')
+      await Bun.sleep(500)
+      expect(npm.proc.exitCode).toBeNull()
+      npm.proc.kill('SIGTERM')
+      expect(await exitWithin(npm.proc, 10_000)).toBe(1)
+    } finally {
+      socket.destroy()
+    }
+    expect(tree.filter(({ pid }) => isRunning(pid))).toEqual([])
     expect(isFree(postgresPort(postgres[0]!.command))).toBe(true)
   }, 90_000)
 })
