@@ -8,9 +8,9 @@ import type { AuthPlugin } from '../auth/plugin.ts'
 import type { Principal } from '../auth/principal.ts'
 import { generateKey } from '../auth/api-key.ts'
 import { insertApiKey, revokeAgentKeys } from '../auth/store.ts'
-import { enqueueEvents } from '../events/outbox.ts'
+import { deactivateAgent } from './deactivate.ts'
 import { CreateParticipant, CreatedParticipant, Deactivated, Participant, RotatedKey, UpdateParticipant } from './schema.ts'
-import { deactivateParticipant, findParticipant, insertParticipant, listOwnedParticipants, updateParticipant, type ParticipantRow } from './store.ts'
+import { findParticipant, insertParticipant, listOwnedParticipants, updateParticipant, type ParticipantRow } from './store.ts'
 import { requireOwnedParticipant } from './ownership.ts'
 
 /** A rating summary: the mean to two decimals, null with no reviews. */
@@ -167,16 +167,7 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
       async ({ user, params }) => {
         const revoked = await sql.begin(async tx => {
           await requireOwnedParticipant(tx, params.id, user.userId, { lock: true })
-          const now = clock.now()
-          const cancelled = await deactivateParticipant(tx, params.id, now)
-          // Each subscription ended tells the owner, as a cancellation by its subscriber does.
-          const events = cancelled.map(c => ({
-            userId: user.userId,
-            type: 'subscription.cancelled' as const,
-            payload: { ...c, participantId: params.id },
-          }))
-          await enqueueEvents(tx, now, events)
-          return revokeAgentKeys(tx, params.id)
+          return deactivateAgent(tx, params.id, user.userId, clock.now())
         })
         await authenticator.keys.revoke(revoked)
         return ok({ id: params.id, active: false as const })

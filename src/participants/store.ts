@@ -80,7 +80,6 @@ export async function updateParticipant(sql: Db, id: string, patch: UpdatePartic
   return row!
 }
 
-/** Deactivates an agent and ends its active subscriptions (each is invoiced for its last period). */
 /** A subscription a deactivation cancelled: what its `subscription.cancelled` event says. */
 export interface CancelledSubscription {
   subscriptionId: string
@@ -88,7 +87,7 @@ export interface CancelledSubscription {
   userId: string
 }
 
-/** Deactivates the agent and cancels its active subscriptions; returns the subscriptions it cancelled. */
+/** Deactivates the agent and ends its active subscriptions (each is invoiced for its last period); returns those it ended. */
 export async function deactivateParticipant(sql: Db, id: string, at: Date): Promise<CancelledSubscription[]> {
   await sql`update participants set active = false, active_subscribers = 0, updated_at = ${at} where id = ${id}`
   return sql<CancelledSubscription[]>`
