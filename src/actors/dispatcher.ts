@@ -136,7 +136,8 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
         const marking = rest === undefined ? due.mark(actor, leaseMs) : rest === 0 && !failure ? due.settle(actor, owner) : due.mark(actor, 0)
         await marking.catch(error => log.warn('actor due mark failed', { actor, ...errorFields(error) }))
         for (const p of batch.get(actor)!) {
-          // An outage: the caller hears of it now; the command stays in the mailbox, to be applied once.
+          // An outage: the caller hears of it now; the command stays in the mailbox, to be applied once
+          // (unless Redis loses it: the caller's retry with the same id applies it once either way).
           if (failure && isOutage(failure.error) && p.ask)
             waiting
               .get(p.ask)

@@ -6,11 +6,12 @@ import type { Keys } from '../keys.ts'
 // An event bumps the counter once, however often it is offered; a counter Redis lost restarts from the
 // seed. A new event is answered no less than the seed and itself: a counter that restarted short of
 // the calls whose jobs Redis lost with it would otherwise answer short for the rest of the period,
-// after maintenance had counted them. (The counter is not lifted: a call counted in Postgres before
-// its own bump here would then be counted twice.)
+// after maintenance had counted them; a repeat, no less than the seed (which may hold it already).
+// (The counter is not lifted: a call counted in Postgres before its own bump here would then be
+// counted twice.)
 const bump = defineScript(`
 if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) == false then
-  return tonumber(redis.call('GET', KEYS[1]) or ARGV[1])
+  return math.max(tonumber(redis.call('GET', KEYS[1]) or ARGV[1]), tonumber(ARGV[1]))
 end
 local calls = redis.call('INCR', KEYS[1])
 if calls == 1 then calls = redis.call('INCRBY', KEYS[1], tonumber(ARGV[1])) end
