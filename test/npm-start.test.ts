@@ -2,10 +2,9 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { connect } from 'node:net'
 import { deleteKeys, randomPrefix } from './helpers/context.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
-import { deploymentEnv, descendants, exitWithin, isRunning, processGroup, type Started } from './helpers/processes.ts'
+import { deploymentEnv, descendants, exitOnSecondSigterm, exitWithin, isRunning, processGroup, type Started } from './helpers/processes.ts'
 import { freePort } from './helpers/ports.ts'
 
 // What a container runtime or a process manager does: start `npm start`, later send SIGTERM to the
@@ -103,23 +102,7 @@ describe('the service started through npm start', () => {
     for (const { pid } of tree) seen.add(pid)
     const postgres = tree.filter(({ command }) => /\bpostgres -D /.test(command))
     expect(postgres).toHaveLength(1)
-    // A request whose body never ends holds the drain (up to SHUTDOWN_TIMEOUT_MS).
-    const socket = connect(port, '127.0.0.1')
-    await new Promise<void>(resolve =>
-      socket.on('connect', () =>
-        socket.write('POST /v1/participants HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{', () => resolve()),
-      ),
-    )
-    try {
-      await Bun.sleep(200)
-      npm.proc.kill('SIGTERM')
-      await Bun.sleep(500)
-      expect(npm.proc.exitCode).toBeNull()
-      npm.proc.kill('SIGTERM')
-      expect(await exitWithin(npm.proc, 10_000)).toBe(1)
-    } finally {
-      socket.destroy()
-    }
+    expect(await exitOnSecondSigterm(npm.proc, port, 10_000)).toBe(1)
     expect(tree.filter(({ pid }) => isRunning(pid))).toEqual([])
     expect(isFree(postgresPort(postgres[0]!.command))).toBe(true)
   }, 90_000)

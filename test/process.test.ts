@@ -9,7 +9,7 @@ import { readMigrations } from '../src/migrate.ts'
 import { deleteKeys, randomPrefix, userToken } from './helpers/context.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 import { postgresBinaries, startPostgresServer, type PostgresServer } from './helpers/postgres-server.ts'
-import { deploymentEnv, exitWithin, processGroup, type Started } from './helpers/processes.ts'
+import { deploymentEnv, exitOnSecondSigterm, exitWithin, processGroup, type Started } from './helpers/processes.ts'
 import { freePort } from './helpers/ports.ts'
 import { until } from './helpers/until.ts'
 
@@ -226,26 +226,7 @@ describe('the service as a process', () => {
     const port = await freePort()
     const service = start(['src/main.ts'], environment(database, { PORT: String(port), SHUTDOWN_TIMEOUT_MS: '60000' }))
     await waitForHealth(port, service)
-    const body = JSON.stringify({ name: 'held-bot' })
-    const head =
-      'POST /v1/participants HTTP/1.1\r\n' +
-      `host: 127.0.0.1:${port}\r\n` +
-      'content-type: application/json\r\n' +
-      `content-length: ${Buffer.byteLength(body)}\r\n` +
-      'connection: close\r\n\r\n'
-    const request = slowRequest(port, head, body)
-    try {
-      await request.opened
-      await Bun.sleep(200)
-      service.proc.kill('SIGTERM')
-      await Bun.sleep(500)
-      // The first signal waits for the open request (up to SHUTDOWN_TIMEOUT_MS).
-      expect(service.proc.exitCode).toBeNull()
-      service.proc.kill('SIGTERM')
-      expect(await exitWithin(service.proc, 3000)).toBe(1)
-    } finally {
-      request.destroy()
-    }
+    expect(await exitOnSecondSigterm(service.proc, port, 3000)).toBe(1)
     expect(await service.stdout).toContain('SIGTERM while shutting down; exiting without waiting')
   }, 30_000)
 

@@ -2,6 +2,7 @@
 import type { Subprocess } from 'bun'
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { connect } from 'node:net'
 import { redisUrl, testJwtSecret } from './context.ts'
 
 export const projectRoot = join(import.meta.dir, '..', '..')
@@ -26,6 +27,30 @@ export function processGroup() {
       for (const proc of running) if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL')
       await Promise.all(running.map(proc => proc.exited))
     },
+  }
+}
+
+/**
+ * Holds a service's drain with a POST whose body never arrives in full, sends SIGTERM, checks the
+ * process still waits, sends SIGTERM again; resolves with the exit code (failing after `ms`).
+ */
+export async function exitOnSecondSigterm(proc: Subprocess, port: number, ms: number): Promise<number | null> {
+  const socket = connect(port, '127.0.0.1')
+  const head = `POST /v1/participants HTTP/1.1\r\nhost: 127.0.0.1:${port}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{`
+  try {
+    await new Promise<void>((resolve, reject) => {
+      socket.once('error', reject)
+      socket.on('connect', () => socket.write(head, () => resolve()))
+    })
+    await Bun.sleep(200)
+    proc.kill('SIGTERM')
+    await Bun.sleep(500)
+    // The first signal waits for the open request (up to SHUTDOWN_TIMEOUT_MS).
+    if (proc.exitCode !== null) throw new Error(`exited with ${proc.exitCode} on the first SIGTERM, with a request open`)
+    proc.kill('SIGTERM')
+    return await exitWithin(proc, ms)
+  } finally {
+    socket.destroy()
   }
 }
 
