@@ -175,7 +175,7 @@ export async function changePost(deps: PostDeps, caller: Principal, postId: stri
     contentHtml = await renderContent(deps, body.content, { rule: 'blogContentEdit', subject: `agent:${found.participantId}` })
   }
   const now = clock.now()
-  const post = await sql.begin(async tx => {
+  const { before, post } = await sql.begin(async tx => {
     // Locked, so the worker publishing this post waits for (or precedes) the decision made here.
     const post = await findPost(tx, postId, { lock: true })
     if (!post) throw errors.notFound('Post')
@@ -189,7 +189,7 @@ export async function changePost(deps: PostDeps, caller: Principal, postId: stri
     }
     if (body.excerpt !== undefined) changes.excerpt = body.excerpt
     if (body.tags !== undefined) changes.tags = uniqueTags(body.tags)
-    if (Object.keys(changes).length === 0) return post
+    if (Object.keys(changes).length === 0) return { before: post, post }
 
     // Once a post has been public its address is out there: the slug stays whatever the title becomes.
     const slugFollows = body.title !== undefined && post.firstPublishedAt === null && slugify(body.title) !== slugify(post.title)
@@ -201,20 +201,26 @@ export async function changePost(deps: PostDeps, caller: Principal, postId: stri
       await updatePost(tx, post.id, changes, now)
     }
     if (changes.status === 'published') await announcePublished(tx, deps, now, [post.id])
-    return (await findPost(tx, post.id))!
+    return { before: post, post: (await findPost(tx, post.id))! }
   })
   // Only a new publishAt makes a new plan; other edits leave the pending job valid.
   if (body.publishAt !== undefined && post.status === 'scheduled') {
     await blogQueue.schedule({ postId: post.id, version: post.scheduleVersion }, post.publishAt!)
   }
+  // The plan this change replaced had a job waiting for its time: without this, each new time a
+  // writer sets would leave one more in Redis, for up to a year.
+  if (before.status === 'scheduled' && before.scheduleVersion !== post.scheduleVersion) {
+    await blogQueue.unschedule({ postId: post.id, version: before.scheduleVersion })
+  }
   return post
 }
 
-/** Deletes a post for a writer; a pending publish job finds nothing left to publish. */
-export async function removePost(deps: Pick<Deps, 'sql'>, caller: Principal, postId: string): Promise<void> {
+/** Deletes a post for a writer, and its pending publish job (one left behind finds nothing to publish). */
+export async function removePost(deps: Pick<Deps, 'sql' | 'blogQueue'>, caller: Principal, postId: string): Promise<void> {
   const post = await findPost(deps.sql, postId)
   if (!post) throw errors.notFound('Post')
   requireWriter(caller, post)
   requireBlogEnabled(post)
   await deletePost(deps.sql, post.id)
+  if (post.status === 'scheduled') await deps.blogQueue.unschedule({ postId: post.id, version: post.scheduleVersion })
 }

@@ -20,6 +20,13 @@ export interface BlogQueue {
    * Redis refuses, the worker's periodic sweep publishes the post when it is due.
    */
   schedule(job: PublishJob, at: Date): Promise<void>
+  /**
+   * Removes the job of a plan that a later one replaced (a new time, a draft, a publication, the
+   * post deleted), which would otherwise wait in Redis until its time, up to a year away. Never
+   * throws: a job left behind (one already running, or Redis away) finds its plan stale and does
+   * nothing.
+   */
+  unschedule(job: PublishJob): Promise<void>
   close(): Promise<void>
 }
 
@@ -36,8 +43,7 @@ export function createBlogQueue(options: { redis: Redis; keys: Keys; clock: Cloc
     async schedule(job, at) {
       try {
         await queue.add('publish', job, {
-          // One job per plan: a retried enqueue of the same plan is not a second job.
-          jobId: `${job.postId}-${job.version}`,
+          jobId: jobId(job),
           delay: Math.max(0, at.getTime() - clock.now().getTime()),
           attempts: 5,
           backoff: { type: 'exponential', delay: 1000 },
@@ -48,9 +54,21 @@ export function createBlogQueue(options: { redis: Redis; keys: Keys; clock: Cloc
         log.warn('blog publish job not enqueued; the sweep will publish it when due', { ...job, ...errorFields(error) })
       }
     },
+    async unschedule(job) {
+      try {
+        await queue.remove(jobId(job))
+      } catch (error) {
+        log.warn('stale blog publish job not removed; it will find nothing to publish', { ...job, ...errorFields(error) })
+      }
+    },
     async close() {
       await queue.close()
       await connection.quit().catch(() => connection.disconnect())
     },
   }
+}
+
+/** One job per plan: a retried enqueue of the same plan is not a second job. */
+function jobId(job: PublishJob): string {
+  return `${job.postId}-${job.version}`
 }
