@@ -75,6 +75,16 @@ export const defaultRateLimits = {
   messagePost: { capacity: 30, perSeconds: 60 },
   // proxy calls one agent may make (for all its subscribers)
   proxyCall: { capacity: 600, perSeconds: 60 },
+  // context versions one user or agent may write or revert (each is kept for good)
+  contextWrite: { capacity: 120, perSeconds: 60 },
+  // connected accounts one user may add (each kept until deleted)
+  connectionCreate: { capacity: 20, perSeconds: 3600 },
+  // plans one owner may create or change (each change is kept, and told to every subscriber)
+  planWrite: { capacity: 60, perSeconds: 3600 },
+  // config purchases one user may make, again or not (each answer, content and all, is kept 24 h for replays)
+  configPurchase: { capacity: 30, perSeconds: 3600 },
+  // stream tokens one user may ask for (each lives 60 s in Redis)
+  sseTokenCreate: { capacity: 60, perSeconds: 60 },
 } satisfies Record<string, RateRule>
 export type RateLimitName = keyof typeof defaultRateLimits
 export type RateLimits = Record<RateLimitName, RateRule>

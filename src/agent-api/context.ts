@@ -28,10 +28,10 @@ export function agentContextRoutes(deps: Deps, auth: AuthPlugin) {
       '/context',
       async ({ agent, body, headers, set }) => {
         const request = { subject: principalSubject(agent), key: headers['idempotency-key'], method: 'POST', path: '/v1/agent/context', body }
-        const outcome = await idempotentCommand(deps, request, async identity => ({
-          status: 201,
-          body: ok(await writeEntryAsAgent(deps, agent.participantId, body, identity)),
-        }))
+        const outcome = await idempotentCommand(deps, request, async identity => {
+          await deps.rateLimiter.take('contextWrite', principalSubject(agent))
+          return { status: 201, body: ok(await writeEntryAsAgent(deps, agent.participantId, body, identity)) }
+        })
         set.status = outcome.status
         return outcome.body as { success: true; data: typeof ContextEntry.static }
       },
@@ -39,7 +39,7 @@ export function agentContextRoutes(deps: Deps, auth: AuthPlugin) {
         agent: true,
         body: AgentWrite,
         headers: IdempotencyHeaders,
-        response: { 201: Ok(ContextEntry), ...failures(400, 401, 403, 409, 503) },
+        response: { 201: Ok(ContextEntry), ...failures(400, 401, 403, 409, 429, 503) },
         detail: {
           operationId: 'writeContextAsAgent',
           summary: 'A new version of an entry (derived or suggested); 409 while the user’s own value stands (honours Idempotency-Key)',
@@ -47,7 +47,7 @@ export function agentContextRoutes(deps: Deps, auth: AuthPlugin) {
             'Needs the agent’s key and the user’s active subscription (403 `not_subscribed`). ' +
             '`confidence` defaults to `suggested`. `user_provided`, or a `source.method` claiming the user’s word, is 403 ' +
             '`confidence_not_allowed`. `data` is a JSON object of at most 64 KiB. Versions count 1, 2, 3, ...; ' +
-            'nothing is overwritten.',
+            'nothing is overwritten. Rate limited per agent (rule `contextWrite`): 429.',
         },
       },
     )

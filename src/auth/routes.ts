@@ -227,17 +227,20 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
     )
     .post(
       '/sse-token',
-      async ({ user, request }) => ok({ token: await issueSseToken(deps, user.userId, userKeyHash(request.headers)), expiresIn: sseTokenTtlSeconds }),
+      async ({ user, request }) => {
+        await rateLimiter.take('sseTokenCreate', `user:${user.userId}`)
+        return ok({ token: await issueSseToken(deps, user.userId, userKeyHash(request.headers)), expiresIn: sseTokenTtlSeconds })
+      },
       {
         user: true,
-        response: { 200: Ok(SseToken), ...failures(401, 403) },
+        response: { 200: Ok(SseToken), ...failures(401, 403, 429) },
         detail: {
           operationId: 'issueSseToken',
           summary: 'A one-use token for opening /v1/events/stream?token=...',
           description:
             'Needs a user credential; an agent key is 403. Open the stream as `/v1/events/stream?token=...` where a client ' +
             'cannot send an Authorization header (a browser’s EventSource). The token opens one stream within `expiresIn` (60 ' +
-            's), is spent by it, and is accepted nowhere else.',
+            's), is spent by it, and is accepted nowhere else. Rate limited per user (rule `sseTokenCreate`): 429.',
         },
       },
     )

@@ -18,12 +18,13 @@ const connectionView = (row: ConnectionRow) => ({
   createdAt: iso(row.createdAt),
 })
 
-export function connectionRoutes({ sql, config, clock }: Deps, auth: AuthPlugin) {
+export function connectionRoutes({ sql, config, clock, rateLimiter }: Deps, auth: AuthPlugin) {
   return new Elysia({ prefix: '/v1/connections', tags: ['connections'] })
     .use(auth)
     .post(
       '',
       async ({ user, body, set }) => {
+        await rateLimiter.take('connectionCreate', `user:${user.userId}`)
         let url: URL
         try {
           url = new URL(body.baseUrl)
@@ -51,14 +52,14 @@ export function connectionRoutes({ sql, config, clock }: Deps, auth: AuthPlugin)
       {
         user: true,
         body: CreateConnection,
-        response: { 201: Ok(Connection), ...failures(400, 401, 403, 409) },
+        response: { 201: Ok(Connection), ...failures(400, 401, 403, 409, 429) },
         detail: {
           operationId: 'createConnection',
           summary: 'Connect an account; the credential is stored encrypted',
           description:
             'Needs a user credential. One connection per `provider`: a second is 409 `name_taken` (delete the first). ' +
             '`baseUrl` must be https and must not resolve to a private, loopback or link-local address (400); a host in ' +
-            '`PROXY_ALLOWED_HOSTS` is exempt from both. The user’s agents use it through POST /v1/agent/proxy-call.',
+            '`PROXY_ALLOWED_HOSTS` is exempt from both. The user’s agents use it through POST /v1/agent/proxy-call. Rate limited per user (rule `connectionCreate`): 429.',
         },
       },
     )

@@ -16,7 +16,7 @@ import { entryVersions, findOrganization, newestEntries } from './store.ts'
 const EntryPath = t.Object({ type: ContextTypeParam, key: ContextKey })
 
 export function contextRoutes(deps: Deps, auth: AuthPlugin) {
-  const { sql, dispatcher } = deps
+  const { sql, dispatcher, rateLimiter } = deps
 
   return new Elysia({ tags: ['context'] })
     .use(auth)
@@ -68,6 +68,7 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
         const path = `/v1/context/${params.type}/${params.key}`
         const request = { subject: principalSubject(user), key: headers['idempotency-key'], method: 'PUT', path, body }
         const outcome = await idempotentCommand(deps, request, async identity => {
+          await rateLimiter.take('contextWrite', principalSubject(user))
           const write = { type: params.type, key: params.key, data: body.data, confidence: 'user_provided' as const }
           const by = { source: { method: userSourceMethod }, author: { kind: 'user' as const, id: user.userId } }
           return { status: 200, body: ok(await writeEntry(deps, user.userId, { ...write, ...by }, identity)) }
@@ -80,14 +81,14 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
         params: EntryPath,
         body: UserWrite,
         headers: IdempotencyHeaders,
-        response: { 200: Ok(ContextEntry), ...failures(400, 401, 403, 409, 503) },
+        response: { 200: Ok(ContextEntry), ...failures(400, 401, 403, 409, 429, 503) },
         detail: {
           operationId: 'writeContext',
           summary: 'Set an entry yourself: a new user_provided version, which agents cannot override (honours Idempotency-Key)',
           description:
             'Needs a user credential; the organization is made on the first write. The version’s `source.method` is `user`. ' +
             'Agents’ writes to the entry are then 409 `user_provided_precedence` until a newer version is not `user_provided` ' +
-            '(a revert). Answers 200. On 503, retry with the same `Idempotency-Key`: one version is made.',
+            '(a revert). Answers 200. On 503, retry with the same `Idempotency-Key`: one version is made. Rate limited per credential (rule `contextWrite`): 429.',
         },
       },
     )
@@ -97,6 +98,7 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
         const path = `/v1/context/${params.type}/${params.key}/revert`
         const request = { subject: principalSubject(user), key: headers['idempotency-key'], method: 'POST', path, body }
         const outcome = await idempotentCommand(deps, request, async identity => {
+          await rateLimiter.take('contextWrite', principalSubject(user))
           const orgId = await findOrganization(sql, user.userId)
           if (!orgId) throw errors.notFound('Context entry')
           const command: RevertEntry = { type: params.type, key: params.key, version: body.version, userId: user.userId }
@@ -113,14 +115,14 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
         params: EntryPath,
         body: Revert,
         headers: IdempotencyHeaders,
-        response: { 201: Ok(ContextEntry), ...failures(400, 401, 403, 404, 409, 503) },
+        response: { 201: Ok(ContextEntry), ...failures(400, 401, 403, 404, 409, 429, 503) },
         detail: {
           operationId: 'revertContext',
           summary: 'A new version with an earlier version’s data and confidence (source.method revert:v<N>; honours Idempotency-Key)',
           description:
             'Needs a user credential. `version` names an earlier version of this entry; an unknown one is 404. ' +
             'Nothing is removed: the revert becomes the newest version. Reverting to an agent’s version lets agents write the ' +
-            'entry again. On 503, retry with the same `Idempotency-Key`: one version is made.',
+            'entry again. On 503, retry with the same `Idempotency-Key`: one version is made. Rate limited per credential (rule `contextWrite`): 429.',
         },
       },
     )

@@ -137,6 +137,8 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
     .post(
       '/:id/api-key',
       async ({ user, params, set }) => {
+        // A new key, as POST /v1/auth/api-keys makes: the same budget.
+        await rateLimiter.take('apiKeyCreate', `user:${user.userId}`)
         const { key, hash, prefix } = generateKey('agent')
         const { revoked, createdAt } = await sql.begin(async tx => {
           await requireOwnedParticipant(tx, params.id, user.userId, { lock: true })
@@ -151,14 +153,14 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
       {
         user: true,
         params: AgentId,
-        response: { 201: Ok(RotatedKey), ...failures(400, 401, 403, 404) },
+        response: { 201: Ok(RotatedKey), ...failures(400, 401, 403, 404, 429) },
         detail: {
           operationId: 'rotateParticipantKey',
           summary: 'Issue a new agent key; the old one stops at once',
           description:
             'Needs the owner’s user credential: another user is 403, an unknown or deactivated agent 404. ' +
             'Every live key of the agent is revoked and a new `sk_agt_` key returned, shown only here. ' +
-            'Requests with the old key are then 401 `invalid_token`.',
+            'Requests with the old key are then 401 `invalid_token`. Rate limited per user with key creations (rule `apiKeyCreate`): 429.',
         },
       },
     )

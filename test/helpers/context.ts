@@ -71,6 +71,11 @@ export function testConfig(env: Record<string, string> = {}): Config {
       serviceRequestCreate: { capacity: 10000, perSeconds: 1 },
       messagePost: { capacity: 10000, perSeconds: 1 },
       proxyCall: { capacity: 10000, perSeconds: 1 },
+      contextWrite: { capacity: 10000, perSeconds: 1 },
+      connectionCreate: { capacity: 10000, perSeconds: 1 },
+      planWrite: { capacity: 10000, perSeconds: 1 },
+      configPurchase: { capacity: 10000, perSeconds: 1 },
+      sseTokenCreate: { capacity: 10000, perSeconds: 1 },
     }),
     PROXY_IN_FLIGHT_PER_AGENT: '10000',
     // A reservation, not memory in use: the most every proxy call might buffer.

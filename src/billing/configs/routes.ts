@@ -44,7 +44,7 @@ const purchaseView = (row: PurchaseRow): Purchase => ({
 const ConfigId = t.Object({ id: UuidOf('The listing’s id (configId)') })
 
 export function configRoutes(deps: Deps, auth: AuthPlugin) {
-  const { sql, clock } = deps
+  const { sql, clock, rateLimiter } = deps
 
   const ownedConfig = async (configId: string, userId: string) => {
     const config = await findConfig(sql, configId, userId)
@@ -144,6 +144,7 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
     .post(
       '/configs/:id/purchase',
       async ({ user, params, body, headers, set }) => {
+        await rateLimiter.take('configPurchase', `user:${user.userId}`)
         const expectedPriceCents = body?.expectedPriceCents
         const outcome = await idempotent(
           deps,
@@ -170,7 +171,7 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
         response: {
           201: Ok(Purchase),
           200: Ok(Purchase),
-          ...failures(400, 401, 403, 404),
+          ...failures(400, 401, 403, 404, 429),
           409: failure(
             'config_inactive: no longer for sale; price_changed: the listing’s price is not the expectedPriceCents sent (nothing charged); ' +
               'idempotency_key_reused',
@@ -184,7 +185,7 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
             'Needs a user credential. One’s own listing is 403 `cannot_buy_own_config`; ' +
             'an inactive one is 409 `config_inactive`. A purchase issues its one-line invoice at once and tells the owner ' +
             '(`config.purchased`). A repeat charges nothing. A repeat with the same `Idempotency-Key` within 24 h gets the ' +
-            'first answer.',
+            'first answer. Rate limited per user, repeats too (rule `configPurchase`): 429.',
         },
       },
     )

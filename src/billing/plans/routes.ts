@@ -24,7 +24,7 @@ export const planView = (row: PlanRow): Plan => ({
 
 const PlanId = t.Object({ id: UuidOf('The plan’s id') })
 
-export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
+export function planRoutes({ sql, clock, rateLimiter }: Deps, auth: AuthPlugin) {
   const ownedPlan = async (planId: string, userId: string) => {
     const plan = await findPlan(sql, planId)
     if (!plan) throw errors.notFound('Plan')
@@ -37,6 +37,7 @@ export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
     .post(
       '',
       async ({ user, body, set }) => {
+        await rateLimiter.take('planWrite', `user:${user.userId}`)
         await requireOwnedParticipant(sql, body.participantId, user.userId)
         const id = await insertPlan(sql, body, clock.now())
         set.status = 201
@@ -45,14 +46,14 @@ export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
       {
         user: true,
         body: CreatePlan,
-        response: { 201: Ok(Plan), ...failures(400, 401, 403, 404) },
+        response: { 201: Ok(Plan), ...failures(400, 401, 403, 404, 429) },
         detail: {
           operationId: 'createPlan',
           summary: 'Create a plan for an agent you own',
           description:
             'Needs the agent owner’s user credential: another user is 403, an unknown or deactivated agent 404. ' +
             'The plan is active at once. Each period includes `includedProxyCalls` proxy calls; ' +
-            'each call past them costs `overagePerCallCents`. Users subscribe with POST /v1/billing/subscriptions.',
+            'each call past them costs `overagePerCallCents`. Users subscribe with POST /v1/billing/subscriptions. Rate limited per user with changes (rule `planWrite`): 429.',
         },
       },
     )
@@ -79,6 +80,7 @@ export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
     .patch(
       '/:id',
       async ({ user, params, body }) => {
+        await rateLimiter.take('planWrite', `user:${user.userId}`)
         const plan = await ownedPlan(params.id, user.userId)
         await sql.begin(async tx => {
           const at = clock.now()
@@ -94,7 +96,7 @@ export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
         user: true,
         params: PlanId,
         body: UpdatePlan,
-        response: { 200: Ok(Plan), ...failures(400, 401, 403, 404) },
+        response: { 200: Ok(Plan), ...failures(400, 401, 403, 404, 429) },
         detail: {
           operationId: 'updatePlan',
           summary:
@@ -103,7 +105,7 @@ export function planRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
           description:
             'Needs the owner’s user credential: another user is 403, an unknown plan or a deactivated agent 404. ' +
             'Fields left out stay; an inactive plan can be changed too. Only a change of price or included calls sends ' +
-            '`plan.changed`, with `effectiveFrom`, to each active subscriber.',
+            '`plan.changed`, with `effectiveFrom`, to each active subscriber. Rate limited per user with creations (rule `planWrite`): 429.',
         },
       },
     )

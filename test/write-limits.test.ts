@@ -1,0 +1,77 @@
+/** Writes that leave something behind for good (or for a day) take a token of their rule: past it 429, nothing kept. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { createAgent, createTestContext, expectError, signUp, subscribedPair, type TestContext, type TestUser } from './helpers/context.ts'
+
+const one = { capacity: 1, perSeconds: 3600 }
+let ctx: TestContext
+
+beforeAll(async () => {
+  const rules = ['contextWrite', 'connectionCreate', 'planWrite', 'configPurchase', 'sseTokenCreate', 'apiKeyCreate']
+  ctx = await createTestContext({
+    env: { RATE_LIMITS: JSON.stringify(Object.fromEntries(rules.map(rule => [rule, one]))), PROXY_ALLOWED_HOSTS: '127.0.0.1' },
+  })
+})
+afterAll(() => ctx.close())
+
+const count = async (table: string, column: string, value: string) =>
+  (await ctx.deps.sql<{ n: number }[]>`select count(*)::int as n from ${ctx.deps.sql(table)} where ${ctx.deps.sql(column)} = ${value}`)[0]!.n
+
+/** Refused with 429 `rate_limited` and a Retry-After in seconds. */
+function limited(res: Awaited<ReturnType<TestContext['call']>>) {
+  expectError(res, 429, 'rate_limited')
+  expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0)
+}
+
+describe('writes past their rule', () => {
+  test('context versions: a user’s writes and reverts share contextWrite, an agent has its own', async () => {
+    const owner = await signUp(ctx)
+    const { agent, user } = await subscribedPair(ctx, owner)
+    expect((await ctx.call('PUT', '/v1/context/tone/voice', { token: user.token, body: { data: { formal: true } } })).status).toBe(200)
+    limited(await ctx.call('PUT', '/v1/context/tone/voice', { token: user.token, body: { data: { formal: false } } }))
+    limited(await ctx.call('POST', '/v1/context/tone/voice/revert', { token: user.token, body: { version: 1 } }))
+    const write = { userId: user.id, type: 'tone', key: 'pace', data: { fast: true } }
+    expect((await ctx.call('POST', '/v1/agent/context', { apiKey: agent.apiKey, body: write })).status).toBe(201)
+    limited(await ctx.call('POST', '/v1/agent/context', { apiKey: agent.apiKey, body: { ...write, key: 'other' } }))
+    expect(await count('context_entries', 'key', 'voice')).toBe(1)
+    expect(await count('context_entries', 'key', 'other')).toBe(0)
+  })
+
+  test('connected accounts, plans, key rotations and stream tokens', async () => {
+    const user: TestUser = await signUp(ctx)
+    const connection = { provider: 'acme', baseUrl: 'http://127.0.0.1:9', credential: 'secret' }
+    expect((await ctx.call('POST', '/v1/connections', { token: user.token, body: connection })).status).toBe(201)
+    limited(await ctx.call('POST', '/v1/connections', { token: user.token, body: { ...connection, provider: 'other' } }))
+    expect(await count('connections', 'user_id', user.id)).toBe(1)
+
+    const agent = await createAgent(ctx, user)
+    const terms = { participantId: agent.id, name: 'Basic', monthlyPriceCents: 100, includedProxyCalls: 1, overagePerCallCents: 1 }
+    const plan = await ctx.call('POST', '/v1/billing/plans', { token: user.token, body: terms })
+    expect(plan.status).toBe(201)
+    limited(await ctx.call('PATCH', `/v1/billing/plans/${plan.body.data.id}`, { token: user.token, body: { monthlyPriceCents: 999 } }))
+    limited(await ctx.call('POST', '/v1/billing/plans', { token: user.token, body: { ...terms, name: 'Second' } }))
+    expect(
+      (await ctx.call('GET', `/v1/billing/plans/${agent.id}`, { token: user.token })).body.data.map(
+        (p: { monthlyPriceCents: number }) => p.monthlyPriceCents,
+      ),
+    ).toEqual([100])
+
+    expect((await ctx.call('POST', `/v1/participants/${agent.id}/api-key`, { token: user.token })).status).toBe(201)
+    limited(await ctx.call('POST', `/v1/participants/${agent.id}/api-key`, { token: user.token }))
+
+    expect((await ctx.call('POST', '/v1/auth/sse-token', { token: user.token })).status).toBe(200)
+    limited(await ctx.call('POST', '/v1/auth/sse-token', { token: user.token }))
+  })
+
+  test('config purchases, a repeat of one bought before too', async () => {
+    const owner = await signUp(ctx)
+    const buyer = await signUp(ctx)
+    const agent = await createAgent(ctx, owner)
+    const listing = { participantId: agent.id, name: 'C', priceCents: 250, fileType: 'md', content: 'c'.repeat(1000) }
+    const config = await ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: listing })
+    const buy = (key: string) =>
+      ctx.call('POST', `/v1/billing/configs/${config.body.data.id}/purchase`, { token: buyer.token, headers: { 'idempotency-key': key } })
+    expect((await buy('first')).status).toBe(201)
+    limited(await buy('second'))
+    expect(await count('idempotency_keys', 'key', 'second')).toBe(0)
+  })
+})
