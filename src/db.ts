@@ -59,6 +59,27 @@ export async function reachDatabase(url: string): Promise<void> {
   }
 }
 
+/**
+ * Deletes the rows of `table` whose `column` is before `olderThan`, 5,000 a statement (through its
+ * index on that column), so that no one statement holds many row locks or writes much WAL at once,
+ * however large the backlog; how many it deleted.
+ */
+export async function deleteOlderThan(sql: Sql, table: string, column: string, olderThan: Date): Promise<number> {
+  let total = 0
+  for (;;) {
+    const [row] = await sql<{ n: number }[]>`
+      with gone as (
+        delete from ${sql(table)}
+        where ctid in (select ctid from ${sql(table)} where ${sql(column)} < ${olderThan} limit 5000)
+        returning 1
+      )
+      select count(*)::int as n from gone
+    `
+    total += row!.n
+    if (row!.n < 5000) return total
+  }
+}
+
 /** True when an error means the database cannot be reached (as opposed to a bad query). */
 export function isConnectionError(error: unknown): boolean {
   const code = (error as { code?: unknown } | null)?.code

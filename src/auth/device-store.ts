@@ -1,5 +1,5 @@
 /** SQL for device authorizations. */
-import type { Db } from '../db.ts'
+import { deleteOlderThan, type Db, type Sql } from '../db.ts'
 
 export type DeviceStatus = 'pending' | 'approved' | 'denied' | 'delivered'
 
@@ -65,7 +65,6 @@ export async function decideDeviceCode(
 }
 
 /** Forgets authorizations that ended long enough ago that no device still polls them. */
-export async function purgeDeviceCodes(sql: Db, olderThan: Date): Promise<number> {
-  const rows = await sql`delete from device_codes where expires_at < ${olderThan} returning 1`
-  return rows.length
+export function purgeDeviceCodes(sql: Sql, olderThan: Date): Promise<number> {
+  return deleteOlderThan(sql, 'device_codes', 'expires_at', olderThan)
 }

@@ -1,7 +1,7 @@
 /** Idempotency-Key: the first response is stored with the effect, in one transaction, and replayed. */
 import { createHash, randomUUID } from 'node:crypto'
 import { t } from 'elysia'
-import type { Sql, TxSql } from '../db.ts'
+import { deleteOlderThan, type Sql, type TxSql } from '../db.ts'
 import type { Clock } from '../clock.ts'
 import { AppError, errors } from '../errors.ts'
 
@@ -62,12 +62,9 @@ export async function idempotent(
   })
 }
 
-/** Forgets keys older than the replay window. */
-export async function purgeIdempotencyKeys(sql: Sql, now: Date): Promise<number> {
-  const rows = await sql`
-    delete from idempotency_keys where created_at < ${new Date(now.getTime() - idempotencyWindowMs)} returning 1
-  `
-  return rows.length
+/** Forgets keys older than the replay window, in batches. */
+export function purgeIdempotencyKeys(sql: Sql, now: Date): Promise<number> {
+  return deleteOlderThan(sql, 'idempotency_keys', 'created_at', new Date(now.getTime() - idempotencyWindowMs))
 }
 
 /**
