@@ -44,7 +44,8 @@ export async function meterCall(
       attempts: 25,
       backoff: { type: 'exponential', delay: 1000 },
       removeOnComplete: true,
-      removeOnFail: false,
+      // Kept a week to be looked into (maintenance has counted its call by then), not for ever.
+      removeOnFail: { age: 7 * 86_400 },
     })
     .catch(error => deps.log.warn('metering job not queued; maintenance counts the call', { eventId: call.eventId, ...errorFields(error) }))
   const live = { eventId: call.eventId, subscriptionId: call.subscription.id, periodIndex, seed: period.proxyCalls }
