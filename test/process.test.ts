@@ -149,6 +149,28 @@ describe('the service as a process', () => {
     }
   }, 60_000)
 
+  test('migrate waiting for the lock says on stderr which session holds it, then applies once it is let go', async () => {
+    const database = await emptyDatabase()
+    const stray = createSql(database.url, { max: 1 })
+    try {
+      // A session left holding the migration lock (a stuck deploy, a stray psql).
+      const held = await stray.reserve()
+      const [row] = await held<{ pid: number }[]>`select pg_backend_pid() as pid, pg_advisory_lock(1634560359)`
+      const cli = start(['src/cli/migrate.ts'], environment(database))
+      // The CLI says so after 10 s of waiting; the lock is let go after that, and the run goes on.
+      await Bun.sleep(11_500)
+      await held`select pg_advisory_unlock(1634560359)`
+      held.release()
+      expect(await exitWithin(cli.proc, 20_000)).toBe(0)
+      const stderr = await cli.stderr
+      expect(stderr).not.toContain('before initialization')
+      expect(stderr).toContain(`migrate: waiting 10 s for the migration lock, held by pid ${row!.pid} (agent-marketplace, idle`)
+      expect(await cli.stdout).toStartWith('migrate: applied 00001_')
+    } finally {
+      await stray.end()
+    }
+  }, 40_000)
+
   test('a second API process on a port the first holds stops with one line, rather than sharing its connections', async () => {
     const database = await emptyDatabase()
     const port = await freePort()

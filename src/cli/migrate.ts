@@ -19,7 +19,10 @@ await runCli('migrate', 'usage: bun run migrate (applies the migrations in sql/ 
   }
 })
 
-const describe = (holder: LockHolder) =>
-  holder.pid === null
+// A declaration, not a const: the top-level await above calls it while a run waits for the lock,
+// before a const defined down here would be initialized.
+function describe(holder: LockHolder): string {
+  return holder.pid === null
     ? 'a session gone by now'
     : `pid ${holder.pid} (${holder.application || 'no application name'}, ${holder.state}, connected ${holder.since?.toISOString()})`
+}
