@@ -12,7 +12,7 @@ import { until } from './helpers/until.ts'
 // with small writes buffered neither crashes the process nor stays unable to reconnect; one whose
 // socket closes with a statement in flight neither holds up `end()` nor fails its next statement,
 // nor one that closes while it fetches the array types; a startup closed without an error is tried
-// again only until connect_timeout.
+// again only until connect_timeout; a transaction rolled back at its COMMIT fails.
 
 const { start, killAll } = processGroup()
 const servers: PostgresServer[] = []
@@ -39,6 +39,34 @@ function answers(query: Promise<unknown>, ms: number): Promise<boolean> {
 }
 
 describe('the PostgreSQL driver when a connection closes under it', () => {
+  test('a transaction whose COMMIT completes as ROLLBACK fails, rather than answering as if committed', async () => {
+    const sql = createSql(adminUrl, { max: 1, applicationName: 'am-test-commit-rollback' })
+    pools.push(sql)
+    const table = `commit_probe_${randomBytes(4).toString('hex')}`
+    await sql`create table ${sql(table)} (x int)`
+    try {
+      // The connection prepares its COMMIT in a first transaction; the second drops every prepared
+      // statement (as a server connection PgBouncer swapped in would lack them): the COMMIT fails,
+      // the driver prepares it again and retries it inside the aborted transaction.
+      await sql.begin(tx => tx`select 1`)
+      const failed = await sql
+        .begin(async tx => {
+          await tx`insert into ${sql(table)} values (1)`
+          await tx.unsafe('deallocate all')
+        })
+        .then(
+          () => null,
+          (error: { code?: string }) => error.code,
+        )
+      expect(failed).toBe('COMMIT_ROLLED_BACK')
+      expect(await sql`select x from ${sql(table)}`).toHaveLength(0)
+      // The connection serves on, and a transaction that commits still answers.
+      expect(await sql.begin(async tx => (await tx`insert into ${sql(table)} values (2) returning x`)[0]!.x)).toBe(2)
+    } finally {
+      await sql`drop table ${sql(table)}`
+    }
+  })
+
   test('a reserved connection whose backend is terminated fails its queries, and the process lives on', async () => {
     const scenario = start([join(projectRoot, 'test', 'postgres-driver', 'terminated-reserve.ts')], {
       PATH: process.env.PATH ?? '',
