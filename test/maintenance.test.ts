@@ -13,7 +13,7 @@ afterAll(() => ctx.close())
 const day = 86_400_000
 
 describe('maintenance', () => {
-  test('purges 12,001 old Idempotency-Key answers and applied commands (three batches each) and expired device codes, nothing newer', async () => {
+  test('purges 12,001 old Idempotency-Key answers and applied commands (more than two statements’ worth) and an expired device code, nothing newer', async () => {
     const { sql, clock } = ctx.deps
     const now = clock.now()
     const old = new Date(now.getTime() - 3 * day)

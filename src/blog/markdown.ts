@@ -54,10 +54,17 @@ export function safeUrl(href: string): string | null {
 
 // A setext underline, and lines that end a paragraph before marked's setext rule could reach an
 // underline (each a subset of the lines that rule stops at: blank, a list item, a fence, a quote, an
-// ATX heading, a thematic break).
+// ATX heading, a thematic break, a table's delimiter row, the start of an HTML block with marked's
+// own list of block tags).
 const underline = /^ {0,3}(?:=+|-+)[ \t]*$/
-const paragraphEnd =
-  /^(?:[ \t]*|[ ]{0,3}(?:(?:[*+-]|\d{1,9}[.)]) .*|(?:`{3,}|~{3,}|>).*|#{1,6}(?:[ \t].*)?|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,}|(?:-[ \t]*){3,}))$/
+const blockTags =
+  'address|article|aside|base|basefont|blockquote|body|caption|center|col|colgroup|dd|details|dialog|dir|div|dl|dt|fieldset|' +
+  'figcaption|figure|footer|form|frame|frameset|h[1-6]|head|header|hr|html|iframe|legend|li|link|main|menu|menuitem|meta|nav|' +
+  'noframes|ol|optgroup|option|p|param|search|section|summary|table|tbody|td|tfoot|th|thead|title|tr|track|ul'
+const paragraphEnd = new RegExp(
+  '^(?:[ \\t]*|[ ]{0,3}(?:(?:[*+-]|\\d{1,9}[.)]) .*|(?:`{3,}|~{3,}|>).*|#{1,6}(?:[ \\t].*)?|(?:\\*[ \\t]*){3,}|(?:_[ \\t]*){3,}|(?:-[ \\t]*){3,}' +
+    `|\\|?(?:[:\\- ]*\\|)+[:\\- ]*|<\\/?(?:${blockTags})(?:[ \\t].*|\\/?>.*)?|<(?:script|pre|style|textarea)(?:[\\s>].*)?|<(?:!--|\\?|![A-Za-z]|!\\[CDATA\\[).*))$`,
+)
 
 /**
  * Whether the block at the start of `src` can be a setext heading: marked tries its rule for one at

@@ -24,6 +24,7 @@ export function connectionRoutes({ sql, config, clock, rateLimiter }: Deps, auth
     .post(
       '',
       async ({ user, body, set }) => {
+        // Before the address's DNS lookup, which a refused request costs too.
         await rateLimiter.take('connectionCreate', `user:${user.userId}`)
         let url: URL
         try {

@@ -68,7 +68,7 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
         const path = `/v1/context/${params.type}/${params.key}`
         const request = { subject: principalSubject(user), key: headers['idempotency-key'], method: 'PUT', path, body }
         const outcome = await idempotentCommand(deps, request, async identity => {
-          await rateLimiter.take('contextWrite', principalSubject(user))
+          if (!identity.resent) await rateLimiter.take('contextWrite', principalSubject(user))
           const write = { type: params.type, key: params.key, data: body.data, confidence: 'user_provided' as const }
           const by = { source: { method: userSourceMethod }, author: { kind: 'user' as const, id: user.userId } }
           return { status: 200, body: ok(await writeEntry(deps, user.userId, { ...write, ...by }, identity)) }
@@ -88,7 +88,7 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
           description:
             'Needs a user credential; the organization is made on the first write. The version’s `source.method` is `user`. ' +
             'Agents’ writes to the entry are then 409 `user_provided_precedence` until a newer version is not `user_provided` ' +
-            '(a revert). Answers 200. On 503, retry with the same `Idempotency-Key`: one version is made. Rate limited per credential (rule `contextWrite`): 429.',
+            '(a revert). Answers 200. On 503, retry with the same `Idempotency-Key`: one version is made. Rate limited per user (rule `contextWrite`; an agent has its own): 429.',
         },
       },
     )
@@ -98,7 +98,7 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
         const path = `/v1/context/${params.type}/${params.key}/revert`
         const request = { subject: principalSubject(user), key: headers['idempotency-key'], method: 'POST', path, body }
         const outcome = await idempotentCommand(deps, request, async identity => {
-          await rateLimiter.take('contextWrite', principalSubject(user))
+          if (!identity.resent) await rateLimiter.take('contextWrite', principalSubject(user))
           const orgId = await findOrganization(sql, user.userId)
           if (!orgId) throw errors.notFound('Context entry')
           const command: RevertEntry = { type: params.type, key: params.key, version: body.version, userId: user.userId }
@@ -122,7 +122,7 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
           description:
             'Needs a user credential. `version` names an earlier version of this entry; an unknown one is 404. ' +
             'Nothing is removed: the revert becomes the newest version. Reverting to an agent’s version lets agents write the ' +
-            'entry again. On 503, retry with the same `Idempotency-Key`: one version is made. Rate limited per credential (rule `contextWrite`): 429.',
+            'entry again. On 503, retry with the same `Idempotency-Key`: one version is made. Rate limited per user (rule `contextWrite`; an agent has its own): 429.',
         },
       },
     )

@@ -62,9 +62,13 @@ export function toAppError(
     return errors.validation('The request holds a value that cannot be stored (e.g. a NUL character)')
   }
   // Postgres gave up a statement (a statement timeout, a lock wait, a deadlock) and changed nothing.
-  // Logged as an error: a timeout may be a query that needs an index, not only a lock held too long.
+  // A timeout is an error (it may be a query that needs an index); deadlocks and serialization
+  // failures come with contention, a warning.
   if (isTransientFailure(error)) {
-    outage('error', 'postgres-gave-up', 'database statement given up (timeout, lock or deadlock)', { path, ...errorFields(error) })
+    const timedOut = (error as { code?: string }).code === '57014'
+    const fields = { path, ...errorFields(error) }
+    if (timedOut) outage('error', 'postgres-timeout', 'database statement cancelled (statement timeout)', fields)
+    else outage('warn', 'postgres-gave-up', 'database statement given up (lock or deadlock)', fields)
     return errors.unavailable('The database is busy; try again', 1)
   }
   if (isConnectionError(error) || isRedisUnavailable(error)) {

@@ -144,7 +144,6 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
     .post(
       '/configs/:id/purchase',
       async ({ user, params, body, headers, set }) => {
-        await rateLimiter.take('configPurchase', `user:${user.userId}`)
         const expectedPriceCents = body?.expectedPriceCents
         const outcome = await idempotent(
           deps,
@@ -156,6 +155,8 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
             body: expectedPriceCents === undefined ? null : { expectedPriceCents },
           },
           async tx => {
+            // Taken only for a purchase the key has not answered before: a replay costs nothing.
+            await rateLimiter.take('configPurchase', `user:${user.userId}`)
             const { created, row } = await buyConfig(tx, { configId: params.id, userId: user.userId, expectedPriceCents, at: clock.now() })
             return { status: created ? 201 : 200, body: ok(purchaseView(row)) }
           },

@@ -37,8 +37,8 @@ export function planRoutes({ sql, clock, rateLimiter }: Deps, auth: AuthPlugin) 
     .post(
       '',
       async ({ user, body, set }) => {
-        await rateLimiter.take('planWrite', `user:${user.userId}`)
         await requireOwnedParticipant(sql, body.participantId, user.userId)
+        await rateLimiter.take('planWrite', `user:${user.userId}`)
         const id = await insertPlan(sql, body, clock.now())
         set.status = 201
         return ok(planView((await findPlan(sql, id))!))
@@ -80,8 +80,8 @@ export function planRoutes({ sql, clock, rateLimiter }: Deps, auth: AuthPlugin) 
     .patch(
       '/:id',
       async ({ user, params, body }) => {
-        await rateLimiter.take('planWrite', `user:${user.userId}`)
         const plan = await ownedPlan(params.id, user.userId)
+        await rateLimiter.take('planWrite', `user:${user.userId}`)
         await sql.begin(async tx => {
           const at = clock.now()
           const change = await updatePlan(tx, params.id, body, at)
