@@ -44,16 +44,19 @@ export function createSql(url: string, options: SqlOptions = {}): Sql {
 }
 
 /**
- * Runs one `select 1` on a connection of its own, or throws one line naming DATABASE_URL and why (a
- * boot's or a tool's first step: the driver's own errors name only a host, or nothing).
+ * Runs one `select 1` on a connection of its own, opened with `options`' startup parameters (those
+ * the service's pools send), or throws one line naming DATABASE_URL and why (a boot's or a tool's
+ * first step: the driver's own errors name only a host, or nothing).
  */
-export async function reachDatabase(url: string): Promise<void> {
+export async function reachDatabase(url: string, options: Pick<SqlOptions, 'statementTimeoutMs' | 'settings'> = {}): Promise<void> {
   let sql: Sql | undefined
   try {
-    sql = createSql(url, { max: 1 })
+    sql = createSql(url, { max: 1, ...options })
     await sql`select 1`
   } catch (error) {
-    throw new Error(`PostgreSQL is not reachable at DATABASE_URL=${redactUrl(url)}: ${firstLine(error)}`)
+    // PgBouncer refuses startup parameters it was not told to ignore, in any pool mode.
+    const hint = /unsupported startup parameter/.test(firstLine(error)) ? ' (behind PgBouncer: add it to ignore_startup_parameters)' : ''
+    throw new Error(`PostgreSQL is not reachable at DATABASE_URL=${redactUrl(url)}: ${firstLine(error)}${hint}`)
   } finally {
     await sql?.end({ timeout: 1 }).catch(() => {})
   }
@@ -93,12 +96,15 @@ export function isConnectionError(error: unknown): boolean {
     code === 'CONNECTION_DESTROYED' ||
     code === '57P01' ||
     code === '57P03' ||
-    code === '53300'
+    code === '53300' ||
+    // a protocol violation at startup: a pooler refusing a startup parameter, say
+    code === '08P01'
   )
 }
 
-// serialization failure, deadlock, lock not available, canceled (a statement timeout, or an operator's cancel)
-const transientStates = new Set(['40001', '40P01', '55P03', '57014'])
+// serialization failure, deadlock, lock not available, canceled (a statement timeout, or an operator's
+// cancel), and a COMMIT answered as ROLLBACK (the patched driver's code: patches/README.md)
+const transientStates = new Set(['40001', '40P01', '55P03', '57014', 'COMMIT_ROLLED_BACK'])
 
 /** True when Postgres gave up a statement for want of time or a lock, having changed nothing: the same request may succeed again. */
 export function isTransientFailure(error: unknown): boolean {

@@ -83,6 +83,9 @@ export function actorKinds(deps: InboxDeps & { config: Pick<Config, 'serviceRequ
   }
 }
 
+/** The reply writer's connections' planner settings (see createDeps). */
+export const replySettings = { enable_seqscan: 'off' }
+
 /** Batch transactions an API process runs at once for the commands of idle actors, and reply statements. */
 const inlineBatches = 2
 const replyBatches = 2
@@ -118,7 +121,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   // rows) the planner, taking the JSON input for 100 rows, hash-joins it against a scan of the whole
   // table instead (about a tenth more Postgres CPU a reply); these connections run nothing else, so
   // they keep to the keyed lookups it picks at scale.
-  const replySql = createSql(config.databaseUrl, { max: 2 * replyBatches, statementTimeoutMs, settings: { enable_seqscan: 'off' } })
+  const replySql = createSql(config.databaseUrl, { max: 2 * replyBatches, statementTimeoutMs, settings: replySettings })
   const replies = createReplyWriter({ sql: replySql, redis: batchRedis, keys, clock, log, batches: replyBatches })
   const dispatcher = await createDispatcher({ redis, pubsub, keys, log, inline })
   const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock })

@@ -4,7 +4,7 @@ import { withDevSecrets } from './dev-secrets.ts'
 import { captureConsole, createLog, errorFields, toStderr } from './log.ts'
 import { createSql, reachDatabase } from './db.ts'
 import { migrate } from './migrate.ts'
-import { createDeps, type Deps } from './deps.ts'
+import { createDeps, replySettings, type Deps } from './deps.ts'
 import { createApp } from './app.ts'
 import { serverOptions } from './http/server-options.ts'
 import type { EmbeddedDatabase } from './embedded-postgres.ts'
@@ -41,7 +41,8 @@ async function main() {
   let server: ReturnType<ReturnType<typeof createApp>['listen']> | undefined
   let metricsServer: ReturnType<typeof serveMetrics> | undefined
   try {
-    await reachDatabase(config.databaseUrl!)
+    // With the startup parameters the pools send: a pooler that refuses one stops the boot here.
+    await reachDatabase(config.databaseUrl!, { statementTimeoutMs: config.statementTimeoutMs, settings: replySettings })
     const migrator = createSql(config.databaseUrl!, { max: 1 })
     try {
       const applied = await migrate(migrator, undefined, config.migrationTimeouts, holder =>

@@ -2,7 +2,7 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
-import { createSql, isConnectionError, type Sql } from '../src/db.ts'
+import { createSql, isConnectionError, isTransientFailure, type Sql } from '../src/db.ts'
 import { adminUrl } from './helpers/database.ts'
 import { postgresBinaries, startPostgresServer, type PostgresServer } from './helpers/postgres-server.ts'
 import { exitWithin, processGroup, projectRoot } from './helpers/processes.ts'
@@ -59,6 +59,8 @@ describe('the PostgreSQL driver when a connection closes under it', () => {
           (error: { code?: string }) => error.code,
         )
       expect(failed).toBe('COMMIT_ROLLED_BACK')
+      // Nothing committed: the request that ran it may be sent again (503).
+      expect(isTransientFailure({ code: failed })).toBe(true)
       expect(await sql`select x from ${sql(table)}`).toHaveLength(0)
       // The connection serves on, and a transaction that commits still answers.
       expect(await sql.begin(async tx => (await tx`insert into ${sql(table)} values (2) returning x`)[0]!.x)).toBe(2)

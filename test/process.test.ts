@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
-import { connect, createServer } from 'node:net'
+import { connect, createServer, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createSql } from '../src/db.ts'
@@ -58,6 +58,15 @@ async function waitForHealth(port: number, started: Started, ms = 20_000): Promi
     await Bun.sleep(100)
   }
   throw new Error(`no healthy answer on port ${port} within ${ms} ms`)
+}
+
+/** A PostgreSQL ErrorResponse message (FATAL), as a server or a pooler sends one at startup. */
+function errorResponse(code: string, message: string): Buffer {
+  const fields = Buffer.from(`SFATAL\0VFATAL\0C${code}\0M${message}\0\0`)
+  const head = Buffer.alloc(5)
+  head.write('E')
+  head.writeInt32BE(fields.length + 4, 1)
+  return Buffer.concat([head, fields])
 }
 
 /** Sends a request whose body arrives in two parts; returns the first write's completion and a finisher. */
@@ -186,22 +195,34 @@ describe('the service as a process', () => {
     expect(await exitWithin(first.proc, 15_000)).toBe(0)
   }, 45_000)
 
-  test('a DATABASE_URL whose far end closes each connection at once stops the boot with one line naming it', async () => {
-    // A proxy whose database is away: upstream, the driver tried again for ever and the boot hung in silence.
-    const proxy = createServer(socket => socket.end()).listen(0, '127.0.0.1')
-    await new Promise(resolve => proxy.once('listening', resolve))
-    try {
-      const url = `postgres://someone:secret@127.0.0.1:${(proxy.address() as { port: number }).port}/none`
-      const service = start(['src/main.ts', '--api'], environment({ url }, { PORT: String(await freePort()) }))
-      expect(await exitWithin(service.proc, 20_000)).not.toBe(0)
-      const lines = (await service.stderr).trimEnd().split('\n')
-      expect(lines).toHaveLength(1)
-      expect(lines[0]).toContain('PostgreSQL is not reachable at DATABASE_URL=postgres://***@127.0.0.1:')
-      expect(lines[0]).toContain('CONNECTION_CLOSED')
-    } finally {
-      proxy.close()
+  test('a DATABASE_URL whose far end closes each connection, or refuses the pools’ startup parameters, stops the boot with one line', async () => {
+    // A proxy whose database is away: upstream, the driver tried again for ever and the boot hung in
+    // silence. A PgBouncer not told to ignore statement_timeout answers every startup with an error.
+    const refusal = errorResponse('08P01', 'unsupported startup parameter: statement_timeout')
+    const cases: [(socket: Socket) => void, string][] = [
+      [socket => socket.end(), 'CONNECTION_CLOSED'],
+      [
+        // Refused only where the startup sends it: the boot's first connection must send the pools' parameters.
+        socket => socket.once('data', startup => (startup.includes('statement_timeout') ? socket.end(refusal) : socket.end())),
+        'statement_timeout (behind PgBouncer: add it to ignore_startup_parameters)',
+      ],
+    ]
+    for (const [serve, says] of cases) {
+      const proxy = createServer(serve).listen(0, '127.0.0.1')
+      await new Promise(resolve => proxy.once('listening', resolve))
+      try {
+        const url = `postgres://someone:secret@127.0.0.1:${(proxy.address() as { port: number }).port}/none`
+        const service = start(['src/main.ts', '--api'], environment({ url }, { PORT: String(await freePort()) }))
+        expect(await exitWithin(service.proc, 20_000)).not.toBe(0)
+        const lines = (await service.stderr).trimEnd().split('\n')
+        expect(lines).toHaveLength(1)
+        expect(lines[0]).toContain('PostgreSQL is not reachable at DATABASE_URL=postgres://***@127.0.0.1:')
+        expect(lines[0]).toContain(says)
+      } finally {
+        proxy.close()
+      }
     }
-  }, 30_000)
+  }, 45_000)
 
   test('`start` serves a token from the CLI, and SIGTERM lets an open request finish before exiting 0', async () => {
     const database = await emptyDatabase()
