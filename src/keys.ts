@@ -33,7 +33,7 @@ export function createKeys(prefix: string) {
     events: {
       user: (userId: string) => `${prefix}events:user:${userId}`,
       chat: `${prefix}events:chat`,
-      openStreams: (userId: string) => `${prefix}events:open:${userId}`,
+      openStreams: (subject: string) => `${prefix}events:open:${subject}`,
     },
     agent: (agentId: string) => ({
       // Pending conversations: user id -> entry; and the version each conversation was last written at.

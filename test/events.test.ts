@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, type TestContext, type TestUser } from './helpers/context.ts'
 import { listen, serve } from './helpers/sse.ts'
 import { randomUUID } from 'node:crypto'
-import { createEventHub, maxStreamsPerUser } from '../src/events/hub.ts'
+import { createEventHub, maxChatStreamsPerAddress, maxStreamsPerUser } from '../src/events/hub.ts'
 import { createRedis } from '../src/redis.ts'
 import { createPubSub } from '../src/pubsub.ts'
 import { until } from './helpers/until.ts'
@@ -261,6 +261,32 @@ describe('the wire format and limits', () => {
     await again.body!.cancel()
     for (const res of open) await res.body!.cancel()
   })
+
+  test(`at most ${maxChatStreamsPerAddress} world-chat streams per address; a closed one frees its place`, async () => {
+    // A context of its own: every stream of this file counts as one address ('local').
+    const own = await createTestContext()
+    const served = serve(own.app)
+    try {
+      const chat = () => fetch(`${served.url}/v1/events/chat`)
+      const open = await Promise.all(Array.from({ length: maxChatStreamsPerAddress }, chat))
+      expect(open.map(res => res.status)).toEqual(open.map(() => 200))
+      const refused = await chat()
+      expect(refused.status).toBe(429)
+      expect(((await refused.json()) as { error: string }).error).toBe('rate_limited')
+      expect(refused.headers.get('retry-after')).toBe('5')
+      await open.pop()!.body!.cancel()
+      await until(async () => {
+        const again = await chat()
+        if (again.status === 200) open.push(again)
+        else await again.body?.cancel()
+        return again.status === 200
+      }, 5000)
+      for (const res of open) await res.body!.cancel()
+    } finally {
+      await served.stop()
+      await own.close()
+    }
+  }, 30_000)
 
   test('credentials: none is 401, an agent key is 403, a bad last event id is 400', async () => {
     const { agent, owner } = await ownerWithPlan()

@@ -13,11 +13,13 @@ import type { Published } from './relay.ts'
 import { createConnections, type Connection } from './connections.ts'
 
 export const maxStreamsPerUser = 5
+/** World-chat streams one address may hold open (an office behind one NAT address counts as one). */
+export const maxChatStreamsPerAddress = 100
 export const pingEveryMs = 5000
 const replayWindowMs = 24 * 3_600_000
 const encoder = new TextEncoder()
 
-// KEYS[1] the user's open streams (id -> last heartbeat); ARGV now, stale-before, id, max.
+// KEYS[1] the subject's open streams (id -> last heartbeat); ARGV now, stale-before, id, max.
 const openStream = defineScript(`
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
@@ -28,8 +30,8 @@ return 1`)
 export interface OpenOptions {
   stream: string
   lastEventId?: string | null
-  /** Counts the stream against this user's limit of open notification streams. */
-  userId?: string
+  /** Counts the stream against a subject's limit of open streams (a user's, an address's). */
+  limit?: { subject: string; max: number }
   /** The API key (its hex hash) the stream is opened with: revoking the key ends the stream. */
   keyHash?: string | null
 }
@@ -148,15 +150,15 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
     get size() {
       return connections.size
     },
-    async open({ stream, lastEventId, userId, keyHash = null }) {
+    async open({ stream, lastEventId, limit, keyHash = null }) {
       if (lastEventId && !isEventId(lastEventId)) throw errors.invalidCursor()
       await events.listen()
       if (keyHash) await revocations.listen()
       const id = randomUUID()
-      const limitKey = userId ? keys.events.openStreams(userId) : null
+      const limitKey = limit ? keys.events.openStreams(limit.subject) : null
       if (limitKey) {
         const now = Date.now()
-        const admitted = await openStream(redis, [limitKey], [now, now - 3 * pingEveryMs, id, maxStreamsPerUser])
+        const admitted = await openStream(redis, [limitKey], [now, now - 3 * pingEveryMs, id, limit!.max])
         if (admitted !== 1) throw errors.rateLimited(pingEveryMs / 1000)
       }
       let connection!: Connection

@@ -5,7 +5,8 @@ import { errors } from '../errors.ts'
 import { ErrorBody, Query } from '../http/schema.ts'
 import { userKeyHash } from '../auth/authenticator.ts'
 import { spendSseToken } from '../auth/sse-token.ts'
-import { isEventId } from './hub.ts'
+import { isEventId, maxChatStreamsPerAddress, maxStreamsPerUser } from './hub.ts'
+import { addressBucket, clientIpResolver } from '../http/client-ip.ts'
 
 // Documented by hand: the plugin would call a string body text/plain.
 const streamResponses = (...statuses: number[]) => ({
@@ -23,6 +24,7 @@ const Resume = Query({
 
 export function eventRoutes(deps: Deps) {
   const { authenticator, events, keys } = deps
+  const clientIp = clientIpResolver(deps.config.trustedProxies)
 
   return new Elysia({ prefix: '/v1/events', tags: ['events'] })
     .get(
@@ -51,7 +53,7 @@ export function eventRoutes(deps: Deps) {
         return events.open({
           stream: keys.events.user(userId),
           lastEventId,
-          userId,
+          limit: { subject: userId, max: maxStreamsPerUser },
           keyHash,
         })
       },
@@ -77,7 +79,9 @@ export function eventRoutes(deps: Deps) {
       '/chat',
       async ({ request, query, server }) => {
         server?.timeout(request, 0)
-        return events.open({ stream: keys.events.chat, lastEventId: request.headers.get('last-event-id') ?? query.lastEventId })
+        const lastEventId = request.headers.get('last-event-id') ?? query.lastEventId
+        const limit = { subject: `ip:${addressBucket(clientIp(server, request))}`, max: maxChatStreamsPerAddress }
+        return events.open({ stream: keys.events.chat, lastEventId, limit })
       },
       {
         query: Resume,
@@ -87,9 +91,10 @@ export function eventRoutes(deps: Deps) {
           description:
             'No credential. Each message posted with POST /v1/chat/messages arrives as an event. ' +
             'Resume with `Last-Event-ID` or `lastEventId`: later events are replayed (the last 1,000, up to 24 h), then live ' +
-            'ones. An id not of the form `<ms>-<seq>` is 400 `invalid_cursor`.',
+            'ones. An id not of the form `<ms>-<seq>` is 400 `invalid_cursor`. One address holds at most ' +
+            `${maxChatStreamsPerAddress} chat streams at once (an IPv6 one by its /64); past that 429 \`rate_limited\`.`,
           security: [],
-          responses: streamResponses(400),
+          responses: streamResponses(400, 429),
         },
       },
     )
