@@ -35,6 +35,7 @@ const Env = T.Object({
   SERVICE_REQUESTS_OPEN_MAX: T.Integer({ minimum: 1, default: 100 }),
   SERVICE_REQUESTS_OPEN_BYTES: T.Integer({ minimum: 1024, default: 1_048_576 }),
   PROXY_IN_FLIGHT_PER_AGENT: T.Integer({ minimum: 1, default: 10 }),
+  CHAT_STREAMS_PER_ADDRESS: T.Integer({ minimum: 0, default: 100 }),
   PROXY_BUFFER_BYTES: T.Integer({ minimum: 1_048_576, default: 67_108_864 }),
   METRICS_PORT: T.Optional(T.Integer({ minimum: 1, maximum: 65535 })),
   METRICS_TOKEN: T.Optional(T.String({ minLength: 32, pattern: '^[\\x21-\\x7e]+$', expected: '32 or more printable ASCII characters, no spaces' })),
@@ -128,6 +129,8 @@ export interface Config {
   actorsInline: boolean
   /** What open service requests addressed to one agent may add up to; a sender may hold a quarter of each. */
   serviceRequests: ServiceRequestCaps
+  /** World-chat streams one client address may hold open, across processes (0: no limit). */
+  chatStreamsPerAddress: number
   proxy: {
     /** Proxy calls one agent may have in flight at once, across every API process. */
     inFlightPerAgent: number
@@ -234,6 +237,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     queueLockMs: e.QUEUE_LOCK_MS,
     actorsInline: e.ACTORS_INLINE === 'on',
     serviceRequests: { maxOpen: e.SERVICE_REQUESTS_OPEN_MAX, maxOpenBytes: e.SERVICE_REQUESTS_OPEN_BYTES },
+    chatStreamsPerAddress: e.CHAT_STREAMS_PER_ADDRESS,
     proxy: { inFlightPerAgent: e.PROXY_IN_FLIGHT_PER_AGENT, bufferBytes: e.PROXY_BUFFER_BYTES },
     metrics: { port: e.METRICS_PORT, token: e.METRICS_TOKEN },
     statementTimeoutMs: e.DATABASE_STATEMENT_TIMEOUT_MS,

@@ -41,8 +41,9 @@ async function main() {
   let server: ReturnType<ReturnType<typeof createApp>['listen']> | undefined
   let metricsServer: ReturnType<typeof serveMetrics> | undefined
   try {
-    // With the startup parameters the pools send: a pooler that refuses one stops the boot here.
-    await reachDatabase(config.databaseUrl!, { statementTimeoutMs: config.statementTimeoutMs, settings: replySettings })
+    // With the startup parameters this role's pools send: a pooler that refuses one stops the boot here.
+    const settings = role === 'workers' ? undefined : replySettings
+    await reachDatabase(config.databaseUrl!, { statementTimeoutMs: config.statementTimeoutMs, settings })
     const migrator = createSql(config.databaseUrl!, { max: 1 })
     try {
       const applied = await migrate(migrator, undefined, config.migrationTimeouts, holder =>

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, type TestContext, type TestUser } from './helpers/context.ts'
 import { listen, serve } from './helpers/sse.ts'
 import { randomUUID } from 'node:crypto'
-import { createEventHub, maxChatStreamsPerAddress, maxStreamsPerUser } from '../src/events/hub.ts'
+import { createEventHub, maxStreamsPerUser } from '../src/events/hub.ts'
 import { createRedis } from '../src/redis.ts'
 import { createPubSub } from '../src/pubsub.ts'
 import { until } from './helpers/until.ts'
@@ -262,9 +262,24 @@ describe('the wire format and limits', () => {
     for (const res of open) await res.body!.cancel()
   })
 
-  test(`at most ${maxChatStreamsPerAddress} world-chat streams per address; a closed one frees its place`, async () => {
+  test('the set of a user’s open streams is kept alive by their heartbeats, not only by the last opening', async () => {
+    const user = await signUp(ctx)
+    const res = await rawStream('/v1/events/stream', { authorization: `Bearer ${user.token}` })
+    expect(res.status).toBe(200)
+    try {
+      const key = ctx.deps.keys.events.openStreams(user.id)
+      // As a minute after the last opening: expired under an open stream, the set would admit five more.
+      await ctx.deps.redis.pexpire(key, 1500)
+      await until(async () => (await ctx.deps.redis.pttl(key)) > 10_000, 8000)
+    } finally {
+      await res.body!.cancel()
+    }
+  }, 15_000)
+
+  test('at most CHAT_STREAMS_PER_ADDRESS world-chat streams per address; a closed one frees its place', async () => {
     // A context of its own: every stream of this file counts as one address ('local').
-    const own = await createTestContext()
+    const own = await createTestContext({ env: { CHAT_STREAMS_PER_ADDRESS: '20' } })
+    const maxChatStreamsPerAddress = own.config.chatStreamsPerAddress
     const served = serve(own.app)
     try {
       const chat = () => fetch(`${served.url}/v1/events/chat`)

@@ -1,7 +1,6 @@
 /** Writes that leave something behind for good (or for a day) take a token of their rule: past it 429, nothing kept. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, subscribedPair, type TestContext, type TestUser } from './helpers/context.ts'
-import { startActors } from '../workers/actors.ts'
 
 const one = { capacity: 1, perSeconds: 3600 }
 let ctx: TestContext
@@ -79,31 +78,4 @@ describe('writes past their rule', () => {
     expect([replay.status, replay.body]).toEqual([201, first.body])
     expect(await count('idempotency_keys', 'key', 'second')).toBe(0)
   })
-
-  test('a retry of a message still in flight under its key takes no second token: it is the same command', async () => {
-    // Every command through a mailbox and no runtime yet: the first attempt runs out (503).
-    const quiet = await createTestContext({
-      env: { ACTORS_INLINE: 'off', RATE_LIMITS: JSON.stringify({ messagePost: one, participantCreate: { capacity: 100, perSeconds: 1 } }) },
-    })
-    try {
-      const { agent, user } = await subscribedPair(quiet, await signUp(quiet))
-      const send = () =>
-        quiet.call('POST', `/v1/conversations/${agent.id}/messages`, {
-          token: user.token,
-          headers: { 'idempotency-key': 'm1' },
-          body: { text: 'once' },
-        })
-      expectError(await send(), 503, 'unavailable')
-      const runtime = await startActors(quiet.deps, { leaseMs: 2000 })
-      try {
-        expect((await send()).status).toBe(201)
-      } finally {
-        await runtime.stop()
-      }
-      // The one token went to that message: a new one is past the rule.
-      limited(await quiet.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'two' } }))
-    } finally {
-      await quiet.close()
-    }
-  }, 30_000)
 })

@@ -29,7 +29,7 @@ export function agentContextRoutes(deps: Deps, auth: AuthPlugin) {
       async ({ agent, body, headers, set }) => {
         const request = { subject: principalSubject(agent), key: headers['idempotency-key'], method: 'POST', path: '/v1/agent/context', body }
         const outcome = await idempotentCommand(deps, request, async identity => {
-          if (!identity.resent) await deps.rateLimiter.take('contextWrite', principalSubject(agent))
+          await deps.rateLimiter.take('contextWrite', principalSubject(agent))
           return { status: 201, body: ok(await writeEntryAsAgent(deps, agent.participantId, body, identity)) }
         })
         set.status = outcome.status

@@ -68,7 +68,7 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
         const path = `/v1/context/${params.type}/${params.key}`
         const request = { subject: principalSubject(user), key: headers['idempotency-key'], method: 'PUT', path, body }
         const outcome = await idempotentCommand(deps, request, async identity => {
-          if (!identity.resent) await rateLimiter.take('contextWrite', principalSubject(user))
+          await rateLimiter.take('contextWrite', principalSubject(user))
           const write = { type: params.type, key: params.key, data: body.data, confidence: 'user_provided' as const }
           const by = { source: { method: userSourceMethod }, author: { kind: 'user' as const, id: user.userId } }
           return { status: 200, body: ok(await writeEntry(deps, user.userId, { ...write, ...by }, identity)) }
@@ -98,7 +98,7 @@ export function contextRoutes(deps: Deps, auth: AuthPlugin) {
         const path = `/v1/context/${params.type}/${params.key}/revert`
         const request = { subject: principalSubject(user), key: headers['idempotency-key'], method: 'POST', path, body }
         const outcome = await idempotentCommand(deps, request, async identity => {
-          if (!identity.resent) await rateLimiter.take('contextWrite', principalSubject(user))
+          await rateLimiter.take('contextWrite', principalSubject(user))
           const orgId = await findOrganization(sql, user.userId)
           if (!orgId) throw errors.notFound('Context entry')
           const command: RevertEntry = { type: params.type, key: params.key, version: body.version, userId: user.userId }

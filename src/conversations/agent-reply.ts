@@ -12,9 +12,9 @@ export async function replyAsAgent(
   { replies, rateLimiter, sql }: Deps,
   agentId: string,
   body: typeof PostReply.static,
-  { commandId, reservedAt, resent }: CommandIdentity,
+  { commandId, reservedAt }: CommandIdentity,
 ): Promise<Replied> {
-  if (!resent) await rateLimiter.take('replyPost', `agent:${agentId}`)
+  await rateLimiter.take('replyPost', `agent:${agentId}`)
   // Every repeat under one reservation stores (or finds) the same message.
   const chosen = commandId !== undefined && reservedAt !== undefined
   const messageId = chosen ? rowIdFor(reservedAt, commandId) : newRowId()

@@ -39,7 +39,7 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
           body,
         }
         const outcome = await idempotentCommand(deps, request, async identity => {
-          if (!identity.resent) await rateLimiter.take('messagePost', principalSubject(user))
+          await rateLimiter.take('messagePost', principalSubject(user))
           await activeAgent(params.agentId)
           if (!(await hasActiveSubscription(sql, user.userId, params.agentId))) throw errors.notSubscribed()
           const command: UserMessage = { messageId: newRowId(), userId: user.userId, text: body.text }

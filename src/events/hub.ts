@@ -13,9 +13,8 @@ import type { Published } from './relay.ts'
 import { createConnections, type Connection } from './connections.ts'
 
 export const maxStreamsPerUser = 5
-/** World-chat streams one address may hold open (an office behind one NAT address counts as one). */
-export const maxChatStreamsPerAddress = 100
 export const pingEveryMs = 5000
+const openStreamsTtlMs = 60_000
 const replayWindowMs = 24 * 3_600_000
 const encoder = new TextEncoder()
 
@@ -24,7 +23,7 @@ const openStream = defineScript(`
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
 redis.call('ZADD', KEYS[1], ARGV[1], ARGV[3])
-redis.call('PEXPIRE', KEYS[1], 60000)
+redis.call('PEXPIRE', KEYS[1], ${openStreamsTtlMs})
 return 1`)
 
 export interface OpenOptions {
@@ -125,10 +124,15 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
     const heartbeat = redis.pipeline()
     let beats = 0
     const now = Date.now()
+    const kept = new Set<string>()
     for (const connection of connections.all()) {
       send(connection, ping)
       if (connection.limitKey && !connection.closed) {
         heartbeat.zadd(connection.limitKey, now, connection.id)
+        // The set outlives its open streams by a minute, not by its last opening: expired under
+        // them, it would admit as many again (and come back without an expiry at this ZADD).
+        if (!kept.has(connection.limitKey)) heartbeat.pexpire(connection.limitKey, openStreamsTtlMs)
+        kept.add(connection.limitKey)
         beats++
       }
     }
@@ -156,9 +160,9 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
       if (keyHash) await revocations.listen()
       const id = randomUUID()
       const limitKey = limit ? keys.events.openStreams(limit.subject) : null
-      if (limitKey) {
+      if (limit && limitKey) {
         const now = Date.now()
-        const admitted = await openStream(redis, [limitKey], [now, now - 3 * pingEveryMs, id, limit!.max])
+        const admitted = await openStream(redis, [limitKey], [now, now - 3 * pingEveryMs, id, limit.max])
         if (admitted !== 1) throw errors.rateLimited(pingEveryMs / 1000)
       }
       let connection!: Connection

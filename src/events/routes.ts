@@ -5,7 +5,7 @@ import { errors } from '../errors.ts'
 import { ErrorBody, Query } from '../http/schema.ts'
 import { userKeyHash } from '../auth/authenticator.ts'
 import { spendSseToken } from '../auth/sse-token.ts'
-import { isEventId, maxChatStreamsPerAddress, maxStreamsPerUser } from './hub.ts'
+import { isEventId, maxStreamsPerUser } from './hub.ts'
 import { addressBucket, clientIpResolver } from '../http/client-ip.ts'
 
 // Documented by hand: the plugin would call a string body text/plain.
@@ -80,7 +80,8 @@ export function eventRoutes(deps: Deps) {
       async ({ request, query, server }) => {
         server?.timeout(request, 0)
         const lastEventId = request.headers.get('last-event-id') ?? query.lastEventId
-        const limit = { subject: `ip:${addressBucket(clientIp(server, request))}`, max: maxChatStreamsPerAddress }
+        const max = deps.config.chatStreamsPerAddress
+        const limit = max > 0 ? { subject: `ip:${addressBucket(clientIp(server, request))}`, max } : undefined
         return events.open({ stream: keys.events.chat, lastEventId, limit })
       },
       {
@@ -91,8 +92,8 @@ export function eventRoutes(deps: Deps) {
           description:
             'No credential. Each message posted with POST /v1/chat/messages arrives as an event. ' +
             'Resume with `Last-Event-ID` or `lastEventId`: later events are replayed (the last 1,000, up to 24 h), then live ' +
-            'ones. An id not of the form `<ms>-<seq>` is 400 `invalid_cursor`. One address holds at most ' +
-            `${maxChatStreamsPerAddress} chat streams at once (an IPv6 one by its /64); past that 429 \`rate_limited\`.`,
+            'ones. An id not of the form `<ms>-<seq>` is 400 `invalid_cursor`. One client address holds at most ' +
+            'CHAT_STREAMS_PER_ADDRESS chat streams at once (100 by default; an IPv6 one by its /64); past that 429 `rate_limited`.',
           security: [],
           responses: streamResponses(400, 429),
         },

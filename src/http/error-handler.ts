@@ -65,9 +65,11 @@ export function toAppError(
   // A timeout is an error (it may be a query that needs an index); deadlocks and serialization
   // failures come with contention, a warning.
   if (isTransientFailure(error)) {
-    const timedOut = (error as { code?: string }).code === '57014'
+    const pgCode = (error as { code?: string }).code
     const fields = { path, ...errorFields(error) }
-    if (timedOut) outage('error', 'postgres-timeout', 'database statement cancelled (statement timeout)', fields)
+    if (pgCode === '57014') outage('error', 'postgres-timeout', 'database statement cancelled (statement timeout)', fields)
+    // Misconfiguration, not contention: a pooler without prepared statements (docs/operations.md).
+    else if (pgCode === 'COMMIT_ROLLED_BACK') outage('error', 'postgres-commit', 'transaction rolled back at COMMIT', fields)
     else outage('warn', 'postgres-gave-up', 'database statement given up (lock or deadlock)', fields)
     return errors.unavailable('The database is busy; try again', 1)
   }

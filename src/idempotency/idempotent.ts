@@ -97,11 +97,6 @@ export interface CommandIdentity {
   requestHash?: Buffer
   /** When the reservation was made. */
   reservedAt?: Date
-  /**
-   * A repeat of a command sent before under this key and not answered (it may be applied yet): the
-   * same command again, which takes no new rate-limit token.
-   */
-  resent?: boolean
 }
 
 export async function idempotentCommand(
@@ -130,7 +125,7 @@ export async function idempotentCommand(
       : undefined
   let outcome: Outcome
   try {
-    outcome = await send({ commandId, requestHash: hash, reservedAt: at, resent: !own })
+    outcome = await send({ commandId, requestHash: hash, reservedAt: at })
   } catch (error) {
     await lease?.stop()
     if (error instanceof AppError && options.keepFailure?.(error)) {

@@ -22,7 +22,7 @@ export async function sendServiceRequest(
   body: typeof CreateServiceRequest.static,
   identity: CommandIdentity,
 ): Promise<OpenServiceRequest> {
-  if (!identity.resent) await rateLimiter.take('serviceRequestCreate', `agent:${fromAgentId}`)
+  await rateLimiter.take('serviceRequestCreate', `agent:${fromAgentId}`)
   const target = body.targetAgentId ?? body.targetAgentName
   if ((body.targetAgentId === undefined) === (body.targetAgentName === undefined)) {
     throw errors.field('/targetAgentId', 'give exactly one of targetAgentId and targetAgentName')
