@@ -172,7 +172,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   // Value.Convert would read "3000.5" as 3000, "1e3" as 1 and "true" as 1: integers are digits or refused.
   for (const [name, schema] of Object.entries(Env.properties)) {
     if (schema.type === 'integer' && raw[name] !== undefined && !/^[0-9]+$/.test(raw[name])) {
-      throw new ConfigError(`invalid ${name}: must be a whole number`)
+      throw new ConfigError(`invalid ${name}: ${expectation(name)}`)
     }
   }
   const converted = Value.Convert(Env, Value.Default(Env, raw))
@@ -247,8 +247,14 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
 
 /** What a variable must be, in words, where TypeBox's message would show a pattern or a union. */
 function expectation(name: string): string | undefined {
-  const schema = (Env.properties as Record<string, { expected?: string; anyOf?: { const?: unknown }[] }>)[name]
+  const schema = (
+    Env.properties as Record<string, { expected?: string; anyOf?: { const?: unknown }[]; type?: string; minimum?: number; maximum?: number }>
+  )[name]
   if (schema?.anyOf) return `must be one of ${schema.anyOf.map(option => option.const).join(', ')}`
+  if (schema?.type === 'integer') {
+    const range = schema.maximum === undefined ? ` of at least ${schema.minimum ?? 0}` : ` from ${schema.minimum ?? 0} to ${schema.maximum}`
+    return `must be a whole number${range}`
+  }
   return schema?.expected && `must be ${schema.expected}`
 }
 

@@ -142,7 +142,7 @@ describe('the service as a process', () => {
     for (const tool of ['src/cli/migrate.ts', 'src/cli/token.ts', 'src/cli/invoices-run.ts']) {
       const help = await run([tool, '--help'])
       expect(help.code, tool).toBe(0)
-      expect(help.stdout).toStartWith('usage: bun run ')
+      expect(help.stdout).toStartWith('usage: npm run ')
       const wrong = await run([tool, '--no-such-option'])
       expect(wrong.code, tool).toBe(2)
       expect(wrong.stderr.split('\n')).toEqual([expect.stringContaining("Unknown option '--no-such-option' (--help shows the usage)")])
@@ -154,7 +154,7 @@ describe('the service as a process', () => {
       expect(away.stderr).toContain('PostgreSQL is not reachable at DATABASE_URL=postgres://***@127.0.0.1:1/none')
       const badSetting = await run([tool], { PORT: 'abc' })
       expect(badSetting.code, tool).toBe(1)
-      expect(badSetting.stderr).toEndWith(': invalid PORT: must be a whole number')
+      expect(badSetting.stderr).toEndWith(': invalid PORT: must be a whole number from 0 to 65535')
     }
   }, 60_000)
 

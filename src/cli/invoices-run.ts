@@ -17,7 +17,7 @@ function progress(done: number, total: number) {
 }
 
 const usage =
-  'usage: bun run invoices:run [--at <ISO 8601 time; later than the database’s now is dated now, more than a minute later refused; default: now>]'
+  'usage: npm run invoices:run -- [--at <ISO 8601 time; later than the database’s now is dated now, more than a minute later refused; default: now>] (needs DATABASE_URL, and the service’s REDIS_URL and REDIS_PREFIX)'
 
 await runCli('invoices:run', usage, { at: { type: 'string' } }, async values => {
   // Without --at, the run is dated by the database's clock.

@@ -4,9 +4,9 @@ import { createSql, reachDatabase } from '../db.ts'
 import { migrate, type LockHolder } from '../migrate.ts'
 import { runCli } from './run.ts'
 
-await runCli('migrate', 'usage: bun run migrate (applies the migrations in sql/ to DATABASE_URL)', {}, async () => {
+await runCli('migrate', 'usage: npm run migrate (applies the migrations in sql/ to DATABASE_URL)', {}, async () => {
   const config = loadConfig(process.env)
-  if (!config.databaseUrl) throw new Error('set DATABASE_URL (the embedded database is migrated by `bun run start` itself)')
+  if (!config.databaseUrl) throw new Error('set DATABASE_URL (the embedded database is migrated by `npm start` itself)')
   await reachDatabase(config.databaseUrl)
   const sql = createSql(config.databaseUrl, { max: 1 })
   try {

@@ -13,7 +13,7 @@ type Options = NonNullable<ParseArgsConfig['options']>
  * exit 2 for a wrong use, 1 for anything else (an unreachable database, a bad setting). `main` sets `process.exitCode` itself for an outcome that is not a failure.
  *
  * @example
- * await runCli('migrate', 'usage: bun run migrate', {}, async () => { ... })
+ * await runCli('migrate', 'usage: npm run migrate', {}, async () => { ... })
  */
 export async function runCli<O extends Options>(
   name: string,

@@ -4,7 +4,7 @@ import { loadConfig } from '../config.ts'
 import { withDevSecrets } from '../dev-secrets.ts'
 import { runCli, UsageError } from './run.ts'
 
-const usage = 'usage: bun run token --sub <provider id> [--email <email>] [--wallet <0x...>] [--ttl <seconds, at most AUTH_MAX_TOKEN_AGE>]'
+const usage = 'usage: npm run -s token -- --sub <provider id> [--email <email>] [--wallet <0x...>] [--ttl <seconds, at most AUTH_MAX_TOKEN_AGE>]'
 const options = { sub: { type: 'string' }, email: { type: 'string' }, wallet: { type: 'string' }, ttl: { type: 'string' } } as const
 
 await runCli('token', usage, options, async values => {
