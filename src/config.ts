@@ -209,11 +209,13 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     maxTokenAgeSeconds: e.AUTH_MAX_TOKEN_AGE,
   }
   if (e.NODE_ENV === 'production') {
-    if (!auth.jwtSecret && !auth.jwksUrl) {
-      throw new ConfigError('AUTH_JWT_SECRET or AUTH_JWKS_URL must be set when NODE_ENV=production')
-    }
-    if (!e.CONNECTIONS_KEY) throw new ConfigError('CONNECTIONS_KEY must be set when NODE_ENV=production')
-    if (!e.DATABASE_URL) throw new ConfigError('DATABASE_URL must be set when NODE_ENV=production')
+    // Every one missing, in one line: not found one boot at a time.
+    const missing = [
+      !auth.jwtSecret && !auth.jwksUrl && 'AUTH_JWT_SECRET or AUTH_JWKS_URL',
+      !e.CONNECTIONS_KEY && 'CONNECTIONS_KEY',
+      !e.DATABASE_URL && 'DATABASE_URL',
+    ].filter(Boolean)
+    if (missing.length > 0) throw new ConfigError(`${missing.join(', ')} must be set when NODE_ENV=production`)
   }
 
   return {

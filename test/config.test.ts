@@ -139,6 +139,10 @@ describe('loadConfig', () => {
   test('production without CONNECTIONS_KEY or DATABASE_URL is refused', () => {
     expect(configError({ ...production, CONNECTIONS_KEY: undefined }).message).toContain('CONNECTIONS_KEY')
     expect(configError({ ...production, DATABASE_URL: undefined }).message).toContain('DATABASE_URL')
+    // All that is missing at once, in one line.
+    expect(configError({ NODE_ENV: 'production' }).message).toBe(
+      'AUTH_JWT_SECRET or AUTH_JWKS_URL, CONNECTIONS_KEY, DATABASE_URL must be set when NODE_ENV=production',
+    )
     expect(loadConfig(production).nodeEnv).toBe('production')
   })
 

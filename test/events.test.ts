@@ -276,29 +276,33 @@ describe('the wire format and limits', () => {
     }
   }, 15_000)
 
-  test('at most CHAT_STREAMS_PER_ADDRESS world-chat streams per address; a closed one frees its place', async () => {
-    // A context of its own: every stream of this file counts as one address ('local').
-    const own = await createTestContext({ env: { CHAT_STREAMS_PER_ADDRESS: '20' } })
-    const maxChatStreamsPerAddress = own.config.chatStreamsPerAddress
-    const served = serve(own.app)
+  test('at most CHAT_STREAMS_PER_ADDRESS world-chat streams per client address; a closed one frees its place', async () => {
+    // A real listener behind a trusted proxy (this test), so each forwarded address is a client of its own.
+    const own = await createTestContext({ env: { CHAT_STREAMS_PER_ADDRESS: '20', TRUSTED_PROXIES: '127.0.0.1' } })
+    const server = own.app.listen({ port: 0, hostname: '127.0.0.1' })
+    const max = own.config.chatStreamsPerAddress
     try {
-      const chat = () => fetch(`${served.url}/v1/events/chat`)
-      const open = await Promise.all(Array.from({ length: maxChatStreamsPerAddress }, chat))
+      const chat = (address: string) => fetch(`http://127.0.0.1:${server.server!.port}/v1/events/chat`, { headers: { 'x-forwarded-for': address } })
+      const open = await Promise.all(Array.from({ length: max }, () => chat('203.0.113.5')))
       expect(open.map(res => res.status)).toEqual(open.map(() => 200))
-      const refused = await chat()
+      const refused = await chat('203.0.113.5')
       expect(refused.status).toBe(429)
       expect(((await refused.json()) as { error: string }).error).toBe('rate_limited')
       expect(refused.headers.get('retry-after')).toBe('5')
-      await open.pop()!.body!.cancel()
+      // Another client, behind the same proxy, has places of its own.
+      const other = await chat('203.0.113.6')
+      expect(other.status).toBe(200)
+      open.push(other)
+      await open.shift()!.body!.cancel()
       await until(async () => {
-        const again = await chat()
+        const again = await chat('203.0.113.5')
         if (again.status === 200) open.push(again)
         else await again.body?.cancel()
         return again.status === 200
       }, 5000)
       for (const res of open) await res.body!.cancel()
     } finally {
-      await served.stop()
+      await server.stop()
       await own.close()
     }
   }, 30_000)
