@@ -247,7 +247,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   }
 }
 
-/** What a variable must be, in words, where TypeBox's message would show a pattern or a union. */
+/** What a variable must be, in words: a union's choices, a whole number's range, or the form a pattern stands for. */
 function expectation(name: string): string | undefined {
   const schema = (
     Env.properties as Record<string, { expected?: string; anyOf?: { const?: unknown }[]; type?: string; minimum?: number; maximum?: number }>

@@ -83,6 +83,11 @@ export function actorKinds(deps: InboxDeps & { config: Pick<Config, 'serviceRequ
   }
 }
 
+/** The same connections and clients, with statements on the pool without a timeout: what the workers and CLIs run on. */
+export function forBackground(deps: Deps): Deps {
+  return { ...deps, sql: deps.backgroundSql }
+}
+
 /** The reply writer's connections' planner settings (see createDeps). */
 export const replySettings = { enable_seqscan: 'off' }
 

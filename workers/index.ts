@@ -1,6 +1,6 @@
 /** Starts every BullMQ worker, their repeatable schedules, the outbox relay and the actor runtime; `close` lets running jobs finish. */
 import { Queue, Worker, type Job } from 'bullmq'
-import type { Deps } from '../src/deps.ts'
+import { forBackground, type Deps } from '../src/deps.ts'
 import { createRedis, reportQueueErrors } from '../src/redis.ts'
 import { errorFields } from '../src/log.ts'
 import { maintenanceEveryMs, runMaintenance } from './maintenance.ts'
@@ -18,8 +18,7 @@ export interface Workers {
 }
 
 export async function startWorkers(requestDeps: Deps): Promise<Workers> {
-  // Every worker runs its statements on the connections without a statement timeout.
-  const deps: Deps = { ...requestDeps, sql: requestDeps.backgroundSql }
+  const deps = forBackground(requestDeps)
   const { config, keys, log } = deps
   const connection = createRedis(config.redisUrl, log, 'bullmq', 'workers')
   const options = { connection, prefix: keys.bullPrefix }

@@ -159,8 +159,9 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
       await events.listen()
       if (keyHash) await revocations.listen()
       const id = randomUUID()
-      const limitKey = limit ? keys.events.openStreams(limit.subject) : null
-      if (limit && limitKey) {
+      let limitKey: string | null = null
+      if (limit) {
+        limitKey = keys.events.openStreams(limit.subject)
         const now = Date.now()
         const admitted = await openStream(redis, [limitKey], [now, now - 3 * pingEveryMs, id, limit.max])
         if (admitted !== 1) throw errors.rateLimited(pingEveryMs / 1000)
