@@ -41,6 +41,7 @@ const Env = T.Object({
   METRICS_TOKEN: T.Optional(T.String({ minLength: 32, pattern: '^[\\x21-\\x7e]+$', expected: '32 or more printable ASCII characters, no spaces' })),
   // Postgres takes at most 2^31 - 1 ms, and refuses every connection given more.
   DATABASE_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, maximum: 2_147_483_647, default: 30_000 }),
+  DATABASE_POOL_MAX: T.Integer({ minimum: 1, maximum: 1000, default: 20 }),
   MIGRATION_LOCK_TIMEOUT_MS: T.Integer({ minimum: 0, default: defaultTimeouts.lockTimeoutMs }),
   MIGRATION_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, default: defaultTimeouts.statementTimeoutMs }),
 })
@@ -141,6 +142,8 @@ export interface Config {
   metrics: { port: number | undefined; token: string | undefined }
   /** How long a statement of a request may run, lock waits included (0: the database role's setting); the workers' have no limit. */
   statementTimeoutMs: number
+  /** Connections of a process's pool for requests (each process has a few more of its own: docs/operations.md). */
+  databasePoolMax: number
   /** The lock_timeout and statement_timeout of each migration (0: none), unless its file sets its own. */
   migrationTimeouts: MigrationTimeouts
 }
@@ -243,6 +246,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     proxy: { inFlightPerAgent: e.PROXY_IN_FLIGHT_PER_AGENT, bufferBytes: e.PROXY_BUFFER_BYTES },
     metrics: { port: e.METRICS_PORT, token: e.METRICS_TOKEN },
     statementTimeoutMs: e.DATABASE_STATEMENT_TIMEOUT_MS,
+    databasePoolMax: e.DATABASE_POOL_MAX,
     migrationTimeouts: { lockTimeoutMs: e.MIGRATION_LOCK_TIMEOUT_MS, statementTimeoutMs: e.MIGRATION_STATEMENT_TIMEOUT_MS },
   }
 }

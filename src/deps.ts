@@ -72,7 +72,6 @@ export interface Deps {
 export interface DepsOptions {
   clock?: Clock
   log?: Log
-  sqlMax?: number
 }
 
 /** Every kind of actor this service has: agents (conversations, service requests) and organizations (context). */
@@ -108,8 +107,8 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   await connectRedis(subscriber, config.redisUrl)
   const pubsub = createPubSub(subscriber)
   const statementTimeoutMs = config.statementTimeoutMs
-  const sql = createSql(config.databaseUrl, { max: options.sqlMax ?? 20, statementTimeoutMs })
-  const backgroundSql = createSql(config.databaseUrl, { max: options.sqlMax ?? 10 })
+  const sql = createSql(config.databaseUrl, { max: config.databasePoolMax, statementTimeoutMs })
+  const backgroundSql = createSql(config.databaseUrl, { max: 10 })
 
   const keyCache = await createKeyCache({ sql, redis, pubsub, channel: keys.channels.keyRevoked, clock, log })
   const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache)

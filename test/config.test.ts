@@ -88,6 +88,12 @@ describe('loadConfig', () => {
     expect(configError({ MIGRATION_LOCK_TIMEOUT_MS: '5s' }).message).toContain('MIGRATION_LOCK_TIMEOUT_MS')
   })
 
+  test('DATABASE_POOL_MAX sizes the request pool: 20 by default, 1 to 1000', () => {
+    expect(loadConfig({}).databasePoolMax).toBe(20)
+    expect(loadConfig({ DATABASE_POOL_MAX: '50' }).databasePoolMax).toBe(50)
+    for (const bad of ['0', '1001', '2.5', 'many']) expect(configError({ DATABASE_POOL_MAX: bad }).message).toContain('DATABASE_POOL_MAX')
+  })
+
   test('DATABASE_STATEMENT_TIMEOUT_MS is whole milliseconds, 30 s by default, 0 for the role’s own', () => {
     expect(loadConfig({}).statementTimeoutMs).toBe(30_000)
     expect(loadConfig({ DATABASE_STATEMENT_TIMEOUT_MS: '0' }).statementTimeoutMs).toBe(0)

@@ -80,6 +80,7 @@ export function testConfig(env: Record<string, string> = {}): Config {
     PROXY_IN_FLIGHT_PER_AGENT: '10000',
     // A reservation, not memory in use: the most every proxy call might buffer.
     PROXY_BUFFER_BYTES: String(1024 ** 3),
+    DATABASE_POOL_MAX: '5',
     ...env,
   })
 }
@@ -90,7 +91,7 @@ export async function createTestContext(
   const database = options.database ?? (await createTestDatabase())
   const config = { ...testConfig(options.env), databaseUrl: database.url }
   const clock = adjustableClock()
-  const deps = await createDeps(config, { clock, log: createLog(config.logLevel), sqlMax: 5 })
+  const deps = await createDeps(config, { clock, log: createLog(config.logLevel) })
   const app = createApp(deps)
   // The all-in-one process runs an actor runtime beside the API; tests that send commands do too.
   const runtime: ActorRuntime | undefined = options.actors ? await startActors(deps, { leaseMs: 2000 }) : undefined
