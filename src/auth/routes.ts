@@ -34,18 +34,19 @@ const profile = (user: UserRow) => ({
 })
 
 export function authRoutes(deps: Deps, auth: AuthPlugin) {
-  const { sql, rateLimiter, authenticator } = deps
-  const device = { ...deps, siteUrl: deps.config.siteUrl }
-  const clientIp = clientIpResolver(deps.config.trustedProxies)
+  return new Elysia().use(profileRoutes(deps, auth)).use(apiKeyRoutes(deps, auth)).use(deviceRoutes(deps, auth)).use(sseTokenRoutes(deps, auth))
+}
 
+const section = (auth: AuthPlugin) => new Elysia({ prefix: '/v1/auth', tags: ['auth'] }).use(auth)
+
+function profileRoutes({ sql }: Deps, auth: AuthPlugin) {
   const me = async (userId: string) => {
     const user = await getUser(sql, userId)
     if (!user) throw errors.invalidToken()
     return user
   }
 
-  return new Elysia({ prefix: '/v1/auth', tags: ['auth'] })
-    .use(auth)
+  return section(auth)
     .get('/me', async ({ user }) => ok(profile(await me(user.userId))), {
       user: true,
       response: { 200: Ok(UserProfile), ...failures(401, 403) },
@@ -82,6 +83,10 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
         },
       },
     )
+}
+
+function apiKeyRoutes({ sql, rateLimiter, authenticator }: Deps, auth: AuthPlugin) {
+  return section(auth)
     .post(
       '/api-keys',
       async ({ user, body, set }) => {
@@ -151,6 +156,14 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
         },
       },
     )
+}
+
+function deviceRoutes(deps: Deps, auth: AuthPlugin) {
+  const { rateLimiter } = deps
+  const device = { ...deps, siteUrl: deps.config.siteUrl }
+  const clientIp = clientIpResolver(deps.config.trustedProxies)
+
+  return section(auth)
     .post(
       '/device-codes',
       async ({ request, server, set }) => {
@@ -225,23 +238,26 @@ export function authRoutes(deps: Deps, auth: AuthPlugin) {
         },
       },
     )
-    .post(
-      '/sse-token',
-      async ({ user, request }) => {
-        await rateLimiter.take('sseTokenCreate', `user:${user.userId}`)
-        return ok({ token: await issueSseToken(deps, user.userId, userKeyHash(request.headers)), expiresIn: sseTokenTtlSeconds })
+}
+
+function sseTokenRoutes(deps: Deps, auth: AuthPlugin) {
+  return section(auth).post(
+    '/sse-token',
+    async ({ user, request }) => {
+      await deps.rateLimiter.take('sseTokenCreate', `user:${user.userId}`)
+      return ok({ token: await issueSseToken(deps, user.userId, userKeyHash(request.headers)), expiresIn: sseTokenTtlSeconds })
+    },
+    {
+      user: true,
+      response: { 200: Ok(SseToken), ...failures(401, 403, 429) },
+      detail: {
+        operationId: 'issueSseToken',
+        summary: 'A one-use token for opening /v1/events/stream?token=...',
+        description:
+          'Needs a user credential; an agent key is 403. Open the stream as `/v1/events/stream?token=...` where a client ' +
+          'cannot send an Authorization header (a browser’s EventSource). The token opens one stream within `expiresIn` (60 ' +
+          's), is spent by it, and is accepted nowhere else. Rate limited per user (rule `sseTokenCreate`): 429.',
       },
-      {
-        user: true,
-        response: { 200: Ok(SseToken), ...failures(401, 403, 429) },
-        detail: {
-          operationId: 'issueSseToken',
-          summary: 'A one-use token for opening /v1/events/stream?token=...',
-          description:
-            'Needs a user credential; an agent key is 403. Open the stream as `/v1/events/stream?token=...` where a client ' +
-            'cannot send an Authorization header (a browser’s EventSource). The token opens one stream within `expiresIn` (60 ' +
-            's), is spent by it, and is accepted nowhere else. Rate limited per user (rule `sseTokenCreate`): 429.',
-        },
-      },
-    )
+    },
+  )
 }

@@ -44,8 +44,11 @@ const purchaseView = (row: PurchaseRow): Purchase => ({
 const ConfigId = t.Object({ id: UuidOf('The listing’s id (configId)') })
 
 export function configRoutes(deps: Deps, auth: AuthPlugin) {
-  const { sql, clock, rateLimiter } = deps
+  return new Elysia().use(listingRoutes(deps, auth)).use(purchaseRoutes(deps, auth))
+}
 
+/** Owners list, change and withdraw their configs; any caller reads the listings. */
+function listingRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
   const ownedConfig = async (configId: string, userId: string) => {
     const config = await findConfig(sql, configId, userId)
     if (!config) throw errors.notFound('Config')
@@ -141,6 +144,13 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
         },
       },
     )
+}
+
+/** Users buy a config once and read what they bought. */
+function purchaseRoutes(deps: Deps, auth: AuthPlugin) {
+  const { sql, clock, rateLimiter } = deps
+  return new Elysia({ tags: ['billing'] })
+    .use(auth)
     .post(
       '/configs/:id/purchase',
       async ({ user, params, body, headers, set }) => {
