@@ -225,6 +225,49 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
     ])
   })
 
+  test('a drop taken back within one period is billed for the next, as its notice said; the rise back from the one after', async () => {
+    const mine = await createAgent(ctx, owner)
+    at('2025-01-10T12:00:00.000Z')
+    const plan = (
+      await ctx.call('POST', '/v1/billing/plans', {
+        token: owner.token,
+        body: planBody(mine.id, { monthlyPriceCents: 1000, includedProxyCalls: 50, overagePerCallCents: 10 }),
+      })
+    ).body.data
+    const a = await subscribe(plan.id)
+    try {
+      // Both in A's first period (to Feb 10): a drop of every term, then every term back.
+      at('2025-01-20T00:00:00.000Z')
+      const drop = { monthlyPriceCents: 100, includedProxyCalls: 500, overagePerCallCents: 1 }
+      expect((await ctx.call('PATCH', `/v1/billing/plans/${plan.id}`, { token: owner.token, body: drop })).status).toBe(200)
+      at('2025-01-25T00:00:00.000Z')
+      const back = { monthlyPriceCents: 1000, includedProxyCalls: 50, overagePerCallCents: 10 }
+      expect((await ctx.call('PATCH', `/v1/billing/plans/${plan.id}`, { token: owner.token, body: back })).status).toBe(200)
+    } finally {
+      ctx.clock.set(new Date())
+    }
+    const changes = await planChanges(a.user.id, 2)
+    expect(changes.map(change => [change.terms.monthlyPriceCents, change.effectiveFrom])).toEqual([
+      [100, '2025-02-10T12:00:00.000Z'],
+      [1000, '2025-03-10T12:00:00.000Z'],
+    ])
+    await runInvoices(ctx.deps, new Date('2025-04-11T00:00:00.000Z'))
+    expect(await invoiced(a.user.id)).toEqual([
+      ['2025-01-10T12:00:00.000Z', 1000],
+      ['2025-02-10T12:00:00.000Z', 100],
+      ['2025-03-10T12:00:00.000Z', 1000],
+    ])
+    const periods = await ctx.deps.sql`
+      select monthly_price_cents as monthly, included_proxy_calls as included, overage_per_call_cents as overage
+      from subscription_periods where subscription_id = ${a.subscriptionId} and period_index < 3 order by period_index
+    `
+    expect(periods.map(p => [p.monthly, p.included, p.overage])).toEqual([
+      [1000, 50, 10],
+      [100, 500, 1],
+      [1000, 50, 10],
+    ])
+  })
+
   test('fewer included calls or a higher overage is a rise; with a lower monthly price each term takes its own date', async () => {
     const mine = await createAgent(ctx, owner)
     at('2025-06-01T00:00:00.000Z')

@@ -71,11 +71,13 @@ export async function firstPeriodTerms(sql: Db, subscriptionId: string): Promise
  * Creates the missing rows of every period that has begun by `at` (for a cancelled subscription, up
  * to the period it was cancelled in), with their terms, and counts them; one subscription, several
  * (a list page), or all of them (the invoice run), in one statement. The first period has the terms in
- * force at its start. A later one has, term by term, the better for the subscriber of those in force
- * at its start and those in force before the previous period began: a lower price (or more included
- * calls) holds from the first period that starts after the change, a rise only from the first period
- * whose previous period began after it, so the subscriber, told when it was made (plan.changed,
- * price-change.ts), has a whole period at the old terms in which to leave.
+ * force at its start. A later one has, term by term, the best for the subscriber of those in force
+ * at its start, in force before the previous period began, and in force at any moment of the
+ * previous period: a lower price (or more included calls) holds from the first period that starts
+ * after the change, a rise only from the first period whose previous period began after it, so the
+ * subscriber, told when it was made (plan.changed, price-change.ts), has a whole period at the old
+ * terms in which to leave. A drop taken back within one period still holds for the next: its notice
+ * said so, and the rise that took it back was announced from the period after.
  */
 export async function ensurePeriods(sql: Db, at: Date, subscriptions: string | string[] | null = null): Promise<number> {
   const ids = typeof subscriptions === 'string' ? [subscriptions] : subscriptions
@@ -86,9 +88,9 @@ export async function ensurePeriods(sql: Db, at: Date, subscriptions: string | s
         monthly_price_cents, included_proxy_calls, overage_per_call_cents
       )
       select s.id, k, p.start, s.started_at + make_interval(months => k + 1),
-        case when k = 0 then t.monthly_price_cents else least(t.monthly_price_cents, told.monthly_price_cents) end,
-        case when k = 0 then t.included_proxy_calls else greatest(t.included_proxy_calls, told.included_proxy_calls) end,
-        case when k = 0 then t.overage_per_call_cents else least(t.overage_per_call_cents, told.overage_per_call_cents) end
+        case when k = 0 then t.monthly_price_cents else least(t.monthly_price_cents, best.monthly_price_cents) end,
+        case when k = 0 then t.included_proxy_calls else greatest(t.included_proxy_calls, best.included_proxy_calls) end,
+        case when k = 0 then t.overage_per_call_cents else least(t.overage_per_call_cents, best.overage_per_call_cents) end
       from subscriptions s
       cross join lateral (
         select coalesce(max(period_index), -1) + 1 as next from subscription_periods where subscription_id = s.id
@@ -120,6 +122,15 @@ export async function ensurePeriods(sql: Db, at: Date, subscriptions: string | s
           pt.effective_from
         limit 1
       ) told
+      -- the best of those and of every version made since the previous period began (a drop taken
+      -- back within it was announced for this period, its taking back for the one after)
+      cross join lateral (
+        select min(pt.monthly_price_cents) as monthly_price_cents, max(pt.included_proxy_calls) as included_proxy_calls,
+          min(pt.overage_per_call_cents) as overage_per_call_cents
+        from plan_terms pt
+        where pt.plan_id = s.plan_id
+          and (pt.effective_from = told.effective_from or pt.effective_from between p.previous_start and p.start)
+      ) best
       where (${ids}::uuid[] is null or s.id = any(${ids}::uuid[]))
         and (k = 0 or p.start <= bound.until)
       on conflict do nothing
