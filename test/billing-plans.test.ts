@@ -2,6 +2,9 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
 import { runInvoices } from '../src/invoices/run.ts'
+import { findPlan, updatePlan } from '../src/billing/plans/store.ts'
+import { announcePlanChange } from '../src/billing/plans/price-change.ts'
+import { insertSubscription } from '../src/billing/subscriptions/store.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -265,6 +268,99 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
       [1000, 50, 10],
       [100, 500, 1],
       [1000, 50, 10],
+    ])
+  })
+
+  /** Until a statement of this test's database waits for a row lock. */
+  const lockWaited = () =>
+    until(
+      async () => (await ctx.deps.sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`).length > 0,
+      5000,
+    )
+  const thousand = (participantId: string) => planBody(participantId, { monthlyPriceCents: 1000, includedProxyCalls: 0, overagePerCallCents: 0 })
+
+  test('a rise that waited for a subscription being made is dated after it: the subscriber is told, and billed as told', async () => {
+    const mine = await createAgent(ctx, owner)
+    const user = await signUp(ctx)
+    let release!: () => void
+    const held = new Promise<void>(resolve => (release = resolve))
+    let inserted!: () => void
+    const insertedNow = new Promise<void>(resolve => (inserted = resolve))
+    try {
+      at('2025-01-10T12:00:00.000Z')
+      const plan = (await ctx.call('POST', '/v1/billing/plans', { token: owner.token, body: thousand(mine.id) })).body.data
+      // A subscription made as POST /v1/billing/subscriptions makes it, held open before its commit.
+      at('2025-01-10T13:00:00.000Z')
+      const making = ctx.deps.sql.begin(async tx => {
+        const found = (await findPlan(tx, plan.id, { lockAgent: true }))!
+        await insertSubscription(tx, { userId: user.id, participantId: found.participantId, planId: found.id, startedAt: ctx.clock.now() })
+        inserted()
+        await held
+      })
+      await insertedNow
+      // The owner's request came in a moment earlier, and waits for the plan's row.
+      at('2025-01-10T12:59:59.000Z')
+      const patching = ctx.call('PATCH', `/v1/billing/plans/${plan.id}`, { token: owner.token, body: { monthlyPriceCents: 5000 } })
+      await lockWaited()
+      at('2025-01-10T13:00:01.000Z')
+      release()
+      await making
+      expect((await patching).status).toBe(200)
+    } finally {
+      release()
+      ctx.clock.set(new Date())
+    }
+    const [change] = await planChanges(user.id, 1)
+    expect(change.effectiveFrom).toBe('2025-03-10T13:00:00.000Z')
+    await runInvoices(ctx.deps, new Date('2025-04-11T00:00:00.000Z'))
+    expect(await invoiced(user.id)).toEqual([
+      ['2025-01-10T13:00:00.000Z', 1000],
+      ['2025-02-10T13:00:00.000Z', 1000],
+      ['2025-03-10T13:00:00.000Z', 5000],
+    ])
+  })
+
+  test('a subscription that waited for a rise being made starts after it, at the new terms: no rise comes untold', async () => {
+    const mine = await createAgent(ctx, owner)
+    const user = await signUp(ctx)
+    let release!: () => void
+    const held = new Promise<void>(resolve => (release = resolve))
+    let changed!: () => void
+    const changedNow = new Promise<void>(resolve => (changed = resolve))
+    let subscribing: Promise<{ status: number; body: any }> | undefined
+    try {
+      at('2025-01-10T12:00:00.000Z')
+      const plan = (await ctx.call('POST', '/v1/billing/plans', { token: owner.token, body: thousand(mine.id) })).body.data
+      // A rise made as PATCH /v1/billing/plans/{id} makes it, held open before its commit.
+      at('2025-01-10T13:00:00.000Z')
+      const changing = ctx.deps.sql.begin(async tx => {
+        const now = ctx.clock.now()
+        const change = (await updatePlan(tx, plan.id, { monthlyPriceCents: 5000 }, now))!
+        await announcePlanChange(tx, { id: plan.id, name: plan.name, participantId: mine.id }, change, now)
+        changed()
+        await held
+      })
+      await changedNow
+      // The subscriber's request came in a moment earlier.
+      at('2025-01-10T12:59:59.000Z')
+      subscribing = ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId: plan.id } })
+      await lockWaited()
+      at('2025-01-10T13:00:01.000Z')
+      release()
+      await changing
+    } finally {
+      release()
+    }
+    const subscribed = await subscribing!
+    ctx.clock.set(new Date())
+    expect(subscribed.status).toBe(201)
+    expect(subscribed.body.data.currentPeriodStart).toBe('2025-01-10T13:00:01.000Z')
+    await runInvoices(ctx.deps, new Date('2025-04-11T00:00:00.000Z'))
+    // Its first period has the terms it was shown when it started; none of them is a rise it was not told of.
+    expect(await invoiced(user.id)).toEqual([
+      ['2025-01-10T13:00:01.000Z', 5000],
+      ['2025-02-10T13:00:01.000Z', 5000],
+      ['2025-03-10T13:00:01.000Z', 5000],
     ])
   })
 

@@ -54,14 +54,17 @@ async function recordTerms(sql: Db, planId: string, at: Date): Promise<void> {
 /**
  * A plan of an active agent, with the agent's owner. With `lockAgent` (subscribing), the agent's row is locked as its
  * subscriber count is about to change: a deactivation under way is waited for, and then no plan of
- * it is found.
+ * it is found. The plan's row is key-share locked too, so that a subscription and a change of the
+ * plan's terms (lockPlan) follow one another: a subscription begun while a change is being made
+ * starts after it, at its terms, and a change made while a subscription is being made is dated
+ * after it, and announced to it.
  */
 export async function findPlan(sql: Db, id: string, options: { lockAgent?: boolean } = {}): Promise<PlanRow | undefined> {
   const [row] = await sql<PlanRow[]>`
     select ${columns(sql)}
     from plans p join participants a on a.id = p.participant_id
     where p.id = ${id} and a.active
-    ${options.lockAgent ? sql`for no key update of a` : sql``}
+    ${options.lockAgent ? sql`for no key update of a for key share of p` : sql``}
   `
   return row
 }
@@ -73,6 +76,15 @@ export async function listPlans(sql: Db, participantId: string, includeInactive:
     where p.participant_id = ${participantId} and (p.active or ${includeInactive})
     order by p.created_at, p.id
   `
+}
+
+/**
+ * Locks the plan's row for a change, waiting for subscriptions to it being made (findPlan with
+ * `lockAgent`): the change is to be dated after this, so that no subscription's start falls after
+ * the change's date without having seen it.
+ */
+export async function lockPlan(sql: Db, id: string): Promise<void> {
+  await sql`select 1 from plans where id = ${id} for update`
 }
 
 /**
