@@ -109,11 +109,22 @@ export async function connectRedis(redis: Redis, url: string): Promise<void> {
   }
 }
 
+/**
+ * Replies of a Redis that is up but refuses the command for now, whatever the command: out of memory
+ * under `noeviction` (OOM), loading its data (LOADING), a script running too long (BUSY), writes
+ * stopped after a failed snapshot (MISCONF), a replica after a failover (READONLY), a replica or
+ * cluster without its primary (MASTERDOWN, CLUSTERDOWN, TRYAGAIN).
+ */
+const refusedForNow = /^(OOM|LOADING|BUSY|MISCONF|READONLY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN) /
+
 export function isRedisUnavailable(error: unknown): boolean {
-  const e = error as { name?: string; message?: string } | null
+  const e = error as { name?: string; message?: string; previousErrors?: unknown[] } | null
   return (
     e?.name === 'MaxRetriesPerRequestError' ||
-    /Connection is closed|ECONNREFUSED|Stream isn't writeable|enableOfflineQueue|Command timed out/.test(e?.message ?? '')
+    /Connection is closed|ECONNREFUSED|Stream isn't writeable|enableOfflineQueue|Command timed out/.test(e?.message ?? '') ||
+    refusedForNow.test(e?.message ?? '') ||
+    // A MULTI whose queued commands Redis refused (OOM, say) fails as EXECABORT, with their errors.
+    (/^EXECABORT /.test(e?.message ?? '') && Array.isArray(e?.previousErrors) && e.previousErrors.some(isRedisUnavailable))
   )
 }
 

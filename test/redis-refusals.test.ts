@@ -1,0 +1,83 @@
+/**
+ * A Redis that is up but refuses commands for now (out of memory under `noeviction`, say) is an
+ * outage like one that is down: requests are 503 `unavailable`, not 500, and actors retry rather
+ * than count the failure against the command.
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { Redis } from 'ioredis'
+import { isRedisUnavailable } from '../src/redis.ts'
+import { isOutage } from '../src/actors/work.ts'
+import { createTestContext, expectError, signUp, subscribedPair, type TestContext } from './helpers/context.ts'
+import { startRedisServer, type RedisServer } from './helpers/redis-server.ts'
+
+let server: RedisServer
+let admin: Redis
+let ctx: TestContext
+
+beforeAll(async () => {
+  server = await startRedisServer()
+  admin = new Redis(server.url)
+  ctx = await createTestContext({ env: { REDIS_URL: server.url }, actors: true })
+})
+
+afterAll(async () => {
+  await admin.config('SET', 'maxmemory', '0').catch(() => {})
+  await ctx?.close()
+  admin?.disconnect()
+  await server?.close()
+})
+
+/** Redis refuses every write (maxmemory below what it holds, `noeviction`) while `body` runs. */
+async function outOfMemory<T>(body: () => Promise<T>): Promise<T> {
+  await admin.config('SET', 'maxmemory', '1')
+  try {
+    return await body()
+  } finally {
+    await admin.config('SET', 'maxmemory', '0')
+  }
+}
+
+describe('a Redis out of memory', () => {
+  test('its refusals, alone or inside a MULTI, count as Redis unavailable', async () => {
+    const key = `refusals:${Date.now()}`
+    const [alone, multi] = await outOfMemory(async () => [
+      await admin.set(key, 'x').catch((error: unknown) => error),
+      await admin
+        .multi()
+        .get(key)
+        .set(key, 'x')
+        .exec()
+        .catch((error: unknown) => error),
+    ])
+    expect((alone as Error).message).toStartWith('OOM ')
+    expect((multi as Error).message).toStartWith('EXECABORT ')
+    expect(isRedisUnavailable(alone)).toBe(true)
+    expect(isRedisUnavailable(multi)).toBe(true)
+    expect(isOutage(alone)).toBe(true)
+    // A MULTI refused for a reason of its own (a wrong command) is no outage.
+    const wrong = await admin
+      .multi()
+      .call('NO-SUCH-COMMAND')
+      .exec()
+      .catch((error: unknown) => error)
+    expect(isRedisUnavailable(wrong)).toBe(false)
+  })
+
+  test('requests that write to it are 503 unavailable, and succeed once it has room again', async () => {
+    const owner = await signUp(ctx)
+    const { agent, user } = await subscribedPair(ctx, owner)
+    const sent = { token: user.token, body: { text: 'while Redis is full' } }
+    const answers = await outOfMemory(async () => ({
+      message: await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, sent),
+      chat: await ctx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'full' } }),
+      context: await ctx.call('POST', '/v1/agent/context', {
+        apiKey: agent.apiKey,
+        body: { userId: user.id, type: 'custom', key: 'k', data: { a: 1 } },
+      }),
+    }))
+    for (const answer of Object.values(answers)) expectError(answer, 503, 'unavailable')
+
+    const after = await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, sent)
+    expect(after.status).toBe(201)
+  })
+})
