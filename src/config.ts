@@ -140,7 +140,7 @@ export interface Config {
   }
   /** Where GET /metrics is served: on a port of its own, and/or on the API's port behind a bearer token. */
   metrics: { port: number | undefined; token: string | undefined }
-  /** How long a statement of a request may run, lock waits included (0: the database role's setting); the workers' have no limit. */
+  /** How long a statement of a request or a worker may run, lock waits included (0: the database role's setting); the invoice run's have no limit. */
   statementTimeoutMs: number
   /** Connections of a process's pool for requests (each process has a few more of its own: docs/operations.md). */
   databasePoolMax: number

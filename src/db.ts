@@ -12,15 +12,26 @@ export interface SqlOptions {
   applicationName?: string
   /** Planner settings of these connections (e.g. `enable_seqscan`). */
   settings?: Record<string, string>
-  /** How long one statement may run, lock waits included, before Postgres cancels it (0 or unset: the role's setting). */
+  /**
+   * How long one statement may run, lock waits included, before Postgres cancels it (0 or unset: the
+   * role's setting). Set, it bounds the wait on a server gone silent too (`silenceGraceMs` past it).
+   */
   statementTimeoutMs?: number
 }
+
+/**
+ * How long past its statement timeout a connection that owes an answer may hear nothing from the
+ * server before it is destroyed (CONNECTION_SILENT, the patched driver's: patches/README.md): a
+ * half-open socket, through a host or a middlebox gone silent, would otherwise hold its queries for ever.
+ */
+export const silenceGraceMs = 5000
 
 export function createSql(url: string, options: SqlOptions = {}): Sql {
   return postgres(url, {
     max: options.max ?? 10,
     idle_timeout: 30,
     connect_timeout: 5,
+    silence_timeout: options.statementTimeoutMs ? (options.statementTimeoutMs + silenceGraceMs) / 1000 : null,
     // Reconnect at most 500 ms apart: postgres.js's default grows to 20 s with the pool's failed
     // connects, which kept a restarted server out of use for seconds after it accepted again.
     backoff: attempts => Math.min(0.05 * 2 ** attempts, 0.5),
@@ -94,6 +105,7 @@ export function isConnectionError(error: unknown): boolean {
     code === 'CONNECTION_CLOSED' ||
     code === 'CONNECTION_ENDED' ||
     code === 'CONNECTION_DESTROYED' ||
+    code === 'CONNECTION_SILENT' ||
     code === '57P01' ||
     code === '57P03' ||
     code === '53300' ||

@@ -33,9 +33,9 @@ export interface Deps {
   /** Connections for requests: a statement past DATABASE_STATEMENT_TIMEOUT_MS is cancelled. */
   sql: Sql
   /**
-   * Connections for the workers and the CLIs, with no statement timeout: their statements (an invoice
-   * run's first one reads every subscription) grow with the data, and a wait on a lock only delays them.
-   * Opened on first use: an API-only process never opens one.
+   * Connections for the invoice run (the workers' job and the CLI), with no statement timeout: its
+   * statements (the first one reads every subscription) grow with the data. Opened on first use: a
+   * process that runs no invoice run never opens one.
    */
   backgroundSql: Sql
   redis: Redis
@@ -82,8 +82,8 @@ export function actorKinds(deps: InboxDeps & { config: Pick<Config, 'serviceRequ
   }
 }
 
-/** The same connections and clients, with statements on the pool without a timeout: what the workers and CLIs run on. */
-export function forBackground(deps: Deps): Deps {
+/** The same connections and clients, with statements on the pool without a timeout: what the invoice run runs on. */
+export function forInvoiceRun(deps: Deps): Deps {
   return { ...deps, sql: deps.backgroundSql }
 }
 

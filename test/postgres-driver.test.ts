@@ -2,8 +2,10 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
-import { createSql, isConnectionError, isTransientFailure, type Sql } from '../src/db.ts'
+import postgres from 'postgres'
+import { createSql, isConnectionError, isTransientFailure, silenceGraceMs, type Sql } from '../src/db.ts'
 import { adminUrl } from './helpers/database.ts'
+import { startHeldProxy } from './helpers/held-proxy.ts'
 import { postgresBinaries, startPostgresServer, type PostgresServer } from './helpers/postgres-server.ts'
 import { exitWithin, processGroup, projectRoot } from './helpers/processes.ts'
 import { until } from './helpers/until.ts'
@@ -12,7 +14,8 @@ import { until } from './helpers/until.ts'
 // with small writes buffered neither crashes the process nor stays unable to reconnect; one whose
 // socket closes with a statement in flight neither holds up `end()` nor fails its next statement,
 // nor one that closes while it fetches the array types; a startup closed without an error is tried
-// again only until connect_timeout; a transaction rolled back at its COMMIT fails.
+// again only until connect_timeout; a transaction rolled back at its COMMIT fails; a connection
+// whose server falls silent is given up after silence_timeout.
 
 const { start, killAll } = processGroup()
 const servers: PostgresServer[] = []
@@ -222,4 +225,89 @@ describe('the PostgreSQL driver when a connection closes under it', () => {
     },
     30_000,
   )
+})
+
+/** How a query settles within `ms`: its first row's `n`, its error's code, or 'pending'. */
+function outcome(query: PromiseLike<readonly object[]>, ms: number): Promise<number | string> {
+  return Promise.race([
+    Promise.resolve(query).then(
+      rows => (rows[0] as { n: number }).n,
+      (error: { code?: string }) => error.code ?? String(error),
+    ),
+    Bun.sleep(ms).then(() => 'pending'),
+  ])
+}
+
+/** adminUrl through `proxy` (its user and database kept). */
+function through(proxy: { url: string }): string {
+  const url = new URL(adminUrl)
+  url.host = new URL(proxy.url).host
+  return url.toString()
+}
+
+describe('the PostgreSQL driver when its server falls silent (a half-open connection)', () => {
+  test('a query that hears nothing for silence_timeout fails CONNECTION_SILENT, and the pool connects afresh', async () => {
+    // The proxy holds what the client sends: the server never sees the query, and never answers.
+    const proxy = await startHeldProxy(adminUrl)
+    // Two connections, as a pool has room to spare: a query sent before the silent one's socket has
+    // closed would otherwise be pipelined on it, and fail with it.
+    const sql = postgres(through(proxy), { max: 2, silence_timeout: 0.5, connect_timeout: 5, onnotice: () => {} })
+    try {
+      expect(await outcome(sql`select 1 as n`, 5000)).toBe(1)
+      proxy.hold()
+      const silent = await Promise.race([sql`select 2 as n`.catch((error: unknown) => error), Bun.sleep(5000).then(() => 'pending')])
+      expect((silent as { code?: string }).code).toBe('CONNECTION_SILENT')
+      expect(isConnectionError(silent)).toBe(true)
+      proxy.release()
+      expect(await outcome(sql`select 3 as n`, 5000)).toBe(3)
+    } finally {
+      await sql.end({ timeout: 0 })
+      await proxy.close()
+    }
+  }, 20_000)
+
+  test('the limit counts only while an answer is owed: an idle connection and a transaction that waits on its client live on', async () => {
+    const sql = postgres(adminUrl, { max: 1, silence_timeout: 0.5, onnotice: () => {} })
+    try {
+      const [before] = await sql<{ pid: number }[]>`select pg_backend_pid() as pid`
+      await Bun.sleep(1200)
+      const inTransaction = await sql.begin(async tx => {
+        const [first] = await tx<{ pid: number }[]>`select pg_backend_pid() as pid`
+        await Bun.sleep(1200)
+        // A statement that answers within the limit is no silence.
+        await tx`select pg_sleep(0.2)`
+        return first!.pid
+      })
+      const [after] = await sql<{ pid: number }[]>`select pg_backend_pid() as pid`
+      expect([inTransaction, after!.pid]).toEqual([before!.pid, before!.pid])
+    } finally {
+      await sql.end({ timeout: 0 })
+    }
+  }, 20_000)
+
+  test('the service’s pools with a statement timeout give up silence just past it; the invoice run’s, with none, waits', async () => {
+    const proxy = await startHeldProxy(adminUrl)
+    const timed = createSql(through(proxy), { max: 1, statementTimeoutMs: 300 })
+    const untimed = createSql(through(proxy), { max: 1 })
+    pools.push(timed, untimed)
+    try {
+      expect(
+        await outcome(
+          Promise.all([timed`select 1 as n`, untimed`select 1 as n`]).then(([rows]) => rows),
+          5000,
+        ),
+      ).toBe(1)
+      proxy.hold()
+      const waited = Promise.all([
+        outcome(timed`select 2 as n`, 300 + silenceGraceMs + 2000),
+        outcome(untimed`select 2 as n`, 300 + silenceGraceMs + 2000),
+      ])
+      const rest = untimed`select 3 as n`
+      expect(await waited).toEqual(['CONNECTION_SILENT', 'pending'])
+      proxy.release()
+      expect(await outcome(rest, 5000)).toBe(3)
+    } finally {
+      await proxy.close()
+    }
+  }, 30_000)
 })

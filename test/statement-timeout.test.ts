@@ -1,12 +1,14 @@
 /**
  * A request's statement that waits past DATABASE_STATEMENT_TIMEOUT_MS is cancelled by Postgres: 503,
- * nothing changed. The workers' statements have no such limit: they wait for the lock.
+ * nothing changed. The workers' statements have the same limit, and an actor's command whose turn it
+ * cancels is tried again until it is applied; the invoice run's have none.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import postgres from 'postgres'
 import { createAgent, createTestContext, expectError, signUp, subscribedPair, type TestContext, type TestUser } from './helpers/context.ts'
 import { startWorkers } from '../workers/index.ts'
 import { isTransientFailure } from '../src/db.ts'
+import { forInvoiceRun } from '../src/deps.ts'
 
 let ctx: TestContext
 let alice: TestUser
@@ -54,9 +56,9 @@ describe('a statement timeout', () => {
     expect(again.body.data.displayName).toBe('Waited')
   })
 
-  test('requests’ connections have the timeout; the workers’ and the CLIs’ have none', async () => {
+  test('requests’ and workers’ connections have the timeout; the invoice run’s has none', async () => {
     expect((await ctx.deps.sql`show statement_timeout`)[0]!.statement_timeout).toBe('300ms')
-    expect((await ctx.deps.backgroundSql`show statement_timeout`)[0]!.statement_timeout).toBe('0')
+    expect((await forInvoiceRun(ctx.deps).sql`show statement_timeout`)[0]!.statement_timeout).toBe('0')
   })
 
   test('a user’s message whose conversation another session holds for 8 s, 26 times the timeout, is applied once it is let go', async () => {

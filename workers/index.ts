@@ -1,6 +1,6 @@
 /** Starts every BullMQ worker, their repeatable schedules, the outbox relay and the actor runtime; `close` lets running jobs finish. */
 import { Queue, Worker, type Job } from 'bullmq'
-import { forBackground, type Deps } from '../src/deps.ts'
+import { forInvoiceRun, type Deps } from '../src/deps.ts'
 import { createRedis, reportQueueErrors } from '../src/redis.ts'
 import { errorFields } from '../src/log.ts'
 import { maintenanceEveryMs, runMaintenance } from './maintenance.ts'
@@ -17,8 +17,7 @@ export interface Workers {
   close(): Promise<void>
 }
 
-export async function startWorkers(requestDeps: Deps): Promise<Workers> {
-  const deps = forBackground(requestDeps)
+export async function startWorkers(deps: Deps): Promise<Workers> {
   const { config, keys, log } = deps
   const connection = createRedis(config.redisUrl, log, 'bullmq', 'workers')
   const options = { connection, prefix: keys.bullPrefix }
@@ -41,7 +40,7 @@ export async function startWorkers(requestDeps: Deps): Promise<Workers> {
   const workers = [
     new Worker(queueNames.maintenance, () => runMaintenance(deps), { ...options, concurrency: 1 }),
     new Worker(queueNames.metering, meteringProcessor(deps), { ...options, ...held, concurrency: 16 }),
-    new Worker(queueNames.invoices, invoiceProcessor(deps), { ...options, ...held, concurrency: 1 }),
+    new Worker(queueNames.invoices, invoiceProcessor(forInvoiceRun(deps)), { ...options, ...held, concurrency: 1 }),
     blogWorker(deps, connection),
   ]
   deps.metrics.watchRedis(connection)

@@ -1,7 +1,7 @@
 /** `bun run invoices:run [--at <ISO time>]`: the invoice run, now, with progress on a terminal; prints how many it issued. */
 import { loadConfig } from '../config.ts'
 import { withDevSecrets } from '../dev-secrets.ts'
-import { createDeps, forBackground } from '../deps.ts'
+import { createDeps, forInvoiceRun } from '../deps.ts'
 import { createLog } from '../log.ts'
 import { invoiceSettleMs, runInvoices, runTime } from '../invoices/run.ts'
 import { reachDatabase } from '../db.ts'
@@ -27,7 +27,7 @@ await runCli('invoices:run', usage, { at: { type: 'string' } }, async values => 
   if (!config.databaseUrl) throw new Error('set DATABASE_URL, and REDIS_PREFIX as the service has it (docs/operations.md)')
   await reachDatabase(config.databaseUrl)
   // As the worker does: no statement timeout (the run's first statement reads every subscription).
-  const deps = forBackground(await createDeps(config, { log: createLog('warn') }))
+  const deps = forInvoiceRun(await createDeps(config, { log: createLog('warn') }))
   try {
     // Dated by the database's clock when this machine's is ahead of it (src/invoices/run.ts).
     const at = await runTime(deps.sql, requested)
