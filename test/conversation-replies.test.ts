@@ -588,10 +588,12 @@ describe('the reply writer', () => {
   }, 20_000)
 
   test('goes on to the next statement while a stored batch waits on Redis; a conversation waits only for its own reply; close waits for it all', async () => {
-    const [waiting, answered] = [await subscribedPair(), await subscribedPair()]
+    const [waiting, answered, meanwhile] = [await subscribedPair(), await subscribedPair(), await subscribedPair()]
     await send(waiting.user, waiting.agent, 'are you there?')
-    await send(answered.user, answered.agent, 'hello')
-    expect((await reply(answered.agent, answered.user.id, 'hi')).status).toBe(201)
+    for (const pair of [answered, meanwhile]) {
+      await send(pair.user, pair.agent, 'hello')
+      expect((await reply(pair.agent, pair.user.id, 'hi')).status).toBe(201)
+    }
     expect((await inboxInRedis(waiting.agent.id))[waiting.user.id]).toBeDefined()
     const agentTexts = async (pair: Subscribed) => (await history(pair)).filter(m => m.role === 'agent').map(m => m.text)
     const within = <T>(promise: Promise<T>) => Promise.race([promise, Bun.sleep(5000).then(() => 'still waiting' as const)])
@@ -611,14 +613,14 @@ describe('the reply writer', () => {
         writer!.send({ agentId: pair.agent.id, userId: pair.user.id, text, messageId: newRowId(), chosen: false })
       proxy.hold()
       const settledOrder: string[] = []
-      // One tick, so one statement: the first reply ends a pending conversation (its inbox entry goes
-      // through Redis, which holds it), the second does not.
+      // One tick, so one statement: the first reply ends a pending conversation, the second one that
+      // was answered; each is written answered in the inbox before it is answered, through Redis, which holds them.
       const first = to(waiting, 'yes').finally(() => settledOrder.push('yes'))
       const second = to(answered, 'more')
       await until(async () => (await conversationRow(waiting.agent.id, waiting.user.id)).pendingCount === 0, 10_000)
-      expect(await within(second)).toMatchObject({ text: 'more' })
-      // The next statement runs, and the answered conversation takes another reply at once.
-      expect(await within(to(answered, 'and more'))).toMatchObject({ text: 'and more' })
+      // The next statement runs: another conversation's reply is stored at once.
+      const third = to(meanwhile, 'and more')
+      await until(async () => (await agentTexts(meanwhile)).includes('and more'), 5000)
       // The waiting conversation's next reply waits for the first one's answer.
       const again = to(waiting, 'still me').finally(() => settledOrder.push('still me'))
       await Bun.sleep(100)
@@ -628,6 +630,8 @@ describe('the reply writer', () => {
       expect([settledOrder, closed]).toEqual([[], false])
       proxy.release()
       expect(await first).toMatchObject({ text: 'yes' })
+      expect(await within(second)).toMatchObject({ text: 'more' })
+      expect(await within(third)).toMatchObject({ text: 'and more' })
       expect(await again).toMatchObject({ text: 'still me' })
       await closing
       expect(settledOrder).toEqual(['yes', 'still me'])
@@ -639,6 +643,42 @@ describe('the reply writer', () => {
       redis?.disconnect()
       await sql?.end()
       await proxy?.close()
+    }
+  }, 20_000)
+})
+
+describe('two processes’ replies to one conversation', () => {
+  test('the one that finds it answered by the other, whose inbox write is still on its way, leaves it answered before it is answered', async () => {
+    const pair = await subscribedPair()
+    await send(pair.user, pair.agent, 'anyone?')
+    const poll = () => ctx.call('GET', '/v1/agent/events', { apiKey: pair.agent.apiKey })
+    // The agent has polled: its inbox is built, and read from Redis from now on.
+    expect((await poll()).body.data.pendingConversations).toHaveLength(1)
+    // Another API process's reply writer, whose Redis writes wait in a proxy.
+    const proxy = await startHeldProxy(redisUrl)
+    const redis = new Redis(proxy.url)
+    const sql = createSql(ctx.database.url, { max: 2 })
+    const other = createReplyWriter({ ...ctx.deps, redis, sql })
+    try {
+      await redis.ping()
+      proxy.hold()
+      const first = other.send({ agentId: pair.agent.id, userId: pair.user.id, text: 'me first', messageId: newRowId(), chosen: false })
+      await until(async () => (await conversationRow(pair.agent.id, pair.user.id)).pendingCount === 0, 10_000)
+      // The first reply has ended the pending state; its inbox write has not landed.
+      const second = await reply(pair.agent, pair.user.id, 'and me')
+      expect(second.status).toBe(201)
+      expect((await poll()).body.data.pendingConversations).toEqual([])
+      expect((await inboxInRedis(pair.agent.id))[pair.user.id]).toBeUndefined()
+      proxy.release()
+      expect(await first).toMatchObject({ text: 'me first' })
+      // The first write, older, lands late and changes nothing.
+      expect((await inboxInRedis(pair.agent.id))[pair.user.id]).toBeUndefined()
+    } finally {
+      proxy.release()
+      await other.close()
+      redis.disconnect()
+      await sql.end()
+      await proxy.close()
     }
   }, 20_000)
 })

@@ -35,15 +35,18 @@ export interface InboxDeps {
 
 // The rule, as a Lua function: K inbox, versions; user id, version, entry ('' for answered). A
 // conversation never written is older than any version, 0 included (rows from before versions).
+// Returns 1 when the entries changed (what the poll shows), else 0: an answer to a conversation
+// already answered moves only its version on.
 const write = `
 local function write(K, user, version, entry)
   if tonumber(redis.call('HGET', K[2], user) or '-1') >= tonumber(version) then return 0 end
   redis.call('HSET', K[2], user, version)
-  if entry == '' then redis.call('HDEL', K[1], user) else redis.call('HSET', K[1], user, entry) end
+  if entry == '' then return redis.call('HDEL', K[1], user) end
+  redis.call('HSET', K[1], user, entry)
   return 1
 end`
 
-// K inbox, versions; A channel, agent id, user id, version, entry. One conversation's change, announced if applied.
+// K inbox, versions; A channel, agent id, user id, version, entry. One conversation's change, announced if it changed an entry.
 const change = defineBatchedScript(
   `${write}
 if write(K, A[3], A[4], A[5]) == 0 then return 0 end

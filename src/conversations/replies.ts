@@ -69,12 +69,14 @@ const code = (error: unknown) => (error instanceof postgres.PostgresError ? erro
 const refusedValue = (error: unknown) => code(error).startsWith('22')
 
 /**
- * The version at which the conversation was answered, if the inbox is to be told: a reply that ended
- * its pending state, or a repeat finding it answered (its first attempt's write may never have
- * landed). A conversation pending again is its user's message's to write.
+ * The version at which the conversation was answered, if the inbox is to be told: every reply stored
+ * now (one that found it answered already may have found it so by another process's reply, whose
+ * write may not have landed yet: the agent's next poll must not see it pending), or a repeat finding
+ * it answered (its first attempt's write may never have landed). A conversation pending again is its
+ * user's message's to write. A write that changes nothing the poll shows is not announced (inbox.ts).
  */
 function answeredAt(stored: ReplyStored): number | undefined {
-  if (stored.stored) return stored.wasPending ? stored.version : undefined
+  if (stored.stored) return stored.version
   return stored.conversation.pendingCount === 0 ? stored.conversation.version : undefined
 }
 
