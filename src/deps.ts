@@ -120,13 +120,13 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   // their Redis calls share writes on auto-pipelined connections of their own.
   const batchRedis = redis.duplicate({ enableAutoPipelining: true, connectionName: 'agent-marketplace:batches' })
   const inlineSql = config.actorsInline ? createSql(config.databaseUrl, { max: inlineBatches, statementTimeoutMs }) : undefined
-  const inline = inlineSql && { sql: inlineSql, clock, batches: inlineBatches, kinds: actorKinds({ redis: batchRedis, keys, config }) }
+  const inline = inlineSql && { sql: inlineSql, clock, batches: inlineBatches, kinds: actorKinds({ redis: batchRedis, keys, pubsub, config }) }
   // The writer's statements touch a few conversations by key. While the table is small (a few thousand
   // rows) the planner, taking the JSON input for 100 rows, hash-joins it against a scan of the whole
   // table instead (about a tenth more Postgres CPU a reply); these connections run nothing else, so
   // they keep to the keyed lookups it picks at scale.
   const replySql = createSql(config.databaseUrl, { max: 2 * replyBatches, statementTimeoutMs, settings: replySettings })
-  const replies = createReplyWriter({ sql: replySql, redis: batchRedis, keys, clock, log, batches: replyBatches })
+  const replies = createReplyWriter({ sql: replySql, redis: batchRedis, keys, pubsub, clock, log, batches: replyBatches })
   const dispatcher = await createDispatcher({ redis, pubsub, keys, log, inline })
   const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock })
   const queues = createQueues(config, keys, log)

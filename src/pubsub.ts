@@ -15,6 +15,12 @@ export interface PubSub {
   subscribe(channel: string, handler: Handler): Promise<() => Promise<void>>
   /** The handler, subscribed on the first `listen()` rather than now. */
   listener(channel: string, handler: Handler): Listener
+  /**
+   * Hands `message` to this process's handlers of `channel` at once, as Redis will when it comes back:
+   * for a change this process made and published, whose message may come back only after this
+   * process has answered its next read from what the change made stale.
+   */
+  deliver(channel: string, message: string): void
   /** Called after the subscriber reconnects and listens again: messages may have been missed, caches must forget. */
   onReconnect(handler: () => void): void
   /**
@@ -33,10 +39,11 @@ export function createPubSub(subscriber: Redis): PubSub {
   let connectedOnce = subscriber.status === 'ready'
   let listening = connectedOnce
 
-  subscriber.on('message', (channel: string, message: string) => {
+  const deliver = (channel: string, message: string) => {
     const set = handlers.get(channel)
     if (set) for (const handler of set) handler(message)
-  })
+  }
+  subscriber.on('message', deliver)
   subscriber.on('close', () => {
     listening = false
   })
@@ -89,6 +96,7 @@ export function createPubSub(subscriber: Redis): PubSub {
 
   return {
     subscribe,
+    deliver,
     listener(channel, handler) {
       let listening: Promise<() => Promise<void>> | undefined
       return {

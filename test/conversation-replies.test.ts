@@ -4,6 +4,8 @@ import { Redis } from 'ioredis'
 import { newRowId } from '../src/ids.ts'
 import { rebuildInbox, writeConversation } from '../src/conversations/inbox.ts'
 import { createReplyWriter } from '../src/conversations/replies.ts'
+import { createInboxReader } from '../src/conversations/inbox-reader.ts'
+import { createPubSub } from '../src/pubsub.ts'
 import { agentConversations, insertUserMessage, storeChosenReplies, storeFreshReplies } from '../src/conversations/store.ts'
 import { actorKinds } from '../src/deps.ts'
 import { holdActor } from './helpers/hold.ts'
@@ -321,12 +323,14 @@ describe('the reply statement and a user’s message on one conversation', () =>
 
 describe('the inbox’s one write rule', () => {
   const entry = (userId: string, latestMessage: string) => ({ userId, latestMessage, latestMessageAt: new Date().toISOString(), pendingCount: 1 })
+  // What every other process hears through Redis (this one's own readers are told at once as well).
   const changes: string[] = []
-  let stop: () => Promise<void>
+  const listener = new Redis(redisUrl)
   beforeAll(async () => {
-    stop = await ctx.deps.pubsub.subscribe(ctx.deps.keys.channels.inboxChanged, id => changes.push(id))
+    listener.on('message', (_channel: string, id: string) => changes.push(id))
+    await listener.subscribe(ctx.deps.keys.channels.inboxChanged)
   })
-  afterAll(() => stop())
+  afterAll(() => listener.disconnect())
   const announced = async (agentId: string) => {
     await Bun.sleep(50)
     return changes.filter(id => id === agentId).length
@@ -761,6 +765,39 @@ describe('an agent’s replies past its replyPost budget', () => {
       expect(texts).toEqual(['three', 'two', 'one', 'q'])
     } finally {
       await limited.close()
+    }
+  })
+})
+
+describe('a process’s own inbox changes', () => {
+  test('reach its next poll before their announcement comes back through Redis: a user’s message, then the reply', async () => {
+    const pair = await subscribedPair()
+    await send(pair.user, pair.agent, 'first')
+    // A process of its own: its pub/sub, its poll's reader, its turns' handlers and its reply writer.
+    const subscriber = new Redis(redisUrl)
+    const pubsub = createPubSub(subscriber)
+    const inboxes = await createInboxReader({ ...ctx.deps, pubsub })
+    const sql = createSql(ctx.database.url, { max: 2 })
+    const replies = createReplyWriter({ ...ctx.deps, pubsub, sql })
+    try {
+      const latest = async () => (await inboxes.read(pair.agent.id)).conversations.map(c => c.latestMessage)
+      // Read once: listening, and held in memory.
+      expect(await latest()).toEqual(['first'])
+      // From now on Redis sends this process no announcement: only what it tells itself reaches the reader.
+      await subscriber.unsubscribe(ctx.deps.keys.channels.inboxChanged)
+      const handler = actorKinds({ ...ctx.deps, pubsub }).agent!['user.message']!
+      const context = { actor: `agent:${pair.agent.id}`, id: pair.agent.id, commandId: newRowId(), at: new Date() }
+      const payload = { messageId: newRowId(), userId: pair.user.id, text: 'second' }
+      const applied = await ctx.deps.sql.begin(tx => handler.apply(tx, payload, context))
+      await handler.project!(applied, payload, context)
+      expect(await latest()).toEqual(['second'])
+      await replies.send({ agentId: pair.agent.id, userId: pair.user.id, text: 'answered', messageId: newRowId(), chosen: false })
+      expect(await latest()).toEqual([])
+    } finally {
+      await replies.close()
+      await inboxes.close()
+      await pubsub.close()
+      await sql.end()
     }
   })
 })

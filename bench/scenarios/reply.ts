@@ -98,7 +98,9 @@ export async function prepareWaiting(
   const waiting = await seedWaitingConversations(world.sql, repliers, users)
   // Seeded past the service: their inboxes (built by an earlier poll, if any) are rebuilt from Postgres.
   const keys = createKeys(world.redisPrefix)
-  for (const agent of repliers) await invalidateInbox({ redis: world.redis, keys }, agent.id)
+  // This process reads no inbox: nothing here to tell at once.
+  const here = { redis: world.redis, keys, pubsub: { deliver: () => {} } }
+  for (const agent of repliers) await invalidateInbox(here, agent.id)
   await Bun.sleep(200) // the API's inbox caches hear of it
   await warmAgents(api, repliers, 64, false)
   const built = await Promise.all(repliers.map(agent => world.redis.exists(keys.agent(agent.id).built)))

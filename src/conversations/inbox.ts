@@ -9,6 +9,7 @@
  */
 import { defineBatchedScript, defineScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
+import type { PubSub } from '../pubsub.ts'
 import type { PendingConversation } from './store.ts'
 
 export interface OpenServiceRequest {
@@ -31,7 +32,12 @@ export interface AgentInbox {
 export interface InboxDeps {
   redis: Redis
   keys: Keys
+  /** Every change is announced to every process through Redis, and to this one's readers at once as well. */
+  pubsub: Pick<PubSub, 'deliver'>
 }
+
+/** This process's readers forget the agent's inbox now: its next poll must not wait for the announcement from Redis. */
+const announcedHere = (deps: InboxDeps, agentId: string) => deps.pubsub.deliver(deps.keys.channels.inboxChanged, agentId)
 
 // The rule, as a Lua function: K inbox, versions; user id, version, entry ('' for answered). A
 // conversation never written is older than any version, 0 included (rows from before versions).
@@ -89,20 +95,28 @@ export async function writeConversation(
   pending: PendingConversation | null,
 ): Promise<void> {
   const k = deps.keys.agent(agentId)
-  await change(deps.redis, [k.inbox, k.versions], [deps.keys.channels.inboxChanged, agentId, userId, version, pending ? JSON.stringify(pending) : ''])
+  const changed = await change(
+    deps.redis,
+    [k.inbox, k.versions],
+    [deps.keys.channels.inboxChanged, agentId, userId, version, pending ? JSON.stringify(pending) : ''],
+  )
+  if (changed === 1) announcedHere(deps, agentId)
 }
 
 /** Marks the inbox for a rebuild from Postgres at its next read, here and in every process. */
 export async function invalidateInbox(deps: InboxDeps, agentId: string): Promise<void> {
   await deps.redis.multi().del(deps.keys.agent(agentId).built).publish(deps.keys.channels.inboxChanged, agentId).exec()
+  announcedHere(deps, agentId)
 }
 
 export async function putOpenRequest(deps: InboxDeps, agentId: string, open: OpenServiceRequest) {
   await request(deps.redis, [deps.keys.agent(agentId).requests], [deps.keys.channels.inboxChanged, agentId, open.requestId, JSON.stringify(open)])
+  announcedHere(deps, agentId)
 }
 
 export async function removeOpenRequest(deps: InboxDeps, agentId: string, requestId: string) {
   await request(deps.redis, [deps.keys.agent(agentId).requests], [deps.keys.channels.inboxChanged, agentId, requestId])
+  announcedHere(deps, agentId)
 }
 
 /**
@@ -111,7 +125,7 @@ export async function removeOpenRequest(deps: InboxDeps, agentId: string, reques
  * says whether it did.
  */
 export async function rebuildInbox(
-  deps: InboxDeps,
+  deps: Pick<InboxDeps, 'redis' | 'keys'>,
   agentId: string,
   holder: string,
   marker: string,

@@ -13,6 +13,7 @@ import { errors } from '../errors.ts'
 import { errorFields, type Log } from '../log.ts'
 import type { Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
+import type { PubSub } from '../pubsub.ts'
 import type { Clock } from '../clock.ts'
 import { createRetries } from '../retries.ts'
 import { createBatcher } from '../batcher.ts'
@@ -46,6 +47,7 @@ export interface ReplyWriter {
 export interface ReplyWriterOptions {
   redis: Redis
   keys: Keys
+  pubsub: PubSub
   clock: Clock
   log: Log
   /** Connections of its own: two per batch in flight (fresh ids and chosen ones are statements apart). */
