@@ -2,7 +2,8 @@
  * A TCP proxy on 127.0.0.1 in front of a real server (Redis, say) that can hold what clients send:
  * while held, their bytes wait in the proxy and nothing reaches the server, so a test can keep one
  * client's commands in flight at a chosen point without touching the server every test file shares;
- * or stop it, so that the server looks down (connections dropped, new ones refused) until restarted.
+ * or stop it, so that the server looks down (connections dropped, new ones refused) until restarted;
+ * or stall the connections open, so that they go half-open while new ones work.
  */
 import { connect, createServer, type Socket } from 'node:net'
 
@@ -12,6 +13,11 @@ export interface HeldProxy {
   hold(): void
   /** Sends on what waited, and everything after it. */
   release(): void
+  /**
+   * Every open connection stops for good, left open: nothing read or passed on either way, not even
+   * a close (half-open, as behind a NAT that forgot the flow). New connections work.
+   */
+  stall(): void
   /** Drops every connection and stops listening: the server looks down. */
   stop(): Promise<void>
   /** Listens again, on the same port. */
@@ -24,6 +30,7 @@ export async function startHeldProxy(target: string): Promise<HeldProxy> {
   let held = false
   const waiting: { upstream: Socket; chunk: Buffer | string }[] = []
   const sockets = new Set<Socket>()
+  const stalled = new WeakSet<Socket>()
   const server = createServer(client => {
     const upstream = connect(Number(port), hostname)
     for (const socket of [client, upstream]) {
@@ -31,10 +38,10 @@ export async function startHeldProxy(target: string): Promise<HeldProxy> {
       socket.on('close', () => sockets.delete(socket))
       socket.on('error', () => socket.destroy())
     }
-    client.on('data', chunk => (held ? waiting.push({ upstream, chunk }) : upstream.write(chunk)))
-    upstream.on('data', chunk => client.write(chunk))
-    client.on('close', () => upstream.destroy())
-    upstream.on('close', () => client.destroy())
+    client.on('data', chunk => void (stalled.has(client) || (held ? waiting.push({ upstream, chunk }) : upstream.write(chunk))))
+    upstream.on('data', chunk => void (stalled.has(upstream) || client.write(chunk)))
+    client.on('close', () => void (stalled.has(client) || upstream.destroy()))
+    upstream.on('close', () => void (stalled.has(upstream) || client.destroy()))
   })
   const listen = (at: number) => new Promise<void>(resolve => server.listen(at, '127.0.0.1', resolve))
   const stop = async () => {
@@ -52,6 +59,12 @@ export async function startHeldProxy(target: string): Promise<HeldProxy> {
     release() {
       held = false
       for (const { upstream, chunk } of waiting.splice(0)) upstream.write(chunk)
+    },
+    stall() {
+      for (const socket of sockets) {
+        stalled.add(socket)
+        socket.pause()
+      }
     },
     stop,
     restart: () => listen(address.port),
