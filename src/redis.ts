@@ -1,8 +1,9 @@
 /** Redis connections: commands (fail fast), a subscriber, and BullMQ's (which must wait forever). */
-import { Command, Redis, type Cluster } from 'ioredis'
+import { Redis, type Cluster } from 'ioredis'
 import calculateSlot from 'cluster-key-slot'
 import { errorFields, throttled, type Log } from './log.ts'
 import { redactUrl } from './text.ts'
+import { replaceWhenDead } from './redis-probe.ts'
 
 export type { Redis }
 
@@ -10,7 +11,7 @@ export type { Redis }
  * How long a command (not BullMQ's) waits for Redis's answer before it fails as an outage: a Redis
  * that stops answering (paused, swapping, a network that drops packets) keeps the connection open, so
  * without it a request would wait as long as the pause. A copy that blocks (BLPOP) adds its own wait.
- * A connection whose PING goes unanswered as long is replaced (`replaceWhenDead`).
+ * A connection whose PING goes unanswered as long is replaced (redis-probe.ts).
  */
 export const commandTimeoutMs = 3000
 
@@ -23,6 +24,10 @@ export function createRedis(url: string, log: Log, role: 'commands' | 'subscribe
     // blocking calls wait (and its producers' jobs wait for Redis rather than fail).
     maxRetriesPerRequest: role === 'bullmq' ? null : 2,
     ...(role === 'bullmq' ? {} : { commandTimeout: commandTimeoutMs }),
+    // A command in flight when the connection drops fails (503) rather than going out again on the
+    // next one: its caller may have taken its timeout as the outcome already, and a write sent twice
+    // would count twice (a token taken, a lease entered). BullMQ's and the subscriber's go out again.
+    autoResendUnfulfilledCommands: role !== 'commands',
     enableReadyCheck: true,
     // Reconnect at most 500 ms apart (ioredis's default grows to 2 s): a restarted Redis is back in use
     // within a second of accepting connections.
@@ -44,73 +49,6 @@ function reported(redis: Redis, log: Log): Redis {
   const duplicate = redis.duplicate.bind(redis)
   redis.duplicate = override => reported(duplicate(override), log)
   return redis
-}
-
-/** How often a ready connection with no probe outstanding sends one. */
-const probeEveryMs = 1000
-
-/**
- * Replaces a connection that stays open but stopped answering (half-open: a proxy that stopped
- * forwarding, a NAT that forgot the flow, a host gone without a word). Nothing else would notice:
- * ioredis times a command out but keeps the connection, so every later command queues behind on it;
- * BullMQ's commands have no timeout; a subscriber sends nothing once subscribed. So every second a
- * ready connection sends a PING (valid in subscriber mode too), unless one is outstanding. One left
- * unanswered for `commandTimeoutMs`, plus the waits of the blocking commands sent before it (Redis
- * answers in order: a BLPOP of 1 s delays it by as much), drops the connection, which reconnects as
- * from any lost one: ioredis sends the commands it had in flight again (those that timed out too:
- * their callers already took the outcome as unknown) and subscribes again, and the 'ready' that
- * follows runs pub/sub's reconnect handlers (src/pubsub.ts).
- */
-function replaceWhenDead(redis: Redis, log: Log) {
-  let timer: ReturnType<typeof setInterval> | undefined
-  let outstanding: object | null = null
-  const probe = () => {
-    if (outstanding !== null || redis.status !== 'ready') return
-    const waitMs = commandTimeoutMs + blockedAhead(redis)
-    if (waitMs === Infinity) return
-    const self = (outstanding = {})
-    const stream = redis.stream
-    const deadline = setTimeout(() => {
-      if (outstanding !== self) return
-      outstanding = null
-      // Closed meanwhile: already being replaced.
-      if (stream.destroyed) return
-      log.warn('redis connection stopped answering; reconnecting', { connection: redis.options.connectionName, waitedMs: waitMs })
-      // Not `disconnect(true)`: its graceful close waits 2 s for a peer that will never answer.
-      stream.destroy()
-    }, waitMs)
-    const answered = () => {
-      clearTimeout(deadline)
-      if (outstanding === self) outstanding = null
-    }
-    // A command timeout is no answer (the deadline judges); a reply, even an error, is one.
-    redis.ping().then(answered, (error: Error) => void (error.message === 'Command timed out' || answered()))
-  }
-  redis.on('ready', () => {
-    timer ??= setInterval(probe, probeEveryMs)
-    timer.unref()
-  })
-  redis.on('end', () => {
-    clearInterval(timer)
-    timer = undefined
-  })
-}
-
-/**
- * How long Redis may hold a command sent now behind the blocking commands in flight on the
- * connection: the sum of their own waits, Infinity behind one that waits for ever. One that ioredis
- * already settled (its `blockingTimeout`) is over, or the connection is dead.
- */
-function blockedAhead(redis: Redis): number {
-  let ms = 0
-  for (const { command } of redis.commandQueue.toArray()) {
-    if (!(command instanceof Command) || command.isResolved || !Command.checkFlag('BLOCKING_COMMANDS', command.name)) continue
-    // Milliseconds; 0 for ever, undefined unreadable; null not blocking (XREAD without BLOCK).
-    const wait = command.extractBlockingTimeout()
-    if (wait === null) continue
-    ms += wait === undefined || wait === 0 ? Infinity : wait
-  }
-  return ms
 }
 
 /** While an outage lasts, how often a connection says it is still down. */
@@ -161,9 +99,16 @@ export function reportQueueErrors(
 
 const connectionCodes = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN'])
 
+/** A failure of the connection itself (logged as its outage), not a reply of Redis refusing the command (OOM, READONLY: no outage of the connection shows those). */
 function isConnectionFailure(error: unknown): boolean {
   const code = (error as { code?: unknown } | null)?.code
-  return (typeof code === 'string' && connectionCodes.has(code)) || isRedisUnavailable(error)
+  return (typeof code === 'string' && connectionCodes.has(code)) || (isRedisUnavailable(error) && !isRefusal(error))
+}
+
+/** A reply refusing the command for now (refusedForNow), or a MULTI aborted for such refusals. */
+function isRefusal(error: unknown): boolean {
+  const message = (error as Error | null)?.message ?? ''
+  return refusedForNow.test(message) || /^EXECABORT /.test(message)
 }
 
 /** Connects or throws a one-line error that says how to get Redis. */

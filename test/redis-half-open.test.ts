@@ -5,6 +5,9 @@
 import { expect, test } from 'bun:test'
 import { randomUUID } from 'node:crypto'
 import { Queue } from 'bullmq'
+import { Redis } from 'ioredis'
+import { connectRedis, createRedis } from '../src/redis.ts'
+import { createLog } from '../src/log.ts'
 import { createAgent, createTestContext, signUp } from './helpers/context.ts'
 import { startHeldProxy } from './helpers/held-proxy.ts'
 import { startRedisServer } from './helpers/redis-server.ts'
@@ -60,9 +63,10 @@ test('connections that stop answering are replaced: requests, jobs, events and t
     await until(sseToken, 15_000)
     expect(Date.now() - stalledAt).toBeLessThan(10_000)
 
-    // BullMQ's connections (no command timeout) and the subscriber's (it sends nothing) were replaced too.
+    // BullMQ's connections (no command timeout: replaced after 10 s) and the subscriber's (it sends
+    // nothing) were replaced too.
     const added = queue.add('after', {})
-    await until(async () => processed.includes('after'), 15_000)
+    await until(async () => processed.includes('after'), 25_000)
     await added
     await subscribe()
     await stream.waitFor(2, ['subscription.created'], 15_000)
@@ -86,3 +90,33 @@ test('connections that stop answering are replaced: requests, jobs, events and t
     await server.close()
   }
 }, 90_000)
+
+test('a command connection replaced while Redis is stalled sends none of its commands again', async () => {
+  const server = await startRedisServer()
+  const redis = createRedis(server.url, createLog('error'), 'commands')
+  const other = new Redis(server.url)
+  try {
+    await connectRedis(redis, server.url)
+    // A script of 4.5 s holds Redis without a word (under its 5 s busy threshold, nobody is told BUSY):
+    // the connection's PING goes unanswered for its 3 s, and it is replaced.
+    const stalled = other.eval(
+      `local function ms() local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000) end
+       local start = ms()
+       repeat until ms() - start >= 4500
+       return 1`,
+      0,
+    )
+    await Bun.sleep(200)
+    const counted = await redis.incr('counted').catch((error: Error) => error)
+    expect((counted as Error).message).toBe('Command timed out')
+    await stalled
+    await until(async () => redis.status === 'ready' && (await redis.ping()) === 'PONG', 10_000)
+    // Redis ran the INCR it had received once the script ended; the caller took its timeout as the
+    // outcome, and the new connection did not send it a second time.
+    expect(await other.get('counted')).toBe('1')
+  } finally {
+    redis.disconnect()
+    other.disconnect()
+    await server.close()
+  }
+}, 30_000)

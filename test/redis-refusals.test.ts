@@ -5,7 +5,9 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { Redis } from 'ioredis'
-import { isRedisUnavailable } from '../src/redis.ts'
+import { EventEmitter } from 'node:events'
+import { isRedisUnavailable, reportQueueErrors } from '../src/redis.ts'
+import { createLog } from '../src/log.ts'
 import { isOutage } from '../src/actors/work.ts'
 import { createTestContext, expectError, signUp, subscribedPair, type TestContext } from './helpers/context.ts'
 import { startRedisServer, type RedisServer } from './helpers/redis-server.ts'
@@ -79,5 +81,23 @@ describe('a Redis out of memory', () => {
 
     const after = await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, sent)
     expect(after.status).toBe(201)
+  })
+})
+
+describe('a queue’s errors', () => {
+  test('a refusal of Redis (out of memory, a replica) is logged; a lost connection is left to its own outage record', () => {
+    const lines: string[] = []
+    const log = createLog('warn', line => lines.push(line))
+    const queue = new EventEmitter()
+    reportQueueErrors(queue, log, { queue: 'metering' })
+    const refused = (message: string) => Object.assign(new Error(message), { name: 'ReplyError' })
+    queue.emit('error', refused('READONLY You can’t write against a read only replica.'))
+    queue.emit('error', refused('OOM command not allowed when used memory > ’maxmemory’.'))
+    queue.emit('error', Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), { code: 'ECONNREFUSED' }))
+    queue.emit('error', new Error('Connection is closed.'))
+    expect(lines.map(line => JSON.parse(line).error)).toEqual([
+      'READONLY You can’t write against a read only replica.',
+      'OOM command not allowed when used memory > ’maxmemory’.',
+    ])
   })
 })

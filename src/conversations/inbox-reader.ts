@@ -71,7 +71,7 @@ export async function createInboxReader(options: {
     const k = keys.agent(agentId)
     const closes = server.closes()
     const [runId, results] = await Promise.all([server.runId(), redis.multi().get(k.built).hgetall(k.inbox).hgetall(k.requests).exec()])
-    // Answered across a reconnect (ioredis sends what was unanswered again), perhaps by another server.
+    // Answered across a reconnect (ioredis sends what it queued while away on the new connection), perhaps by another server.
     if (server.closes() !== closes) return null
     const [built, inbox, requests] = (results ?? []).map(([error, value]) => {
       if (error) throw error

@@ -1,0 +1,81 @@
+/**
+ * Replacing Redis connections that stay open but stopped answering (half-open: a proxy that stopped
+ * forwarding, a NAT that forgot the flow, a host gone without a word). Nothing else would notice:
+ * ioredis times a command out but keeps the connection, so every later command queues behind on it;
+ * BullMQ's commands have no timeout; a subscriber sends nothing once subscribed.
+ */
+import { Command, type Redis } from 'ioredis'
+import type { Log } from './log.ts'
+
+/** How often a ready connection with no probe outstanding sends one. */
+const probeEveryMs = 1000
+
+/**
+ * How long a PING may go unanswered on a connection whose commands have no timeout (BullMQ's, which
+ * wait for Redis; the actors' doorbell) before it is replaced, which may send their commands in
+ * flight again: twice Redis's own limit on a script (`busy-reply-threshold`, 5 s), past which it
+ * answers BUSY, so a Redis only slowed (a long script, a fork) is waited for.
+ */
+const patientDeadlineMs = 10_000
+
+/**
+ * Every second a ready connection sends a PING (valid in subscriber mode too), unless one is
+ * outstanding. One unanswered for the connection's command timeout (`patientDeadlineMs` without one),
+ * plus the waits of the blocking commands sent before it (Redis answers in order: a BLPOP of 1 s
+ * delays it by as much), drops the connection, which reconnects as from any lost one: its commands
+ * in flight fail, or go out again where the connection resends them (BullMQ's, the subscriber's:
+ * redis.ts), it subscribes again, and the 'ready' that follows runs pub/sub's reconnect handlers
+ * (src/pubsub.ts).
+ */
+export function replaceWhenDead(redis: Redis, log: Log) {
+  let timer: ReturnType<typeof setInterval> | undefined
+  let outstanding: object | null = null
+  const probe = () => {
+    if (outstanding !== null || redis.status !== 'ready') return
+    const waitMs = (redis.options.commandTimeout ?? patientDeadlineMs) + blockedAhead(redis)
+    if (waitMs === Infinity) return
+    const self = (outstanding = {})
+    const stream = redis.stream
+    const deadline = setTimeout(() => {
+      if (outstanding !== self) return
+      outstanding = null
+      // Closed meanwhile: already being replaced.
+      if (stream.destroyed) return
+      log.warn('redis connection stopped answering; reconnecting', { connection: redis.options.connectionName, waitedMs: waitMs })
+      // Not `disconnect(true)`: its graceful close waits 2 s for a peer that will never answer.
+      stream.destroy()
+    }, waitMs)
+    const answered = () => {
+      clearTimeout(deadline)
+      if (outstanding === self) outstanding = null
+    }
+    // A command timeout is no answer (the deadline judges); a reply, even an error, is one.
+    redis.ping().then(answered, (error: Error) => void (error.message === 'Command timed out' || answered()))
+  }
+  redis.on('ready', () => {
+    timer ??= setInterval(probe, probeEveryMs)
+    timer.unref()
+  })
+  redis.on('end', () => {
+    clearInterval(timer)
+    timer = undefined
+  })
+}
+
+/**
+ * How long Redis may hold a command sent now behind the blocking commands in flight on the
+ * connection: the sum of their own waits, Infinity behind one that waits for ever. One that ioredis
+ * already settled (its `blockingTimeout`) is over, or the connection is dead. Reads ioredis's command
+ * queue, which its type definitions declare but its documentation does not.
+ */
+function blockedAhead(redis: Redis): number {
+  let ms = 0
+  for (const { command } of redis.commandQueue.toArray()) {
+    if (!(command instanceof Command) || command.isResolved || !Command.checkFlag('BLOCKING_COMMANDS', command.name)) continue
+    // Milliseconds; 0 for ever, undefined unreadable; null not blocking (XREAD without BLOCK).
+    const wait = command.extractBlockingTimeout()
+    if (wait === null) continue
+    ms += wait === undefined || wait === 0 ? Infinity : wait
+  }
+  return ms
+}
