@@ -31,7 +31,8 @@ export function createSql(url: string, options: SqlOptions = {}): Sql {
     max: options.max ?? 10,
     idle_timeout: 30,
     connect_timeout: 5,
-    silence_timeout: options.statementTimeoutMs ? (options.statementTimeoutMs + silenceGraceMs) / 1000 : null,
+    // Seconds; a timer takes at most 2^31 - 1 ms, and one given more fires at once.
+    silence_timeout: options.statementTimeoutMs ? Math.min(options.statementTimeoutMs + silenceGraceMs, 2 ** 31 - 1) / 1000 : null,
     // Reconnect at most 500 ms apart: postgres.js's default grows to 20 s with the pool's failed
     // connects, which kept a restarted server out of use for seconds after it accepted again.
     backoff: attempts => Math.min(0.05 * 2 ** attempts, 0.5),

@@ -32,12 +32,13 @@ export interface Deps {
   config: Config
   /** Connections for requests: a statement past DATABASE_STATEMENT_TIMEOUT_MS is cancelled. */
   sql: Sql
+  /** Connections for the workers (jobs, relay, actor runtime), with the requests' statement timeout. Opened on first use. */
+  workerSql: Sql
   /**
    * Connections for the invoice run (the workers' job and the CLI), with no statement timeout: its
-   * statements (the first one reads every subscription) grow with the data. Opened on first use: a
-   * process that runs no invoice run never opens one.
+   * statements (the first one reads every subscription) grow with the data. Opened on first use.
    */
-  backgroundSql: Sql
+  invoiceSql: Sql
   redis: Redis
   pubsub: PubSub
   keys: Keys
@@ -82,9 +83,14 @@ export function actorKinds(deps: InboxDeps & { config: Pick<Config, 'serviceRequ
   }
 }
 
+/** The same connections and clients, with statements on the workers' own pool: what the workers run on. */
+export function forWorkers(deps: Deps): Deps {
+  return { ...deps, sql: deps.workerSql }
+}
+
 /** The same connections and clients, with statements on the pool without a timeout: what the invoice run runs on. */
 export function forInvoiceRun(deps: Deps): Deps {
-  return { ...deps, sql: deps.backgroundSql }
+  return { ...deps, sql: deps.invoiceSql }
 }
 
 /** The reply writer's connections' planner settings (see createDeps). */
@@ -108,7 +114,9 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const pubsub = createPubSub(subscriber)
   const statementTimeoutMs = config.statementTimeoutMs
   const sql = createSql(config.databaseUrl, { max: config.databasePoolMax, statementTimeoutMs })
-  const backgroundSql = createSql(config.databaseUrl, { max: 10 })
+  const workerSql = createSql(config.databaseUrl, { max: 10, statementTimeoutMs })
+  // The invoice run's statements run one after another.
+  const invoiceSql = createSql(config.databaseUrl, { max: 2 })
 
   const keyCache = await createKeyCache({ sql, redis, pubsub, channel: keys.channels.keyRevoked, clock, log })
   const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache)
@@ -148,7 +156,8 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   return {
     config,
     sql,
-    backgroundSql,
+    workerSql,
+    invoiceSql,
     redis,
     pubsub,
     keys,
@@ -182,7 +191,8 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
       await pubsub.close()
       await redis.quit().catch(() => redis.disconnect())
       await sql.end({ timeout: 5 })
-      await backgroundSql.end({ timeout: 5 })
+      await workerSql.end({ timeout: 5 })
+      await invoiceSql.end({ timeout: 5 })
     },
   }
 }

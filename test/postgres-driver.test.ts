@@ -298,10 +298,10 @@ describe('the PostgreSQL driver when its server falls silent (a half-open connec
         ),
       ).toBe(1)
       proxy.hold()
-      const waited = Promise.all([
-        outcome(timed`select 2 as n`, 300 + silenceGraceMs + 2000),
-        outcome(untimed`select 2 as n`, 300 + silenceGraceMs + 2000),
-      ])
+      const given = timed`select 2 as n`
+      // Not before the statement timeout and its grace have passed.
+      expect(await outcome(given, 300 + silenceGraceMs - 1000)).toBe('pending')
+      const waited = Promise.all([outcome(given, 3000), outcome(untimed`select 2 as n`, 3000)])
       const rest = untimed`select 3 as n`
       expect(await waited).toEqual(['CONNECTION_SILENT', 'pending'])
       proxy.release()
@@ -310,4 +310,11 @@ describe('the PostgreSQL driver when its server falls silent (a half-open connec
       await proxy.close()
     }
   }, 30_000)
+
+  test('the longest statement timeout Postgres takes still leaves the silence limit a timer can hold', async () => {
+    // 2^31 - 1 ms, plus the grace, is past what a timer holds: a timer given more fires at once.
+    const sql = createSql(adminUrl, { max: 1, statementTimeoutMs: 2 ** 31 - 1 })
+    pools.push(sql)
+    expect(await outcome(sql`select pg_sleep(0.1), 1 as n`, 5000)).toBe(1)
+  })
 })

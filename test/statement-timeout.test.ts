@@ -8,7 +8,7 @@ import postgres from 'postgres'
 import { createAgent, createTestContext, expectError, signUp, subscribedPair, type TestContext, type TestUser } from './helpers/context.ts'
 import { startWorkers } from '../workers/index.ts'
 import { isTransientFailure } from '../src/db.ts'
-import { forInvoiceRun } from '../src/deps.ts'
+import { forInvoiceRun, forWorkers } from '../src/deps.ts'
 
 let ctx: TestContext
 let alice: TestUser
@@ -58,6 +58,7 @@ describe('a statement timeout', () => {
 
   test('requests’ and workers’ connections have the timeout; the invoice run’s has none', async () => {
     expect((await ctx.deps.sql`show statement_timeout`)[0]!.statement_timeout).toBe('300ms')
+    expect((await forWorkers(ctx.deps).sql`show statement_timeout`)[0]!.statement_timeout).toBe('300ms')
     expect((await forInvoiceRun(ctx.deps).sql`show statement_timeout`)[0]!.statement_timeout).toBe('0')
   })
 
@@ -80,8 +81,18 @@ describe('a statement timeout', () => {
       await holding
       const second = send('two', 'k2')
       // Long enough for a runtime that counted each cancelled turn against the command to have
-      // moved it to the dead-letter stream (5 attempts), short of the ask's 10 s.
-      await Bun.sleep(8000)
+      // moved it to the dead-letter stream (5 attempts), short of the ask's 10 s. Meanwhile no
+      // statement of the workers waits on the row for longer than the timeout: each is cancelled.
+      let longest = 0
+      for (const until = Date.now() + 8000; Date.now() < until; await Bun.sleep(100)) {
+        const [row] = await ctx.deps.sql<{ ms: number }[]>`
+          select coalesce(max(extract(epoch from clock_timestamp() - query_start) * 1000), 0)::float8 as ms
+          from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'
+        `
+        longest = Math.max(longest, row!.ms)
+      }
+      expect(longest).toBeGreaterThan(0)
+      expect(longest).toBeLessThan(2000)
       letGo()
       await session
       expect((await second).status).toBe(201)

@@ -1,6 +1,6 @@
 /** Starts every BullMQ worker, their repeatable schedules, the outbox relay and the actor runtime; `close` lets running jobs finish. */
 import { Queue, Worker, type Job } from 'bullmq'
-import { forInvoiceRun, type Deps } from '../src/deps.ts'
+import { forInvoiceRun, forWorkers, type Deps } from '../src/deps.ts'
 import { createRedis, reportQueueErrors } from '../src/redis.ts'
 import { errorFields } from '../src/log.ts'
 import { maintenanceEveryMs, runMaintenance } from './maintenance.ts'
@@ -17,7 +17,8 @@ export interface Workers {
   close(): Promise<void>
 }
 
-export async function startWorkers(deps: Deps): Promise<Workers> {
+export async function startWorkers(requestDeps: Deps): Promise<Workers> {
+  const deps = forWorkers(requestDeps)
   const { config, keys, log } = deps
   const connection = createRedis(config.redisUrl, log, 'bullmq', 'workers')
   const options = { connection, prefix: keys.bullPrefix }
