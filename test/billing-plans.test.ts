@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
 import { runInvoices } from '../src/invoices/run.ts'
-import { findPlan, updatePlan } from '../src/billing/plans/store.ts'
+import { deactivatePlan, findPlan, updatePlan } from '../src/billing/plans/store.ts'
 import { announcePlanChange } from '../src/billing/plans/price-change.ts'
 import { insertSubscription } from '../src/billing/subscriptions/store.ts'
 
@@ -362,6 +362,32 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
       ['2025-02-10T13:00:01.000Z', 5000],
       ['2025-03-10T13:00:01.000Z', 5000],
     ])
+  })
+
+  test('a subscription that waited for the plan’s deactivation is refused: none starts after the plan left sale', async () => {
+    const mine = await createAgent(ctx, owner)
+    const user = await signUp(ctx)
+    const plan = (await ctx.call('POST', '/v1/billing/plans', { token: owner.token, body: thousand(mine.id) })).body.data
+    let release!: () => void
+    const held = new Promise<void>(resolve => (release = resolve))
+    let updated!: () => void
+    const updatedNow = new Promise<void>(resolve => (updated = resolve))
+    // A deactivation as DELETE /v1/billing/plans/{id} makes it, held open before its commit.
+    const deactivating = ctx.deps.sql.begin(async tx => {
+      await deactivatePlan(tx, plan.id, new Date())
+      updated()
+      await held
+    })
+    let subscribing: ReturnType<typeof ctx.call> | undefined
+    try {
+      await updatedNow
+      subscribing = ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId: plan.id } })
+      await lockWaited()
+    } finally {
+      release()
+      await deactivating
+    }
+    expectError(await subscribing!, 409, 'plan_inactive')
   })
 
   test('fewer included calls or a higher overage is a rise; with a lower monthly price each term takes its own date', async () => {

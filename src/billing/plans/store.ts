@@ -54,17 +54,18 @@ async function recordTerms(sql: Db, planId: string, at: Date): Promise<void> {
 /**
  * A plan of an active agent, with the agent's owner. With `lockAgent` (subscribing), the agent's row is locked as its
  * subscriber count is about to change: a deactivation under way is waited for, and then no plan of
- * it is found. The plan's row is key-share locked too, so that a subscription and a change of the
- * plan's terms (lockPlan) follow one another: a subscription begun while a change is being made
- * starts after it, at its terms, and a change made while a subscription is being made is dated
- * after it, and announced to it.
+ * it is found. The plan's row is share locked too, so that a subscription and a change of the plan
+ * follow one another: a subscription begun while a change of its terms (lockPlan) is being made
+ * starts after it, at its terms, and one made while a subscription is being made is dated after it,
+ * and announced to it; a subscription begun while the plan is being taken off sale finds it
+ * inactive, and a deactivation waits for the subscriptions under way.
  */
 export async function findPlan(sql: Db, id: string, options: { lockAgent?: boolean } = {}): Promise<PlanRow | undefined> {
   const [row] = await sql<PlanRow[]>`
     select ${columns(sql)}
     from plans p join participants a on a.id = p.participant_id
     where p.id = ${id} and a.active
-    ${options.lockAgent ? sql`for no key update of a for key share of p` : sql``}
+    ${options.lockAgent ? sql`for no key update of a for share of p` : sql``}
   `
   return row
 }
