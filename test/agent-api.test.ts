@@ -332,18 +332,21 @@ describe('replies of many agents at once', () => {
     const announced: string[] = []
     const channel = ctx.deps.keys.channels.inboxChanged
     const listener = new Redis(redisUrl)
-    listener.on('message', (_channel: string, id: string) => announced.push(id))
-    await listener.subscribe(channel)
-    // What was announced before (the message's write, the poll's rebuild) may still be on its way:
-    // once a marker published now has come, all of it has, and it is not counted.
-    const marker = randomUUID()
-    await ctx.deps.redis.publish(channel, marker)
-    await until(async () => announced.includes(marker))
-    announced.length = 0
-    expect((await reply(agent, user.id, 'First answer')).status).toBe(201)
-    expect((await reply(agent, user.id, 'And one more thing')).status).toBe(201)
-    await Bun.sleep(100)
-    listener.disconnect()
+    try {
+      listener.on('message', (_channel: string, id: string) => announced.push(id))
+      await listener.subscribe(channel)
+      // What was announced before (the message's write, the poll's rebuild) may still be on its way:
+      // once a marker published now has come, all of it has, and it is not counted.
+      const marker = randomUUID()
+      await ctx.deps.redis.publish(channel, marker)
+      await until(async () => announced.includes(marker))
+      announced.length = 0
+      expect((await reply(agent, user.id, 'First answer')).status).toBe(201)
+      expect((await reply(agent, user.id, 'And one more thing')).status).toBe(201)
+      await Bun.sleep(100)
+    } finally {
+      listener.disconnect()
+    }
     // The first reply ended the pending state; the second had nothing to change.
     expect(announced.filter(id => id === agent.id)).toHaveLength(1)
     expect((await poll(agent)).body.data.pendingConversations).toEqual([])
