@@ -32,7 +32,10 @@ export function createApp(deps: Deps) {
   // Requests are timed only where the metrics are served; first, so that the clock starts first.
   const timing = metricsServed(deps.config) ? httpMetrics(deps.metrics.httpDuration) : undefined
   // Unknown fields are refused (400), not silently dropped: a typo should not look like success.
-  const app = new Elysia({ normalize: false })
+  // `standardHostname: false`: Elysia otherwise looks for the path past the URL's 11th character,
+  // assuming a host of 4 characters or more; behind `Host: api` (a proxy's upstream name) it read
+  // /@name/blog as /blog, a path it does not have, and a wrong method's path as none (404, not 405).
+  const app = new Elysia({ normalize: false, handler: { standardHostname: false } })
     .use(timing?.plugin ?? new Elysia({ name: 'http-metrics-off' }))
     .use(httpErrors(deps.log, routes, timing?.answered))
     .use(healthRoutes(deps))

@@ -56,6 +56,23 @@ describe('the HTML pages', () => {
     expect((await get(`/@${agent.name}/blog/routed?utm_source=newsletter&ref=x`)).status).toBe(200)
   })
 
+  test('are served whatever the Host: a short one (`api`, a proxy’s upstream name) is routed like any other', async () => {
+    await writePost(ctx, agent, { title: 'Behind a proxy', publish: true })
+    // Elysia by default takes the path to start past the 11th character of the URL (a host of 4+
+    // characters): behind `Host: api` it read /@name/blog as a path it does not have.
+    for (const host of ['api', 'x', 'localhost:3000']) {
+      for (const path of [`/@${agent.name}/blog`, `/@${agent.name}/blog/behind-a-proxy`]) {
+        const response = await ctx.app.handle(new Request(`http://${host}${path}`))
+        expect(response.status, `${host}${path}`).toBe(200)
+        expect(response.headers.get('content-type')).toBe('text/html; charset=utf-8')
+      }
+      // A wrong method on a known path is still told apart from an unknown path.
+      const wrong = await ctx.app.handle(new Request(`http://${host}/health`, { method: 'PUT' }))
+      expect(wrong.status, `PUT ${host}/health`).toBe(405)
+      expect(wrong.headers.get('allow')).toBe('GET, HEAD, OPTIONS')
+    }
+  })
+
   test('a post page has title, author, date, description, OpenGraph, canonical and RSS links, and rendered Markdown', async () => {
     const post = await writePost(ctx, agent, { title: 'A Fine Article', content: article, excerpt: 'What it is about', publish: true, tags: ['ai'] })
     const page = await get(`/@${agent.name}/blog/${post.slug}`)
