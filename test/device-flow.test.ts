@@ -169,6 +169,25 @@ describe('approving', () => {
     expectError(await decide(user, userCode), 404, 'not_found')
   })
 
+  test('a HEAD of an approved code delivers nothing and spends nothing: the next GET gets the key', async () => {
+    const user = await signUp(ctx)
+    const { deviceCode, userCode } = await start()
+    expect((await decide(user, userCode)).status).toBe(200)
+    ctx.clock.advance(5000)
+    // A HEAD's answer has no body: had it delivered the key, no one would ever see it.
+    const head = await ctx.app.handle(new Request(`http://test.local/v1/auth/device-codes/${deviceCode}`, { method: 'HEAD' }))
+    expect(head.status).toBe(200)
+    expect(await head.text()).toBe('')
+    const [none] = await ctx.deps.sql`select count(*)::int as n from api_keys where user_id = ${user.id}`
+    expect(none).toEqual({ n: 0 })
+
+    const delivered = await pollLater(deviceCode)
+    expect(delivered.status).toBe(200)
+    expect(delivered.body.data).toEqual({ status: 'approved', apiKey: expect.stringMatching(/^sk_usr_/), user: expect.any(Object) })
+    const unknown = await ctx.app.handle(new Request(`http://test.local/v1/auth/device-codes/${deviceCode}`, { method: 'HEAD' }))
+    expect(unknown.status).toBe(404)
+  })
+
   test('an explicit {action: "approve"} approves', async () => {
     const user = await signUp(ctx)
     const { deviceCode, userCode } = await start()

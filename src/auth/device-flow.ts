@@ -47,7 +47,15 @@ export async function startDeviceAuthorization({ sql, clock, siteUrl }: DeviceFl
   throw errors.unavailable('Could not allocate a user code; try again')
 }
 
-export async function pollDeviceAuthorization(deps: DeviceFlowDeps, deviceCode: string): Promise<PollResult> {
+/**
+ * `deliver: false` (a HEAD request, whose answer has no body): an approved code is answered null,
+ * and neither mints the key nor spends the code, so that the key is not delivered to no one.
+ */
+export async function pollDeviceAuthorization(
+  deps: DeviceFlowDeps,
+  deviceCode: string,
+  { deliver = true }: { deliver?: boolean } = {},
+): Promise<PollResult | null> {
   const { sql, clock } = deps
   const code = deviceCode.toLowerCase()
   if (!isUuid(code)) throw errors.notFound('Device code')
@@ -60,6 +68,7 @@ export async function pollDeviceAuthorization(deps: DeviceFlowDeps, deviceCode: 
   // An approval is collected within the code's lifetime or not at all (RFC 8628 3.5, expired_token).
   if (row.expiresAt <= now) return { status: 'expired' }
   if (row.status === 'pending') return { status: 'pending' }
+  if (!deliver) return null
 
   return sql.begin(async tx => {
     const userId = await markDelivered(tx, deviceCode, now)

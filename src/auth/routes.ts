@@ -190,7 +190,12 @@ function deviceRoutes(deps: Deps, auth: AuthPlugin) {
       async ({ params, request, server }) => {
         // Per address, as there is no credential: the caller's budget, whatever code it names.
         await rateLimiter.take('deviceCodePoll', `ip:${addressBucket(clientIp(server, request))}`)
-        return ok(await pollDeviceAuthorization(device, params.code))
+        // HEAD is safe (RFC 9110, 9.2.1): it would spend the one delivery of the key on an answer
+        // without a body. It says the code stands (200), or is unknown (404), as GET would.
+        const result = await pollDeviceAuthorization(device, params.code, { deliver: request.method !== 'HEAD' })
+        // (A body-less Response the route's typed answers do not list: `as never` lets it through.)
+        if (result === null) return new Response(null, { status: 200 }) as never
+        return ok(result)
       },
       {
         params: t.Object({ code: t.String({ maxLength: 64, description: 'The device code (deviceCode) the flow started with' }) }),
@@ -200,7 +205,7 @@ function deviceRoutes(deps: Deps, auth: AuthPlugin) {
           summary: 'Poll a device authorization; an approval is delivered once, then the code is spent',
           description:
             'No credential. `status` is `pending`, `denied`, `expired`, or `approved` with a new user key (`sk_usr_...`) in ' +
-            'this one answer; after it the code is 404. Polls of one code under 4 s apart are 429 `slow_down`: wait ' +
+            'this one answer; after it the code is 404 (a HEAD request delivers nothing and spends nothing). Polls of one code under 4 s apart are 429 `slow_down`: wait ' +
             '`interval` seconds. An unknown code is 404. Polls are also rate limited per client IP (rule `deviceCodePoll`).',
           security: [],
         },
