@@ -155,6 +155,11 @@ describe('the HTML pages', () => {
       '/@x/blog',
       `/@${other.name}/blog/%00`,
       '/@%00/blog',
+      // Not valid percent-encoding: the router has no value for them.
+      `/@${other.name}/blog/%ff`,
+      `/@${other.name}/blog/%`,
+      '/@%zz/blog',
+      '/@%e2%82/blog/live-page',
       `/@${other.id}/blog`,
     ]
     for (const path of paths) {
