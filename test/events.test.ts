@@ -243,6 +243,23 @@ describe('the wire format and limits', () => {
     expect((await rawStream(`/v1/events/stream?token=${unused}`)).status).toBe(200)
   })
 
+  test('HEAD answers as GET would, and neither spends a token nor holds a stream’s place', async () => {
+    const user = await signUp(ctx)
+    const head = (path: string, headers: Record<string, string> = {}) => fetch(`${server.url}${path}`, { method: 'HEAD', headers })
+    const token = (await ctx.call('POST', '/v1/auth/sse-token', { token: user.token })).body.data.token as string
+    const looked = await head(`/v1/events/stream?token=${token}`)
+    expect(looked.status).toBe(200)
+    expect(looked.headers.get('content-type')).toStartWith('text/event-stream')
+    expect((await head(`/v1/events/stream?token=${randomUUID()}`)).status).toBe(401)
+    // More HEADs than a user may hold streams, then every place is still free.
+    for (let i = 0; i <= maxStreamsPerUser; i++) expect((await head('/v1/events/stream', { authorization: `Bearer ${user.token}` })).status).toBe(200)
+    for (let i = 0; i <= maxStreamsPerUser; i++) expect((await head('/v1/events/chat')).status).toBe(200)
+    const opened: Response[] = [await rawStream(`/v1/events/stream?token=${token}`)]
+    for (let i = 1; i < maxStreamsPerUser; i++) opened.push(await rawStream('/v1/events/stream', { authorization: `Bearer ${user.token}` }))
+    expect(opened.map(res => res.status)).toEqual(opened.map(() => 200))
+    for (const res of opened) await res.body!.cancel()
+  })
+
   test(`at most ${maxStreamsPerUser} open notification streams per user; a closed one frees its place`, async () => {
     const user = await signUp(ctx)
     const open: Response[] = []

@@ -22,10 +22,17 @@ export async function issueSseToken({ redis, keys, clock }: TokenDeps, userId: s
   return token
 }
 
-/** The user a token was issued to and the key it was asked for with, spending it; null when unknown, used or expired. */
-export async function spendSseToken({ redis, keys, clock }: TokenDeps, token: string): Promise<{ userId: string; keyHash: string | null } | null> {
+/**
+ * The user a token was issued to and the key it was asked for with, spending it (`spend` false, for a
+ * HEAD that opens nothing: only reading it); null when unknown, used or expired.
+ */
+export async function spendSseToken(
+  { redis, keys, clock }: TokenDeps,
+  token: string,
+  { spend = true }: { spend?: boolean } = {},
+): Promise<{ userId: string; keyHash: string | null } | null> {
   if (!isUuid(token)) return null
-  const value = await redis.getdel(keys.sseToken(token))
+  const value = spend ? await redis.getdel(keys.sseToken(token)) : await redis.get(keys.sseToken(token))
   if (!value) return null
   const [userId, expiresAt, keyHash] = value.split(' ')
   if (!(Number(expiresAt) > clock.now().getTime())) return null

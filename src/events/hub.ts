@@ -12,6 +12,13 @@ import { errorFields } from '../log.ts'
 import type { Published } from './relay.ts'
 import { createConnections, type Connection } from './connections.ts'
 
+/** The headers of an event stream's response (and of a HEAD's, which opens none). */
+export const streamHeaders = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache, no-transform',
+  connection: 'keep-alive',
+  'x-accel-buffering': 'no',
+}
 export const maxStreamsPerUser = 5
 export const pingEveryMs = 5000
 const openStreamsTtlMs = 60_000
@@ -197,14 +204,7 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
       const buffered = connection.buffer ?? []
       connection.buffer = null
       for (const event of buffered) deliver(connection, event)
-      return new Response(body, {
-        headers: {
-          'content-type': 'text/event-stream; charset=utf-8',
-          'cache-control': 'no-cache, no-transform',
-          connection: 'keep-alive',
-          'x-accel-buffering': 'no',
-        },
-      })
+      return new Response(body, { headers: streamHeaders })
     },
     closeAll() {
       for (const connection of connections.all()) end(connection)

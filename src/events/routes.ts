@@ -5,7 +5,7 @@ import { errors } from '../errors.ts'
 import { ErrorBody, Query } from '../http/schema.ts'
 import { userKeyHash } from '../auth/authenticator.ts'
 import { spendSseToken } from '../auth/sse-token.ts'
-import { isEventId, maxStreamsPerUser } from './hub.ts'
+import { isEventId, maxStreamsPerUser, streamHeaders } from './hub.ts'
 import { addressBucket, clientIpResolver } from '../http/client-ip.ts'
 
 // Documented by hand: the plugin would call a string body text/plain.
@@ -21,6 +21,12 @@ const streamResponses = (...statuses: number[]) => ({
 const Resume = Query({
   lastEventId: t.Optional(t.String({ description: 'Resume after this event id (or send the Last-Event-ID header)' })),
 })
+
+/** HEAD (safe, RFC 9110): what a GET would answer, without a stream to hold or a token to spend. */
+function streamHead(lastEventId: string | undefined): Response {
+  if (lastEventId && !isEventId(lastEventId)) throw errors.invalidCursor()
+  return new Response(null, { headers: streamHeaders })
+}
 
 export function eventRoutes(deps: Deps) {
   const { authenticator, events, keys } = deps
@@ -38,7 +44,7 @@ export function eventRoutes(deps: Deps) {
           // A bad cursor is refused before the one-use token is spent on it.
           if (lastEventId && !isEventId(lastEventId)) throw errors.invalidCursor()
           // The one-use token opens this stream only; it is never a credential anywhere else.
-          const spent = await spendSseToken(deps, query.token)
+          const spent = await spendSseToken(deps, query.token, { spend: request.method !== 'HEAD' })
           if (!spent) throw errors.invalidToken('The stream token is unknown, used or expired')
           userId = spent.userId
           keyHash = spent.keyHash
@@ -49,6 +55,7 @@ export function eventRoutes(deps: Deps) {
           userId = principal.userId
           keyHash = userKeyHash(request.headers)
         }
+        if (request.method === 'HEAD') return streamHead(lastEventId)
         server?.timeout(request, 0)
         return events.open({
           stream: keys.events.user(userId),
@@ -78,8 +85,9 @@ export function eventRoutes(deps: Deps) {
     .get(
       '/chat',
       async ({ request, query, server }) => {
-        server?.timeout(request, 0)
         const lastEventId = request.headers.get('last-event-id') ?? query.lastEventId
+        if (request.method === 'HEAD') return streamHead(lastEventId)
+        server?.timeout(request, 0)
         const max = deps.config.chatStreamsPerAddress
         const limit = max > 0 ? { subject: `ip:${addressBucket(clientIp(server, request))}`, max } : undefined
         return events.open({ stream: keys.events.chat, lastEventId, limit })
