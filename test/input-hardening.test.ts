@@ -376,6 +376,11 @@ describe('smaller promises', () => {
     const hostile = await ctx.call('GET', `/device?user_code=${encodeURIComponent('<b>x</b>')}`)
     expect(hostile.status).toBe(200)
     expect(hostile.body).not.toContain('<b>x')
+    // A page for a browser: a code too long to be one is no JSON error either, only not shown.
+    const long = await ctx.call('GET', `/device?user_code=${'B'.repeat(40)}`)
+    expect(long.status).toBe(200)
+    expect(long.headers.get('content-type')).toContain('text/html')
+    expect(long.body).toContain('Enter the code your device shows')
   })
 
   test('an SSE token is issued with 200 and lasts 60 s', async () => {

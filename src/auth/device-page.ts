@@ -27,7 +27,8 @@ ${code ? `<p>The device shows this code:</p><p class="code"><code>${code}</code>
       return new Response(html, { headers: { 'content-type': 'text/html; charset=utf-8' } })
     },
     {
-      query: Query({ user_code: t.Optional(t.String({ maxLength: 16 })) }),
+      // No length limit: a value of another form is not shown, and the page is the answer either way.
+      query: Query({ user_code: t.Optional(t.String()) }),
       detail: {
         operationId: 'devicePage',
         summary: 'The device verification page: how to approve the code',
