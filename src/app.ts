@@ -35,6 +35,7 @@ export function createApp(deps: Deps) {
   // `standardHostname: false`: Elysia otherwise looks for the path past the URL's 11th character,
   // assuming a host of 4 characters or more; behind `Host: api` (a proxy's upstream name) it read
   // /@name/blog as /blog, a path it does not have, and a wrong method's path as none (404, not 405).
+  // It then looks past `http://`, the only scheme the service listens with (TLS ends at a proxy).
   const app = new Elysia({ normalize: false, handler: { standardHostname: false } })
     .use(timing?.plugin ?? new Elysia({ name: 'http-metrics-off' }))
     .use(httpErrors(deps.log, routes, timing?.answered))
