@@ -143,6 +143,13 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
     expect(res.status).toBe(201)
     return { user, subscriptionId: res.body.data.id as string }
   }
+  /** A plan with `terms` of a new agent of the owner's, made at `when` (the clock stays there), and a first subscriber. */
+  const subscribedPlan = async (when: string, terms: Record<string, number>) => {
+    const mine = await createAgent(ctx, owner)
+    at(when)
+    const plan = (await ctx.call('POST', '/v1/billing/plans', { token: owner.token, body: planBody(mine.id, terms) })).body.data
+    return { plan, a: await subscribe(plan.id) }
+  }
   /** The `plan.changed` events on the user's stream, once `count` are there. */
   const planChanges = async (userId: string, count: number) => {
     let found: any[] = []
@@ -161,15 +168,7 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
     ).map(row => [row.periodStart.toISOString(), row.totalCents])
 
   test('a rise is billed from the period after the one that follows its notice (plan.changed), a drop from the next', async () => {
-    const mine = await createAgent(ctx, owner)
-    at('2025-01-10T12:00:00.000Z')
-    const plan = (
-      await ctx.call('POST', '/v1/billing/plans', {
-        token: owner.token,
-        body: planBody(mine.id, { monthlyPriceCents: 1000, includedProxyCalls: 0, overagePerCallCents: 0 }),
-      })
-    ).body.data
-    const a = await subscribe(plan.id)
+    const { plan, a } = await subscribedPlan('2025-01-10T12:00:00.000Z', { monthlyPriceCents: 1000, includedProxyCalls: 0, overagePerCallCents: 0 })
     at('2025-01-30T12:00:00.000Z')
     const b = await subscribe(plan.id)
     const gone = await subscribe(plan.id)
@@ -192,7 +191,7 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
         createdAt,
         planId: plan.id,
         planName: 'Pro',
-        participantId: mine.id,
+        participantId: plan.participantId,
         subscriptionId,
         previous: terms(from),
         terms: terms(to),
@@ -229,15 +228,7 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
   })
 
   test('a drop taken back within one period is billed for the next, as its notice said; the rise back from the one after', async () => {
-    const mine = await createAgent(ctx, owner)
-    at('2025-01-10T12:00:00.000Z')
-    const plan = (
-      await ctx.call('POST', '/v1/billing/plans', {
-        token: owner.token,
-        body: planBody(mine.id, { monthlyPriceCents: 1000, includedProxyCalls: 50, overagePerCallCents: 10 }),
-      })
-    ).body.data
-    const a = await subscribe(plan.id)
+    const { plan, a } = await subscribedPlan('2025-01-10T12:00:00.000Z', { monthlyPriceCents: 1000, includedProxyCalls: 50, overagePerCallCents: 10 })
     try {
       // Both in A's first period (to Feb 10): a drop of every term, then every term back.
       at('2025-01-20T00:00:00.000Z')
@@ -391,15 +382,7 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
   })
 
   test('fewer included calls or a higher overage is a rise; with a lower monthly price each term takes its own date', async () => {
-    const mine = await createAgent(ctx, owner)
-    at('2025-06-01T00:00:00.000Z')
-    const plan = (
-      await ctx.call('POST', '/v1/billing/plans', {
-        token: owner.token,
-        body: planBody(mine.id, { monthlyPriceCents: 1000, includedProxyCalls: 100, overagePerCallCents: 5 }),
-      })
-    ).body.data
-    const a = await subscribe(plan.id)
+    const { plan, a } = await subscribedPlan('2025-06-01T00:00:00.000Z', { monthlyPriceCents: 1000, includedProxyCalls: 100, overagePerCallCents: 5 })
     try {
       at('2025-06-10T00:00:00.000Z')
       const body = { monthlyPriceCents: 800, includedProxyCalls: 10, overagePerCallCents: 100_000 }
