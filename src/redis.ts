@@ -28,6 +28,9 @@ export function createRedis(url: string, log: Log, role: 'commands' | 'subscribe
     // next one: its caller may have taken its timeout as the outcome already, and a write sent twice
     // would count twice (a token taken, a lease entered). BullMQ's and the subscriber's go out again.
     autoResendUnfulfilledCommands: role !== 'commands',
+    // After a failover the old primary, now a replica, refuses writes (READONLY) on the connections it
+    // still holds: reconnect, through the name that now leads to the new primary.
+    reconnectOnError: error => error.message.startsWith('READONLY '),
     enableReadyCheck: true,
     // Reconnect at most 500 ms apart (ioredis's default grows to 2 s): a restarted Redis is back in use
     // within a second of accepting connections.

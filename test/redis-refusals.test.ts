@@ -6,11 +6,13 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { Redis } from 'ioredis'
 import { EventEmitter } from 'node:events'
-import { isRedisUnavailable, reportQueueErrors } from '../src/redis.ts'
+import { connectRedis, createRedis, isRedisUnavailable, reportQueueErrors } from '../src/redis.ts'
 import { createLog } from '../src/log.ts'
 import { isOutage } from '../src/actors/work.ts'
 import { createTestContext, expectError, signUp, subscribedPair, type TestContext } from './helpers/context.ts'
 import { startRedisServer, type RedisServer } from './helpers/redis-server.ts'
+import { startHeldProxy } from './helpers/held-proxy.ts'
+import { until } from './helpers/until.ts'
 
 let server: RedisServer
 let admin: Redis
@@ -99,5 +101,34 @@ describe('a queue’s errors', () => {
       'READONLY You can’t write against a read only replica.',
       'OOM command not allowed when used memory > ’maxmemory’.',
     ])
+  })
+})
+
+describe('a failover', () => {
+  test('a connection left on the old primary, now a replica (READONLY), reconnects and reaches the new one', async () => {
+    const [old, promoted] = [await startRedisServer(), await startRedisServer()]
+    // The name the service connects to: the old primary now, the promoted replica after the failover.
+    const name = await startHeldProxy(old.url)
+    const redis = createRedis(name.url, createLog('error'), 'commands')
+    const admin = new Redis(old.url)
+    try {
+      await connectRedis(redis, name.url)
+      await redis.set('written', 'before')
+      // The failover: the old primary follows the promoted server, and the name moves to it.
+      await admin.call('REPLICAOF', '127.0.0.1', String(new URL(promoted.url).port))
+      name.retarget(promoted.url)
+      const refused = await redis.set('written', 'during').catch((error: Error) => error)
+      expect((refused as Error).message).toStartWith('READONLY ')
+      await until(async () => (await redis.set('written', 'after').catch(() => null)) === 'OK', 5000)
+      const reader = new Redis(promoted.url)
+      expect(await reader.get('written')).toBe('after')
+      reader.disconnect()
+    } finally {
+      redis.disconnect()
+      admin.disconnect()
+      await name.close()
+      await old.close()
+      await promoted.close()
+    }
   })
 })

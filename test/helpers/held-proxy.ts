@@ -18,6 +18,8 @@ export interface HeldProxy {
    * a close (half-open, as behind a NAT that forgot the flow). New connections work.
    */
   stall(): void
+  /** New connections go to `target` from now on (a name that now resolves to another server); open ones stay where they are. */
+  retarget(target: string): void
   /** Drops every connection and stops listening: the server looks down. */
   stop(): Promise<void>
   /** Listens again, on the same port. */
@@ -26,7 +28,8 @@ export interface HeldProxy {
 }
 
 export async function startHeldProxy(target: string): Promise<HeldProxy> {
-  const { hostname, port, protocol } = new URL(target)
+  const { protocol } = new URL(target)
+  let { hostname, port } = new URL(target)
   let held = false
   const waiting: { upstream: Socket; chunk: Buffer | string }[] = []
   const sockets = new Set<Socket>()
@@ -65,6 +68,9 @@ export async function startHeldProxy(target: string): Promise<HeldProxy> {
         stalled.add(socket)
         socket.pause()
       }
+    },
+    retarget(next) {
+      ;({ hostname, port } = new URL(next))
     },
     stop,
     restart: () => listen(address.port),
