@@ -333,6 +333,11 @@ describe('the wire format and limits', () => {
     const bad = await rawStream('/v1/events/stream?lastEventId=yesterday', { authorization: `Bearer ${owner.token}` })
     expect(bad.status).toBe(400)
     expect(((await bad.json()) as { error: string }).error).toBe('invalid_cursor')
+    // One from years ahead would hold the stream silent until then.
+    const ahead = await rawStream('/v1/events/stream?lastEventId=9999999999999999-0', { authorization: `Bearer ${owner.token}` })
+    expect(ahead.status).toBe(400)
+    expect(((await ahead.json()) as { error: string }).error).toBe('invalid_cursor')
+    expect((await rawStream('/v1/events/chat?lastEventId=9999999999999999-0')).status).toBe(400)
   })
 
   test('revoking the API key a stream was opened with ends that stream at once; a stream opened with a JWT goes on', async () => {

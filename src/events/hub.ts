@@ -50,9 +50,13 @@ export interface EventHub {
   close(): Promise<void>
 }
 
-/** Whether a client's last event id has the form of one: `<ms>-<seq>`. */
+/**
+ * Whether a client's last event id could be one a stream gave: `<ms>-<seq>`, from no later than a day
+ * ahead (Redis's clock may run ahead of this process's a little; a resume from the future would
+ * wait, silent, until then).
+ */
 export function isEventId(id: string): boolean {
-  return /^\d{1,16}-\d{1,16}$/.test(id)
+  return /^\d{1,16}-\d{1,16}$/.test(id) && Number(id.slice(0, id.indexOf('-'))) <= Date.now() + 86_400_000
 }
 
 /** Stream ids are `<ms>-<seq>`: compared as numbers, never as strings. */
