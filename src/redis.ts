@@ -28,9 +28,6 @@ export function createRedis(url: string, log: Log, role: 'commands' | 'subscribe
     // next one: its caller may have taken its timeout as the outcome already, and a write sent twice
     // would count twice (a token taken, a lease entered). BullMQ's and the subscriber's go out again.
     autoResendUnfulfilledCommands: role !== 'commands',
-    // After a failover the old primary, now a replica, refuses writes (READONLY) on the connections it
-    // still holds: reconnect, through the name that now leads to the new primary.
-    reconnectOnError: error => error.message.startsWith('READONLY '),
     enableReadyCheck: true,
     // Reconnect at most 500 ms apart (ioredis's default grows to 2 s): a restarted Redis is back in use
     // within a second of accepting connections.
@@ -49,9 +46,30 @@ export function createRedis(url: string, log: Log, role: 'commands' | 'subscribe
 function reported(redis: Redis, log: Log): Redis {
   reportOutages(redis, log)
   replaceWhenDead(redis, log)
+  redis.options.reconnectOnError = reconnectWhenReadOnly(redis, log)
   const duplicate = redis.duplicate.bind(redis)
   redis.duplicate = override => reported(duplicate(override), log)
   return redis
+}
+
+/** A connection refused READONLY reconnects at most this often, however many of its commands are refused. */
+const readOnlyReconnectEveryMs = 2000
+
+/**
+ * After a failover the old primary, now a replica, refuses writes (READONLY) on the connections it
+ * still holds: each reconnects, through the name that now leads to the new primary. At most once
+ * every 2 s a connection, so that while the name still leads to the old one, each refused write does
+ * not cut the connection's other commands short again.
+ */
+function reconnectWhenReadOnly(redis: Redis, log: Log) {
+  const write = throttled(log, 60_000)
+  let lastAt = -Infinity
+  return (error: Error) => {
+    if (!error.message.startsWith('READONLY ') || performance.now() - lastAt < readOnlyReconnectEveryMs) return false
+    lastAt = performance.now()
+    write('warn', 'readonly', 'redis connection refused writes (a replica: failover?); reconnecting', { connection: redis.options.connectionName })
+    return true
+  }
 }
 
 /** While an outage lasts, how often a connection says it is still down. */

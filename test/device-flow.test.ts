@@ -169,7 +169,7 @@ describe('approving', () => {
     expectError(await decide(user, userCode), 404, 'not_found')
   })
 
-  test('a HEAD of an approved code delivers nothing and spends nothing: the next GET gets the key', async () => {
+  test('a HEAD of an approved code delivers nothing, spends nothing and counts as no poll: the next GET gets the key', async () => {
     const user = await signUp(ctx)
     const { deviceCode, userCode } = await start()
     expect((await decide(user, userCode)).status).toBe(200)
@@ -181,7 +181,8 @@ describe('approving', () => {
     const [none] = await ctx.deps.sql`select count(*)::int as n from api_keys where user_id = ${user.id}`
     expect(none).toEqual({ n: 0 })
 
-    const delivered = await pollLater(deviceCode)
+    // At once: the HEAD was no poll that the next must wait 5 s after.
+    const delivered = await poll(deviceCode)
     expect(delivered.status).toBe(200)
     expect(delivered.body.data).toEqual({ status: 'approved', apiKey: expect.stringMatching(/^sk_usr_/), user: expect.any(Object) })
     const unknown = await ctx.app.handle(new Request(`http://test.local/v1/auth/device-codes/${deviceCode}`, { method: 'HEAD' }))

@@ -6,7 +6,7 @@ import { expect, test } from 'bun:test'
 import { randomUUID } from 'node:crypto'
 import { Queue } from 'bullmq'
 import { Redis } from 'ioredis'
-import { connectRedis, createRedis } from '../src/redis.ts'
+import { connectRedis, createRedis, isRedisUnavailable } from '../src/redis.ts'
 import { createLog } from '../src/log.ts'
 import { createAgent, createTestContext, signUp } from './helpers/context.ts'
 import { startHeldProxy } from './helpers/held-proxy.ts'
@@ -97,6 +97,8 @@ test('a command connection replaced while Redis is stalled sends none of its com
   const other = new Redis(server.url)
   try {
     await connectRedis(redis, server.url)
+    let closed = 0
+    redis.on('close', () => closed++)
     // A script of 4.5 s holds Redis without a word (under its 5 s busy threshold, nobody is told BUSY):
     // the connection's PING goes unanswered for its 3 s, and it is replaced.
     const stalled = other.eval(
@@ -108,9 +110,12 @@ test('a command connection replaced while Redis is stalled sends none of its com
     )
     await Bun.sleep(200)
     const counted = await redis.incr('counted').catch((error: Error) => error)
-    expect((counted as Error).message).toBe('Command timed out')
+    // Its own timeout, or the connection replaced under it: either way the caller hears of no result.
+    expect(['Command timed out', 'Connection is closed.']).toContain((counted as Error).message)
     await stalled
     await until(async () => redis.status === 'ready' && (await redis.ping()) === 'PONG', 10_000)
+    // The connection was replaced, not merely waited out.
+    expect(closed).toBeGreaterThan(0)
     // Redis ran the INCR it had received once the script ended; the caller took its timeout as the
     // outcome, and the new connection did not send it a second time.
     expect(await other.get('counted')).toBe('1')
@@ -120,3 +125,28 @@ test('a command connection replaced while Redis is stalled sends none of its com
     await server.close()
   }
 }, 30_000)
+
+test('a command in flight when its connection drops fails at once, not at its timeout', async () => {
+  const server = await startRedisServer()
+  const redis = createRedis(server.url, createLog('error'), 'commands')
+  const admin = new Redis(server.url)
+  try {
+    await connectRedis(redis, server.url)
+    const id = await redis.client('ID')
+    const started = performance.now()
+    // Waits 2 s on Redis, under the 3 s command timeout: only the drop can end it sooner.
+    const waiting = redis.blpop(`never-${randomUUID()}`, 2).catch((error: Error) => error)
+    await Bun.sleep(100)
+    await admin.client('KILL', 'ID', String(id))
+    const failed = await waiting
+    expect((failed as Error).message).toBe('Connection is closed.')
+    expect(isRedisUnavailable(failed)).toBe(true)
+    expect(performance.now() - started).toBeLessThan(1500)
+    // The connection comes back for the next command.
+    await until(async () => (await redis.ping().catch(() => null)) === 'PONG', 5000)
+  } finally {
+    redis.disconnect()
+    admin.disconnect()
+    await server.close()
+  }
+})

@@ -109,23 +109,39 @@ describe('a failover', () => {
     const [old, promoted] = [await startRedisServer(), await startRedisServer()]
     // The name the service connects to: the old primary now, the promoted replica after the failover.
     const name = await startHeldProxy(old.url)
-    const redis = createRedis(name.url, createLog('error'), 'commands')
+    const lines: string[] = []
+    const redis = createRedis(
+      name.url,
+      createLog('warn', line => lines.push(line)),
+      'commands',
+    )
+    let reconnects = 0
+    redis.on('reconnecting', () => reconnects++)
     const admin = new Redis(old.url)
+    const reader = new Redis(promoted.url)
     try {
       await connectRedis(redis, name.url)
       await redis.set('written', 'before')
-      // The failover: the old primary follows the promoted server, and the name moves to it.
+      // The old primary follows the promoted server; the name still leads to it for a moment.
       await admin.call('REPLICAOF', '127.0.0.1', String(new URL(promoted.url).port))
+      const refused = await Promise.all([redis.set('written', 'one'), redis.set('written', 'two')].map(p => p.catch((error: Error) => error)))
+      expect(refused.map(error => (error as Error).message.slice(0, 9))).toEqual(['READONLY ', 'READONLY '])
+      await until(async () => reconnects > 0 && redis.status === 'ready', 5000)
+      // Two writes refused at once: one reconnect, and one warning.
+      // Refused again at once, on the connection that came back to the old primary: no second
+      // reconnect within 2 s, which would cut its other commands short again.
+      expect(((await redis.set('written', 'three').catch((error: Error) => error)) as Error).message).toStartWith('READONLY ')
+      await Bun.sleep(200)
+      expect(reconnects).toBe(1)
+      expect(lines.map(line => JSON.parse(line).msg)).toEqual(['redis connection refused writes (a replica: failover?); reconnecting'])
+      // The name moves to the promoted server: the next reconnect reaches it.
       name.retarget(promoted.url)
-      const refused = await redis.set('written', 'during').catch((error: Error) => error)
-      expect((refused as Error).message).toStartWith('READONLY ')
-      await until(async () => (await redis.set('written', 'after').catch(() => null)) === 'OK', 5000)
-      const reader = new Redis(promoted.url)
+      await until(async () => (await redis.set('written', 'after').catch(() => null)) === 'OK', 10_000)
       expect(await reader.get('written')).toBe('after')
-      reader.disconnect()
     } finally {
       redis.disconnect()
       admin.disconnect()
+      reader.disconnect()
       await name.close()
       await old.close()
       await promoted.close()

@@ -49,7 +49,8 @@ export async function startDeviceAuthorization({ sql, clock, siteUrl }: DeviceFl
 
 /**
  * `deliver: false` (a HEAD request, whose answer has no body): an approved code is answered null,
- * and neither mints the key nor spends the code, so that the key is not delivered to no one.
+ * and neither mints the key nor spends the code, so that the key is not delivered to no one; nor is
+ * it a poll that the next must wait the interval after (it tells only whether the code stands).
  */
 export async function pollDeviceAuthorization(
   deps: DeviceFlowDeps,
@@ -63,7 +64,7 @@ export async function pollDeviceAuthorization(
   // Read before anything is written: a poll of a code that does not exist (a guess) leaves no trace.
   const row = await findDeviceCode(sql, code)
   if (!row || row.status === 'delivered') throw errors.notFound('Device code')
-  await gatePoll(deps, code, now)
+  if (deliver) await gatePoll(deps, code, now)
   if (row.status === 'denied') return { status: 'denied' }
   // An approval is collected within the code's lifetime or not at all (RFC 8628 3.5, expired_token).
   if (row.expiresAt <= now) return { status: 'expired' }

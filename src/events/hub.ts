@@ -51,12 +51,13 @@ export interface EventHub {
 }
 
 /**
- * Whether a client's last event id could be one a stream gave: `<ms>-<seq>`, from no later than a day
- * ahead (Redis's clock may run ahead of this process's a little; a resume from the future would
- * wait, silent, until then).
+ * Whether a client's last event id could be one a stream gave: `<ms>-<seq>`, from no later than an
+ * hour ahead. Ids are Redis's wall-clock time, so the wall clock (not the app's clock, which tests
+ * move) is the measure, and an hour covers Redis's running ahead of this host; a resume from further
+ * ahead would wait, silent, until then.
  */
 export function isEventId(id: string): boolean {
-  return /^\d{1,16}-\d{1,16}$/.test(id) && Number(id.slice(0, id.indexOf('-'))) <= Date.now() + 86_400_000
+  return /^\d{1,16}-\d{1,16}$/.test(id) && Number(id.slice(0, id.indexOf('-'))) <= Date.now() + 3_600_000
 }
 
 /** Stream ids are `<ms>-<seq>`: compared as numbers, never as strings. */

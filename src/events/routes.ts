@@ -100,7 +100,7 @@ export function eventRoutes(deps: Deps) {
           description:
             'No credential. Each message posted with POST /v1/chat/messages arrives as an event. ' +
             'Resume with `Last-Event-ID` or `lastEventId`: later events are replayed (the last 1,000, up to 24 h), then live ' +
-            'ones. An id not of the form `<ms>-<seq>`, or more than a day ahead, is 400 `invalid_cursor`. One client address holds at most ' +
+            'ones. An id not of the form `<ms>-<seq>`, or more than an hour ahead, is 400 `invalid_cursor`. One client address holds at most ' +
             'CHAT_STREAMS_PER_ADDRESS chat streams at once (100 by default; an IPv6 one by its /64); past that 429 `rate_limited`.',
           security: [],
           responses: streamResponses(400, 429),
