@@ -1,11 +1,12 @@
 /**
- * Replacing Redis connections that stay open but stopped answering (half-open: a proxy that stopped
- * forwarding, a NAT that forgot the flow, a host gone without a word). Nothing else would notice:
- * ioredis times a command out but keeps the connection, so every later command queues behind on it;
- * BullMQ's commands have no timeout; a subscriber sends nothing once subscribed.
+ * Replacing Redis connections that can no longer serve: those that stay open but stopped answering
+ * (half-open: a proxy that stopped forwarding, a NAT that forgot the flow, a host gone without a
+ * word), and those a failover left on the old primary, now a replica. Nothing else would notice the
+ * first: ioredis times a command out but keeps the connection, so every later command queues behind
+ * on it; BullMQ's commands have no timeout; a subscriber sends nothing once subscribed.
  */
 import { Command, type Redis } from 'ioredis'
-import type { Log } from './log.ts'
+import { throttled, type Log } from './log.ts'
 
 /** How often a ready connection with no probe outstanding sends one. */
 const probeEveryMs = 1000
@@ -78,4 +79,24 @@ function blockedAhead(redis: Redis): number {
     ms += wait === undefined || wait === 0 ? Infinity : wait
   }
   return ms
+}
+
+/** A connection refused READONLY reconnects at most this often, however many of its commands are refused. */
+const readOnlyReconnectEveryMs = 2000
+
+/**
+ * After a failover the old primary, now a replica, refuses writes (READONLY) on the connections it
+ * still holds: each reconnects, through the name that now leads to the new primary. At most once
+ * every 2 s a connection, so that while the name still leads to the old one, each refused write does
+ * not cut the connection's other commands short again.
+ */
+export function reconnectWhenReadOnly(redis: Redis, log: Log) {
+  const write = throttled(log, 60_000)
+  let lastAt = -Infinity
+  return (error: Error) => {
+    if (!error.message.startsWith('READONLY ') || performance.now() - lastAt < readOnlyReconnectEveryMs) return false
+    lastAt = performance.now()
+    write('warn', 'readonly', 'redis connection refused writes (a replica: failover?); reconnecting', { connection: redis.options.connectionName })
+    return true
+  }
 }

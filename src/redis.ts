@@ -3,7 +3,7 @@ import { Redis, type Cluster } from 'ioredis'
 import calculateSlot from 'cluster-key-slot'
 import { errorFields, throttled, type Log } from './log.ts'
 import { redactUrl } from './text.ts'
-import { replaceWhenDead } from './redis-probe.ts'
+import { reconnectWhenReadOnly, replaceWhenDead } from './redis-probe.ts'
 
 export type { Redis }
 
@@ -50,26 +50,6 @@ function reported(redis: Redis, log: Log): Redis {
   const duplicate = redis.duplicate.bind(redis)
   redis.duplicate = override => reported(duplicate(override), log)
   return redis
-}
-
-/** A connection refused READONLY reconnects at most this often, however many of its commands are refused. */
-const readOnlyReconnectEveryMs = 2000
-
-/**
- * After a failover the old primary, now a replica, refuses writes (READONLY) on the connections it
- * still holds: each reconnects, through the name that now leads to the new primary. At most once
- * every 2 s a connection, so that while the name still leads to the old one, each refused write does
- * not cut the connection's other commands short again.
- */
-function reconnectWhenReadOnly(redis: Redis, log: Log) {
-  const write = throttled(log, 60_000)
-  let lastAt = -Infinity
-  return (error: Error) => {
-    if (!error.message.startsWith('READONLY ') || performance.now() - lastAt < readOnlyReconnectEveryMs) return false
-    lastAt = performance.now()
-    write('warn', 'readonly', 'redis connection refused writes (a replica: failover?); reconnecting', { connection: redis.options.connectionName })
-    return true
-  }
 }
 
 /** While an outage lasts, how often a connection says it is still down. */
