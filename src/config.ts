@@ -31,7 +31,6 @@ const Env = T.Object({
   SHUTDOWN_TIMEOUT_MS: T.Integer({ minimum: 1, default: 10000 }),
   INVOICE_EVERY_MS: T.Integer({ minimum: 1000, default: 3_600_000 }),
   QUEUE_LOCK_MS: T.Integer({ minimum: 1000, default: 30_000 }),
-  ACTORS_INLINE: T.Union([T.Literal('on'), T.Literal('off')], { default: 'on' }),
   SERVICE_REQUESTS_OPEN_MAX: T.Integer({ minimum: 1, default: 100 }),
   SERVICE_REQUESTS_OPEN_BYTES: T.Integer({ minimum: 1024, default: 1_048_576 }),
   PROXY_IN_FLIGHT_PER_AGENT: T.Integer({ minimum: 1, default: 10 }),
@@ -126,8 +125,6 @@ export interface Config {
   invoiceEveryMs: number
   /** How long a worker's hold on a job lasts; a dead worker's jobs return to the queue after it. */
   queueLockMs: number
-  /** Whether an API process applies the commands of idle actors itself instead of through their mailboxes. */
-  actorsInline: boolean
   /** What open service requests addressed to one agent may add up to; a sender may hold a quarter of each. */
   serviceRequests: ServiceRequestCaps
   /** World-chat streams one client address may hold open, across processes (0: no limit). */
@@ -240,7 +237,6 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
     invoiceEveryMs: e.INVOICE_EVERY_MS,
     queueLockMs: e.QUEUE_LOCK_MS,
-    actorsInline: e.ACTORS_INLINE === 'on',
     serviceRequests: { maxOpen: e.SERVICE_REQUESTS_OPEN_MAX, maxOpenBytes: e.SERVICE_REQUESTS_OPEN_BYTES },
     chatStreamsPerAddress: e.CHAT_STREAMS_PER_ADDRESS,
     proxy: { inFlightPerAgent: e.PROXY_IN_FLIGHT_PER_AGENT, bufferBytes: e.PROXY_BUFFER_BYTES },

@@ -96,8 +96,7 @@ export function forInvoiceRun(deps: Deps): Deps {
 /** The reply writer's connections' planner settings (see createDeps). */
 export const replySettings = { enable_seqscan: 'off' }
 
-/** Batch transactions an API process runs at once for the commands of idle actors, and reply statements. */
-const inlineBatches = 2
+/** Reply statements an API process runs at once. */
 const replyBatches = 2
 
 /** Opens every connection the API and workers need; `close` ends them in reverse order. */
@@ -123,19 +122,17 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
   const inFlight = createInFlightLimiter(redis, keys, clock)
   const proxyBuffers = createBufferBudget(config.proxy.bufferBytes)
-  // Agents' replies and the turns of idle actors run in batches with Postgres connections of their own
-  // (one per batch in flight), so a batch never waits behind requests' queries, nor they behind it;
-  // their Redis calls share writes on auto-pipelined connections of their own.
+  // Agents' replies run in batches with Postgres connections of their own, so a batch never waits
+  // behind requests' queries, nor they behind it; their Redis calls share writes on an auto-pipelined
+  // connection of their own.
   const batchRedis = redis.duplicate({ enableAutoPipelining: true, connectionName: 'agent-marketplace:batches' })
-  const inlineSql = config.actorsInline ? createSql(config.databaseUrl, { max: inlineBatches, statementTimeoutMs }) : undefined
-  const inline = inlineSql && { sql: inlineSql, clock, batches: inlineBatches, kinds: actorKinds({ redis: batchRedis, keys, pubsub, config }) }
   // The writer's statements touch a few conversations by key. While the table is small (a few thousand
   // rows) the planner, taking the JSON input for 100 rows, hash-joins it against a scan of the whole
   // table instead (about a tenth more Postgres CPU a reply); these connections run nothing else, so
   // they keep to the keyed lookups it picks at scale.
   const replySql = createSql(config.databaseUrl, { max: 2 * replyBatches, statementTimeoutMs, settings: replySettings })
   const replies = createReplyWriter({ sql: replySql, redis: batchRedis, keys, pubsub, clock, log, batches: replyBatches })
-  const dispatcher = await createDispatcher({ redis, pubsub, keys, log, inline })
+  const dispatcher = await createDispatcher({ redis, pubsub, keys })
   const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock })
   const queues = createQueues(config, keys, log)
   const events = await createEventHub({ redis, pubsub, keys, log, isKeyLive: async hex => (await keyCache.lookup(hex)) !== null })
@@ -185,7 +182,6 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
       await dispatcher.close()
       await replies.close()
       await batchRedis.quit().catch(() => batchRedis.disconnect())
-      await inlineSql?.end({ timeout: 5 })
       await replySql.end({ timeout: 5 })
       await keyCache.close()
       await pubsub.close()

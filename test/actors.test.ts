@@ -5,10 +5,12 @@ import { startActorRuntime, type ActorRuntime } from '../src/actors/runtime.ts'
 import type { ActorKinds } from '../src/actors/types.ts'
 import { createHolder, type Hold } from '../src/actors/hold.ts'
 import { createDue } from '../src/actors/due.ts'
+import { createDispatcher } from '../src/actors/dispatcher.ts'
 import { AppError } from '../src/errors.ts'
 import { enqueueEvents } from '../src/events/outbox.ts'
 import { createTestContext, type TestContext } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
+import { holdActor } from './helpers/hold.ts'
 
 let ctx: TestContext
 const runtimes: ActorRuntime[] = []
@@ -18,12 +20,17 @@ const outages = new Map<string, number>()
 const projected: string[] = []
 const repaired: string[] = []
 const stalls: { entered(): void; released: Promise<void> }[] = []
+/** Actors whose next projections fail this many times (as with Redis away). */
+const projectionFailures = new Map<string, number>()
+/** Payload n whose effect waits for the test. */
+const gates = new Map<number, Promise<void>>()
 
 // A toy kind: each 'append' inserts a row; the result is the running count for that actor.
 const kinds: ActorKinds = {
   log: {
     append: {
       async apply(tx, payload: { n: number }, { id, commandId }) {
+        await gates.get(payload.n)
         if (failOnce.delete(commandId)) throw new Error('transient failure')
         const left = outages.get(commandId) ?? 0
         if (left > 0) {
@@ -37,6 +44,11 @@ const kinds: ActorKinds = {
         return { count: row!.count }
       },
       async project(_result, payload: { n: number }, { id }) {
+        const left = projectionFailures.get(id) ?? 0
+        if (left > 0) {
+          projectionFailures.set(id, left - 1)
+          throw new Error('Connection is closed.')
+        }
         projected.push(`${id}:${payload.n}`)
       },
     },
@@ -89,6 +101,33 @@ const announced = async (actor: string) =>
 
 const appended = async (actor: string) =>
   (await ctx.deps.sql<{ n: number }[]>`select n from actor_log where actor = ${actor} order by seq`).map(row => row.n)
+
+const mailed = async (actor: string) => (await ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${actor}`).mailbox)) > 0
+
+/** Holds back the effect of payload n until the function returned is called. */
+function gate(n: number): () => void {
+  let open!: () => void
+  gates.set(n, new Promise<void>(resolve => (open = resolve)))
+  return open
+}
+
+/** A mailbox entry as the dispatcher writes it, for a command no one waits on. */
+const entry = (n: number) => [
+  'type',
+  'append',
+  'payload',
+  JSON.stringify({ n }),
+  'command',
+  randomUUID(),
+  'repeatable',
+  '',
+  'hash',
+  '',
+  'reply',
+  '',
+  'ask',
+  '',
+]
 
 beforeAll(async () => {
   ctx = await createTestContext()
@@ -204,13 +243,12 @@ describe('actor runtime', () => {
   test('a command appended twice (a call sent again after its reply was lost) is applied once, and no one is told it failed', async () => {
     const { redis, keys } = ctx.deps
     const actor = `log:${randomUUID()}`
-    const fields = ['type', 'append', 'payload', '{"n":8}', 'command', randomUUID(), 'repeatable', '', 'hash', '', 'reply', '', 'ask', '']
-    const sender = createHolder(redis, keys, `sender:${randomUUID()}`, 600)
+    const fields = entry(8)
     const due = createDue(redis, keys)
     const r = await runtime()
     for (let time = 0; time < 2; time++) {
-      await due.mark(actor, 0)
-      await sender.take([{ actor, mail: -1, append: [fields] }])
+      await redis.xadd(keys.actor(actor).mailbox, '*', ...fields)
+      await due.mark(actor)
       await until(async () => (await redis.exists(keys.actor(actor).mailbox)) === 0)
     }
     expect(await appended(actor.slice(4))).toEqual([8])
@@ -227,15 +265,16 @@ describe('actor runtime', () => {
     await r.stop()
   })
 
-  test('mail left by a sender that died holding its actor comes due for a runtime, which applies it once', async () => {
+  test('mail read by a runtime that died holding its actor comes due once its claim runs out, and is applied once', async () => {
     const { redis, keys } = ctx.deps
     const actor = `log:${randomUUID()}`
-    // A sender's steps up to its turn: marked due for after its hold, the command appended, the actor
-    // taken with its mail read; then the process dies (no turn, no release, no renewal).
-    const sender = createHolder(redis, keys, `sender:${randomUUID()}`, 300)
-    await createDue(redis, keys).mark(actor, 450, 'the dead sender')
-    const fields = ['type', 'append', 'payload', '{"n":9}', 'command', randomUUID(), 'repeatable', '', 'hash', '', 'reply', '', 'ask', '']
-    const [taken] = await sender.take([{ actor, mail: 32, append: [fields] }])
+    await redis.xadd(keys.actor(actor).mailbox, '*', ...entry(9))
+    // A runtime's steps up to its turn: the actor claimed (due again after its hold), taken with its
+    // mail read; then the process dies (no turn, no release, no renewal).
+    const due = createDue(redis, keys)
+    await due.mark(actor)
+    expect(await due.claim(1000, 450, 'the dead runtime')).toContain(actor)
+    const [taken] = await createHolder(redis, keys, `dead:${randomUUID()}`, 300).take([{ actor, mail: 32 }])
     expect((taken as Hold).mail.length).toBe(1)
     const r = await runtime()
     await until(async () => (await appended(actor.slice(4))).length === 1)
@@ -413,6 +452,131 @@ describe('actor runtime', () => {
     const r = await runtime()
     await until(async () => (await appended(actor)).length === 1)
     expect(await appended(actor)).toEqual([9])
+    await r.stop()
+  })
+})
+
+describe('holding an actor', () => {
+  test('a projection that fails is retried under the lease before the answer and before anything newer', async () => {
+    const r = await runtime()
+    const actor = randomUUID()
+    projectionFailures.set(actor, 2)
+    const first = ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 1 })
+    const second = ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 2 })
+    expect(await first).toEqual({ count: 1 })
+    expect(await second).toEqual({ count: 2 })
+    expect(projected.filter(p => p.startsWith(`${actor}:`))).toEqual([`${actor}:1`, `${actor}:2`])
+    await r.stop()
+  })
+
+  test('a projection given up when the lease is lost is answered, and made by the next holder of the actor', async () => {
+    const { redis, keys } = ctx.deps
+    const r = await runtime()
+    const actor = randomUUID()
+    projectionFailures.set(actor, 1_000)
+    const answer = ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 4001 })
+    // Another holder takes the actor while the projection keeps failing: the renewal finds it gone.
+    await until(async () => (await appended(actor)).length === 1)
+    await redis.set(keys.actor(`log:${actor}`).lease, 'someone else', 'PX', 1500)
+    expect(await answer).toEqual({ count: 1 })
+    expect(projected.filter(p => p.startsWith(`${actor}:`))).toEqual([])
+    // Still in the mailbox: once Redis takes projections again, the next holder projects it, once.
+    expect(await mailed(actor)).toBe(true)
+    projectionFailures.delete(actor)
+    await until(async () => !(await mailed(actor)), 10_000)
+    expect(projected.filter(p => p.startsWith(`${actor}:`))).toEqual([`${actor}:4001`])
+    expect(await appended(actor)).toEqual([4001])
+    await r.stop()
+  })
+
+  test('a projection given up at shutdown is answered, and made by the next holder of the actor', async () => {
+    const r1 = await runtime({ leaseMs: 2000 })
+    const actor = randomUUID()
+    projectionFailures.set(actor, 1_000)
+    const answer = ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 5001 })
+    await until(async () => (await appended(actor)).length === 1)
+    await r1.stop()
+    expect(await answer).toEqual({ count: 1 })
+    expect(await mailed(actor)).toBe(true)
+    projectionFailures.delete(actor)
+    const r2 = await runtime()
+    await until(async () => !(await mailed(actor)), 10_000)
+    expect(projected.filter(p => p.startsWith(`${actor}:`))).toEqual([`${actor}:5001`])
+    await r2.stop()
+  })
+
+  test('a batch that outlasts the lease keeps it, renewed, until the actor is let go', async () => {
+    const { redis, keys } = ctx.deps
+    const r = await runtime({ leaseMs: 600 })
+    const actor = randomUUID()
+    const open = gate(3001)
+    const answer = ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 3001 })
+    try {
+      await until(() => redis.exists(keys.actor(`log:${actor}`).lease).then(n => n === 1))
+      // Three lease lengths later, still held: no one else can take the actor meanwhile.
+      await Bun.sleep(1800)
+      expect(await holdActor(ctx.deps, `log:${actor}`)).toBeNull()
+    } finally {
+      open()
+    }
+    expect(await answer).toEqual({ count: 1 })
+    await until(() => redis.exists(keys.actor(`log:${actor}`).lease).then(n => n === 0))
+    await r.stop()
+  })
+
+  test('an actor whose take fails is let go, its command left in the mailbox; the other actors of its batch still apply', async () => {
+    for (const r of runtimes) await r.stop().catch(() => {})
+    const [broken, fine] = [randomUUID(), randomUUID()]
+    const brokenKeys = ctx.deps.keys.actor(`log:${broken}`)
+    // Its fencing counter holds no number: drawing the token fails after the lease was taken.
+    await ctx.deps.redis.set(brokenKeys.fence, 'not a number')
+    await ctx.deps.dispatcher.tell(`log:${broken}`, 'append', { n: 1 })
+    await ctx.deps.dispatcher.tell(`log:${fine}`, 'append', { n: 1 })
+    const r = await runtime()
+    await until(async () => (await appended(fine)).length === 1)
+    expect(await mailed(fine)).toBe(false)
+    expect(await appended(broken)).toEqual([])
+    expect(await mailed(broken)).toBe(true)
+    // Not left held: once the counter is readable, the runtime takes the actor and applies the mail.
+    expect(await ctx.deps.redis.exists(brokenKeys.lease)).toBe(0)
+    await ctx.deps.redis.del(brokenKeys.fence)
+    await until(async () => (await appended(broken)).length > 0)
+    expect(await appended(broken)).toEqual([1])
+    await r.stop()
+  })
+
+  test('a command sent to a held actor waits in its mailbox, and is applied as soon as the holder lets go', async () => {
+    const r = await runtime({ leaseMs: 5000 })
+    const actor = randomUUID()
+    const letGo = (await holdActor(ctx.deps, `log:${actor}`, 30_000))!
+    expect(letGo).not.toBeNull()
+    const answer = ctx.deps.dispatcher.ask<{ count: number }>(`log:${actor}`, 'append', { n: 1 })
+    await until(() => mailed(actor))
+    await Bun.sleep(100)
+    expect(await appended(actor)).toEqual([])
+    // The runtime found the actor held and looks again in half a lease; the holder's letting go with
+    // mail left makes it due at once.
+    const released = Date.now()
+    await letGo()
+    expect(await answer).toEqual({ count: 1 })
+    expect(Date.now() - released).toBeLessThan(2000)
+    await r.stop()
+  })
+
+  test('closing a dispatcher waits for the sends under way and answers what waits 503; the mail stays for a runtime', async () => {
+    for (const r of runtimes) await r.stop().catch(() => {})
+    const { redis, pubsub, keys } = ctx.deps
+    const closing = await createDispatcher({ redis, pubsub, keys })
+    const actor = randomUUID()
+    const asked = closing.ask(`log:${actor}`, 'append', { n: 1 }).catch(e => e)
+    const told = closing.tell(`log:${actor}`, 'append', { n: 2 })
+    await closing.close()
+    expect(typeof (await told)).toBe('string')
+    expect(((await asked) as AppError).code).toBe('unavailable')
+    expect(await ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${actor}`).mailbox)).toBe(2)
+    const r = await runtime()
+    await until(async () => (await appended(actor)).length === 2)
+    expect(await appended(actor)).toEqual([1, 2])
     await r.stop()
   })
 })

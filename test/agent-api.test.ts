@@ -383,8 +383,8 @@ describe('the hot path', () => {
 
 describe('Idempotency-Key after an answer that never came', () => {
   test('a retry of a message whose actor did not answer in time (503) is applied once, not twice', async () => {
-    // Every command through a mailbox, and no runtime yet: the ask runs out (503, "it may have been").
-    const quiet = await createTestContext({ env: { ACTORS_INLINE: 'off' } })
+    // No runtime yet: the ask runs out (503, "it may have been").
+    const quiet = await createTestContext()
     try {
       const someone = await signUp(quiet)
       const { agent, user, planId, subscriptionId } = await newPair(quiet, someone)

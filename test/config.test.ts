@@ -112,7 +112,6 @@ describe('loadConfig', () => {
   test('says what a value must be in words: the choices of a union, the form a pattern stands for', () => {
     expect(configError({ NODE_ENV: 'prod' }).message).toBe('invalid NODE_ENV: must be one of development, production, test')
     expect(configError({ LOG_LEVEL: 'INFO' }).message).toBe('invalid LOG_LEVEL: must be one of debug, info, warn, error')
-    expect(configError({ ACTORS_INLINE: 'yes' }).message).toBe('invalid ACTORS_INLINE: must be one of on, off')
     expect(configError({ CONNECTIONS_KEY: 'abc' }).message).toBe('invalid CONNECTIONS_KEY: must be 64 hex digits, or 32 bytes in base64')
     expect(configError({ REDIS_URL: 'localhost:6379' }).message).toBe('invalid REDIS_URL: must be a redis:// or rediss:// URL')
     expect(configError({ DATABASE_URL: 'mysql://x' }).message).toBe('invalid DATABASE_URL: must be a postgres:// or postgresql:// URL')

@@ -11,7 +11,7 @@ const token = randomBytes(24).toString('hex')
 let ctx: TestContext
 
 beforeAll(async () => {
-  ctx = await createTestContext({ env: { METRICS_TOKEN: token, ACTORS_INLINE: 'off' } })
+  ctx = await createTestContext({ env: { METRICS_TOKEN: token } })
 })
 afterAll(async () => {
   await ctx.close()
@@ -80,10 +80,10 @@ describe('GET /metrics on the API port', () => {
     const { keys, redis } = ctx.deps
     const due = createDue(redis, keys)
     const addedAt = Date.now() - 5000
-    // Mail as a sender leaves it: the actor marked due (far off, so no runtime takes it), then appended.
+    // Mail as a sender leaves it: the actor marked due, then appended (no runtime runs here).
     const mailbox = async (at: number) => {
       const actor = `agent:${randomUUID()}`
-      await due.mark(actor, 3_600_000)
+      await due.mark(actor)
       return (await redis.xadd(keys.actor(actor).mailbox, `${at}-0`, 'type', 'test'), keys.actor(actor).mailbox)
     }
     await mailbox(addedAt)

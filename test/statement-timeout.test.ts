@@ -15,8 +15,7 @@ let alice: TestUser
 let other: postgres.Sql
 
 beforeAll(async () => {
-  // Every command through the workers' actor runtime, none applied by the API process itself.
-  ctx = await createTestContext({ env: { DATABASE_STATEMENT_TIMEOUT_MS: '300', ACTORS_INLINE: 'off' } })
+  ctx = await createTestContext({ env: { DATABASE_STATEMENT_TIMEOUT_MS: '300' } })
   alice = await signUp(ctx, 'alice')
   other = postgres(ctx.database.url, { max: 1, onnotice: () => {} })
 })

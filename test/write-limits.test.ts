@@ -8,6 +8,7 @@ let ctx: TestContext
 beforeAll(async () => {
   const rules = ['contextWrite', 'connectionCreate', 'planWrite', 'configPurchase', 'sseTokenCreate', 'apiKeyCreate']
   ctx = await createTestContext({
+    actors: true,
     env: { RATE_LIMITS: JSON.stringify(Object.fromEntries(rules.map(rule => [rule, one]))), PROXY_ALLOWED_HOSTS: '127.0.0.1' },
   })
 })

@@ -1,14 +1,12 @@
 /**
  * Which actors have mail for a runtime to look at, and from when: a sorted set of actors by the time
  * they are due (Redis's clock), beside a hash of who marked each one last. Whoever leaves mail behind
- * marks its actor: a sender as it appends (due after its own hold would have run out, in case it dies
- * holding the actor; again once its append is known to be in, when it did not take the actor), and a
- * holder that lets go with mail left (due at once). A mark never puts off one due sooner. A runtime
- * claims due actors (marking them again, due when its hold would have run out) and takes a mark away
- * or puts it off only while it is still its own: one made since, by anyone, stays. So mail never
- * waits unmarked, and a process that dies leaves marks that come due for the others. A mark due at
- * once also rings a doorbell, a short list an idle runtime waits on, so it looks at once rather than
- * at its next round (every second while idle).
+ * marks its actor due at once: a sender as it appends (and again once its append is known to be in),
+ * and a holder that lets go with mail left. A runtime claims due actors (marking them again, due when
+ * its hold would have run out) and takes a mark away or puts it off only while it is still its own:
+ * one made since, by anyone, stays. So mail never waits unmarked, and a process that dies leaves marks
+ * that come due for the others. A mark also rings a doorbell, a short list an idle runtime waits on,
+ * so it looks at once rather than at its next round (every second while idle).
  */
 import { defineBatchedScript, defineScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
@@ -17,18 +15,16 @@ const now = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`
 
-// K due, due-by, wake; A actor, in ms, owner.
+// K due, due-by, wake; A actor. Due now, and nobody's: no runtime's settle takes the mark away.
 const mark = defineBatchedScript(
   `${now}
-redis.call('ZADD', K[1], 'LT', now + tonumber(A[2]), A[1])
-redis.call('HSET', K[2], A[1], A[3])
-if tonumber(A[2]) <= 0 then
-  redis.call('LPUSH', K[3], 1)
-  redis.call('LTRIM', K[3], 0, 15)
-end
+redis.call('ZADD', K[1], 'LT', now, A[1])
+redis.call('HSET', K[2], A[1], '')
+redis.call('LPUSH', K[3], 1)
+redis.call('LTRIM', K[3], 0, 15)
 return 1`,
   3,
-  3,
+  1,
 )
 
 // K due, due-by; A actor, owner, in ms ('' takes the mark away). Only while the mark is the owner's.
@@ -57,8 +53,8 @@ end
 return due`)
 
 export interface Due {
-  /** Marks the actor due in `inMs` (0: at once) or sooner, if it already was, as `owner`'s mark ('' for nobody's). */
-  mark(actor: string, inMs: number, owner?: string): Promise<void>
+  /** Marks the actor due at once, and rings the doorbell. */
+  mark(actor: string): Promise<void>
   /** While the mark is still `owner`'s: takes it away (`inMs` undefined) or makes it due in `inMs`. */
   settle(actor: string, owner: string, inMs?: number): Promise<void>
   /** Up to `count` due actors, marked as `owner`'s and due again in `ms`. */
@@ -70,8 +66,8 @@ export interface Due {
 export function createDue(redis: Redis, keys: Keys): Due {
   const k = [keys.actorsDue, keys.actorsDueBy]
   return {
-    async mark(actor, inMs, owner = '') {
-      await mark(redis, [...k, keys.actorsWake], [actor, inMs, owner])
+    async mark(actor) {
+      await mark(redis, [...k, keys.actorsWake], [actor])
     },
     async settle(actor, owner, inMs) {
       await settle(redis, k, [actor, owner, inMs ?? ''])

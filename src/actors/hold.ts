@@ -10,34 +10,20 @@ const group = 'actor'
 // One consumer name for every holder: the next holder reads what the last one left unacknowledged.
 const consumer = 'holder'
 
-// K lease, fence, mailbox; A holder, ms, mail, entries, fresh. Appends the entries (a JSON array of
-// field lists; '' for none) to the mailbox whether or not the actor is held elsewhere (a new mailbox
-// gets its group at once), then takes the lease and draws a token. `mail` -1 only appends; 0 holds
-// without reading; n reads up to n entries, first what a previous holder read and never
-// acknowledged (the third element then 1). Nil when not taken. `fresh` '1' takes only an actor that
-// no previous holder left with such unfinished mail (-1 otherwise).
+// K lease, fence, mailbox; A holder, ms, mail. Takes the lease and draws a token; nil when held
+// elsewhere. `mail` 0 holds without reading; n reads up to n entries, first what a previous holder
+// read and never acknowledged (the third element then 1). A mailbox appended to without a group (new,
+// or deleted once empty) gets one from its first entry.
 const take = defineBatchedScript(
   `
-if A[4] ~= '' then
-  local new = redis.call('EXISTS', K[3]) == 0
-  for _, fields in ipairs(cjson.decode(A[4])) do redis.call('XADD', K[3], '*', unpack(fields)) end
-  if new then redis.call('XGROUP', 'CREATE', K[3], '${group}', '0') end
-end
-local count = tonumber(A[3])
-if count < 0 or not redis.call('SET', K[1], A[1], 'NX', 'PX', A[2]) then return nil end
-if A[5] == '1' then
-  local pending = redis.pcall('XPENDING', K[3], '${group}')
-  if type(pending) == 'table' and not pending.err and tonumber(pending[1]) > 0 then
-    redis.call('DEL', K[1])
-    return -1
-  end
-end
+if not redis.call('SET', K[1], A[1], 'NX', 'PX', A[2]) then return nil end
 local drawn, token = pcall(redis.call, 'INCR', K[2])
 local function give_up(err)
   redis.call('DEL', K[1])
   error(err)
 end
 if not drawn then give_up(token) end
+local count = tonumber(A[3])
 if count == 0 then return {token, {}, 0} end
 local function read(from)
   local found = redis.pcall('XREADGROUP', 'GROUP', '${group}', '${consumer}', 'COUNT', count, 'STREAMS', K[3], from)
@@ -53,7 +39,7 @@ local mail = read('0')
 if #mail > 0 then return {token, mail, 1} end
 return {token, read('>'), 0}`,
   3,
-  5,
+  3,
 )
 // K lease; A holder, ms.
 const renew = defineBatchedScript(
@@ -105,19 +91,13 @@ export interface Hold {
   lost: boolean
 }
 
-/**
- * What taking an actor came to: held; not taken (held elsewhere, or not asked); not taken for its
- * unfinished mail (a fresh take); or failed (any entries may or may not be in).
- */
-export type Taken = Hold | 'busy' | 'unfinished' | Error
+/** What taking an actor came to: held; not taken (held elsewhere); or failed (the lease may have been taken: release it). */
+export type Taken = Hold | 'busy' | Error
 
-/** An actor to take: its mail to read (0: none; -1: only append, do not take), and entries to append to its mailbox first. */
+/** An actor to take, and how much of its mail to read (0: none). */
 export interface TakeRequest {
   actor: string
   mail: number
-  append?: string[][]
-  /** Take it only if no previous holder left mail unfinished (read, never acknowledged). */
-  fresh?: boolean
 }
 
 export interface Holder {
@@ -139,11 +119,10 @@ export function createHolder(redis: Redis, keys: Keys, id: string, leaseMs: numb
   return {
     id,
     async take(requests) {
-      const calls = requests.map(({ actor, mail, append, fresh }) => {
+      const calls = requests.map(({ actor, mail }) => {
         const k = keys.actor(actor)
-        const entries = append && append.length > 0 ? JSON.stringify(append) : ''
-        return take(redis, [k.lease, k.fence, k.mailbox], [id, leaseMs, mail, entries, fresh ? '1' : '']).then(
-          found => toHold(actor, found as [number, [string, string[] | null][], number] | -1 | null),
+        return take(redis, [k.lease, k.fence, k.mailbox], [id, leaseMs, mail]).then(
+          found => toHold(actor, found as [number, [string, string[] | null][], number] | null),
           (error: Error) => error,
         )
       })
@@ -179,9 +158,8 @@ export function createHolder(redis: Redis, keys: Keys, id: string, leaseMs: numb
   }
 }
 
-function toHold(actor: string, found: [number, [string, string[] | null][], number] | -1 | null): Taken {
+function toHold(actor: string, found: [number, [string, string[] | null][], number] | null): Taken {
   if (found === null) return 'busy'
-  if (found === -1) return 'unfinished'
   const mail = found[1].map(([entryId, list]) => ({ entryId, list, fields: list ? toRecord(list) : {} }))
   return { actor, kind: actor.slice(0, actor.indexOf(':')), token: Number(found[0]), mail, redelivered: found[2] === 1, lost: false }
 }

@@ -112,7 +112,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
         }
         failures.delete(actor)
         if (left === undefined) return undefined
-        return left === 0 && !worked.failure ? due.settle(actor, owner) : due.mark(actor, 0)
+        return left === 0 && !worked.failure ? due.settle(actor, owner) : due.mark(actor)
       }),
     ).catch(error =>
       outage('warn', 'marks', 'actor due marks failed; the claims come due again', { actors: worked.left.size, ...errorFields(error) }),
@@ -133,7 +133,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
 
   /** A careful actor's one command, in a turn of its own. */
   const alone = async (hold: Hold, owner: string) => {
-    const worked = await work(deps, [hold], { failed: refuse })
+    const worked = await work(deps, [hold], refuse)
     if (!worked.failure) {
       stats.singleCommands += commands([hold])
       careful.delete(hold.actor)
@@ -147,7 +147,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     const holds: Hold[] = []
     const later = taken.map((t, i) => {
       // Held elsewhere (a dead holder never lets go): look again once its lease may have run out.
-      if (t === 'busy' || t === 'unfinished') return due.settle(actors[i]!, owner, leaseMs / 2)
+      if (t === 'busy') return due.settle(actors[i]!, owner, leaseMs / 2)
       if (t instanceof Error) {
         if (running) outage('warn', 'lease', 'actor lease failed; retrying', { actor: actors[i], ...errorFields(t) })
         // The lease may have been taken, its reply lost: let go of it.

@@ -1,8 +1,8 @@
 /**
  * An actor turn, after the hold: the held actors' commands applied in one Postgres transaction (each
- * actor's in order, the actors side by side), then each actor's projections in order. Whoever holds
- * the actors runs it (work.ts): a runtime on the mail it claimed, a sender on the mail of actors it
- * found idle; the careful retry of a failed batch is the same turn with one command.
+ * actor's in order, the actors side by side), then each actor's projections in order. The runtime
+ * runs it on the mail it claimed (work.ts); the careful retry of a failed batch is the same turn with
+ * one command.
  */
 import type { Sql, TxSql } from '../db.ts'
 import type { Clock } from '../clock.ts'
@@ -67,16 +67,10 @@ export interface TurnOutcome {
 
 /**
  * The turn: the batch's transaction (throws `BatchFailed`, having changed nothing, if a command
- * fails; `committed` runs once it is done), then each actor's projections in order while it is held.
+ * fails), then each actor's projections in order while it is held.
  */
-export async function applyTurn(
-  deps: TurnDeps,
-  actors: BatchActor[],
-  held: (actor: string) => boolean,
-  committed?: () => void,
-): Promise<TurnOutcome> {
+export async function applyTurn(deps: TurnDeps, actors: BatchActor[], held: (actor: string) => boolean): Promise<TurnOutcome> {
   const { applied, fenced } = await applyBatch(deps, actors)
-  committed?.()
   const projected = new Map<string, number>()
   await Promise.all([...applied].map(async ([actor, list]) => projected.set(actor, await project(deps, list, () => held(actor)))))
   return { applied, fenced, projected }

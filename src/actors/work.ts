@@ -1,5 +1,5 @@
 /**
- * Working held actors, the same for a runtime and a sender: the mail read with the hold applied in one
+ * Working held actors: the mail read with the hold applied in one
  * turn (turn.ts), each command's sender answered, and each actor let go with the entries it finished
  * acknowledged. An entry not finished (the turn failed, the hold was lost, a projection given up that
  * no repair made good) stays in the mailbox for the next holder, who applies or projects it again.
@@ -25,8 +25,6 @@ export interface WorkDeps extends TurnDeps {
   holder: Holder
   /** False once closing: a projection that fails is left to the next holder rather than retried. */
   running(): boolean
-  /** Answers a sender waiting in this process; false when it waits elsewhere (the answer is then published). */
-  answerHere?(reply: string, ask: string, answer: Answer): boolean
   /** Test seam: once stopped dead, like a killed process, nothing is answered or acknowledged. */
   abandoned?(): boolean
   /** Test seam: runs after a command's effect and projection, before it is answered and acknowledged. */
@@ -40,15 +38,11 @@ export interface Worked {
   left: Map<string, number | undefined>
 }
 
-export interface WorkHooks {
-  /** Runs once the turn's transaction is done, before the projections and answers. */
-  committed?(): void
-  /** When the turn of one hold worked alone fails: entries to finish all the same (refused, dead-lettered). */
-  failed?(hold: Hold, error: unknown): Promise<Finished[]>
-}
+/** When the turn of one hold worked alone fails: entries to finish all the same (refused, dead-lettered). */
+export type Failed = (hold: Hold, error: unknown) => Promise<Finished[]>
 
 /** Applies the holds' mail in one turn, answers, and lets go. */
-export async function work(deps: WorkDeps, holds: Hold[], hooks: WorkHooks = {}): Promise<Worked> {
+export async function work(deps: WorkDeps, holds: Hold[], failed?: Failed): Promise<Worked> {
   const stopKeeping = deps.holder.keep(holds)
   try {
     // Entries deleted while pending were finished already: acknowledged with the rest.
@@ -60,14 +54,14 @@ export async function work(deps: WorkDeps, holds: Hold[], hooks: WorkHooks = {})
     if (withMail.length > 0) {
       try {
         const held = (actor: string) => !holds.find(h => h.actor === actor)!.lost && deps.running()
-        const outcome = await applyTurn(deps, withMail.map(commandsOf), held, hooks.committed)
+        const outcome = await applyTurn(deps, withMail.map(commandsOf), held)
         for (const h of withMail) ends.get(h)!.push(...(await settled(deps, h, outcome)))
       } catch (error) {
         failure = error instanceof BatchFailed ? { error: error.cause, culprit: error.actor } : { error }
       }
     }
-    if (failure && hooks.failed && holds.length === 1) {
-      const finished = await hooks.failed(holds[0]!, failure.error).catch(error => {
+    if (failure && failed && holds.length === 1) {
+      const finished = await failed(holds[0]!, failure.error).catch(error => {
         deps.log.warn('actor failure handling failed; the command is tried again', { actor: holds[0]!.actor, ...errorFields(error) })
         return []
       })
@@ -122,7 +116,7 @@ async function finish(deps: WorkDeps, hold: Hold, finished: Finished[]): Promise
 
 async function send(deps: WorkDeps, mail: MailEntry, answer: Answer) {
   const { reply, ask } = mail.fields
-  if (!reply || !ask || deps.answerHere?.(reply, ask, answer)) return
+  if (!reply || !ask) return
   await deps.redis.publish(reply, JSON.stringify({ ask, ...answer }))
 }
 

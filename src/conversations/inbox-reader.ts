@@ -111,7 +111,7 @@ export async function createInboxReader(options: {
       return { conversations: conversations.flatMap(c => (c.pending ? [c.pending] : [])).sort(byTime), requests }
     } finally {
       // Mail that came while the actor was held here: due at once for a runtime.
-      if (held && (await holder.release(actor, [])) > 0) await due.mark(actor, 0)
+      if (held && (await holder.release(actor, [])) > 0) await due.mark(actor)
     }
   }
 

@@ -11,6 +11,6 @@ export async function holdActor(deps: { redis: Redis; keys: Keys }, actor: strin
   const [taken] = await holder.take([{ actor, mail: 0 }])
   if (taken === 'busy' || taken instanceof Error) return null
   return async () => {
-    if ((await holder.release(actor, [])) > 0) await createDue(deps.redis, deps.keys).mark(actor, 0)
+    if ((await holder.release(actor, [])) > 0) await createDue(deps.redis, deps.keys).mark(actor)
   }
 }
