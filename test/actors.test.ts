@@ -265,6 +265,18 @@ describe('actor runtime', () => {
     await r.stop()
   })
 
+  test('a command to an idle actor is worked in one round: once it is answered, its mark goes at once', async () => {
+    const r = await runtime({ leaseMs: 10_000 })
+    for (let i = 0; i < 10; i++) {
+      const actor = `log:${randomUUID()}`
+      expect(await ctx.deps.dispatcher.ask(actor, 'append', { n: 1 })).toEqual({ count: 1 })
+      // Drained, the runtime takes its claim away. A second mark landing after that claim would bring
+      // a second claim, which finds the actor still held and looks again half a lease (5 s) later.
+      await until(async () => (await ctx.deps.redis.zscore(ctx.deps.keys.actorsDue, actor)) === null, 1000)
+    }
+    await r.stop()
+  })
+
   test('mail read by a runtime that died holding its actor comes due once its claim runs out, and is applied once', async () => {
     const { redis, keys } = ctx.deps
     const actor = `log:${randomUUID()}`

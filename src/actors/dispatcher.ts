@@ -52,19 +52,20 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
   })
 
   /**
-   * Appends the command to its actor's mailbox, marked due as it goes and again once the append is
-   * known to be in: a runtime that claimed the first mark before the entry landed found nothing and
-   * took the mark away. Commands of one actor sent in turn reach its mailbox in turn (one connection).
+   * Appends the command to its actor's mailbox and marks the actor due. Both go out on this one
+   * connection, the append first, and Redis runs one connection's commands in order: the mark lands
+   * after the entry, so a runtime that claims it finds the entry. Marked again only when either
+   * failed (the command may have run though its reply was lost) or on a Cluster client, where the two
+   * go to different nodes. Commands of one actor sent in turn reach its mailbox in turn (one connection).
    */
   const append = async (actor: string, fields: string[]) => {
-    const marked = due.mark(actor).catch(() => {})
-    try {
-      await redis.xadd(keys.actor(actor).mailbox, '*', ...fields)
-      await marked
-      await due.mark(actor)
-    } catch {
-      throw errors.unavailable('The command could not be sent; it may have been')
-    }
+    const [added, marked] = await Promise.allSettled([redis.xadd(keys.actor(actor).mailbox, '*', ...fields), due.mark(actor)])
+    if (added.status === 'fulfilled' && marked.status === 'fulfilled' && !redis.isCluster) return
+    const again = await due.mark(actor).then(
+      () => true,
+      () => false,
+    )
+    if (added.status === 'rejected' || !again) throw errors.unavailable('The command could not be sent; it may have been')
   }
 
   const send = async (actor: string, type: string, payload: unknown, sendOptions: SendOptions, ask: string) => {
