@@ -26,8 +26,6 @@ export interface BatcherOptions<T> {
 
 export interface Batcher<T> {
   add(key: string, item: T): void
-  /** Takes out what waits and has not started. */
-  clear(): Map<string, T[]>
   /** Resolves once nothing waits and nothing runs (what waits is still run). */
   drain(): Promise<void>
 }
@@ -109,11 +107,6 @@ export function createBatcher<T>(options: BatcherOptions<T>): Batcher<T> {
       if (items) items.push(item)
       else queued.set(key, [item])
       schedule()
-    },
-    clear() {
-      const taken = new Map(queued)
-      queued.clear()
-      return taken
     },
     async drain() {
       while (queued.size > 0 || running.size > 0 || scheduled) {

@@ -31,7 +31,6 @@ export interface DispatcherOptions {
   redis: Redis
   pubsub: PubSub
   keys: Keys
-  defaultTimeoutMs?: number
 }
 
 export async function createDispatcher(options: DispatcherOptions): Promise<Dispatcher> {
@@ -56,7 +55,7 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
    * connection, the append first, and Redis runs one connection's commands in order: the mark lands
    * after the entry, so a runtime that claims it finds the entry. Marked again only when either
    * failed (the command may have run though its reply was lost) or on a Cluster client, where the two
-   * go to different nodes. Commands of one actor sent in turn reach its mailbox in turn (one connection).
+   * go to different nodes. Commands of one actor sent in turn reach its mailbox in turn.
    */
   const append = async (actor: string, fields: string[]) => {
     const [added, marked] = await Promise.allSettled([redis.xadd(keys.actor(actor).mailbox, '*', ...fields), due.mark(actor)])
@@ -94,7 +93,7 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
     tell: (actor, type, payload, sendOptions = {}) => send(actor, type, payload, sendOptions, ''),
     async ask<Result>(actor: string, type: string, payload: unknown, sendOptions: SendOptions & { timeoutMs?: number } = {}) {
       const ask = randomUUID()
-      const timeoutMs = sendOptions.timeoutMs ?? options.defaultTimeoutMs ?? 10_000
+      const timeoutMs = sendOptions.timeoutMs ?? 10_000
       const result = new Promise<Result>((resolve, reject) => {
         const timer = setTimeout(() => {
           waiting.delete(ask)
