@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomUUID } from 'node:crypto'
 import { startActorRuntime, type ActorRuntime } from '../src/actors/runtime.ts'
 import type { ActorKinds } from '../src/actors/types.ts'
-import { createHolder, type Hold } from '../src/actors/hold.ts'
+import { createHolder, isHold, type Hold } from '../src/actors/hold.ts'
 import { createDue } from '../src/actors/due.ts'
 import { createDispatcher } from '../src/actors/dispatcher.ts'
 import { AppError } from '../src/errors.ts'
@@ -294,6 +294,22 @@ describe('actor runtime', () => {
     // Drained: the mark goes, and the mailbox with it.
     await until(async () => (await redis.zscore(keys.actorsDue, actor)) === null)
     expect(await redis.exists(keys.actor(actor).mailbox)).toBe(0)
+    await r.stop()
+  })
+
+  test('an actor whose holder died is taken again as its lease runs out, not a round of looks later', async () => {
+    // Any runtime still running would look again on its own shorter lease.
+    for (const r of runtimes) await r.stop().catch(() => {})
+    const actor = `log:${randomUUID()}`
+    // What a process killed holding the actor leaves: a lease that nobody renews, running out in 1 s.
+    const [taken] = await createHolder(ctx.deps.redis, ctx.deps.keys, `dead:${randomUUID()}`, 1000).take([{ actor, mail: 0 }])
+    expect(isHold(taken!)).toBe(true)
+    // A runtime with the production lease's proportions: it looks again at a held actor once that
+    // lease has run out (here 1 s), where it used to wait half of its own lease (4 s) a look.
+    const r = await runtime({ leaseMs: 8000 })
+    const sent = Date.now()
+    expect(await ctx.deps.dispatcher.ask(actor, 'append', { n: 1 }, { timeoutMs: 7000 })).toEqual({ count: 1 })
+    expect(Date.now() - sent).toBeLessThan(2500)
     await r.stop()
   })
 

@@ -10,13 +10,13 @@ const group = 'actor'
 // One consumer name for every holder: the next holder reads what the last one left unacknowledged.
 const consumer = 'holder'
 
-// K lease, fence, mailbox; A holder, ms, mail. Takes the lease and draws a token; nil when held
-// elsewhere. `mail` 0 holds without reading; n reads up to n entries, first what a previous holder
-// read and never acknowledged (the third element then 1). A mailbox appended to without a group (new,
-// or deleted once empty) gets one from its first entry.
+// K lease, fence, mailbox; A holder, ms, mail. Takes the lease and draws a token; when held elsewhere,
+// the milliseconds that lease has left. `mail` 0 holds without reading; n reads up to n entries, first
+// what a previous holder read and never acknowledged (the third element then 1). A mailbox appended
+// to without a group (new, or deleted once empty) gets one from its first entry.
 const take = defineBatchedScript(
   `
-if not redis.call('SET', K[1], A[1], 'NX', 'PX', A[2]) then return nil end
+if not redis.call('SET', K[1], A[1], 'NX', 'PX', A[2]) then return redis.call('PTTL', K[1]) end
 local drawn, token = pcall(redis.call, 'INCR', K[2])
 local function give_up(err)
   redis.call('DEL', K[1])
@@ -91,8 +91,22 @@ export interface Hold {
   lost: boolean
 }
 
+/**
+ * Not taken: held elsewhere, by a lease that runs out in `leftMs` unless its holder renews it (-1: no
+ * expiry known).
+ */
+export interface Busy {
+  busy: true
+  leftMs: number
+}
+
 /** What taking an actor came to: held; not taken (held elsewhere); or failed (the lease may have been taken: release it). */
-export type Taken = Hold | 'busy' | Error
+export type Taken = Hold | Busy | Error
+
+/** Whether the actor was taken. */
+export function isHold(taken: Taken): taken is Hold {
+  return !(taken instanceof Error) && !('busy' in taken)
+}
 
 /** An actor to take, and how much of its mail to read (0: none). */
 export interface TakeRequest {
@@ -122,7 +136,7 @@ export function createHolder(redis: Redis, keys: Keys, id: string, leaseMs: numb
       const calls = requests.map(({ actor, mail }) => {
         const k = keys.actor(actor)
         return take(redis, [k.lease, k.fence, k.mailbox], [id, leaseMs, mail]).then(
-          found => toHold(actor, found as [number, [string, string[] | null][], number] | null),
+          found => toHold(actor, found as [number, [string, string[] | null][], number] | number),
           (error: Error) => error,
         )
       })
@@ -158,8 +172,8 @@ export function createHolder(redis: Redis, keys: Keys, id: string, leaseMs: numb
   }
 }
 
-function toHold(actor: string, found: [number, [string, string[] | null][], number] | null): Taken {
-  if (found === null) return 'busy'
+function toHold(actor: string, found: [number, [string, string[] | null][], number] | number): Taken {
+  if (typeof found === 'number') return { busy: true, leftMs: found }
   const mail = found[1].map(([entryId, list]) => ({ entryId, list, fields: list ? toRecord(list) : {} }))
   return { actor, kind: actor.slice(0, actor.indexOf(':')), token: Number(found[0]), mail, redelivered: found[2] === 1, lost: false }
 }

@@ -12,7 +12,7 @@ import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
 import { errorFields, throttled, type Log } from '../log.ts'
 import type { ActorKinds } from './types.ts'
-import { createHolder, type Hold } from './hold.ts'
+import { createHolder, isHold, type Hold } from './hold.ts'
 import { createDue } from './due.ts'
 import { isOutage, work, type Finished, type WorkDeps, type Worked } from './work.ts'
 
@@ -146,13 +146,14 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     const taken = await holder.take(actors.map(actor => ({ actor, mail: careful.has(actor) ? 1 : perActor })))
     const holds: Hold[] = []
     const later = taken.map((t, i) => {
-      // Held elsewhere (a dead holder never lets go): look again once its lease may have run out.
-      if (t === 'busy') return due.settle(actors[i]!, owner, leaseMs / 2)
       if (t instanceof Error) {
         if (running) outage('warn', 'lease', 'actor lease failed; retrying', { actor: actors[i], ...errorFields(t) })
         // The lease may have been taken, its reply lost: let go of it.
         return holder.release(actors[i]!, []).then(() => due.settle(actors[i]!, owner, 1000))
       }
+      // Held elsewhere: a live holder marks the actor due as it lets go with mail left; a dead one
+      // never lets go, so look again just as its lease runs out, not up to half a lease later.
+      if (!isHold(t)) return due.settle(actors[i]!, owner, t.leftMs >= 0 ? Math.min(leaseMs, t.leftMs + 1) : leaseMs / 2)
       holds.push(t)
       return undefined
     })

@@ -5,7 +5,7 @@ import type { Keys } from '../keys.ts'
 import type { PubSub } from '../pubsub.ts'
 import type { Sql } from '../db.ts'
 import type { Clock } from '../clock.ts'
-import { createHolder } from '../actors/hold.ts'
+import { createHolder, isHold } from '../actors/hold.ts'
 import { createDue } from '../actors/due.ts'
 import { errors } from '../errors.ts'
 import { openRequests } from '../service-requests/store.ts'
@@ -100,7 +100,7 @@ export async function createInboxReader(options: {
   const rebuildHeld = async (agentId: string): Promise<AgentInbox> => {
     const actor = `agent:${agentId}`
     const [taken] = await holder.take([{ actor, mail: 0 }])
-    const held = typeof taken === 'object' && !(taken instanceof Error)
+    const held = isHold(taken!)
     // Failed (timed out, say), the take may still land: let go of whatever it took (a release follows it on the connection).
     if (taken instanceof Error) void holder.release(actor, []).catch(() => {})
     try {

@@ -1,6 +1,6 @@
 /** Holding an actor from a test, as another process would: no command of it is applied meanwhile. */
 import { randomUUID } from 'node:crypto'
-import { createHolder } from '../../src/actors/hold.ts'
+import { createHolder, isHold } from '../../src/actors/hold.ts'
 import { createDue } from '../../src/actors/due.ts'
 import type { Redis } from '../../src/redis.ts'
 import type { Keys } from '../../src/keys.ts'
@@ -9,7 +9,7 @@ import type { Keys } from '../../src/keys.ts'
 export async function holdActor(deps: { redis: Redis; keys: Keys }, actor: string, ms = 5000): Promise<(() => Promise<void>) | null> {
   const holder = createHolder(deps.redis, deps.keys, `test:${randomUUID()}`, ms)
   const [taken] = await holder.take([{ actor, mail: 0 }])
-  if (taken === 'busy' || taken instanceof Error) return null
+  if (!isHold(taken!)) return null
   return async () => {
     if ((await holder.release(actor, [])) > 0) await createDue(deps.redis, deps.keys).mark(actor)
   }
