@@ -93,8 +93,13 @@ export function forInvoiceRun(deps: Deps): Deps {
   return { ...deps, sql: deps.invoiceSql }
 }
 
-/** The reply writer's connections' planner settings (see createDeps). */
-export const replySettings = { enable_seqscan: 'off' }
+/**
+ * The reply writer's connections' planner settings (see createDeps). With sequential scans priced
+ * out, a plan that still needs one (a catalog query: postgres.js's first on every connection) costs
+ * past `jit_above_cost`, and Postgres spent 200 to 300 ms compiling it: a first reply on a new
+ * connection (after a restart, or 30 s idle) took that long. Keyed lookups never gain from JIT.
+ */
+export const replySettings = { enable_seqscan: 'off', jit: 'off' }
 
 /** Reply statements an API process runs at once. */
 const replyBatches = 2
@@ -128,8 +133,8 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const batchRedis = redis.duplicate({ enableAutoPipelining: true, connectionName: 'agent-marketplace:batches' })
   // The writer's statements touch a few conversations by key. While the table is small (a few thousand
   // rows) the planner, taking the JSON input for 100 rows, hash-joins it against a scan of the whole
-  // table instead (about a tenth more Postgres CPU a reply); these connections run nothing else, so
-  // they keep to the keyed lookups it picks at scale.
+  // table instead (replies to waiting conversations cost Postgres 8 to 10 times the CPU in the bench,
+  // 2026-11-27); these connections run nothing else, so they keep to the keyed lookups it picks at scale.
   const replySql = createSql(config.databaseUrl, { max: 2 * replyBatches, statementTimeoutMs, settings: replySettings })
   const replies = createReplyWriter({ sql: replySql, redis: batchRedis, keys, pubsub, clock, log, batches: replyBatches })
   const dispatcher = await createDispatcher({ redis, pubsub, keys })

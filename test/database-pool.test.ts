@@ -1,7 +1,9 @@
-/** DATABASE_POOL_MAX sizes a process's pool for requests: statements beyond it wait for a connection. */
+/** DATABASE_POOL_MAX sizes a process's pool for requests: statements beyond it wait for a connection; the reply writer's pool's settings. */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import postgres from 'postgres'
 import { createTestContext, type TestContext } from './helpers/context.ts'
+import { createSql } from '../src/db.ts'
+import { replySettings } from '../src/deps.ts'
 
 let ctx: TestContext
 let observer: postgres.Sql
@@ -30,4 +32,23 @@ test('the request pool runs at most DATABASE_POOL_MAX statements at once, and ev
   }
   expect((await all).map(([row]) => row!.n)).toEqual([0, 1, 2, 3, 4, 5])
   expect(most).toBe(2)
+})
+
+test('the reply writer’s connections price out sequential scans and compile nothing: the driver’s catalog query runs without JIT', async () => {
+  const replies = createSql(ctx.database.url, { max: 1, settings: replySettings })
+  try {
+    const [settings] = await replies<{ seqscan: string; jit: string }[]>`
+      select current_setting('enable_seqscan') as seqscan, current_setting('jit') as jit
+    `
+    expect(settings).toEqual({ seqscan: 'off', jit: 'off' })
+    // What postgres.js asks first on every connection (its array types): a plan that must scan, so
+    // priced past jit_above_cost, where Postgres would spend a few hundred milliseconds compiling it.
+    const [explained] = await replies.unsafe(
+      `explain (analyze, format json) select b.oid, b.typarray from pg_catalog.pg_type a
+       left join pg_catalog.pg_type b on b.oid = a.typelem where a.typcategory = 'A' group by b.oid, b.typarray order by b.oid`,
+    )
+    expect((explained as unknown as { 'QUERY PLAN': { JIT?: unknown }[] })['QUERY PLAN'][0]!.JIT).toBeUndefined()
+  } finally {
+    await replies.end()
+  }
 })
