@@ -313,6 +313,32 @@ describe('actor runtime', () => {
     await r.stop()
   })
 
+  test('a batch that fails for an outage is tried again within half a lease, though another loop put its actor off meanwhile', async () => {
+    for (const r of runtimes) await r.stop().catch(() => {})
+    const { redis, keys, dispatcher } = ctx.deps
+    const r = await runtime({ leaseMs: 6000 })
+    const actor = `log:${randomUUID()}`
+    const first = randomUUID()
+    // The first command's turn waits for the test, then fails as if Postgres were away (an outage).
+    outages.set(first, 1)
+    const open = gate(301)
+    const answered = dispatcher.ask(actor, 'append', { n: 301 }, { commandId: first, timeoutMs: 10_000 })
+    await until(async () => (await redis.exists(keys.actor(actor).lease)) === 1, 2000)
+    const holding = await redis.hget(keys.actorsDueBy, actor)
+    // A second command meanwhile: its mark wakes the runtime's other loop, which finds the actor held
+    // (its lease renewed, some 6 s to run) and puts its look off.
+    const second = dispatcher.ask(actor, 'append', { n: 302 }, { timeoutMs: 10_000 })
+    await until(async () => ![holding, '', null].includes(await redis.hget(keys.actorsDueBy, actor)), 2000)
+    const opened = Date.now()
+    open()
+    // The failed batch lets go with both commands left and backs off 200 ms, but the mark is the other
+    // loop's now: the mail is worked again at its look, half a lease (3 s) away, not when the lease would run out.
+    expect(await answered).toEqual({ count: 1 })
+    expect(await second).toEqual({ count: 2 })
+    expect(Date.now() - opened).toBeLessThan(4500)
+    await r.stop()
+  }, 15_000)
+
   test('a repeated command id is applied once and answered with the first result', async () => {
     const r = await runtime()
     const actor = randomUUID()

@@ -151,9 +151,10 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
         // The lease may have been taken, its reply lost: let go of it.
         return holder.release(actors[i]!, []).then(() => due.settle(actors[i]!, owner, 1000))
       }
-      // Held elsewhere: a live holder marks the actor due as it lets go with mail left; a dead one
-      // never lets go, so look again just as its lease runs out, not up to half a lease later.
-      if (!isHold(t)) return due.settle(actors[i]!, owner, t.leftMs >= 0 ? Math.min(leaseMs, t.leftMs + 1) : leaseMs / 2)
+      // Held elsewhere. A live holder marks the actor due as it lets go with mail left, but one backing
+      // off after an outage only puts off its own mark, not this one: look again in half a lease at
+      // most. A dead holder never lets go: look again as its lease runs out, if that is sooner.
+      if (!isHold(t)) return due.settle(actors[i]!, owner, t.leftMs >= 0 ? Math.min(leaseMs / 2, t.leftMs + 1) : leaseMs / 2)
       holds.push(t)
       return undefined
     })
