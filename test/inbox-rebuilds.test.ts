@@ -161,3 +161,26 @@ describe('an inbox Redis brought back older than it was', () => {
     }
   }, 60_000)
 })
+
+describe('a rebuild whose take of the actor fails', () => {
+  test('answers the poll from Postgres, lets go, and marks mail that waits in the mailbox due at once', async () => {
+    const { redis, keys } = ctx.deps
+    const agent = agents[1]!
+    const actor = `agent:${agent.id}`
+    // The fencing counter holds no number: the take fails after taking the lease. Mail waits, unmarked.
+    await redis.set(keys.actor(actor).fence, 'not a number')
+    await redis.xadd(keys.actor(actor).mailbox, '*', 'type', 'none')
+    try {
+      await invalidateInbox(ctx.deps, agent.id)
+      const polled = await ctx.call('GET', '/v1/agent/events', { apiKey: agent.key })
+      expect(polled.status).toBe(200)
+      expect(polled.body.data.pendingConversations).toHaveLength(agent.pending ? 1 : 0)
+      await until(async () => (await redis.zscore(keys.actorsDue, actor)) !== null, 2000)
+      expect(Number(await redis.zscore(keys.actorsDue, actor))).toBeLessThanOrEqual(Date.now() + 100)
+      expect(await redis.exists(keys.actor(actor).lease)).toBe(0)
+    } finally {
+      await redis.del(keys.actor(actor).fence, keys.actor(actor).mailbox)
+      await redis.zrem(keys.actorsDue, actor)
+    }
+  })
+})

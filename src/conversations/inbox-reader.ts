@@ -101,8 +101,14 @@ export async function createInboxReader(options: {
     const actor = `agent:${agentId}`
     const [taken] = await holder.take([{ actor, mail: 0 }])
     const held = isHold(taken!)
-    // Failed (timed out, say), the take may still land: let go of whatever it took (a release follows it on the connection).
-    if (taken instanceof Error) void holder.release(actor, []).catch(() => {})
+    // Failed (timed out, say), the take may still land: let go of whatever it took (a release follows
+    // it on the connection), and mail that came meanwhile is due at once, as below.
+    if (taken instanceof Error) {
+      void holder
+        .release(actor, [])
+        .then(left => (left > 0 ? due.mark(actor) : undefined))
+        .catch(() => {})
+    }
     try {
       const [conversations, requests] = await Promise.all([agentConversations(sql, agentId), openRequests(sql, agentId, clock.now())])
       // Written only while still held: a rebuild whose hold ran out (a long pause) answers this poll
