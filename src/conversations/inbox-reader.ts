@@ -101,14 +101,12 @@ export async function createInboxReader(options: {
     const actor = `agent:${agentId}`
     const [taken] = await holder.take([{ actor, mail: 0 }])
     const held = isHold(taken!)
-    // Failed (timed out, say), the take may still land: let go of whatever it took (a release follows
-    // it on the connection), and mail that came meanwhile is due at once, as below.
-    if (taken instanceof Error) {
-      void holder
-        .release(actor, [])
-        .then(left => (left > 0 ? due.mark(actor) : undefined))
-        .catch(() => {})
+    // Lets go; mail that came while the actor was held here is due at once for a runtime.
+    const letGo = async () => {
+      if ((await holder.release(actor, [])) > 0) await due.mark(actor)
     }
+    // Failed (timed out, say), the take may still land: let go of whatever it took (a release follows it on the connection).
+    if (taken instanceof Error) void letGo().catch(() => {})
     try {
       const [conversations, requests] = await Promise.all([agentConversations(sql, agentId), openRequests(sql, agentId, clock.now())])
       // Written only while still held: a rebuild whose hold ran out (a long pause) answers this poll
@@ -116,8 +114,7 @@ export async function createInboxReader(options: {
       if (held) await rebuildInbox({ redis, keys }, agentId, holder.id, (await server.runId()) ?? '1', { conversations, requests })
       return { conversations: conversations.flatMap(c => (c.pending ? [c.pending] : [])).sort(byTime), requests }
     } finally {
-      // Mail that came while the actor was held here: due at once for a runtime.
-      if (held && (await holder.release(actor, [])) > 0) await due.mark(actor)
+      if (held) await letGo()
     }
   }
 
