@@ -599,6 +599,51 @@ describe('holding an actor', () => {
     await r.stop()
   })
 
+  test('a take that fails in one loop leaves alone the actor its other loop holds: nobody else takes it mid-turn', async () => {
+    for (const r of runtimes) await r.stop().catch(() => {})
+    const { redis, keys } = ctx.deps
+    const actor = randomUUID()
+    const fence = keys.actor(`log:${actor}`).fence
+    // The runtime's Redis, but a take of this actor fails as a whole once armed (its reply timed out, say).
+    let armed = false
+    let failed = false
+    const flaky = new Proxy(redis, {
+      get(target, prop) {
+        if (prop === 'evalsha') {
+          return (...args: unknown[]) => {
+            if (armed && args.includes(fence)) {
+              armed = false
+              failed = true
+              return Promise.reject(new Error('Command timed out'))
+            }
+            return (target.evalsha as (...a: unknown[]) => Promise<unknown>)(...args)
+          }
+        }
+        const value = Reflect.get(target, prop, target)
+        return typeof value === 'function' ? value.bind(target) : value
+      },
+    })
+    const open = gate(901)
+    const r = await runtime({ redis: flaky, leaseMs: 3000, batches: 2 })
+    const first = ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 901 }, { timeoutMs: 20_000 })
+    // One loop holds the actor, its turn held up in the effect of 901.
+    await until(async () => (await redis.exists(keys.actor(`log:${actor}`).lease)) === 1)
+    await Bun.sleep(100)
+    armed = true
+    // The next command marks the actor due; the other loop claims it, and its take fails.
+    const second = ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 902 }, { timeoutMs: 20_000 })
+    await until(async () => failed)
+    await Bun.sleep(200)
+    // Still held by the loop in its turn: nobody else may take it.
+    const other = await holdActor(ctx.deps, `log:${actor}`, 1000)
+    expect(other).toBeNull()
+    open()
+    expect(await first).toEqual({ count: 1 })
+    expect(await second).toEqual({ count: 2 })
+    expect(projected.filter(p => p === `${actor}:901`)).toEqual([`${actor}:901`])
+    await r.stop()
+  }, 30_000)
+
   test('a command sent to a held actor waits in its mailbox, and is applied as soon as the holder lets go', async () => {
     const r = await runtime({ leaseMs: 5000 })
     const actor = randomUUID()

@@ -12,7 +12,7 @@ import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
 import { errorFields, throttled, type Log } from '../log.ts'
 import type { ActorKinds } from './types.ts'
-import { createHolder, isHold, type Hold } from './hold.ts'
+import { createHolder, isHold, type Hold, type Holder } from './hold.ts'
 import { createDue } from './due.ts'
 import { isOutage, work, type Finished, type WorkDeps, type Worked } from './work.ts'
 
@@ -64,7 +64,9 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   const { redis, keys, log } = options
   const leaseMs = options.leaseMs ?? 10_000
   const id = randomUUID()
-  const holder = createHolder(redis, keys, id, leaseMs)
+  // A holder per loop: a loop whose take failed lets go of what that take may have taken, which must
+  // not be a lease its other loop holds (it is claimed again whenever a command marks it due).
+  const holders = Array.from({ length: options.batches ?? 2 }, (_, n) => createHolder(redis, keys, `${id}:${n}`, leaseMs))
   const due = createDue(redis, keys)
   const stats: ActorRuntimeStats = { batches: 0, batchedCommands: 0, singleCommands: 0, rolledBack: 0 }
   /** Actors whose command failed a batch, and the failed attempts of that command worked alone. */
@@ -74,7 +76,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   let running = true
   let abandoned = false
   let claims = 0
-  const deps: WorkDeps = { ...options, leaseMs, holder, running: () => running, abandoned: () => abandoned }
+  const depsOf = (holder: Holder): WorkDeps => ({ ...options, leaseMs, holder, running: () => running, abandoned: () => abandoned })
   // What repeats every round while Redis is away is said once, then once a minute.
   const outage = throttled(log, 60_000)
   const commands = (holds: Hold[]) => holds.reduce((n, h) => n + h.mail.filter(m => m.list !== null).length, 0)
@@ -119,7 +121,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     )
 
   /** A batch of the actors not careful: one turn; a command that fails it makes its actor careful. */
-  const batch = async (holds: Hold[], owner: string) => {
+  const batch = async (deps: WorkDeps, holds: Hold[], owner: string) => {
     const worked = await work(deps, holds)
     const { failure } = worked
     if (!failure) Object.assign(stats, { batches: stats.batches + 1, batchedCommands: stats.batchedCommands + commands(holds) })
@@ -132,7 +134,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   }
 
   /** A careful actor's one command, in a turn of its own. */
-  const alone = async (hold: Hold, owner: string) => {
+  const alone = async (deps: WorkDeps, hold: Hold, owner: string) => {
     const worked = await work(deps, [hold], refuse)
     if (!worked.failure) {
       stats.singleCommands += commands([hold])
@@ -142,7 +144,8 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   }
 
   /** Takes the claimed actors (careful ones one command each), works them, marks them again. */
-  const round = async (actors: string[], owner: string) => {
+  const round = async (deps: WorkDeps, actors: string[], owner: string) => {
+    const { holder } = deps
     const taken = await holder.take(actors.map(actor => ({ actor, mail: careful.has(actor) ? 1 : perActor })))
     const holds: Hold[] = []
     const later = taken.map((t, i) => {
@@ -160,7 +163,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     })
     const quick = holds.filter(h => !careful.has(h.actor))
     const slow = holds.filter(h => careful.has(h.actor))
-    const done = await Promise.allSettled([...later, quick.length > 0 && batch(quick, owner), ...slow.map(h => alone(h, owner))])
+    const done = await Promise.allSettled([...later, quick.length > 0 && batch(deps, quick, owner), ...slow.map(h => alone(deps, h, owner))])
     for (const outcome of done) if (outcome.status === 'rejected') log.warn('actor round step failed', errorFields(outcome.reason))
   }
 
@@ -181,7 +184,8 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       .catch(() => (running ? Bun.sleep(250) : undefined))
       .finally(() => (waiting = undefined)))
 
-  const loop = async () => {
+  const loop = async (holder: Holder) => {
+    const deps = depsOf(holder)
     while (running) {
       const owner = `${id}:${++claims}`
       const actors = await due.claim(options.batchActors ?? 64, leaseMs, owner).catch(error => {
@@ -190,10 +194,10 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       })
       if (actors === null) await Bun.sleep(250)
       else if (actors.length === 0) await idle()
-      else await round(actors, owner).catch(error => log.error('actor round failed', { actors: actors.length, ...errorFields(error) }))
+      else await round(deps, actors, owner).catch(error => log.error('actor round failed', { actors: actors.length, ...errorFields(error) }))
     }
   }
-  const loops = Promise.all(Array.from({ length: options.batches ?? 2 }, loop))
+  const loops = Promise.all(holders.map(loop))
 
   return {
     id,
@@ -207,7 +211,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     abandon() {
       abandoned = true
       running = false
-      holder.abandon()
+      for (const holder of holders) holder.abandon()
       blocking.disconnect()
     },
   }
