@@ -112,7 +112,11 @@ function isRefusal(error: unknown): boolean {
   return refusedForNow.test(message) || /^EXECABORT /.test(message)
 }
 
-/** Connects or throws a one-line error that says how to get Redis. */
+/**
+ * Connects or throws a one-line error that says how to get Redis. A node of a Redis Cluster is
+ * refused too: the connections are plain clients, which a node answers MOVED for every key on
+ * another shard (the boot went on, `/health/ready` said 200, and most requests were 500).
+ */
 export async function connectRedis(redis: Redis, url: string): Promise<void> {
   try {
     if (redis.status === 'wait') await redis.connect()
@@ -121,6 +125,14 @@ export async function connectRedis(redis: Redis, url: string): Promise<void> {
     redis.disconnect()
     throw new Error(
       `Redis is not reachable at REDIS_URL=${redactUrl(url)}: start one (Debian: apt-get install redis-server && redis-server --daemonize yes) or point REDIS_URL at yours`,
+    )
+  }
+  // A Redis that refuses INFO (a managed one may deny or rename it) is taken as it is.
+  const info = await redis.info('cluster').catch(() => '')
+  if (/^cluster_enabled:1\b/m.test(info)) {
+    redis.disconnect()
+    throw new Error(
+      `REDIS_URL=${redactUrl(url)} is a node of a Redis Cluster (cluster_enabled:1), which the service does not support: point REDIS_URL at a standalone Redis (a primary, with replicas if you like)`,
     )
   }
 }

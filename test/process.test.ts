@@ -11,6 +11,7 @@ import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 import { postgresBinaries, startPostgresServer, type PostgresServer } from './helpers/postgres-server.ts'
 import { deploymentEnv, exitOnSecondSigterm, exitWithin, processGroup, type Started } from './helpers/processes.ts'
 import { freePort } from './helpers/ports.ts'
+import { startRedisCluster } from './helpers/redis-cluster.ts'
 import { until } from './helpers/until.ts'
 
 const root = mkdtempSync(join(tmpdir(), 'am-process-'))
@@ -347,6 +348,25 @@ describe('the service as a process', () => {
     expect(lines[0]).toContain('REDIS_URL=redis://127.0.0.1:1')
     expect(lines[0]).toContain('apt-get install redis-server')
   }, 30_000)
+
+  test('a REDIS_URL leading to a node of a Redis Cluster stops the boot of the API and of the workers with one stderr line', async () => {
+    // A plain client on a Cluster node: the API came up ready and answered 500 (MOVED) for keys of the
+    // other shards; the workers stopped on a CROSSSLOT.
+    const cluster = await startRedisCluster()
+    try {
+      const database = await emptyDatabase()
+      const url = `redis://127.0.0.1:${cluster.ports[0]}`
+      for (const role of ['--api', '--workers']) {
+        const service = start(['src/main.ts', role], environment(database, { PORT: String(await freePort()), REDIS_URL: url }))
+        expect(await exitWithin(service.proc, 20_000), role).not.toBe(0)
+        const lines = (await service.stderr).trimEnd().split('\n')
+        expect(lines, role).toHaveLength(1)
+        expect(lines[0]).toContain(`REDIS_URL=${url} is a node of a Redis Cluster (cluster_enabled:1), which the service does not support`)
+      }
+    } finally {
+      await cluster.close()
+    }
+  }, 60_000)
 
   test('production without an auth configuration stops the boot with one stderr line naming AUTH_JWT_SECRET', async () => {
     const database = await emptyDatabase()
