@@ -233,6 +233,8 @@ interface BatchedCall {
  *
  * An EVALSHA that fails as a whole (Redis away, the connection lost) fails each of its calls, as it
  * would have failed each alone: callers already treat such an error as "may or may not have happened".
+ * A call refused READONLY (a replica after a failover) fails the EVALSHA so, for the connection to
+ * see the refusal and reconnect: caught in the call's place, it kept the connection on the replica.
  */
 export function defineBatchedScript(body: string, keysPerCall: number, argsPerCall: number, maxCalls = 64): Script {
   const script = defineScript(`
@@ -248,6 +250,10 @@ for c = 0, calls - 1 do
   local ok, result = pcall(call, K, A)
   if not ok then
     if type(result) ~= 'table' or not result.err then result = { err = tostring(result) } end
+    -- A replica (the old primary, after a failover) wrote none of the calls and would refuse each:
+    -- the whole reply is its refusal, which the connection answers by reconnecting to the new primary
+    -- (reconnectOnError never sees an error inside the reply).
+    if string.sub(result.err, 1, 9) == 'READONLY ' then return result end
   elseif result == nil then
     result = false
   end

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { Redis } from 'ioredis'
 import { EventEmitter } from 'node:events'
-import { connectRedis, createRedis, isRedisUnavailable, reportQueueErrors } from '../src/redis.ts'
+import { connectRedis, createRedis, defineBatchedScript, isRedisUnavailable, reportQueueErrors } from '../src/redis.ts'
 import { createLog } from '../src/log.ts'
 import { isOutage } from '../src/actors/work.ts'
 import { createTestContext, expectError, signUp, subscribedPair, type TestContext } from './helpers/context.ts'
@@ -147,4 +147,40 @@ describe('a failover', () => {
       await promoted.close()
     }
   })
+
+  test('a connection that runs only batched scripts reconnects too, its calls refused by the old primary as outages', async () => {
+    // The reply writer's connection and the outbox relay's run nothing else: a READONLY caught in
+    // each call's place left them on the old primary for good (replies never projected, events never relayed).
+    const [old, promoted] = [await startRedisServer(), await startRedisServer()]
+    const name = await startHeldProxy(old.url)
+    const redis = createRedis(
+      name.url,
+      createLog('error', () => {}),
+      'commands',
+    )
+    const admin = new Redis(old.url)
+    const reader = new Redis(promoted.url)
+    const set = defineBatchedScript(`redis.call('SET', K[1], A[1]) return A[1]`, 1, 1)
+    try {
+      await connectRedis(redis, name.url)
+      expect(await set(redis, ['written'], ['before'])).toBe('before')
+      await admin.call('REPLICAOF', '127.0.0.1', String(new URL(promoted.url).port))
+      // The name leads to the promoted server at once; the connection is still on the old one.
+      name.retarget(promoted.url)
+      const refused = await Promise.all(['one', 'two'].map(value => set(redis, ['written'], [value]).catch((error: Error) => error)))
+      for (const error of refused) {
+        expect((error as Error).message).toStartWith('READONLY ')
+        expect(isRedisUnavailable(error)).toBe(true)
+      }
+      await until(async () => (await set(redis, ['written'], ['after']).catch(() => null)) === 'after', 10_000)
+      expect(await reader.get('written')).toBe('after')
+    } finally {
+      redis.disconnect()
+      admin.disconnect()
+      reader.disconnect()
+      await name.close()
+      await old.close()
+      await promoted.close()
+    }
+  }, 15_000)
 })
