@@ -38,7 +38,7 @@ export function createApp(deps: Deps) {
   // It then looks past `http://`, the only scheme the service listens with (TLS ends at a proxy).
   const app = new Elysia({ normalize: false, handler: { standardHostname: false } })
     .use(timing?.plugin ?? new Elysia({ name: 'http-metrics-off' }))
-    .use(httpErrors(deps.log, routes, timing?.answered))
+    .use(httpErrors(deps.log, routes, deps.lifecycle, timing?.answered))
     .use(healthRoutes(deps))
     .use(metricsRoutes(deps.metrics, deps.config.metrics.token))
     .use(authRoutes(deps, auth))

@@ -29,6 +29,7 @@ const Env = T.Object({
   }),
   RATE_LIMITS: T.String({ default: '{}' }),
   SHUTDOWN_TIMEOUT_MS: T.Integer({ minimum: 1, default: 10000 }),
+  SHUTDOWN_DELAY_MS: T.Integer({ minimum: 0, default: 0 }),
   INVOICE_EVERY_MS: T.Integer({ minimum: 1000, default: 3_600_000 }),
   QUEUE_LOCK_MS: T.Integer({ minimum: 1000, default: 30_000 }),
   SERVICE_REQUESTS_OPEN_MAX: T.Integer({ minimum: 1, default: 100 }),
@@ -121,6 +122,8 @@ export interface Config {
   logLevel: 'debug' | 'info' | 'warn' | 'error'
   rateLimits: RateLimits
   shutdownTimeoutMs: number
+  /** How long a shutdown keeps serving, not ready and closing each connection it answers, before the listener closes. */
+  shutdownDelayMs: number
   /** How often the invoice run looks for ended periods. */
   invoiceEveryMs: number
   /** How long a worker's hold on a job lasts; a dead worker's jobs return to the queue after it. */
@@ -201,6 +204,10 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     throw new ConfigError(`invalid TRUSTED_PROXIES: ${(error as Error).message}`)
   }
 
+  if (e.SHUTDOWN_DELAY_MS >= e.SHUTDOWN_TIMEOUT_MS) {
+    throw new ConfigError(`invalid SHUTDOWN_DELAY_MS: must be less than SHUTDOWN_TIMEOUT_MS (${e.SHUTDOWN_TIMEOUT_MS}), which counts it`)
+  }
+
   const auth = {
     jwtSecret: e.AUTH_JWT_SECRET,
     jwksUrl: e.AUTH_JWKS_URL,
@@ -235,6 +242,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     logLevel: e.LOG_LEVEL,
     rateLimits: { ...defaultRateLimits, ...(overrides as Partial<RateLimits>) },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
+    shutdownDelayMs: e.SHUTDOWN_DELAY_MS,
     invoiceEveryMs: e.INVOICE_EVERY_MS,
     queueLockMs: e.QUEUE_LOCK_MS,
     serviceRequests: { maxOpen: e.SERVICE_REQUESTS_OPEN_MAX, maxOpenBytes: e.SERVICE_REQUESTS_OPEN_BYTES },

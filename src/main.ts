@@ -93,9 +93,11 @@ async function main() {
     deps?.lifecycle.drain()
     force = setTimeout(() => abort('shutdown timed out; exiting'), config.shutdownTimeoutMs)
     try {
-      // End event streams (their clients reconnect elsewhere), stop accepting, let open requests
-      // finish, then stop the workers and the connections.
+      // End event streams (their clients reconnect elsewhere); serve on, not ready, while load
+      // balancers notice (SHUTDOWN_DELAY_MS); stop accepting, let open requests finish, then stop the
+      // workers and the connections.
       deps?.events.closeAll()
+      if (server && config.shutdownDelayMs > 0) await Bun.sleep(config.shutdownDelayMs)
       await server?.stop()
       await workers?.close()
       await metricsServer?.stop(true)

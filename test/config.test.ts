@@ -43,6 +43,7 @@ describe('loadConfig', () => {
       logLevel: 'info',
       rateLimits: defaultRateLimits,
       shutdownTimeoutMs: 10000,
+      shutdownDelayMs: 0,
       metrics: { port: undefined, token: undefined },
       migrationTimeouts: { lockTimeoutMs: 5000, statementTimeoutMs: 600_000 },
     })
@@ -70,6 +71,15 @@ describe('loadConfig', () => {
     expect(configError({ SHUTDOWN_TIMEOUT_MS: '1.5' }).message).toContain('SHUTDOWN_TIMEOUT_MS')
     // 0 would end every shutdown at once, with no drain (elsewhere 0 means no limit): refused.
     expect(configError({ SHUTDOWN_TIMEOUT_MS: '0' }).message).toContain('SHUTDOWN_TIMEOUT_MS')
+  })
+
+  test('SHUTDOWN_DELAY_MS is 0 or more milliseconds, less than SHUTDOWN_TIMEOUT_MS, which counts it', () => {
+    expect(loadConfig({ SHUTDOWN_DELAY_MS: '5000', SHUTDOWN_TIMEOUT_MS: '15000' }).shutdownDelayMs).toBe(5000)
+    expect(configError({ SHUTDOWN_DELAY_MS: '-1' }).message).toContain('SHUTDOWN_DELAY_MS')
+    // As long as the timeout, the drain could never begin before the process gave up on it.
+    expect(configError({ SHUTDOWN_DELAY_MS: '10000' }).message).toBe(
+      'invalid SHUTDOWN_DELAY_MS: must be less than SHUTDOWN_TIMEOUT_MS (10000), which counts it',
+    )
   })
 
   test('METRICS_PORT and METRICS_TOKEN say where metrics are served; a short token or a bad port is refused', () => {

@@ -265,6 +265,44 @@ describe('the service as a process', () => {
     expect(await service.stderr).toBe('')
   }, 30_000)
 
+  test('SHUTDOWN_DELAY_MS: SIGTERM serves on, not ready, closing each connection it answers, then drains', async () => {
+    const database = await emptyDatabase()
+    const port = await freePort()
+    const api = start(['src/main.ts', '--api'], environment(database, { PORT: String(port), SHUTDOWN_DELAY_MS: '1500' }))
+    await waitForHealth(port, api)
+    // One keep-alive connection, its requests one at a time; the answers' heads as text.
+    const socket = connect(port, '127.0.0.1')
+    await new Promise<void>(resolve => socket.on('connect', () => resolve()))
+    let received = ''
+    socket.on('data', chunk => (received += chunk.toString()))
+    const closed = new Promise<void>(resolve => socket.on('close', () => resolve()))
+    const get = async (path: string) => {
+      received = ''
+      socket.write(`GET ${path} HTTP/1.1\r\nhost: 127.0.0.1:${port}\r\n\r\n`)
+      await until(async () => /\r\n\r\n.+/s.test(received), 5000)
+      return received.split('\r\n\r\n')[0]!.toLowerCase()
+    }
+    try {
+      expect(await get('/health/live')).not.toContain('connection: close')
+      const stopping = Date.now()
+      api.proc.kill('SIGTERM')
+      await Bun.sleep(300)
+      // Still listening, not ready, and each answer closes its connection.
+      const ready = await fetch(`http://127.0.0.1:${port}/health/ready`)
+      expect(ready.status).toBe(503)
+      expect(ready.headers.get('connection')).toBe('close')
+      expect(((await ready.json()) as { details: { path: string }[] }).details.map(d => d.path)).toContain('/draining')
+      const live = await get('/health/live')
+      expect(live).toStartWith('http/1.1 200')
+      expect(live).toContain('connection: close')
+      await closed
+      expect(await exitWithin(api.proc, 10_000)).toBe(0)
+      expect(Date.now() - stopping).toBeGreaterThanOrEqual(1500)
+    } finally {
+      socket.destroy()
+    }
+  }, 30_000)
+
   test('a second SIGTERM while a request holds the drain exits 1 at once, saying so', async () => {
     const database = await emptyDatabase()
     const port = await freePort()

@@ -110,10 +110,11 @@ function validationDetails(error: ValidationError): ErrorDetail[] {
  * takes another media type. JSON is parsed by Elysia's own parser, so the OpenAPI document keeps
  * every request schema; its parse failures render as `invalid_json`. `routes` knows which methods
  * each path takes (indexed once every route is registered): OPTIONS is answered from it, and a
- * wrong method is 405. `answered` is told of every request this plugin answers, refused at the door or failed (the
- * request's metrics). Its hooks take only the context's fields they use (see metrics/http.ts).
+ * wrong method is 405. `lifecycle` says when the process drains: its answers then close their
+ * connections. `answered` is told of every request this plugin answers, refused at the door or failed
+ * (the request's metrics). Its hooks take only the context's fields they use (see metrics/http.ts).
  */
-export function httpErrors(log: Log, routes: RouteMethods, answered?: Answered) {
+export function httpErrors(log: Log, routes: RouteMethods, lifecycle: { readonly draining: boolean }, answered?: Answered) {
   // While Postgres or Redis is down every request that needs it fails the same way: one record of
   // each failure every 10 s (with how many were held back) tells as much as one per request.
   const outage = throttled(log, 10_000)
@@ -121,14 +122,20 @@ export function httpErrors(log: Log, routes: RouteMethods, answered?: Answered) 
     toAppError(code, error, log, { method: request.method, path, routes }, outage)
   return (
     new Elysia({ name: 'http-errors' })
+      // While a shutdown waits for load balancers to notice (SHUTDOWN_DELAY_MS), every answer closes
+      // its connection: a client's next request opens one elsewhere rather than racing the close.
       .onRequest(
         answered
           ? async ({ request, set }) => {
+              if (lifecycle.draining) set.headers.connection = 'close'
               const refusal = await refusalOf(request, routes)
               if (refusal !== undefined) answered(set, undefined, request, refusal.status)
               return refusal
             }
-          : ({ request }) => refusalOf(request, routes),
+          : ({ request, set }) => {
+              if (lifecycle.draining) set.headers.connection = 'close'
+              return refusalOf(request, routes)
+            },
       )
       // Postgres stores no NUL character and no lone surrogate, and nothing should recurse through a
       // body nested thousands deep: refuse them at the door, whatever the route.
