@@ -28,7 +28,9 @@ const Env = T.Object({
     default: 'info',
   }),
   RATE_LIMITS: T.String({ default: '{}' }),
-  SHUTDOWN_TIMEOUT_MS: T.Integer({ minimum: 1, default: 10000 }),
+  // Past the longest a request may take (10 s: an actor's answer, a proxy call's upstream), so a drain
+  // answers every request it let in, even while no workers run.
+  SHUTDOWN_TIMEOUT_MS: T.Integer({ minimum: 1, default: 15000 }),
   SHUTDOWN_DELAY_MS: T.Integer({ minimum: 0, default: 0 }),
   INVOICE_EVERY_MS: T.Integer({ minimum: 1000, default: 3_600_000 }),
   QUEUE_LOCK_MS: T.Integer({ minimum: 1000, default: 30_000 }),

@@ -42,7 +42,7 @@ describe('loadConfig', () => {
       dataDir: '.data',
       logLevel: 'info',
       rateLimits: defaultRateLimits,
-      shutdownTimeoutMs: 10000,
+      shutdownTimeoutMs: 15000,
       shutdownDelayMs: 0,
       metrics: { port: undefined, token: undefined },
       migrationTimeouts: { lockTimeoutMs: 5000, statementTimeoutMs: 600_000 },
@@ -77,8 +77,8 @@ describe('loadConfig', () => {
     expect(loadConfig({ SHUTDOWN_DELAY_MS: '5000', SHUTDOWN_TIMEOUT_MS: '15000' }).shutdownDelayMs).toBe(5000)
     expect(configError({ SHUTDOWN_DELAY_MS: '-1' }).message).toContain('SHUTDOWN_DELAY_MS')
     // As long as the timeout, the drain could never begin before the process gave up on it.
-    expect(configError({ SHUTDOWN_DELAY_MS: '10000' }).message).toBe(
-      'invalid SHUTDOWN_DELAY_MS: must be less than SHUTDOWN_TIMEOUT_MS (10000), which counts it',
+    expect(configError({ SHUTDOWN_DELAY_MS: '15000' }).message).toBe(
+      'invalid SHUTDOWN_DELAY_MS: must be less than SHUTDOWN_TIMEOUT_MS (15000), which counts it',
     )
   })
 

@@ -303,6 +303,63 @@ describe('the service as a process', () => {
     }
   }, 30_000)
 
+  test('with no workers running, SIGTERM answers a user’s message waiting on its agent 503 and exits 0', async () => {
+    // The message waits 10 s for an answer no runtime gives; the default SHUTDOWN_TIMEOUT_MS outlasts it.
+    const database = await emptyDatabase()
+    const port = await freePort()
+    const env = environment(database, { PORT: String(port) })
+    const api = start(['src/main.ts', '--api'], env)
+    await waitForHealth(port, api)
+    const token = async (sub: string) => {
+      const cli = start(['src/cli/token.ts', '--sub', sub, '--email', `${sub}@example.com`], env)
+      expect(await exitWithin(cli.proc, 10_000)).toBe(0)
+      return (await cli.stdout).trim()
+    }
+    const [alice, bob] = await Promise.all([token('alice'), token('bob')])
+    const post = async (path: string, as: string, body: unknown) => {
+      const response = await fetch(`http://127.0.0.1:${port}${path}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${as}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      })
+      return { status: response.status, body: (await response.json()) as any }
+    }
+    const agent = (await post('/v1/participants', alice, { name: 'no-workers-bot' })).body.data
+    const plan = await post('/v1/billing/plans', alice, {
+      participantId: agent.id,
+      name: 'Basic',
+      monthlyPriceCents: 500,
+      includedProxyCalls: 100,
+      overagePerCallCents: 1,
+    })
+    expect((await post('/v1/billing/subscriptions', bob, { planId: plan.body.data.id })).status).toBe(201)
+    // Half the body before the signal, the rest after: the message's wait starts after the drain's.
+    const body = JSON.stringify({ text: 'anyone there?' })
+    const head =
+      `POST /v1/conversations/${agent.id}/messages HTTP/1.1\r\n` +
+      `host: 127.0.0.1:${port}\r\n` +
+      `authorization: Bearer ${bob}\r\n` +
+      'content-type: application/json\r\n' +
+      `content-length: ${Buffer.byteLength(body)}\r\n` +
+      'connection: close\r\n\r\n'
+    const request = slowRequest(port, head, body)
+    try {
+      await request.opened
+      await Bun.sleep(200)
+      api.proc.kill('SIGTERM')
+      await Bun.sleep(300)
+      const sent = Date.now()
+      const answered = await request.finish()
+      expect(answered.status).toBe(503)
+      expect(answered.body.error).toBe('unavailable')
+      expect(Date.now() - sent).toBeGreaterThanOrEqual(9_000)
+    } finally {
+      request.destroy()
+    }
+    expect(await exitWithin(api.proc, 10_000)).toBe(0)
+    expect(await api.stdout).not.toContain('shutdown timed out')
+  }, 40_000)
+
   test('a second SIGTERM while a request holds the drain exits 1 at once, saying so', async () => {
     const database = await emptyDatabase()
     const port = await freePort()
