@@ -226,6 +226,15 @@ describe('proxy calls', () => {
     expect(took).toBeLessThan(15_000)
   }, 30_000)
 
+  test('an answer whose body does not decode is 502, and the call counts: the upstream had it', async () => {
+    const s = await setup()
+    const calls = upstream.received.length
+    const res = expectError(await proxy(s, { path: '/bad-gzip' }), 502, 'upstream_unreachable')
+    expect(res.message).toBe('The upstream’s answer broke off or could not be decoded')
+    expect(upstream.received.length).toBe(calls + 1)
+    expect(await counted(ctx, s.subscriptionId, 1)).toBe(1)
+  })
+
   test('JSON nested past 512 levels comes back as text, not a 500; nested less, parsed', async () => {
     const s = await setup()
     const shallow = await proxy(s, { path: '/deep/512' })

@@ -4,6 +4,16 @@ import { AppError, errors } from '../errors.ts'
 export const upstreamTimeoutMs = 10_000
 export const maxResponseBytes = 1024 * 1024
 
+/**
+ * The upstream answered, then its body failed us (cut off, or a Content-Encoding that does not
+ * decode): it had the call, so the call counts. Still 502 `upstream_unreachable` to the client.
+ */
+export class UpstreamAnswerFailed extends AppError {
+  constructor() {
+    super(502, 'upstream_unreachable', 'The upstream’s answer broke off or could not be decoded')
+  }
+}
+
 export interface UpstreamRequest {
   url: URL
   method: string
@@ -86,7 +96,7 @@ async function readCapped(response: Response, signal: AbortSignal): Promise<Uint
   } catch (error) {
     if (signal.aborted) throw errors.upstreamTimeout()
     if (error instanceof AppError) throw error
-    throw errors.upstreamUnreachable()
+    throw new UpstreamAnswerFailed()
   }
   return Buffer.concat(chunks)
 }

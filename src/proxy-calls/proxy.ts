@@ -10,7 +10,7 @@ import { findSealedConnection } from '../connections/store.ts'
 import { openCredential } from '../connections/credential-box.ts'
 import { upstreamRefusal } from '../connections/address-policy.ts'
 import { meterCall, type Usage } from '../metering/meter.ts'
-import { forward, maxResponseBytes, upstreamTimeoutMs } from './forward.ts'
+import { forward, maxResponseBytes, UpstreamAnswerFailed, upstreamTimeoutMs } from './forward.ts'
 import { checkProxyPath } from './path-policy.ts'
 import type { ProxyCall } from './schema.ts'
 
@@ -110,7 +110,9 @@ async function callUpstream(deps: Deps, agent: AgentPrincipal, call: ProxyCall, 
 
 /** Failures that came after the request was sent: the upstream has it. */
 export function reachedUpstream(error: unknown): error is AppError {
-  return error instanceof AppError && (error.code === 'upstream_timeout' || error.code === 'upstream_too_large')
+  return (
+    error instanceof UpstreamAnswerFailed || (error instanceof AppError && (error.code === 'upstream_timeout' || error.code === 'upstream_too_large'))
+  )
 }
 
 /** The base URL with the path appended; the path may not leave the base's origin or path. */

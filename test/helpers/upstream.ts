@@ -15,7 +15,8 @@ export interface Upstream {
 
 /**
  * Routes: /echo (JSON of what arrived), /gate (as /echo, once the gate is open), /status/<n>, /hang
- * (never answers), /big (5 MiB), /redirect (302 to /echo), /deep/<n> (JSON arrays nested n deep);
+ * (never answers), /big (5 MiB), /redirect (302 to /echo), /deep/<n> (JSON arrays nested n deep),
+ * /bad-gzip (a body that is not the gzip its Content-Encoding says);
  * anything else 404.
  */
 export function startUpstream(): Upstream {
@@ -44,6 +45,7 @@ export function startUpstream(): Upstream {
       if (status) return new Response('status page', { status: Number(status[1]), headers: { 'content-type': 'text/plain' } })
       if (path === '/hang') return new Promise<Response>(() => {})
       if (path === '/big') return new Response('x'.repeat(5 * 1024 * 1024), { headers: { 'content-type': 'text/plain' } })
+      if (path === '/bad-gzip') return new Response('not gzip at all', { headers: { 'content-type': 'text/plain', 'content-encoding': 'gzip' } })
       if (path === '/redirect') return new Response(null, { status: 302, headers: { location: '/echo' } })
       const deep = /^\/deep\/(\d+)$/.exec(path)
       if (deep) {
