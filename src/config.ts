@@ -85,6 +85,10 @@ export const defaultRateLimits = {
   connectionCreate: { capacity: 20, perSeconds: 3600 },
   // plans one owner may create or change (each change is kept, and told to every subscriber)
   planWrite: { capacity: 60, perSeconds: 3600 },
+  // config listings one user may create or change (each up to a million characters, kept for good)
+  configWrite: { capacity: 60, perSeconds: 3600 },
+  // subscriptions one user may start (each kept for good, its period invoiced, told to the agent's owner)
+  subscriptionCreate: { capacity: 30, perSeconds: 3600 },
   // config purchases one user may make, again or not (each answer, content and all, is kept 24 h for replays)
   configPurchase: { capacity: 30, perSeconds: 3600 },
   // stream tokens one user may ask for (each lives 60 s in Redis)

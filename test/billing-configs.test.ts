@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { listConfigs } from '../src/billing/configs/store.ts'
 import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 
 let ctx: TestContext
@@ -254,5 +255,19 @@ describe('creator stats', () => {
       totals: { revenueCents: 0, activeSubscribers: 0, configSales: 0 },
       agents: [],
     })
+  })
+})
+
+describe('reading an agent’s listings', () => {
+  test('content is read from Postgres only for its owner and buyers', async () => {
+    const config = await newConfig({ name: 'Unread' })
+    const stranger = await signUp(ctx)
+    const rows = async (reader: string | null) => (await listConfigs(ctx.deps.sql, agent.id, reader, false)).find(row => row.id === config.id)!
+    expect((await rows(stranger.id)).content).toBeNull()
+    expect((await rows(null)).content).toBeNull()
+    expect((await rows(owner.id)).content).toBe('SECRET CONTENT')
+    const bought = await ctx.call('POST', `/v1/billing/configs/${config.id}/purchase`, { token: stranger.token })
+    expect(bought.status).toBe(201)
+    expect((await rows(stranger.id)).content).toBe('SECRET CONTENT')
   })
 })

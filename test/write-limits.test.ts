@@ -6,7 +6,16 @@ const one = { capacity: 1, perSeconds: 3600 }
 let ctx: TestContext
 
 beforeAll(async () => {
-  const rules = ['contextWrite', 'connectionCreate', 'planWrite', 'configPurchase', 'sseTokenCreate', 'apiKeyCreate']
+  const rules = [
+    'contextWrite',
+    'connectionCreate',
+    'planWrite',
+    'configPurchase',
+    'sseTokenCreate',
+    'apiKeyCreate',
+    'configWrite',
+    'subscriptionCreate',
+  ]
   ctx = await createTestContext({
     actors: true,
     env: { RATE_LIMITS: JSON.stringify(Object.fromEntries(rules.map(rule => [rule, one]))), PROXY_ALLOWED_HOSTS: '127.0.0.1' },
@@ -77,6 +86,35 @@ describe('writes past their rule', () => {
     // A replay of the first is its stored answer, past the rule or not.
     const replay = await buy('first')
     expect([replay.status, replay.body]).toEqual([201, first.body])
+    expect(await count('idempotency_keys', 'key', 'second')).toBe(0)
+  })
+
+  test('config listings: creations and changes share configWrite', async () => {
+    const owner = await signUp(ctx)
+    const agent = await createAgent(ctx, owner)
+    const listing = { participantId: agent.id, name: 'C', priceCents: 1, fileType: 'md', content: 'c'.repeat(1000) }
+    const first = await ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: listing })
+    expect(first.status).toBe(201)
+    limited(await ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: { ...listing, name: 'D' } }))
+    limited(await ctx.call('PATCH', `/v1/billing/configs/${first.body.data.id}`, { token: owner.token, body: { content: 'd'.repeat(1000) } }))
+    expect(await count('config_listings', 'participant_id', agent.id)).toBe(1)
+  })
+
+  test('subscriptions: a user subscribing and cancelling in a loop is stopped; a replay of a key is answered as before', async () => {
+    const owner = await signUp(ctx)
+    const agent = await createAgent(ctx, owner)
+    const terms = { participantId: agent.id, name: 'Free', monthlyPriceCents: 0, includedProxyCalls: 0, overagePerCallCents: 0 }
+    const plan = await ctx.call('POST', '/v1/billing/plans', { token: owner.token, body: terms })
+    const user = await signUp(ctx)
+    const subscribe = (key: string) =>
+      ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId: plan.body.data.id }, headers: { 'idempotency-key': key } })
+    const first = await subscribe('first')
+    expect(first.status).toBe(201)
+    expect((await ctx.call('DELETE', `/v1/billing/subscriptions/${first.body.data.id}`, { token: user.token })).status).toBe(200)
+    limited(await subscribe('second'))
+    const replay = await subscribe('first')
+    expect([replay.status, replay.body]).toEqual([201, first.body])
+    expect(await count('subscriptions', 'user_id', user.id)).toBe(1)
     expect(await count('idempotency_keys', 'key', 'second')).toBe(0)
   })
 })

@@ -75,6 +75,8 @@ export function testConfig(env: Record<string, string> = {}): Config {
       connectionCreate: { capacity: 10000, perSeconds: 1 },
       planWrite: { capacity: 10000, perSeconds: 1 },
       configPurchase: { capacity: 10000, perSeconds: 1 },
+      configWrite: { capacity: 10000, perSeconds: 1 },
+      subscriptionCreate: { capacity: 10000, perSeconds: 1 },
       sseTokenCreate: { capacity: 10000, perSeconds: 1 },
     }),
     PROXY_IN_FLIGHT_PER_AGENT: '10000',

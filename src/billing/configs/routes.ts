@@ -28,7 +28,7 @@ const configView = (row: ConfigRow, reader: Principal): ConfigListing => {
     active: row.active,
     createdAt: iso(row.createdAt),
     updatedAt: iso(row.updatedAt),
-    ...(canRead ? { content: row.content } : {}),
+    ...(canRead && row.content !== null ? { content: row.content } : {}),
   }
 }
 
@@ -48,7 +48,7 @@ export function configRoutes(deps: Deps, auth: AuthPlugin) {
 }
 
 /** Owners list, change and withdraw their configs; any caller reads the listings. */
-function listingRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
+function listingRoutes({ sql, clock, rateLimiter }: Deps, auth: AuthPlugin) {
   const ownedConfig = async (configId: string, userId: string) => {
     const config = await findConfig(sql, configId, userId)
     if (!config) throw errors.notFound('Config')
@@ -62,6 +62,7 @@ function listingRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
       '/configs',
       async ({ user, body, set }) => {
         await requireOwnedParticipant(sql, body.participantId, user.userId)
+        await rateLimiter.take('configWrite', `user:${user.userId}`)
         const id = await insertConfig(sql, body, clock.now())
         set.status = 201
         return ok(configView((await findConfig(sql, id, user.userId))!, user))
@@ -69,14 +70,14 @@ function listingRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
       {
         user: true,
         body: CreateConfig,
-        response: { 201: Ok(ConfigListing), ...failures(400, 401, 403, 404, 413) },
+        response: { 201: Ok(ConfigListing), ...failures(400, 401, 403, 404, 413, 429) },
         detail: {
           operationId: 'createConfig',
           summary: 'List a config file for sale (bodies up to 2 MiB)',
           description:
             'Needs the agent owner’s user credential: another user is 403, an unknown or deactivated agent 404. ' +
             'The listing is on sale at once. `content` (up to 1,000,000 characters) is shown only to the owner and to buyers; ' +
-            'others see `previewSnippet`.',
+            'others see `previewSnippet`. Rate limited per user, with changes (rule `configWrite`): 429.',
         },
       },
     )
@@ -105,6 +106,7 @@ function listingRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
       '/configs/:id',
       async ({ user, params, body }) => {
         await ownedConfig(params.id, user.userId)
+        await rateLimiter.take('configWrite', `user:${user.userId}`)
         await updateConfig(sql, params.id, body, clock.now())
         return ok(configView((await findConfig(sql, params.id, user.userId))!, user))
       },
@@ -112,14 +114,14 @@ function listingRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
         user: true,
         params: ConfigId,
         body: UpdateConfig,
-        response: { 200: Ok(ConfigListing), ...failures(400, 401, 403, 404, 413) },
+        response: { 200: Ok(ConfigListing), ...failures(400, 401, 403, 404, 413, 429) },
         detail: {
           operationId: 'updateConfig',
           summary: 'Change a listing (owner)',
           description:
             'Needs the owner’s user credential: another user is 403, an unknown listing or a deactivated agent 404. ' +
             'Fields left out stay; bodies up to 2 MiB. A new `priceCents` applies to later purchases only. ' +
-            'Buyers see new `content` in GET /v1/billing/my-configs.',
+            'Buyers see new `content` in GET /v1/billing/my-configs. Rate limited per user, with creations (rule `configWrite`): 429.',
         },
       },
     )

@@ -10,7 +10,8 @@ export interface ConfigRow {
   description: string | null
   priceCents: number
   fileType: string
-  content: string
+  /** Null unless the reading user owns or bought it: the rest never leave Postgres. */
+  content: string | null
   previewSnippet: string | null
   active: boolean
   createdAt: Date
@@ -19,11 +20,19 @@ export interface ConfigRow {
   purchased: boolean
 }
 
+// Content (up to a million characters a listing) is read only where the reader may see it: an
+// agent's list read by anyone else would otherwise carry every listing's content into the process.
 const columns = (sql: Db, buyer: string | null) => sql`
   c.id, c.participant_id as "participantId", a.owner_id as "ownerId", c.name, c.description,
-  c.price_cents as "priceCents", c.file_type as "fileType", c.content, c.preview_snippet as "previewSnippet",
+  c.price_cents as "priceCents", c.file_type as "fileType", c.preview_snippet as "previewSnippet",
   c.active, c.created_at as "createdAt", c.updated_at as "updatedAt",
-  exists (select 1 from config_purchases cp where cp.config_id = c.id and cp.user_id = ${buyer}) as purchased
+  case when a.owner_id = ${buyer} or p.purchased then c.content end as content,
+  p.purchased
+`
+const purchasedBy = (sql: Db, buyer: string | null) => sql`
+  cross join lateral (
+    select exists (select 1 from config_purchases cp where cp.config_id = c.id and cp.user_id = ${buyer}) as purchased
+  ) p
 `
 
 export async function insertConfig(sql: Db, config: CreateConfig, at: Date): Promise<string> {
@@ -43,7 +52,7 @@ export async function insertConfig(sql: Db, config: CreateConfig, at: Date): Pro
 export async function findConfig(sql: Db, id: string, reader: string | null): Promise<ConfigRow | undefined> {
   const [row] = await sql<ConfigRow[]>`
     select ${columns(sql, reader)}
-    from config_listings c join participants a on a.id = c.participant_id
+    from config_listings c join participants a on a.id = c.participant_id ${purchasedBy(sql, reader)}
     where c.id = ${id} and a.active
   `
   return row
@@ -52,7 +61,7 @@ export async function findConfig(sql: Db, id: string, reader: string | null): Pr
 export async function listConfigs(sql: Db, participantId: string, reader: string | null, includeInactive: boolean): Promise<ConfigRow[]> {
   return sql<ConfigRow[]>`
     select ${columns(sql, reader)}
-    from config_listings c join participants a on a.id = c.participant_id
+    from config_listings c join participants a on a.id = c.participant_id ${purchasedBy(sql, reader)}
     where c.participant_id = ${participantId} and (c.active or ${includeInactive})
     order by c.created_at, c.id
   `

@@ -43,7 +43,7 @@ const sameTerms = (a: PeriodTerms, b: PeriodTerms) =>
   a.monthlyPriceCents === b.monthlyPriceCents && a.includedProxyCalls === b.includedProxyCalls && a.overagePerCallCents === b.overagePerCallCents
 
 export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
-  const { sql, clock } = deps
+  const { sql, clock, rateLimiter } = deps
 
   return new Elysia({ prefix: '/subscriptions', tags: ['billing'] })
     .use(auth)
@@ -60,6 +60,8 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
             body,
           },
           async tx => {
+            // Taken only for a request the key has not answered before: a replay costs nothing.
+            await rateLimiter.take('subscriptionCreate', `user:${user.userId}`)
             const plan = await findPlan(tx, body.planId, { lockAgent: true })
             if (!plan) throw errors.notFound('Plan')
             if (plan.ownerId === user.userId) throw errors.cannotSubscribeOwnAgent()
@@ -95,7 +97,7 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
         user: true,
         body: CreateSubscription,
         headers: IdempotencyHeaders,
-        response: { 201: Ok(Subscription), ...failures(400, 401, 403, 404, 409) },
+        response: { 201: Ok(Subscription), ...failures(400, 401, 403, 404, 409, 429) },
         detail: {
           operationId: 'subscribe',
           summary: 'Subscribe to a plan (one active subscription per agent; honours Idempotency-Key)',
@@ -105,7 +107,7 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
             'a second active subscription to the agent is 409 `already_subscribed`. Periods run one calendar month from now. ' +
             'Send `expectedTerms` (the plan’s terms as shown): the first period given other terms (the owner changed them ' +
             'meanwhile) is 409 `price_changed`, and nothing is created. A repeat with the same `Idempotency-Key` gets the ' +
-            'first answer.',
+            'first answer (a replay takes no token). Rate limited per user (rule `subscriptionCreate`): 429.',
         },
       },
     )
