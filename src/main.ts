@@ -93,11 +93,11 @@ async function main() {
     deps?.lifecycle.drain()
     force = setTimeout(() => abort('shutdown timed out; exiting'), config.shutdownTimeoutMs)
     try {
-      // End event streams (their clients reconnect elsewhere); serve on, not ready, while load
-      // balancers notice (SHUTDOWN_DELAY_MS); stop accepting, let open requests finish, then stop the
-      // workers and the connections.
-      deps?.events.closeAll()
+      // Serve on, not ready, while load balancers notice (SHUTDOWN_DELAY_MS); end event streams (their
+      // clients reconnect elsewhere: ended before the delay, they came back here and held the drain
+      // open); stop accepting, let open requests finish, then stop the workers and the connections.
       if (server && config.shutdownDelayMs > 0) await Bun.sleep(config.shutdownDelayMs)
+      deps?.events.closeAll()
       await server?.stop()
       await workers?.close()
       await metricsServer?.stop(true)

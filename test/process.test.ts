@@ -275,7 +275,7 @@ describe('the service as a process', () => {
     await new Promise<void>(resolve => socket.on('connect', () => resolve()))
     let received = ''
     socket.on('data', chunk => (received += chunk.toString()))
-    const closed = new Promise<void>(resolve => socket.on('close', () => resolve()))
+    const closed = new Promise<number>(resolve => socket.on('close', () => resolve(Date.now())))
     const get = async (path: string) => {
       received = ''
       socket.write(`GET ${path} HTTP/1.1\r\nhost: 127.0.0.1:${port}\r\n\r\n`)
@@ -295,12 +295,42 @@ describe('the service as a process', () => {
       const live = await get('/health/live')
       expect(live).toStartWith('http/1.1 200')
       expect(live).toContain('connection: close')
-      await closed
+      // Closed by the answer, not by the listener's close once the delay is over.
+      expect((await closed) - stopping).toBeLessThan(1500)
       expect(await exitWithin(api.proc, 10_000)).toBe(0)
       expect(Date.now() - stopping).toBeGreaterThanOrEqual(1500)
     } finally {
       socket.destroy()
     }
+  }, 30_000)
+
+  test('SHUTDOWN_DELAY_MS: event streams, open before the signal or opened during the delay, end as it does; exit 0', async () => {
+    // Ended at the signal, a stream's client came back (retry: 3000) to this process, still served
+    // during the delay, and that stream held the drain until SHUTDOWN_TIMEOUT_MS: exit 1.
+    const database = await emptyDatabase()
+    const port = await freePort()
+    const env = environment(database, { PORT: String(port), SHUTDOWN_DELAY_MS: '1500', SHUTDOWN_TIMEOUT_MS: '5000' })
+    const api = start(['src/main.ts', '--api'], env)
+    await waitForHealth(port, api)
+    const open = async () => {
+      const response = await fetch(`http://127.0.0.1:${port}/v1/events/chat`)
+      expect(response.status).toBe(200)
+      const reader = response.body!.getReader()
+      // When the stream ended, or how it failed (a reset: the process gave up on its drain).
+      const ended = (async () => {
+        while (!(await reader.read()).done);
+        return Date.now()
+      })().catch((error: Error) => error.message)
+      return { ended }
+    }
+    const before = await open()
+    const stopping = Date.now()
+    api.proc.kill('SIGTERM')
+    await Bun.sleep(300)
+    const during = await open()
+    expect(await exitWithin(api.proc, 8000)).toBe(0)
+    for (const ended of [await before.ended, await during.ended]) expect(Number(ended) - stopping).toBeGreaterThanOrEqual(1500)
+    expect(await api.stdout).not.toContain('shutdown timed out')
   }, 30_000)
 
   test('with no workers running, SIGTERM answers a user’s message waiting on its agent 503 and exits 0', async () => {
