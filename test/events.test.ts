@@ -386,6 +386,19 @@ describe('the wire format and limits', () => {
     while (!done && Date.now() < deadline) done = (await reader.read()).done
     expect(done).toBe(true)
   })
+
+  test('a stream still being opened when all are closed (shutdown) ends as it opens, after its retry', async () => {
+    const opening = ctx.deps.events.open({ stream: ctx.deps.keys.events.chat })
+    ctx.deps.events.closeAll()
+    const response = await opening
+    expect(response.status).toBe(200)
+    expect(await response.text()).toBe('retry: 3000\n\n')
+    // Streams opened after it are not affected.
+    const later = await ctx.deps.events.open({ stream: ctx.deps.keys.events.chat })
+    const reader = later.body!.getReader()
+    expect((await reader.read()).done).toBe(false)
+    await reader.cancel()
+  })
 })
 
 describe('world chat', () => {

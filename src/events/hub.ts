@@ -162,11 +162,15 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
     })
   }
 
+  // How many times closeAll ran: a stream whose opening straddles one is ended as it opens.
+  let closings = 0
+
   return {
     get size() {
       return connections.size
     },
     async open({ stream, lastEventId, limit, keyHash = null }) {
+      const closedBefore = closings
       if (lastEventId && !isEventId(lastEventId)) throw errors.invalidCursor()
       await events.listen()
       if (keyHash) await revocations.listen()
@@ -209,9 +213,13 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
       const buffered = connection.buffer ?? []
       connection.buffer = null
       for (const event of buffered) deliver(connection, event)
+      // A closeAll (shutdown) ran while this stream was being opened, before it was added: it ends
+      // too, after its `retry`, so that its client reconnects elsewhere rather than hold the drain.
+      if (closings !== closedBefore) end(connection)
       return new Response(body, { headers: streamHeaders })
     },
     closeAll() {
+      closings++
       for (const connection of connections.all()) end(connection)
     },
     async close() {
