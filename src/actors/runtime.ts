@@ -204,8 +204,9 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     stats: () => ({ ...stats }),
     async stop() {
       if (abandoned) return
+      // Once: each disconnect of the ended connection would add a listener to its socket.
+      if (running) blocking.disconnect()
       running = false
-      blocking.disconnect()
       await loops
     },
     abandon() {
