@@ -95,7 +95,7 @@ export async function deleteOlderThan(sql: Sql, table: string, column: string, o
   }
 }
 
-/** True when an error means the database cannot be reached (as opposed to a bad query). */
+/** True when an error means the database (its primary) cannot be reached (as opposed to a bad query). */
 export function isConnectionError(error: unknown): boolean {
   const code = (error as { code?: unknown } | null)?.code
   return (
@@ -110,6 +110,8 @@ export function isConnectionError(error: unknown): boolean {
     code === '57P01' ||
     code === '57P03' ||
     code === '53300' ||
+    // read-only: a hot standby or a fenced old primary that a failover's DNS or proxy led a connection to
+    code === '25006' ||
     // a protocol violation at startup: a pooler refusing a startup parameter, say
     code === '08P01'
   )
