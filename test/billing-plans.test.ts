@@ -407,4 +407,29 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
     ])
     expect((await planChanges(a.user.id, 1)).length).toBe(1)
   })
+
+  test('a change made at the very instant a period begins falls in that period: a drop is billed from the next, as told', async () => {
+    const { plan, a } = await subscribedPlan('2027-01-31T23:59:59.999Z', { monthlyPriceCents: 1000, includedProxyCalls: 100, overagePerCallCents: 5 })
+    try {
+      // The first period ends, and the second begins, at this instant.
+      at('2027-02-28T23:59:59.999Z')
+      const body = { monthlyPriceCents: 200, includedProxyCalls: 500, overagePerCallCents: 1 }
+      expect((await ctx.call('PATCH', `/v1/billing/plans/${plan.id}`, { token: owner.token, body })).status).toBe(200)
+    } finally {
+      ctx.clock.set(new Date())
+    }
+    const [change] = await planChanges(a.user.id, 1)
+    expect(change.effectiveFrom).toBe('2027-03-31T23:59:59.999Z')
+    await runInvoices(ctx.deps, new Date('2027-05-01T00:01:00.000Z'))
+    const periods = await ctx.deps.sql`
+      select period_start as "start", monthly_price_cents as monthly, included_proxy_calls as included, overage_per_call_cents as overage
+      from subscription_periods where subscription_id = ${a.subscriptionId} order by period_index
+    `
+    expect(periods.map(p => [p.start.toISOString(), p.monthly, p.included, p.overage])).toEqual([
+      ['2027-01-31T23:59:59.999Z', 1000, 100, 5],
+      ['2027-02-28T23:59:59.999Z', 1000, 100, 5],
+      ['2027-03-31T23:59:59.999Z', 200, 500, 1],
+      ['2027-04-30T23:59:59.999Z', 200, 500, 1],
+    ])
+  })
 })

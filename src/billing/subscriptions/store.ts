@@ -72,7 +72,7 @@ export async function firstPeriodTerms(sql: Db, subscriptionId: string): Promise
  * to the period it was cancelled in), with their terms, and counts them; one subscription, several
  * (a list page), or all of them (the invoice run), in one statement. The first period has the terms in
  * force at its start. A later one has, term by term, the best for the subscriber of those in force
- * at its start, in force before the previous period began, and in force at any moment of the
+ * just before its start, in force before the previous period began, and in force at any moment of the
  * previous period: a lower price (or more included calls) holds from the first period that starts
  * after the change, a rise only from the first period whose previous period began after it, so the
  * subscriber, told when it was made (plan.changed, price-change.ts), has a whole period at the old
@@ -88,9 +88,9 @@ export async function ensurePeriods(sql: Db, at: Date, subscriptions: string | s
         monthly_price_cents, included_proxy_calls, overage_per_call_cents
       )
       select s.id, k, p.start, s.started_at + make_interval(months => k + 1),
-        case when k = 0 then t.monthly_price_cents else least(t.monthly_price_cents, best.monthly_price_cents) end,
-        case when k = 0 then t.included_proxy_calls else greatest(t.included_proxy_calls, best.included_proxy_calls) end,
-        case when k = 0 then t.overage_per_call_cents else least(t.overage_per_call_cents, best.overage_per_call_cents) end
+        case when k = 0 then t.monthly_price_cents else best.monthly_price_cents end,
+        case when k = 0 then t.included_proxy_calls else best.included_proxy_calls end,
+        case when k = 0 then t.overage_per_call_cents else best.overage_per_call_cents end
       from subscriptions s
       cross join lateral (
         select coalesce(max(period_index), -1) + 1 as next from subscription_periods where subscription_id = s.id
@@ -122,14 +122,16 @@ export async function ensurePeriods(sql: Db, at: Date, subscriptions: string | s
           pt.effective_from
         limit 1
       ) told
-      -- the best of those and of every version made since the previous period began (a drop taken
-      -- back within it was announced for this period, its taking back for the one after)
+      -- the best of those and of every version made since the previous period began, before this one
+      -- did (a drop taken back within it was announced for this period, its taking back for the one
+      -- after); a change made at the very instant this period began falls in it, as plan.changed says,
+      -- and reaches the next. The version in force at the start is one of these.
       cross join lateral (
         select min(pt.monthly_price_cents) as monthly_price_cents, max(pt.included_proxy_calls) as included_proxy_calls,
           min(pt.overage_per_call_cents) as overage_per_call_cents
         from plan_terms pt
         where pt.plan_id = s.plan_id
-          and (pt.effective_from = told.effective_from or pt.effective_from between p.previous_start and p.start)
+          and (pt.effective_from = told.effective_from or (pt.effective_from >= p.previous_start and pt.effective_from < p.start))
       ) best
       where (${ids}::uuid[] is null or s.id = any(${ids}::uuid[]))
         and (k = 0 or p.start <= bound.until)
