@@ -150,6 +150,14 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
     const plan = (await ctx.call('POST', '/v1/billing/plans', { token: owner.token, body: planBody(mine.id, terms) })).body.data
     return { plan, a: await subscribe(plan.id) }
   }
+  /** Each period of the subscription: its start, monthly price, included calls and overage price. */
+  const periodTerms = async (subscriptionId: string) =>
+    (
+      await ctx.deps.sql<{ start: Date; monthly: number; included: number; overage: number }[]>`
+        select period_start as "start", monthly_price_cents as monthly, included_proxy_calls as included, overage_per_call_cents as overage
+        from subscription_periods where subscription_id = ${subscriptionId} order by period_index
+      `
+    ).map(p => [p.start.toISOString(), p.monthly, p.included, p.overage])
   /** The `plan.changed` events on the user's stream, once `count` are there. */
   const planChanges = async (userId: string, count: number) => {
     let found: any[] = []
@@ -395,11 +403,7 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
     const [change] = await planChanges(a.user.id, 1)
     expect(change.effectiveFrom).toBe('2025-08-01T00:00:00.000Z')
     await runInvoices(ctx.deps, new Date('2025-09-01T00:01:01.000Z'))
-    const periods = await ctx.deps.sql`
-      select period_start as "start", monthly_price_cents as monthly, included_proxy_calls as included, overage_per_call_cents as overage
-      from subscription_periods where subscription_id = ${a.subscriptionId} order by period_index
-    `
-    expect(periods.map(p => [p.start.toISOString(), p.monthly, p.included, p.overage])).toEqual([
+    expect(await periodTerms(a.subscriptionId)).toEqual([
       ['2025-06-01T00:00:00.000Z', 1000, 100, 5],
       ['2025-07-01T00:00:00.000Z', 800, 100, 5],
       ['2025-08-01T00:00:00.000Z', 800, 10, 100_000],
@@ -421,11 +425,7 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
     const [change] = await planChanges(a.user.id, 1)
     expect(change.effectiveFrom).toBe('2027-03-31T23:59:59.999Z')
     await runInvoices(ctx.deps, new Date('2027-05-01T00:01:00.000Z'))
-    const periods = await ctx.deps.sql`
-      select period_start as "start", monthly_price_cents as monthly, included_proxy_calls as included, overage_per_call_cents as overage
-      from subscription_periods where subscription_id = ${a.subscriptionId} order by period_index
-    `
-    expect(periods.map(p => [p.start.toISOString(), p.monthly, p.included, p.overage])).toEqual([
+    expect(await periodTerms(a.subscriptionId)).toEqual([
       ['2027-01-31T23:59:59.999Z', 1000, 100, 5],
       ['2027-02-28T23:59:59.999Z', 1000, 100, 5],
       ['2027-03-31T23:59:59.999Z', 200, 500, 1],
