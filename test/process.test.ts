@@ -70,8 +70,15 @@ function errorResponse(code: string, message: string): Buffer {
   return Buffer.concat([head, fields])
 }
 
-/** Sends a request whose body arrives in two parts; returns the first write's completion and a finisher. */
-function slowRequest(port: number, head: string, body: string) {
+/** POSTs JSON as `token`, its body in two parts; returns the first write's completion and a finisher. */
+function slowRequest(port: number, path: string, token: string, body: string) {
+  const head =
+    `POST ${path} HTTP/1.1\r\n` +
+    `host: 127.0.0.1:${port}\r\n` +
+    `authorization: Bearer ${token}\r\n` +
+    'content-type: application/json\r\n' +
+    `content-length: ${Buffer.byteLength(body)}\r\n` +
+    'connection: close\r\n\r\n'
   const socket = connect(port, '127.0.0.1')
   let received = ''
   socket.on('data', chunk => (received += chunk.toString()))
@@ -241,14 +248,7 @@ describe('the service as a process', () => {
     expect(((await me.json()) as { data: unknown }).data).toMatchObject({ providerId: 'alice', email: 'a@b.c' })
 
     const body = JSON.stringify({ name: 'drain-bot', description: 'x'.repeat(2000) })
-    const head =
-      'POST /v1/participants HTTP/1.1\r\n' +
-      `host: 127.0.0.1:${port}\r\n` +
-      `authorization: Bearer ${token}\r\n` +
-      'content-type: application/json\r\n' +
-      `content-length: ${Buffer.byteLength(body)}\r\n` +
-      'connection: close\r\n\r\n'
-    const request = slowRequest(port, head, body)
+    const request = slowRequest(port, '/v1/participants', token, body)
     try {
       await request.opened
       await Bun.sleep(200)
@@ -365,14 +365,7 @@ describe('the service as a process', () => {
     expect((await post('/v1/billing/subscriptions', bob, { planId: plan.body.data.id })).status).toBe(201)
     // Half the body before the signal, the rest after: the message's wait starts after the drain's.
     const body = JSON.stringify({ text: 'anyone there?' })
-    const head =
-      `POST /v1/conversations/${agent.id}/messages HTTP/1.1\r\n` +
-      `host: 127.0.0.1:${port}\r\n` +
-      `authorization: Bearer ${bob}\r\n` +
-      'content-type: application/json\r\n' +
-      `content-length: ${Buffer.byteLength(body)}\r\n` +
-      'connection: close\r\n\r\n'
-    const request = slowRequest(port, head, body)
+    const request = slowRequest(port, `/v1/conversations/${agent.id}/messages`, bob, body)
     try {
       await request.opened
       await Bun.sleep(200)

@@ -105,10 +105,32 @@ describe('a queue’s errors', () => {
 })
 
 describe('a failover', () => {
-  test('a connection left on the old primary, now a replica (READONLY), reconnects and reaches the new one', async () => {
+  /**
+   * Two servers, the old primary and the one to be promoted, and the name the service connects to
+   * (the old primary now); `demote` makes the old one a replica of the promoted one.
+   */
+  const failoverPair = async () => {
     const [old, promoted] = [await startRedisServer(), await startRedisServer()]
-    // The name the service connects to: the old primary now, the promoted replica after the failover.
     const name = await startHeldProxy(old.url)
+    const admin = new Redis(old.url)
+    const reader = new Redis(promoted.url)
+    return {
+      name,
+      reader,
+      demote: () => admin.call('REPLICAOF', '127.0.0.1', String(new URL(promoted.url).port)),
+      promotedUrl: promoted.url,
+      async close() {
+        admin.disconnect()
+        reader.disconnect()
+        await name.close()
+        await old.close()
+        await promoted.close()
+      },
+    }
+  }
+
+  test('a connection left on the old primary, now a replica (READONLY), reconnects and reaches the new one', async () => {
+    const { name, reader, demote, promotedUrl, close } = await failoverPair()
     const lines: string[] = []
     const redis = createRedis(
       name.url,
@@ -117,13 +139,11 @@ describe('a failover', () => {
     )
     let reconnects = 0
     redis.on('reconnecting', () => reconnects++)
-    const admin = new Redis(old.url)
-    const reader = new Redis(promoted.url)
     try {
       await connectRedis(redis, name.url)
       await redis.set('written', 'before')
       // The old primary follows the promoted server; the name still leads to it for a moment.
-      await admin.call('REPLICAOF', '127.0.0.1', String(new URL(promoted.url).port))
+      await demote()
       const refused = await Promise.all([redis.set('written', 'one'), redis.set('written', 'two')].map(p => p.catch((error: Error) => error)))
       expect(refused.map(error => (error as Error).message.slice(0, 9))).toEqual(['READONLY ', 'READONLY '])
       await until(async () => reconnects > 0 && redis.status === 'ready', 5000)
@@ -135,38 +155,31 @@ describe('a failover', () => {
       expect(reconnects).toBe(1)
       expect(lines.map(line => JSON.parse(line).msg)).toEqual(['redis connection refused writes (a replica: failover?); reconnecting'])
       // The name moves to the promoted server: the next reconnect reaches it.
-      name.retarget(promoted.url)
+      name.retarget(promotedUrl)
       await until(async () => (await redis.set('written', 'after').catch(() => null)) === 'OK', 10_000)
       expect(await reader.get('written')).toBe('after')
     } finally {
       redis.disconnect()
-      admin.disconnect()
-      reader.disconnect()
-      await name.close()
-      await old.close()
-      await promoted.close()
+      await close()
     }
   })
 
   test('a connection that runs only batched scripts reconnects too, its calls refused by the old primary as outages', async () => {
     // The reply writer's connection and the outbox relay's run nothing else: a READONLY caught in
     // each call's place left them on the old primary for good (replies never projected, events never relayed).
-    const [old, promoted] = [await startRedisServer(), await startRedisServer()]
-    const name = await startHeldProxy(old.url)
+    const { name, reader, demote, promotedUrl, close } = await failoverPair()
     const redis = createRedis(
       name.url,
       createLog('error', () => {}),
       'commands',
     )
-    const admin = new Redis(old.url)
-    const reader = new Redis(promoted.url)
     const set = defineBatchedScript(`redis.call('SET', K[1], A[1]) return A[1]`, 1, 1)
     try {
       await connectRedis(redis, name.url)
       expect(await set(redis, ['written'], ['before'])).toBe('before')
-      await admin.call('REPLICAOF', '127.0.0.1', String(new URL(promoted.url).port))
+      await demote()
       // The name leads to the promoted server at once; the connection is still on the old one.
-      name.retarget(promoted.url)
+      name.retarget(promotedUrl)
       const refused = await Promise.all(['one', 'two'].map(value => set(redis, ['written'], [value]).catch((error: Error) => error)))
       for (const error of refused) {
         expect((error as Error).message).toStartWith('READONLY ')
@@ -176,11 +189,7 @@ describe('a failover', () => {
       expect(await reader.get('written')).toBe('after')
     } finally {
       redis.disconnect()
-      admin.disconnect()
-      reader.disconnect()
-      await name.close()
-      await old.close()
-      await promoted.close()
+      await close()
     }
   }, 15_000)
 })
