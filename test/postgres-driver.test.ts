@@ -15,7 +15,8 @@ import { until } from './helpers/until.ts'
 // socket closes with a statement in flight neither holds up `end()` nor fails its next statement,
 // nor one that closes while it fetches the array types; a startup closed without an error is tried
 // again only until connect_timeout; a transaction rolled back at its COMMIT fails; a connection
-// whose server falls silent is given up after silence_timeout.
+// whose server falls silent is given up after silence_timeout; a connection whose server refuses
+// writes (read-only) is left once idle.
 
 const { start, killAll } = processGroup()
 const servers: PostgresServer[] = []
@@ -316,5 +317,47 @@ describe('the PostgreSQL driver when its server falls silent (a half-open connec
     const sql = createSql(adminUrl, { max: 1, statementTimeoutMs: 2 ** 31 - 1 })
     pools.push(sql)
     expect(await outcome(sql`select pg_sleep(0.1), 1 as n`, 5000)).toBe(1)
+  })
+})
+
+describe('the PostgreSQL driver on a server that refuses writes', () => {
+  /** A pool of one connection, turned read-only as one left on a fenced old primary after a failover, and a table. */
+  const readOnlyPool = async (name: string) => {
+    const sql = createSql(adminUrl, { max: 1, applicationName: `am-test-${name}` })
+    pools.push(sql)
+    const table = `${name.replaceAll('-', '_')}_${randomBytes(4).toString('hex')}`
+    await sql`create table ${sql(table)} (x int)`
+    await sql`set default_transaction_read_only = on`
+    const pid = async () =>
+      (await sql<{ pid: number; ro: string }[]>`select pg_backend_pid() as pid, current_setting('default_transaction_read_only') as ro`)[0]!
+    return { sql, table, pid, before: await pid() }
+  }
+
+  test('a connection refused a write as read-only (25006) is left: the next statement opens another', async () => {
+    const { sql, table, pid, before } = await readOnlyPool('read-only')
+    expect(before.ro).toBe('on')
+    const refused = (await sql`insert into ${sql(table)} values (1)`.catch((error: unknown) => error)) as { code?: string }
+    expect(refused.code).toBe('25006')
+    expect(isConnectionError(refused)).toBe(true)
+    const after = await pid()
+    expect(after.pid).not.toBe(before.pid)
+    expect(after.ro).toBe('off')
+    await sql`insert into ${sql(table)} values (2)`
+    await sql`drop table ${sql(table)}`
+  })
+
+  test('in a transaction, the connection is left once the transaction has rolled back', async () => {
+    const { sql, table, pid, before } = await readOnlyPool('read-only-tx')
+    const refused = (await sql
+      .begin(async tx => {
+        await tx`select 1`
+        await tx`insert into ${sql(table)} values (1)`
+      })
+      .catch((error: unknown) => error)) as { code?: string }
+    expect(refused.code).toBe('25006')
+    const after = await pid()
+    expect(after.pid).not.toBe(before.pid)
+    expect(after.ro).toBe('off')
+    await sql`drop table ${sql(table)}`
   })
 })
