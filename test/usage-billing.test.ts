@@ -323,6 +323,18 @@ describe('proxy calls', () => {
     expect(await counted(ctx, s.subscriptionId, 1)).toBe(1)
   })
 
+  test('a call’s marker against counting it twice lives two days, its period’s counter to a week past the period', async () => {
+    const s = await setup()
+    const before = new Set(await ctx.deps.redis.keys(ctx.deps.keys.usageEvent('*')))
+    expect((await proxy(s, {})).status).toBe(200)
+    const [marker] = (await ctx.deps.redis.keys(ctx.deps.keys.usageEvent('*'))).filter(key => !before.has(key))
+    const day = 86_400_000
+    const markerMs = await ctx.deps.redis.pttl(marker!)
+    expect(markerMs).toBeGreaterThan(2 * day - 60_000)
+    expect(markerMs).toBeLessThanOrEqual(2 * day)
+    expect(await ctx.deps.redis.pttl(ctx.deps.keys.usage(s.subscriptionId, 0).calls)).toBeGreaterThan(7 * day)
+  })
+
   test('usage thresholds are recorded once at 80 % and 100 % of the included calls', async () => {
     const s = await setup({ includedProxyCalls: 5 })
     for (let i = 0; i < 7; i++) await proxy(s)

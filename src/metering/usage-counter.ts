@@ -1,8 +1,10 @@
 /** The live count of a period's proxy calls in Redis, so a call's response shows usage including itself. */
 import { defineScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
+import { idempotencyWindowMs } from '../idempotency/idempotent.ts'
 
-// KEYS[1] the period's counter, KEYS[2] the event's marker; ARGV seed (calls Postgres had counted), ttl ms.
+// KEYS[1] the period's counter, KEYS[2] the event's marker; ARGV seed (calls Postgres had counted), the
+// counter's ttl ms, the marker's ttl ms.
 // An event bumps the counter once, however often it is offered; a counter Redis lost restarts from the
 // seed. A new event is answered no less than the seed and itself: a counter that restarted short of
 // the calls whose jobs Redis lost with it would otherwise answer short for the rest of the period,
@@ -10,13 +12,20 @@ import type { Keys } from '../keys.ts'
 // (The counter is not lifted: a call counted in Postgres before its own bump here would then be
 // counted twice.)
 const bump = defineScript(`
-if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) == false then
+if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) == false then
   return math.max(tonumber(redis.call('GET', KEYS[1]) or ARGV[1]), tonumber(ARGV[1]))
 end
 local calls = redis.call('INCR', KEYS[1])
 if calls == 1 then calls = redis.call('INCRBY', KEYS[1], tonumber(ARGV[1])) end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return math.max(calls, tonumber(ARGV[1]) + 1)`)
+
+/**
+ * How long an event's marker is kept: an event is offered again only by a retry under its
+ * Idempotency-Key, whose record lives 24 h. Kept as long as the counter (its period and a week), the
+ * markers came to about 100 bytes a call for five weeks: 30 GB or more of Redis at 100 calls a second.
+ */
+export const eventMarkerMs = 2 * idempotencyWindowMs
 
 export async function countLive(
   { redis, keys }: { redis: Redis; keys: Keys },
@@ -25,7 +34,7 @@ export async function countLive(
   return (await bump(
     redis,
     [keys.usage(event.subscriptionId, event.periodIndex).calls, keys.usageEvent(event.eventId)],
-    [event.seed, event.ttlMs],
+    [event.seed, event.ttlMs, Math.min(event.ttlMs, eventMarkerMs)],
   )) as number
 }
 
