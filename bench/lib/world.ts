@@ -45,6 +45,8 @@ export async function createWorld(): Promise<World> {
     REDIS_PREFIX: redisPrefix,
     AUTH_JWT_SECRET: jwtSecret,
     CONNECTIONS_KEY: randomBytes(32).toString('hex'),
+    // The streams scenario opens thousands of chat streams from one address (127.0.0.1): no cap.
+    CHAT_STREAMS_PER_ADDRESS: '0',
     // World chat is posted to many times in the streams scenario.
     RATE_LIMITS: JSON.stringify({ chatPost: { capacity: 100_000, perSeconds: 1 }, replyPost: { capacity: 100_000, perSeconds: 1 } }),
     // The scheduled invoice run fires once at start (nothing to bill yet), then not again during the run.

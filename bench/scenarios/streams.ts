@@ -8,6 +8,8 @@ import type { StreamsRun } from '../lib/types.ts'
 interface Stream {
   ready: boolean
   onReady: () => void
+  /** Refused (an answer other than 200): says which, at once rather than at the 30 s deadline. */
+  onRefused: (head: string) => void
   /** The end of the last chunk, so a marker split between chunks is still found. */
   tail: string
   arrived: Map<number, number>
@@ -35,9 +37,10 @@ export async function streamsScenario(
   const streams: Stream[] = []
   const sockets: Socket<Stream>[] = []
   const open = async (): Promise<void> => {
-    const stream: Stream = { ready: false, onReady: () => {}, tail: '', arrived: new Map() }
+    const stream: Stream = { ready: false, onReady: () => {}, onRefused: () => {}, tail: '', arrived: new Map() }
     const ready = new Promise<void>((resolve, reject) => {
       stream.onReady = resolve
+      stream.onRefused = head => reject(new Error(`refused: ${head}`))
       setTimeout(() => reject(new Error('no retry line within 30 s')), 30_000)
     })
     // Handled here too, so a connect that throws leaves no unhandled rejection behind.
@@ -52,6 +55,7 @@ export async function streamsScenario(
           const now = performance.now()
           const state = s.data
           const text = state.tail + decoder.decode(chunk)
+          if (!state.ready && /^HTTP\/1\.1 (?!200)/.test(text)) state.onRefused(text.slice(0, text.indexOf('\r')))
           if (!state.ready && text.includes('retry: 3000')) {
             state.ready = true
             state.onReady()
