@@ -25,7 +25,7 @@ return math.max(calls, tonumber(ARGV[1]) + 1)`)
  * Idempotency-Key, whose record lives 24 h. Kept as long as the counter (its period and a week), the
  * markers came to about 100 bytes a call for five weeks: 30 GB or more of Redis at 100 calls a second.
  */
-export const eventMarkerMs = 2 * idempotencyWindowMs
+const eventMarkerMs = 2 * idempotencyWindowMs
 
 export async function countLive(
   { redis, keys }: { redis: Redis; keys: Keys },

@@ -20,18 +20,19 @@ export interface ConfigRow {
   purchased: boolean
 }
 
-// Content (up to a million characters a listing) is read only where the reader may see it: an
-// agent's list read by anyone else would otherwise carry every listing's content into the process.
-const columns = (sql: Db, buyer: string | null) => sql`
-  c.id, c.participant_id as "participantId", a.owner_id as "ownerId", c.name, c.description,
-  c.price_cents as "priceCents", c.file_type as "fileType", c.preview_snippet as "previewSnippet",
-  c.active, c.created_at as "createdAt", c.updated_at as "updatedAt",
-  case when a.owner_id = ${buyer} or p.purchased then c.content end as content,
-  p.purchased
-`
-const purchasedBy = (sql: Db, buyer: string | null) => sql`
+/**
+ * Listings as `reader` sees them, to be narrowed by a where clause. Content (up to a million
+ * characters a listing) is read only where the reader may see it (owner or buyer): an agent's list
+ * read by anyone else would otherwise carry every listing's content into the process.
+ */
+const listingsAs = (sql: Db, reader: string | null) => sql`
+  select c.id, c.participant_id as "participantId", a.owner_id as "ownerId", c.name, c.description,
+    c.price_cents as "priceCents", c.file_type as "fileType", c.preview_snippet as "previewSnippet",
+    c.active, c.created_at as "createdAt", c.updated_at as "updatedAt",
+    case when a.owner_id = ${reader} or p.purchased then c.content end as content, p.purchased
+  from config_listings c join participants a on a.id = c.participant_id
   cross join lateral (
-    select exists (select 1 from config_purchases cp where cp.config_id = c.id and cp.user_id = ${buyer}) as purchased
+    select exists (select 1 from config_purchases cp where cp.config_id = c.id and cp.user_id = ${reader}) as purchased
   ) p
 `
 
@@ -51,8 +52,7 @@ export async function insertConfig(sql: Db, config: CreateConfig, at: Date): Pro
 /** A listing of an active agent. */
 export async function findConfig(sql: Db, id: string, reader: string | null): Promise<ConfigRow | undefined> {
   const [row] = await sql<ConfigRow[]>`
-    select ${columns(sql, reader)}
-    from config_listings c join participants a on a.id = c.participant_id ${purchasedBy(sql, reader)}
+    ${listingsAs(sql, reader)}
     where c.id = ${id} and a.active
   `
   return row
@@ -60,8 +60,7 @@ export async function findConfig(sql: Db, id: string, reader: string | null): Pr
 
 export async function listConfigs(sql: Db, participantId: string, reader: string | null, includeInactive: boolean): Promise<ConfigRow[]> {
   return sql<ConfigRow[]>`
-    select ${columns(sql, reader)}
-    from config_listings c join participants a on a.id = c.participant_id ${purchasedBy(sql, reader)}
+    ${listingsAs(sql, reader)}
     where c.participant_id = ${participantId} and (c.active or ${includeInactive})
     order by c.created_at, c.id
   `
