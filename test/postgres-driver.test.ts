@@ -1,4 +1,4 @@
-import { afterAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
@@ -16,7 +16,7 @@ import { until } from './helpers/until.ts'
 // nor one that closes while it fetches the array types; a startup closed without an error is tried
 // again only until connect_timeout; a transaction rolled back at its COMMIT fails; a connection
 // whose server falls silent is given up after silence_timeout; a connection whose server refuses
-// writes (read-only) is left once idle.
+// writes (read-only), or reports turning read-only after it opened, is left once idle.
 
 const { start, killAll } = processGroup()
 const servers: PostgresServer[] = []
@@ -321,33 +321,38 @@ describe('the PostgreSQL driver when its server falls silent (a half-open connec
 })
 
 describe('the PostgreSQL driver on a server that refuses writes', () => {
-  /** A pool of one connection, turned read-only as one left on a fenced old primary after a failover, and a table. */
+  /**
+   * A table, and a pool of one connection opened read-only, as one that a failover's DNS name led to
+   * a fenced old primary or a hot standby. Opened so, it is kept for its reads (not left, nor opened
+   * again and again): only a refused write, or the server turning read-only after it opened, leaves it.
+   */
   const readOnlyPool = async (name: string) => {
-    const sql = createSql(adminUrl, { max: 1, applicationName: `am-test-${name}` })
-    pools.push(sql)
+    const admin = createSql(adminUrl, { max: 1, applicationName: `am-test-${name}-admin` })
+    pools.push(admin)
     const table = `${name.replaceAll('-', '_')}_${randomBytes(4).toString('hex')}`
-    await sql`create table ${sql(table)} (x int)`
-    await sql`set default_transaction_read_only = on`
+    await admin`create table ${admin(table)} (x int)`
+    const sql = createSql(adminUrl, { max: 1, applicationName: `am-test-${name}`, settings: { default_transaction_read_only: 'on' } })
+    pools.push(sql)
     const pid = async () =>
       (await sql<{ pid: number; ro: string }[]>`select pg_backend_pid() as pid, current_setting('default_transaction_read_only') as ro`)[0]!
-    return { sql, table, pid, before: await pid() }
+    const before = await pid()
+    expect(before.ro).toBe('on')
+    for (let i = 0; i < 3; i++) expect((await pid()).pid).toBe(before.pid)
+    return { sql, admin, table, pid, before }
   }
 
   test('a connection refused a write as read-only (25006) is left: the next statement opens another', async () => {
-    const { sql, table, pid, before } = await readOnlyPool('read-only')
-    expect(before.ro).toBe('on')
+    const { sql, admin, table, pid, before } = await readOnlyPool('read-only')
     const refused = (await sql`insert into ${sql(table)} values (1)`.catch((error: unknown) => error)) as { code?: string }
     expect(refused.code).toBe('25006')
     expect(isConnectionError(refused)).toBe(true)
     const after = await pid()
     expect(after.pid).not.toBe(before.pid)
-    expect(after.ro).toBe('off')
-    await sql`insert into ${sql(table)} values (2)`
-    await sql`drop table ${sql(table)}`
+    await admin`drop table ${admin(table)}`
   })
 
   test('in a transaction, the connection is left once the transaction has rolled back', async () => {
-    const { sql, table, pid, before } = await readOnlyPool('read-only-tx')
+    const { sql, admin, table, pid, before } = await readOnlyPool('read-only-tx')
     const refused = (await sql
       .begin(async tx => {
         await tx`select 1`
@@ -357,7 +362,174 @@ describe('the PostgreSQL driver on a server that refuses writes', () => {
     expect(refused.code).toBe('25006')
     const after = await pid()
     expect(after.pid).not.toBe(before.pid)
-    expect(after.ro).toBe('off')
-    await sql`drop table ${sql(table)}`
+    await admin`drop table ${admin(table)}`
+  })
+
+  test('a server a pooler reports turning into a hot standby (in_hot_standby on) is left once idle', async () => {
+    // PostgreSQL itself reports in_hot_standby only going off (a promotion: demotion restarts it); a
+    // pooler that moves a client's session to a standby is what turns it on under the client.
+    const proxy = await startHeldProxy(adminUrl)
+    const sql = createSql(through(proxy), { max: 2, applicationName: 'am-test-hot-standby' })
+    pools.push(sql)
+    try {
+      const read = async () => (await sql<{ pid: number }[]>`select pg_backend_pid() as pid, pg_sleep(0.05)`)[0]!.pid
+      const before = new Set(await Promise.all([read(), read()]))
+      expect(before.size).toBe(2)
+      proxy.inject(parameterStatus('in_hot_standby', 'on'))
+      // Each connection answers the statement its server's report came with, then is left.
+      expect(before).toEqual(new Set(await Promise.all([read(), read()])))
+      const after = await Promise.all([read(), read()])
+      expect(after.filter(pid => before.has(pid))).toEqual([])
+    } finally {
+      await proxy.close()
+    }
+  })
+})
+
+/** A ParameterStatus message of the protocol (`S`), as a server reports a setting it changed. */
+function parameterStatus(name: string, value: string): Buffer {
+  const body = Buffer.from(`${name}\0${value}\0`)
+  const message = Buffer.alloc(5 + body.length)
+  message.write('S')
+  message.writeInt32BE(4 + body.length, 1)
+  body.copy(message, 5)
+  return message
+}
+
+interface Answer {
+  pid: number
+  ro: string
+}
+
+describe.skipIf(!hasServerBinaries)('the PostgreSQL driver when its server turns read-only under it (a failover fencing the old primary)', () => {
+  let server: PostgresServer
+  let admin: Sql
+
+  beforeAll(async () => {
+    server = await startPostgresServer()
+    servers.push(server)
+    admin = createSql(server.url(), { max: 1, applicationName: 'am-test-fence' })
+    pools.push(admin)
+    await admin`create table flight (x int)`
+  }, 30_000)
+
+  /**
+   * What a failover tool does to fence the old primary: ALTER SYSTEM and a reload. A backend takes the
+   * new setting when it next reads a statement, and reports it (ParameterStatus) with that answer.
+   * Resolves once a session sees it: the postmaster has signalled every backend by then.
+   */
+  async function fence(on: boolean) {
+    await admin.unsafe(`alter system set default_transaction_read_only = ${on ? 'on' : 'off'}`)
+    await admin`select pg_reload_conf()`
+    const want = on ? 'on' : 'off'
+    await until(async () => (await admin<Answer[]>`select current_setting('default_transaction_read_only') as ro`)[0]!.ro === want, 5000)
+  }
+
+  const asked = (sql: Sql) => async () =>
+    (await sql<Answer[]>`select pg_backend_pid() as pid, current_setting('default_transaction_read_only') as ro, pg_sleep(0.02)`)[0]!
+
+  test('a pool’s connections that only read are left once idle, and replaced by ones that stay', async () => {
+    const sql = createSql(server.url(), { max: 4, applicationName: 'am-test-fenced-reads' })
+    pools.push(sql)
+    const read = asked(sql)
+    const round = () => Promise.all(Array.from({ length: 4 }, read))
+    const before = new Set((await round()).map(answer => answer.pid))
+    expect(before.size).toBe(4)
+    try {
+      await fence(true)
+      // Every statement answers (Promise.all would throw). Each old connection answers at most the
+      // round in which its server reported the change (and what was pipelined behind it), no later one.
+      const rounds: Answer[][] = []
+      while (rounds.length === 0 || rounds.at(-1)!.some(answer => before.has(answer.pid))) {
+        if (rounds.length === 10) throw new Error(`old connections still answer after 10 rounds: ${JSON.stringify(rounds)}`)
+        rounds.push(await round())
+      }
+      const toldIn = new Map<number, number>()
+      rounds.forEach((answers, index) => {
+        for (const { pid, ro } of answers) {
+          if (!before.has(pid)) continue
+          expect(toldIn.has(pid) && toldIn.get(pid)! < index).toBe(false)
+          if (ro === 'on' && !toldIn.has(pid)) toldIn.set(pid, index)
+        }
+      })
+      expect([...toldIn.keys()].sort()).toEqual([...before].sort())
+      // Their backends are gone from the server: ended, not merely set aside.
+      await until(async () => (await admin`select 1 from pg_stat_activity where pid in ${admin([...before])}`).length === 0, 5000)
+      // The new connections opened read-only stay: no connection is opened, left and opened again.
+      const later = (await Promise.all(Array.from({ length: 5 }, round))).flat()
+      expect(later.every(answer => answer.ro === 'on' && !before.has(answer.pid))).toBe(true)
+      const replacements = new Set([...rounds.at(-1)!, ...later].map(answer => answer.pid))
+      expect(replacements.size).toBeLessThanOrEqual(4)
+    } finally {
+      await fence(false)
+    }
+  })
+
+  test('after a failover that fences the old primary, a pool that only reads moves to where the name now leads', async () => {
+    const primary = await startPostgresServer()
+    servers.push(primary)
+    // The service's DATABASE_URL: a name (here a proxy) that the failover points at the new primary.
+    const name = await startHeldProxy(server.url())
+    const sql = createSql(through(name), { max: 4, applicationName: 'am-test-failover' })
+    pools.push(sql)
+    const where = async () => (await sql<{ port: string }[]>`select current_setting('port') as port, pg_sleep(0.02)`)[0]!.port
+    const round = () => Promise.all(Array.from({ length: 4 }, where))
+    try {
+      expect(await round()).toEqual(Array(4).fill(String(server.port)))
+      name.retarget(primary.url())
+      await fence(true)
+      // Each old connection reads the old primary once more (the statement its server's report comes
+      // with; twice if the reload reached its backend only after that statement): then the new one.
+      const stale: string[] = []
+      for (let rounds = 0; rounds < 3; rounds++) stale.push(...(await round()).filter(port => port === String(server.port)))
+      expect(stale.length).toBeLessThanOrEqual(8)
+      for (let rounds = 0; rounds < 3; rounds++) expect(await round()).toEqual(Array(4).fill(String(primary.port)))
+    } finally {
+      await name.close()
+      await fence(false)
+    }
+  }, 30_000)
+
+  test('statements pipelined and a transaction in flight as the server turns read-only complete; then the connection is left', async () => {
+    const sql = createSql(server.url(), { max: 1, applicationName: 'am-test-fenced-flight' })
+    pools.push(sql)
+    const read = asked(sql)
+    const before = (await read()).pid
+    try {
+      let begun!: () => void
+      let proceed!: () => void
+      const inside = new Promise<void>(resolve => (begun = resolve))
+      const gate = new Promise<void>(resolve => (proceed = resolve))
+      // Begun read-write before the fence, the transaction stays so to its COMMIT.
+      const transaction = sql.begin(async tx => {
+        await tx`insert into flight values (1)`
+        begun()
+        await gate
+        const [answer] = await tx<Answer[]>`select pg_backend_pid() as pid, current_setting('default_transaction_read_only') as ro`
+        await tx`insert into flight values (2)`
+        return answer!
+      })
+      await inside
+      await fence(true)
+      // Queued behind the transaction on the pool's one connection.
+      const waiting = Array.from({ length: 3 }, read)
+      proceed()
+      const told = await transaction
+      expect(told).toEqual({ pid: before, ro: 'on' })
+      expect((await admin<{ n: number }[]>`select count(*)::int as n from flight`)[0]!.n).toBe(2)
+      const next = await Promise.all(waiting)
+      expect(next.every(answer => answer.pid !== before)).toBe(true)
+
+      // Pipelined: all sent on one connection before its first answer reports the change.
+      await fence(false)
+      const second = (await read()).pid
+      await read()
+      await fence(true)
+      const pipelined = await Promise.all(Array.from({ length: 6 }, read))
+      expect(pipelined.map(answer => answer.pid)).toEqual(Array(6).fill(second))
+      expect((await read()).pid).not.toBe(second)
+    } finally {
+      await fence(false)
+    }
   })
 })

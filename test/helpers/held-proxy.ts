@@ -18,6 +18,12 @@ export interface HeldProxy {
    * a close (half-open, as behind a NAT that forgot the flow). New connections work.
    */
   stall(): void
+  /**
+   * Sends `bytes` to each open connection's client just before the server's next answer on it, as if
+   * the server had sent them first (a message of its own: a ParameterStatus, say). Only between
+   * answers: the next bytes from the server must begin a message.
+   */
+  inject(bytes: Buffer): void
   /** New connections go to `target` from now on (a name that now resolves to another server); open ones stay where they are. */
   retarget(target: string): void
   /** Drops every connection and stops listening: the server looks down. */
@@ -34,15 +40,27 @@ export async function startHeldProxy(target: string): Promise<HeldProxy> {
   const waiting: { upstream: Socket; chunk: Buffer | string }[] = []
   const sockets = new Set<Socket>()
   const stalled = new WeakSet<Socket>()
+  const clients = new Set<Socket>()
+  const injections = new Map<Socket, Buffer>()
   const server = createServer(client => {
     const upstream = connect(Number(port), hostname)
+    clients.add(client)
+    client.on('close', () => (clients.delete(client), injections.delete(client)))
     for (const socket of [client, upstream]) {
       sockets.add(socket)
       socket.on('close', () => sockets.delete(socket))
       socket.on('error', () => socket.destroy())
     }
     client.on('data', chunk => void (stalled.has(client) || (held ? waiting.push({ upstream, chunk }) : upstream.write(chunk))))
-    upstream.on('data', chunk => void (stalled.has(upstream) || client.write(chunk)))
+    upstream.on('data', chunk => {
+      if (stalled.has(upstream)) return
+      const injected = injections.get(client)
+      if (injected) {
+        injections.delete(client)
+        client.write(injected)
+      }
+      client.write(chunk)
+    })
     client.on('close', () => void (stalled.has(client) || upstream.destroy()))
     upstream.on('close', () => void (stalled.has(upstream) || client.destroy()))
   })
@@ -68,6 +86,9 @@ export async function startHeldProxy(target: string): Promise<HeldProxy> {
         stalled.add(socket)
         socket.pause()
       }
+    },
+    inject(bytes) {
+      for (const client of clients) injections.set(client, bytes)
     },
     retarget(next) {
       ;({ hostname, port } = new URL(next))
