@@ -234,6 +234,25 @@ describe('bad input writes nothing', () => {
     expect(own.body.data).toMatchObject({ version: 2, source: { method: 'user' }, author: { kind: 'user', id: user.id } })
   })
 
+  test('an agent that has no method to give may send it empty, as the reference agent does by default', async () => {
+    const user = await signUp(ctx)
+    const {
+      agents: [a],
+    } = await hire(user, 1)
+    const written = await agentWrite(a!, {
+      userId: user.id,
+      type: 'content_insights',
+      key: 'topics',
+      data: { topTopics: ['launches'] },
+      confidence: 'derived',
+      source: { method: '' },
+    })
+    expect(written.status).toBe(201)
+    expect(written.body.data).toMatchObject({ version: 1, confidence: 'derived', source: { method: '' }, author: { kind: 'agent', id: a!.id } })
+    const read = await agentRead(a!, `userId=${user.id}&type=content_insights`)
+    expect(read.body.data.entries[0]).toMatchObject({ data: { topTopics: ['launches'] }, source: { method: '' } })
+  })
+
   test('user endpoints: unknown entries and versions are 404; credentials are checked', async () => {
     const user = await signUp(ctx)
     const {

@@ -28,8 +28,9 @@ export const userSourceMethod = 'user'
 export const revertSourceMethod = (version: number) => `revert:v${version}`
 
 export const ContextData = t.Object({}, { additionalProperties: true, description: 'A JSON object of at most 64 KiB' })
+// An empty method is taken: the reference agent (a Python loop) sends `method: ""` when it has none to give.
 export const Source = t.Object(
-  { method: t.String({ minLength: 1, maxLength: 200, description: 'How the value was obtained' }) },
+  { method: t.String({ maxLength: 200, description: 'How the value was obtained; may be empty' }) },
   { additionalProperties: true, description: 'At most 4 KiB' },
 )
 
