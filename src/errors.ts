@@ -146,5 +146,6 @@ export const errors = {
   unavailable: (message = 'A backing service is unavailable; try again', retryAfterSeconds?: number) =>
     new AppError(503, 'unavailable', message, undefined, retryAfterSeconds === undefined ? undefined : { 'retry-after': String(retryAfterSeconds) }),
   notReady: (details: ErrorDetail[]) => new AppError(503, 'unavailable', 'The service is not ready for traffic', details),
+  backingDown: (details: ErrorDetail[]) => new AppError(503, 'unavailable', 'Postgres or Redis is unreachable', details),
   internal: () => new AppError(500, 'internal', 'Something went wrong on our side'),
 }

@@ -345,6 +345,20 @@ describe('health', () => {
     expect(res.body).toEqual({ status: 'ok', postgres: 'ok', redis: 'ok' })
   })
 
+  test('GET /v1/health is /health in the envelope, where the original CLIs read data.status', async () => {
+    const res = await ctx.call('GET', '/v1/health')
+    expect(res.status).toBe(200)
+    expect(res.body).toEqual({ success: true, data: { status: 'ok', postgres: 'ok', redis: 'ok' } })
+    const broken = await createTestContext()
+    try {
+      broken.deps.redis.disconnect()
+      const down = expectError(await broken.call('GET', '/v1/health'), 503, 'unavailable')
+      expect(down.details).toEqual([{ path: '/redis', message: 'Redis is unreachable' }])
+    } finally {
+      await broken.close()
+    }
+  })
+
   test('GET /health/live is 200; GET /health/ready is 200 with Postgres, Redis and the migrations ok', async () => {
     const live = await ctx.call('GET', '/health/live')
     expect(live.status).toBe(200)

@@ -193,6 +193,7 @@ describe('servers, security, licence and contact', () => {
         'health',
         'healthLive',
         'healthReady',
+        'healthV1',
         'devicePage',
         'startDeviceAuthorization',
         'pollDeviceAuthorization',

@@ -1,6 +1,8 @@
 /**
  * Health for people and orchestrators: GET /health (can this process reach Postgres and Redis),
  * GET /health/live (the process answers) and GET /health/ready (it should be sent traffic).
+ * GET /v1/health is /health in the `{success, data}` envelope, where the original service's CLIs
+ * (`stamn status`, `openclaw stamn status`) look for it.
  */
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
@@ -45,14 +47,18 @@ async function migrationState(sql: Sql, expected: number): Promise<'applied' | '
 export function healthRoutes({ sql, redis, lifecycle }: Deps) {
   // The migrations this code needs; a database that has more (a newer version migrated it) will do.
   const expected = readMigrations().length
+  const health = async () => {
+    const [postgres, cache] = await Promise.all([reachable(sql`select 1`), reachable(redis.ping())])
+    const healthy = postgres === 'ok' && cache === 'ok'
+    return { status: healthy ? ('ok' as const) : ('unavailable' as const), postgres, redis: cache }
+  }
   return new Elysia({ tags: ['operations'] })
     .get(
       '/health',
       async ({ set }) => {
-        const [postgres, cache] = await Promise.all([reachable(sql`select 1`), reachable(redis.ping())])
-        const healthy = postgres === 'ok' && cache === 'ok'
-        if (!healthy) set.status = 503
-        return { status: healthy ? ('ok' as const) : ('unavailable' as const), postgres, redis: cache }
+        const answer = await health()
+        if (answer.status !== 'ok') set.status = 503
+        return answer
       },
       {
         response: { 200: Health, 503: Health },
@@ -62,6 +68,28 @@ export function healthRoutes({ sql, redis, lifecycle }: Deps) {
           description:
             'No credential. Each check has 2 s. A 503 says `status: unavailable` and names which is `down`. ' +
             'The body is not in the `{success, data}` envelope. Orchestrators use GET /health/live and GET /health/ready.',
+          security: [],
+        },
+      },
+    )
+    .get(
+      '/v1/health',
+      async () => {
+        const answer = await health()
+        const details: ErrorDetail[] = []
+        if (answer.postgres === 'down') details.push({ path: '/postgres', message: 'Postgres is unreachable' })
+        if (answer.redis === 'down') details.push({ path: '/redis', message: 'Redis is unreachable' })
+        if (details.length > 0) throw errors.backingDown(details)
+        return ok(answer)
+      },
+      {
+        response: { 200: Ok(Health), ...failures(503) },
+        detail: {
+          operationId: 'healthV1',
+          summary: 'Liveness of Postgres and Redis, in the `{success, data}` envelope',
+          description:
+            'No credential. GET /health in the envelope, where the original service’s CLIs read `data.status`; ' +
+            'when Postgres or Redis is down, 503 `unavailable` with a detail naming each.',
           security: [],
         },
       },
