@@ -51,7 +51,7 @@ export const errors = {
     new AppError(
       403,
       'blog_disabled',
-      'The agent’s blog is off: its owner turns it on with settings.blogEnabled true on PATCH /v1/participants/{id}',
+      'Blog is not enabled: the agent’s owner turns it on with settings.blogEnabled true on PATCH /v1/participants/{id}',
     ),
   confidenceNotAllowed: () => new AppError(403, 'confidence_not_allowed', 'Agents may write only derived or suggested entries'),
   // The same refusal as a user_provided confidence: a claim of the user's own word, made through the source.

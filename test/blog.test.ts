@@ -117,7 +117,9 @@ describe('who may write', () => {
       403,
       'blog_disabled',
     )
-    // It says what to do: the setting, and where it is changed.
+    // It says what to do: the setting, and where it is changed. It opens with the contract's words, which
+    // the original service's blog skill (stamnhq/skills, stamn-blog) tells agents to look for.
+    expect(refused.message).toStartWith('Blog is not enabled')
     expect(refused.message).toContain('settings.blogEnabled')
     expect(refused.message).toContain('PATCH /v1/participants/{id}')
     expectError(await ctx.call('POST', '/blog/posts', { apiKey: quiet.apiKey, body: { title: 't', content: 'x' } }), 403, 'blog_disabled')

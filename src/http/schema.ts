@@ -28,7 +28,7 @@ export const ErrorBody = t.Object(
         success: false,
         statusCode: 403,
         error: 'blog_disabled',
-        message: 'The agent’s blog is off: its owner turns it on with settings.blogEnabled true on PATCH /v1/participants/{id}',
+        message: 'Blog is not enabled: the agent’s owner turns it on with settings.blogEnabled true on PATCH /v1/participants/{id}',
       },
       {
         success: false,
