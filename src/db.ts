@@ -95,26 +95,70 @@ export async function deleteOlderThan(sql: Sql, table: string, column: string, o
   }
 }
 
-/** True when an error means the database (its primary) cannot be reached (as opposed to a bad query). */
+// Errno codes of a socket that could not be opened or was lost. Bun reports an unreachable host or
+// network as ECONNREFUSED, Node as EHOSTUNREACH or ENETUNREACH; a name that does not resolve (a
+// failover's DNS change, a resolver away) is ENOTFOUND or EAI_AGAIN.
+const socketCodes = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ECONNABORTED',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EHOSTDOWN',
+  'ENETDOWN',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+])
+
+// postgres.js's own: a connect timed out, a connection closed, ended or destroyed under its queries,
+// or silent past its statement timeout (CONNECTION_SILENT, the patched driver's: patches/README.md).
+const driverCodes = new Set(['CONNECT_TIMEOUT', 'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECTION_SILENT'])
+
+/**
+ * True when the connection to the database could not be made or was lost, or the server ended the
+ * session (as opposed to a statement refused on a live one): a statement sent on it may have committed.
+ */
 export function isConnectionError(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code
+  const e = error as { code?: unknown; syscall?: unknown; severity?: unknown } | null
+  const code = e?.code
+  if (typeof code !== 'string') return false
   return (
-    code === 'ECONNREFUSED' ||
-    code === 'ECONNRESET' ||
-    code === 'ETIMEDOUT' ||
-    code === 'CONNECT_TIMEOUT' ||
-    code === 'CONNECTION_CLOSED' ||
-    code === 'CONNECTION_ENDED' ||
-    code === 'CONNECTION_DESTROYED' ||
-    code === 'CONNECTION_SILENT' ||
-    code === '57P01' ||
-    code === '57P03' ||
+    socketCodes.has(code) ||
+    driverCodes.has(code) ||
+    // Any failure to open the socket (a firewall's EACCES too) or to resolve the host's name.
+    e?.syscall === 'connect' ||
+    e?.syscall === 'getaddrinfo' ||
+    // The server ended the session, or would not start one: a statement's own errors are ERROR. At
+    // run time (the boot reports them in one line: reachDatabase) these are the role's password
+    // changed (28P01) or its login revoked (28000), the database renamed or dropped (3D000), closed
+    // to connections (55000) or its CONNECT taken away (42501), an idle timeout (25P03, 57P05).
+    e?.severity === 'FATAL' ||
+    e?.severity === 'PANIC' ||
+    // Connection exceptions (08P01: a protocol violation at startup, a pooler refusing a startup
+    // parameter, say), and the server going away: shut down (57P01), crashed (57P02), starting or
+    // recovering (57P03), the database dropped (57P04). 57014 (canceled) is a statement's.
+    code.startsWith('08') ||
+    code.startsWith('57P') ||
     code === '53300' ||
     // read-only: a hot standby or a fenced old primary that a failover's DNS or proxy led a connection to
-    code === '25006' ||
-    // a protocol violation at startup: a pooler refusing a startup parameter, say
-    code === '08P01'
+    code === '25006'
   )
+}
+
+/**
+ * True when the database cannot serve now, whatever the statement: its connection failed
+ * (isConnectionError), or the server refused the statement for want of resources (class 53: disk
+ * full, out of memory, too many connections, a configured limit such as temp_file_limit) or for a
+ * fault of its own (class 58: an I/O error). Nothing of the request's doing: 503, and an actor's
+ * command waits rather than counting as failing. Unlike a connection error, a refused statement
+ * changed nothing.
+ */
+export function isDatabaseUnavailable(error: unknown): boolean {
+  if (isConnectionError(error)) return true
+  const code = (error as { code?: unknown } | null)?.code
+  return typeof code === 'string' && /^5[38]/.test(code)
 }
 
 // serialization failure, deadlock, lock not available, canceled (a statement timeout, or an operator's

@@ -4,7 +4,7 @@
  * acknowledged. An entry not finished (the turn failed, the hold was lost, a projection given up that
  * no repair made good) stays in the mailbox for the next holder, who applies or projects it again.
  */
-import { isConnectionError, isTransientFailure } from '../db.ts'
+import { isDatabaseUnavailable, isTransientFailure } from '../db.ts'
 import { isRedisUnavailable, type Redis } from '../redis.ts'
 import { errorFields } from '../log.ts'
 import { applyTurn, BatchFailed, due, type BatchCommand, type TurnDeps, type TurnOutcome } from './turn.ts'
@@ -134,7 +134,7 @@ function commandsOf(hold: Hold) {
   return { actor: hold.actor, kind: hold.kind, token: hold.token, commands }
 }
 
-/** A failure of Postgres or Redis (or a statement Postgres gave up: a deadlock, a timeout), not the command's doing: trying again later may apply it. */
+/** A failure of Postgres or Redis (or a statement Postgres gave up or refused: a deadlock, a timeout, a full disk), not the command's doing: trying again later may apply it. */
 export function isOutage(error: unknown): boolean {
-  return isConnectionError(error) || isRedisUnavailable(error) || isTransientFailure(error)
+  return isDatabaseUnavailable(error) || isRedisUnavailable(error) || isTransientFailure(error)
 }

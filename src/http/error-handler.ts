@@ -2,7 +2,7 @@
 import { Elysia, ValidationError } from 'elysia'
 import { AppError, errors, type ErrorDetail } from '../errors.ts'
 import { errorFields, throttled, type Log } from '../log.ts'
-import { isBadInput, isConnectionError, isTransientFailure } from '../db.ts'
+import { isBadInput, isDatabaseUnavailable, isTransientFailure } from '../db.ts'
 import { isRedisUnavailable } from '../redis.ts'
 import { isStorableText } from '../text.ts'
 import { headTooLarge } from './request-limits.ts'
@@ -73,7 +73,7 @@ export function toAppError(
     else outage('warn', 'postgres-gave-up', 'database statement given up (lock or deadlock)', fields)
     return errors.unavailable('The database is busy; try again', 1)
   }
-  if (isConnectionError(error) || isRedisUnavailable(error)) {
+  if (isDatabaseUnavailable(error) || isRedisUnavailable(error)) {
     outage('error', errorFields(error).error as string, 'backing service unavailable', { path, ...errorFields(error) })
     return errors.unavailable()
   }
