@@ -143,8 +143,10 @@ export const errors = {
       'forbidden',
       'The connection’s address is not allowed: it resolves to a private, loopback, link-local or other special-purpose address',
     ),
-  unavailable: (message = 'A backing service is unavailable; try again', retryAfterSeconds?: number) =>
-    new AppError(503, 'unavailable', message, undefined, retryAfterSeconds === undefined ? undefined : { 'retry-after': String(retryAfterSeconds) }),
+  // Every 503 says when to try again (a second unless the caller knows better): the agent's reference
+  // loop, and clients generally, wait for Retry-After rather than guess.
+  unavailable: (message = 'A backing service is unavailable; try again', retryAfterSeconds = 1) =>
+    new AppError(503, 'unavailable', message, undefined, { 'retry-after': String(retryAfterSeconds) }),
   notReady: (details: ErrorDetail[]) => new AppError(503, 'unavailable', 'The service is not ready for traffic', details),
   backingDown: (details: ErrorDetail[]) => new AppError(503, 'unavailable', 'Postgres or Redis is unreachable', details),
   internal: () => new AppError(500, 'internal', 'Something went wrong on our side'),

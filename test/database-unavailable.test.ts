@@ -120,7 +120,10 @@ describe('a database that refuses the service’s connections', () => {
         expect(isConnectionError(refused)).toBe(true)
         expect(isOutage(refused)).toBe(true)
         for (let i = 0; i < 3; i++) {
-          expectError(await participant(), 503, 'unavailable')
+          const read = await participant()
+          expectError(read, 503, 'unavailable')
+          // Every 503 says when to try again.
+          expect(read.headers.get('retry-after')).toBe('1')
           expectError(await patch(`Refused ${i}`), 503, 'unavailable')
         }
         expectError(

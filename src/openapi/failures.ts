@@ -45,7 +45,7 @@ export const failureResponses: Record<string, Response> = {
   Internal: failure('internal: something went wrong on our side'),
   Unavailable: {
     ...failure('unavailable: PostgreSQL or Redis cannot be reached, or the service is too busy, right now; retry'),
-    headers: { 'Retry-After': { description: 'Seconds to wait, when the service knows', schema: { type: 'integer', minimum: 0 } } },
+    headers: { 'Retry-After': { description: 'Seconds to wait before trying again', schema: { type: 'integer', minimum: 0 } } },
   },
 }
 
