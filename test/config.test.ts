@@ -300,6 +300,7 @@ describe('redactUrl', () => {
     expect(redactUrl('postgres://u:secret@db.example.com:5432/app')).toBe('postgres://***@db.example.com:5432/app')
     expect(redactUrl('postgres://u:p/w@h/db')).toBe('postgres://***@h/db')
     expect(redactUrl('postgres://u:p@ss@h/db')).toBe('postgres://***@h/db')
+    expect(redactUrl('postgres://u:secret@[::1]:5432,[2001:db8::1]/db')).toBe('postgres://***@[::1]:5432,[2001:db8::1]/db')
     expect(redactUrl('redis://127.0.0.1:6379')).toBe('redis://127.0.0.1:6379')
   })
 })

@@ -7,6 +7,7 @@ import { createSql, isConnectionError, isTransientFailure, silenceGraceMs, type 
 import { adminUrl } from './helpers/database.ts'
 import { startHeldProxy } from './helpers/held-proxy.ts'
 import { postgresBinaries, startPostgresServer, type PostgresServer } from './helpers/postgres-server.ts'
+import { freePort } from './helpers/ports.ts'
 import { exitWithin, processGroup, projectRoot } from './helpers/processes.ts'
 import { until } from './helpers/until.ts'
 
@@ -16,7 +17,8 @@ import { until } from './helpers/until.ts'
 // nor one that closes while it fetches the array types; a startup closed without an error is tried
 // again only until connect_timeout; a transaction rolled back at its COMMIT fails; a connection
 // whose server falls silent is given up after silence_timeout; a connection whose server refuses
-// writes (read-only), or reports turning read-only after it opened, is left once idle.
+// writes (read-only), or reports turning read-only after it opened, is left once idle; a URL's host
+// may be an IPv6 literal in brackets.
 
 const { start, killAll } = processGroup()
 const servers: PostgresServer[] = []
@@ -531,5 +533,68 @@ describe.skipIf(!hasServerBinaries)('the PostgreSQL driver when its server turns
     } finally {
       await fence(false)
     }
+  })
+})
+
+/** Whether this machine has an IPv6 loopback address to listen on. */
+function hasIpv6Loopback(): boolean {
+  try {
+    Bun.listen({ hostname: '::1', port: 0, socket: { data() {} } }).stop(true)
+    return true
+  } catch {
+    return false
+  }
+}
+
+const ipv6 = hasIpv6Loopback()
+if (!ipv6) console.warn('postgres-driver: skipping the connections over IPv6, this machine has no ::1')
+
+describe('the PostgreSQL driver given an IPv6 literal host in its URL', () => {
+  const parsed = (url: string) => {
+    const { host, port } = postgres(url).options
+    return { host, port }
+  }
+
+  test('the address in brackets is the host, and a port follows the bracket; IPv4 and names as before', () => {
+    // Upstream split every host at its first colon: [::1] connected to a host named "[" (ENOTFOUND).
+    expect(parsed('postgres://u:p@[::1]:5433/db')).toEqual({ host: ['::1'], port: [5433] })
+    expect(parsed('postgres://u@[2001:db8::1]/db')).toEqual({ host: ['2001:db8::1'], port: [5432] })
+    expect(parsed('postgres://u@[::1]:5433,127.0.0.1:5434/db')).toEqual({ host: ['::1', '127.0.0.1'], port: [5433, 5434] })
+    expect(parsed('postgres://u@[::1],[2001:db8::1]:5434,db.example.com/db')).toEqual({
+      host: ['::1', '2001:db8::1', 'db.example.com'],
+      port: [5432, 5434, 5432],
+    })
+    expect(parsed('postgres://u@127.0.0.1:5433/db')).toEqual({ host: ['127.0.0.1'], port: [5433] })
+    expect(parsed('postgres://u@db.example.com/db')).toEqual({ host: ['db.example.com'], port: [5432] })
+    // A host without a port takes the first host's (upstream's rule, kept).
+    expect(parsed('postgres://u@127.0.0.1:5433,db.example.com/db')).toEqual({ host: ['127.0.0.1', 'db.example.com'], port: [5433, 5433] })
+  })
+
+  describe.skipIf(!ipv6 || !hasServerBinaries)('against a server listening on ::1', () => {
+    let server: PostgresServer
+    const where = async (sql: Sql) => (await sql<{ addr: string }[]>`select host(inet_server_addr()) as addr`)[0]!.addr
+
+    beforeAll(async () => {
+      server = await startPostgresServer({ ipv6: true })
+      servers.push(server)
+    }, 30_000)
+
+    test('a URL naming [::1] with its port, or without one (the pool’s default), connects over IPv6', async () => {
+      const sql = createSql(`postgres://postgres@[::1]:${server.port}/postgres`, { max: 1 })
+      pools.push(sql)
+      expect(await where(sql)).toBe('::1')
+      const defaulted = postgres('postgres://postgres@[::1]/postgres', { port: server.port, max: 1, onnotice: () => {} }) as unknown as Sql
+      pools.push(defaulted)
+      expect(await where(defaulted)).toBe('::1')
+    })
+
+    test('a host list mixing IPv6 and IPv4 reaches each in turn', async () => {
+      const refused = await freePort()
+      const toIpv6 = createSql(`postgres://postgres@127.0.0.1:${refused},[::1]:${server.port}/postgres`, { max: 1 })
+      const toIpv4 = createSql(`postgres://postgres@[::1]:${refused},127.0.0.1:${server.port}/postgres`, { max: 1 })
+      pools.push(toIpv6, toIpv4)
+      expect(await where(toIpv6)).toBe('::1')
+      expect(await where(toIpv4)).toBe('127.0.0.1')
+    })
   })
 })

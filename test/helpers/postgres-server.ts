@@ -37,8 +37,12 @@ export function postgresBinaries(): string | null {
   return newest === undefined ? null : join(root, newest, 'bin')
 }
 
-/** initdb and start a server (fsync off: nothing here crashes the machine) on a free port. */
-export async function startPostgresServer(options: { maxConnections?: number } = {}): Promise<PostgresServer> {
+/**
+ * initdb and start a server (fsync off: nothing here crashes the machine) on a free port of
+ * 127.0.0.1, and of ::1 too with `ipv6` (the port is found free on 127.0.0.1; PostgreSQL starts with a
+ * warning in its log if another process holds it on ::1).
+ */
+export async function startPostgresServer(options: { maxConnections?: number; ipv6?: boolean } = {}): Promise<PostgresServer> {
   const bin = postgresBinaries()
   if (bin === null) throw new Error('initdb and pg_ctl not found (apt-get install postgresql)')
   const dir = mkdtempSync(join(tmpdir(), 'am-pg-'))
@@ -67,7 +71,7 @@ export async function startPostgresServer(options: { maxConnections?: number } =
     await run([join(bin, 'initdb'), '-D', data, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--no-sync'])
     for (let attempt = 1; ; attempt++) {
       const port = await freePort()
-      const settings = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=${options.maxConnections ?? 100}`
+      const settings = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1${options.ipv6 ? ',::1' : ''} -c fsync=off -c max_connections=${options.maxConnections ?? 100}`
       // -l: without it the server's output would hold pg_ctl's pipe open.
       const ctl = (...args: string[]) => run([join(bin, 'pg_ctl'), '-D', data, '-l', log, '-o', settings, '-w', '-t', '30', ...args])
       const started = await ctl('start').then(
