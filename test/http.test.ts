@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import SwaggerParser from '@apidevtools/swagger-parser'
-import { createTestContext, expectError, signUp, type CallResult, type TestContext, type TestUser } from './helpers/context.ts'
+import { callApp, createTestContext, expectError, signUp, type CallResult, type TestContext, type TestUser } from './helpers/context.ts'
+import { createApp } from '../src/app.ts'
+import { createLog } from '../src/log.ts'
 
 let ctx: TestContext
 let alice: TestUser
@@ -407,6 +409,25 @@ describe('health', () => {
       const res = await broken.call('GET', '/v1/participants/some-agent')
       expectError(res, 503, 'unavailable')
       expectClean(res)
+    } finally {
+      await broken.close()
+    }
+  })
+})
+
+describe('logs', () => {
+  test('a request failed by an outage is logged by its route template, never its path (a device code is a credential)', async () => {
+    const broken = await createTestContext()
+    const lines: string[] = []
+    const app = createApp({ ...broken.deps, log: createLog('info', line => lines.push(line)) })
+    try {
+      broken.deps.redis.disconnect()
+      const deviceCode = 'dc_logged-nowhere-0123456789abcdef'
+      const res = await callApp(app, 'GET', `/v1/auth/device-codes/${deviceCode}`)
+      expectError(res, 503, 'unavailable')
+      const records = lines.map(line => JSON.parse(line))
+      expect(records.map(record => [record.msg, record.route])).toEqual([['backing service unavailable', '/v1/auth/device-codes/:code']])
+      expect(lines.join('\n')).not.toContain(deviceCode)
     } finally {
       await broken.close()
     }

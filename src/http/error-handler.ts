@@ -27,19 +27,22 @@ export function renderError(error: AppError): Response {
 /**
  * Maps anything thrown to the AppError a client should see; logs what is our fault, and backing
  * services being unreachable through `outage` (every request fails alike then: see httpErrors).
+ * Records name the route's template, never the path: a path can hold a credential (a device code,
+ * which its poll exchanges for an API key), and a log is read by more people than the API's clients.
  */
 export function toAppError(
   code: unknown,
   error: unknown,
   log: Log,
-  request: { method: string; path: string; routes: RouteMethods },
+  request: { method: string; path: string; route: string | undefined; routes: RouteMethods },
   outage: ReturnType<typeof throttled>,
 ): AppError {
   if (error instanceof AppError) return error
   const { path } = request
+  const route = request.route || 'unmatched'
   if (error instanceof ValidationError) {
     if (error.type === 'response') {
-      log.error('response failed its own schema', { path, ...errorFields(error) })
+      log.error('response failed its own schema', { route, ...errorFields(error) })
       return errors.internal()
     }
     return errors.validation(`The ${parts[error.type] ?? 'request'} ${error.type === 'body' ? 'is' : 'are'} not valid`, validationDetails(error))
@@ -66,7 +69,7 @@ export function toAppError(
   // failures come with contention, a warning.
   if (isTransientFailure(error)) {
     const pgCode = (error as { code?: string }).code
-    const fields = { path, ...errorFields(error) }
+    const fields = { route, ...errorFields(error) }
     if (pgCode === '57014') outage('error', 'postgres-timeout', 'database statement cancelled (statement timeout)', fields)
     // Misconfiguration, not contention: a pooler without prepared statements (docs/operations.md).
     else if (pgCode === 'COMMIT_ROLLED_BACK') outage('error', 'postgres-commit', 'transaction rolled back at COMMIT', fields)
@@ -74,10 +77,10 @@ export function toAppError(
     return errors.unavailable('The database is busy; try again', 1)
   }
   if (isDatabaseUnavailable(error) || isRedisUnavailable(error)) {
-    outage('error', errorFields(error).error as string, 'backing service unavailable', { path, ...errorFields(error) })
+    outage('error', errorFields(error).error as string, 'backing service unavailable', { route, ...errorFields(error) })
     return errors.unavailable()
   }
-  log.error('unhandled error', { path, ...errorFields(error) })
+  log.error('unhandled error', { route, ...errorFields(error) })
   return errors.internal()
 }
 
@@ -118,8 +121,8 @@ export function httpErrors(log: Log, routes: RouteMethods, lifecycle: { readonly
   // While Postgres or Redis is down every request that needs it fails the same way: one record of
   // each failure every 10 s (with how many were held back) tells as much as one per request.
   const outage = throttled(log, 10_000)
-  const failed = (code: string | number, error: unknown, path: string, request: Request) =>
-    toAppError(code, error, log, { method: request.method, path, routes }, outage)
+  const failed = (code: string | number, error: unknown, path: string, route: string | undefined, request: Request) =>
+    toAppError(code, error, log, { method: request.method, path, route, routes }, outage)
   return (
     new Elysia({ name: 'http-errors' })
       // While a shutdown waits for load balancers to notice (SHUTDOWN_DELAY_MS), every answer closes
@@ -147,11 +150,11 @@ export function httpErrors(log: Log, routes: RouteMethods, lifecycle: { readonly
         { as: 'global' },
         answered
           ? ({ code, error, path, set, route, request }) => {
-              const appError = failed(code, error, path, request)
+              const appError = failed(code, error, path, route, request)
               answered(set, route, request, appError.status)
               return renderError(appError)
             }
-          : ({ code, error, path, request }) => renderError(failed(code, error, path, request)),
+          : ({ code, error, path, route, request }) => renderError(failed(code, error, path, route, request)),
       )
   )
 }
