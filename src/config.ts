@@ -6,6 +6,13 @@ import { trustedProxyList } from './http/client-ip.ts'
 import { defaultTimeouts, type MigrationTimeouts } from './migrate.ts'
 import { firstLine } from './text.ts'
 
+/**
+ * The longest a timer can wait (2^31 - 1 ms, 24.8 days): a longer setTimeout fires after 1 ms (a
+ * shutdown that gave up at once, BullMQ's stalled-job check run in a loop), and Postgres refuses a
+ * longer lock_timeout or statement_timeout. Every variable in milliseconds stops there.
+ */
+const maxTimerMs = 2_147_483_647
+
 const Env = T.Object({
   PORT: T.Integer({ minimum: 0, maximum: 65535, default: 3000 }),
   DATABASE_URL: T.Optional(T.String({ pattern: '^postgres(ql)?://', expected: 'a postgres:// or postgresql:// URL' })),
@@ -30,10 +37,10 @@ const Env = T.Object({
   RATE_LIMITS: T.String({ default: '{}' }),
   // Past the longest a request may take (10 s: an actor's answer, a proxy call's upstream), so a drain
   // answers every request it let in, even while no workers run.
-  SHUTDOWN_TIMEOUT_MS: T.Integer({ minimum: 1, default: 15000 }),
-  SHUTDOWN_DELAY_MS: T.Integer({ minimum: 0, default: 0 }),
-  INVOICE_EVERY_MS: T.Integer({ minimum: 1000, default: 3_600_000 }),
-  QUEUE_LOCK_MS: T.Integer({ minimum: 1000, default: 30_000 }),
+  SHUTDOWN_TIMEOUT_MS: T.Integer({ minimum: 1, maximum: maxTimerMs, default: 15000 }),
+  SHUTDOWN_DELAY_MS: T.Integer({ minimum: 0, maximum: maxTimerMs, default: 0 }),
+  INVOICE_EVERY_MS: T.Integer({ minimum: 1000, maximum: maxTimerMs, default: 3_600_000 }),
+  QUEUE_LOCK_MS: T.Integer({ minimum: 1000, maximum: maxTimerMs, default: 30_000 }),
   SERVICE_REQUESTS_OPEN_MAX: T.Integer({ minimum: 1, default: 100 }),
   SERVICE_REQUESTS_OPEN_BYTES: T.Integer({ minimum: 1024, default: 1_048_576 }),
   PROXY_IN_FLIGHT_PER_AGENT: T.Integer({ minimum: 1, default: 10 }),
@@ -41,11 +48,11 @@ const Env = T.Object({
   PROXY_BUFFER_BYTES: T.Integer({ minimum: 1_048_576, default: 67_108_864 }),
   METRICS_PORT: T.Optional(T.Integer({ minimum: 1, maximum: 65535 })),
   METRICS_TOKEN: T.Optional(T.String({ minLength: 32, pattern: '^[\\x21-\\x7e]+$', expected: '32 or more printable ASCII characters, no spaces' })),
-  // Postgres takes at most 2^31 - 1 ms, and refuses every connection given more.
-  DATABASE_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, maximum: 2_147_483_647, default: 30_000 }),
+  // Postgres refuses every connection given more than maxTimerMs.
+  DATABASE_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, maximum: maxTimerMs, default: 30_000 }),
   DATABASE_POOL_MAX: T.Integer({ minimum: 1, maximum: 1000, default: 20 }),
-  MIGRATION_LOCK_TIMEOUT_MS: T.Integer({ minimum: 0, default: defaultTimeouts.lockTimeoutMs }),
-  MIGRATION_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, default: defaultTimeouts.statementTimeoutMs }),
+  MIGRATION_LOCK_TIMEOUT_MS: T.Integer({ minimum: 0, maximum: maxTimerMs, default: defaultTimeouts.lockTimeoutMs }),
+  MIGRATION_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, maximum: maxTimerMs, default: defaultTimeouts.statementTimeoutMs }),
 })
 
 const RateRule = T.Object(
