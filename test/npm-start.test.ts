@@ -94,6 +94,23 @@ describe('the service started through npm start', () => {
     expect(isFree(postgresPort(postgres[0]!.command))).toBe(true)
   }, 90_000)
 
+  test('with the embedded PostgreSQL, SIGHUP to Bun (a closed terminal) drains as SIGTERM does and stops the database', async () => {
+    const port = await freePort()
+    const npm = start(['start'], environment(port, undefined, { LOG_LEVEL: 'info' }), ['npm'])
+    await waitForReady(port, npm, 60_000)
+    const tree = descendants(npm.proc.pid)
+    for (const { pid } of tree) seen.add(pid)
+    const bun = tree.find(({ command }) => command.includes('src/main.ts'))!
+    const postgres = tree.filter(({ command }) => /\bpostgres -D /.test(command))
+    expect(postgres).toHaveLength(1)
+    // npm passes on only SIGTERM and SIGINT; a terminal's hangup reaches every process of its group.
+    process.kill(bun.pid, 'SIGHUP')
+    expect(await exitWithin(npm.proc, 20_000)).toBe(0)
+    expect(await npm.stdout).toContain('"msg":"shutting down","signal":"SIGHUP"')
+    expect(tree.filter(({ pid }) => isRunning(pid))).toEqual([])
+    expect(isFree(postgresPort(postgres[0]!.command))).toBe(true)
+  }, 90_000)
+
   test('with the embedded PostgreSQL, a second SIGTERM cuts the drain short and still stops the database', async () => {
     const port = await freePort()
     const npm = start(['start'], environment(port, undefined, { SHUTDOWN_TIMEOUT_MS: '60000' }), ['npm'])
