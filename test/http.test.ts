@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import SwaggerParser from '@apidevtools/swagger-parser'
-import { callApp, createTestContext, expectError, signUp, type CallResult, type TestContext, type TestUser } from './helpers/context.ts'
+import { callApp, createTestContext, expectError, redisUrl, signUp, type CallResult, type TestContext, type TestUser } from './helpers/context.ts'
 import { createApp } from '../src/app.ts'
+import { createTestDatabase } from './helpers/database.ts'
+import { startHeldProxy } from './helpers/held-proxy.ts'
 import { createLog } from '../src/log.ts'
 
 let ctx: TestContext
@@ -390,6 +392,33 @@ describe('health', () => {
       expect(await reasons()).toEqual(['/postgres', '/redis', '/draining'])
     } finally {
       await broken.close()
+    }
+  })
+
+  test("GET /health/ready answers 503 naming Postgres or Redis within a probe's 1 s while either hangs", async () => {
+    const database = await createTestDatabase()
+    const [postgres, redis] = await Promise.all([startHeldProxy(database.url), startHeldProxy(redisUrl)])
+    const through = new URL(database.url)
+    through.port = new URL(postgres.url).port
+    const held = await createTestContext({ database: { ...database, url: through.href }, env: { REDIS_URL: redis.url } })
+    try {
+      expect((await held.call('GET', '/health/ready')).status).toBe(200)
+      for (const [proxy, reason] of [
+        [postgres, '/postgres'],
+        [redis, '/redis'],
+      ] as const) {
+        proxy.hold()
+        const started = performance.now()
+        const res = await held.call('GET', '/health/ready')
+        const ms = performance.now() - started
+        proxy.release()
+        expectError(res, 503, 'unavailable')
+        expect(res.body.details.map((detail: { path: string }) => detail.path)).toEqual([reason])
+        expect(ms).toBeLessThan(900)
+      }
+    } finally {
+      await held.close()
+      await Promise.all([postgres.close(), redis.close(), database.drop()])
     }
   })
 

@@ -22,7 +22,9 @@ const Ready = t.Object(
   { $id: 'Ready', description: 'The process should be sent traffic: PostgreSQL and Redis reachable, migrations applied, not draining' },
 )
 
-const checkMs = 2000
+// Under a probe's usual timeout (Kubernetes: 1 s): a Postgres or Redis that hangs is answered as a
+// 503 naming it, not a probe timing out on an answer that names nothing.
+const checkMs = 750
 
 const within = <T>(promise: Promise<T>, ms: number) =>
   Promise.race([promise, new Promise<never>((_, reject) => setTimeout(() => reject(new Error('timeout')), ms))])
@@ -66,7 +68,7 @@ export function healthRoutes({ sql, redis, lifecycle }: Deps) {
           operationId: 'health',
           summary: 'Liveness of Postgres and Redis',
           description:
-            'No credential. Each check has 2 s. A 503 says `status: unavailable` and names which is `down`. ' +
+            'No credential. Each check has 0.75 s. A 503 says `status: unavailable` and names which is `down`. ' +
             'The body is not in the `{success, data}` envelope. Orchestrators use GET /health/live and GET /health/ready.',
           security: [],
         },
