@@ -169,6 +169,20 @@ describe('the workers', () => {
   }, 30_000)
 })
 
+describe('the Prometheus naming conventions', () => {
+  test('counters, and only counters, end in _total; promtool check metrics passes where installed', async () => {
+    const text = await scrape()
+    const types = [...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map(([, name, type]) => ({ name, type }))
+    expect(types.length).toBeGreaterThan(20)
+    expect(types.filter(({ name, type }) => name!.endsWith('_total') !== (type === 'counter'))).toEqual([])
+    const promtool = Bun.which('promtool')
+    if (promtool === null) return
+    const check = Bun.spawn([promtool, 'check', 'metrics'], { stdin: new TextEncoder().encode(text), stdout: 'pipe', stderr: 'pipe' })
+    const [code, out, err] = await Promise.all([check.exited, new Response(check.stdout).text(), new Response(check.stderr).text()])
+    expect({ code, out, err }).toEqual({ code: 0, out: '', err: '' })
+  })
+})
+
 describe('METRICS_PORT', () => {
   test('serves /metrics alone on its own port, behind the token when one is set', async () => {
     const port = await freePort()
