@@ -198,6 +198,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     throw new ConfigError(`invalid ${name}: ${expectation(name) ?? firstError.message}`)
   }
   const e = converted as Static<typeof Env>
+  const redisProblem = redisUrlProblem(e.REDIS_URL)
+  if (redisProblem) throw new ConfigError(`invalid REDIS_URL: ${redisProblem}`)
 
   let overrides: unknown
   try {
@@ -279,6 +281,21 @@ function expectation(name: string): string | undefined {
     return `must be a whole number${range}`
   }
   return schema?.expected && `must be ${schema.expected}`
+}
+
+/**
+ * Why REDIS_URL cannot be used as meant, or undefined. ioredis reads it with Node's legacy URL parser,
+ * which took `redis://host:notaport` for host:6379 and database `notaport` (a DeprecationWarning as
+ * text on stderr, then every connection refused its SELECT for ever).
+ */
+function redisUrlProblem(text: string): string | undefined {
+  let url: URL
+  try {
+    url = new URL(text)
+  } catch {
+    return 'must be a redis:// or rediss:// URL (its port a number)'
+  }
+  return /^\/?[0-9]*$/.test(url.pathname) ? undefined : 'its path must be a database number, as in redis://host:6379/0'
 }
 
 /** Makes DATA_DIR (and its parents) if missing, or throws one line naming it. */

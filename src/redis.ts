@@ -127,6 +127,15 @@ export async function connectRedis(redis: Redis, url: string): Promise<void> {
       `Redis is not reachable at REDIS_URL=${redactUrl(url)}: start one (Debian: apt-get install redis-server && redis-server --daemonize yes) or point REDIS_URL at yours`,
     )
   }
+  // ioredis selects REDIS_URL's database as it connects, and a refusal (a number past the server's
+  // `databases`) is only an error event: the connection went on in database 0, among others' keys.
+  const db = redis.options.db ?? 0
+  if (db !== 0) {
+    await redis.select(db).catch((error: Error) => {
+      redis.disconnect()
+      throw new Error(`REDIS_URL=${redactUrl(url)} names database ${db}, which that Redis refuses: ${error.message}`)
+    })
+  }
   // A Redis that refuses INFO (a managed one may deny or rename it) is taken as it is.
   const info = await redis.info('cluster').catch(() => '')
   if (/^cluster_enabled:1\b/m.test(info)) {

@@ -128,6 +128,16 @@ describe('loadConfig', () => {
     expect(configError({ DATABASE_STATEMENT_TIMEOUT_MS: '30s' }).message).toContain('DATABASE_STATEMENT_TIMEOUT_MS')
   })
 
+  test('REDIS_URL must parse, with a numeric port and a database number as its path, if any', () => {
+    expect(loadConfig({ REDIS_URL: 'rediss://:pw@cache.internal:6380/2' }).redisUrl).toBe('rediss://:pw@cache.internal:6380/2')
+    expect(configError({ REDIS_URL: 'redis://127.0.0.1:notaport' }).message).toBe(
+      'invalid REDIS_URL: must be a redis:// or rediss:// URL (its port a number)',
+    )
+    expect(configError({ REDIS_URL: 'redis://127.0.0.1:6379/cache' }).message).toBe(
+      'invalid REDIS_URL: its path must be a database number, as in redis://host:6379/0',
+    )
+  })
+
   test('refuses malformed URLs, a short JWT secret and an unknown LOG_LEVEL, naming the variable', () => {
     expect(configError({ DATABASE_URL: 'mysql://x' }).message).toContain('DATABASE_URL')
     expect(configError({ REDIS_URL: 'localhost:6379' }).message).toContain('REDIS_URL')

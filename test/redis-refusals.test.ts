@@ -193,3 +193,29 @@ describe('a failover', () => {
     }
   }, 15_000)
 })
+
+describe('REDIS_URL naming a database', () => {
+  test('one the server refuses stops the boot with one line, rather than going on in database 0', async () => {
+    const refused = createRedis(
+      `${server.url}/99`,
+      createLog('error', () => {}),
+      'commands',
+    )
+    const error = await connectRedis(refused, `${server.url}/99`).catch((e: Error) => e)
+    expect((error as Error).message).toBe(`REDIS_URL=${server.url}/99 names database 99, which that Redis refuses: ERR DB index is out of range`)
+    const chosen = createRedis(
+      `${server.url}/3`,
+      createLog('error', () => {}),
+      'commands',
+    )
+    const reader = new Redis(`${server.url}/3`)
+    try {
+      await connectRedis(chosen, `${server.url}/3`)
+      await chosen.set('database-three', 'here')
+      expect(await reader.get('database-three')).toBe('here')
+    } finally {
+      chosen.disconnect()
+      reader.disconnect()
+    }
+  })
+})
