@@ -11,13 +11,47 @@ export interface Log {
   error(msg: string, fields?: Record<string, unknown>): void
 }
 
-// The console's own writers, kept before `captureConsole` routes the console through a log.
-const consoleLog = console.log.bind(console)
+// The console's own writer, kept before `captureConsole` routes the console through a log.
 const consoleError = console.error.bind(console)
 
-/** Writes a line to stdout, or to stderr, whatever `captureConsole` did to the console. */
-export const toStdout = (line: string) => consoleLog(line)
+/** Writes a line to stderr, whatever `captureConsole` did to the console (the line of a failed boot or a crash). */
 export const toStderr = (line: string) => consoleError(line)
+
+/** What stdout may hold unwritten while its reader is behind, before lines are dropped. */
+export const stdoutBacklogBytes = 1024 * 1024
+
+/**
+ * Writes lines to `stream` without ever blocking the process. The console writes to a pipe in place,
+ * so a reader that stopped reading (a stalled log collector) froze the whole process once the pipe
+ * was full: every request, the health probes, SIGTERM. Here a reader behind by more than
+ * `backlogBytes` costs lines instead: they are dropped, counted, and said once it catches up.
+ */
+export function backlogWriter(stream: NodeJS.WritableStream, backlogBytes = stdoutBacklogBytes) {
+  // Bytes handed over since `write` last said the stream was behind (none while it keeps up).
+  let backlog = 0
+  let behind = false
+  let dropped = 0
+  const write = (line: string) => {
+    if (behind && backlog + line.length > backlogBytes) {
+      dropped++
+      return
+    }
+    if (behind) backlog += line.length + 1
+    if (!stream.write(`${line}\n`)) behind = true
+  }
+  stream.on('drain', () => {
+    behind = false
+    backlog = 0
+    if (dropped === 0) return
+    const count = dropped
+    dropped = 0
+    write(JSON.stringify({ time: new Date().toISOString(), level: 'warn', msg: 'log lines dropped: stdout was not being read', dropped: count }))
+  })
+  return write
+}
+
+/** Writes a line to stdout (never blocking: see backlogWriter). */
+export const toStdout = backlogWriter(process.stdout)
 
 export function createLog(level: LogLevel, write: (line: string) => void = toStdout): Log {
   const min = levels[level]

@@ -1,0 +1,41 @@
+import { describe, expect, test } from 'bun:test'
+import { join } from 'node:path'
+import { projectRoot } from './helpers/processes.ts'
+
+describe('the log on stdout', () => {
+  test('a reader that stops reading costs lines, counted once it reads again, never a frozen process', async () => {
+    // 3 MB of log while stdout's reader sleeps 2 s: past the pipe (64 KiB) and the backlog allowed (1 MiB).
+    const lines = 3000
+    const writer = `
+      import { createLog } from ${JSON.stringify(join(projectRoot, 'src/log.ts'))}
+      const log = createLog('info')
+      for (let i = 0; i < ${lines}; i++) log.info('filler', { text: 'x'.repeat(1000) })
+      console.error('written')
+      setTimeout(() => log.info('after'), 3000)
+      setTimeout(() => process.exit(0), 3500)
+    `
+    const started = performance.now()
+    const proc = Bun.spawn(['sh', '-c', '"$0" -e "$1" | { sleep 2; cat; }', process.execPath, writer], {
+      stdin: 'ignore',
+      stdout: 'pipe',
+      stderr: 'pipe',
+    })
+    const stdout = new Response(proc.stdout).text()
+    const { value } = await proc.stderr.getReader().read()
+    // The console wrote in place, so the writer waited for the reader to wake up (2 s) to get here.
+    expect(new TextDecoder().decode(value)).toBe('written\n')
+    expect(performance.now() - started).toBeLessThan(1500)
+
+    expect(await proc.exited).toBe(0)
+    const records = (await stdout)
+      .trimEnd()
+      .split('\n')
+      .map(line => JSON.parse(line))
+    const written = records.filter(record => record.msg === 'filler').length
+    const dropped = records.find(record => record.msg === 'log lines dropped: stdout was not being read')
+    // What the pipe holds (64 KiB) and the backlog the log allows (stdoutBacklogBytes: 1 MiB), no more.
+    expect(written * 1000).toBeLessThan(1024 * 1024 + 100_000)
+    expect(written + dropped.dropped).toBe(lines)
+    expect(records.at(-1).msg).toBe('after')
+  }, 15_000)
+})
