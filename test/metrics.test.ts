@@ -4,6 +4,7 @@ import { createDue } from '../src/actors/due.ts'
 import { createTestContext, expectError, signUp, type TestContext } from './helpers/context.ts'
 import { freePort } from './helpers/ports.ts'
 import { until } from './helpers/until.ts'
+import { createLog } from '../src/log.ts'
 import { serveMetrics } from '../src/metrics/routes.ts'
 import { startWorkers, type Workers } from '../workers/index.ts'
 
@@ -164,6 +165,25 @@ describe('the workers', () => {
     } finally {
       await workers?.close()
       workers = undefined
+      await context.close()
+    }
+  }, 30_000)
+})
+
+describe('the workers’ log', () => {
+  test('failed attempts alike are one record per 10 s; the metrics count each', async () => {
+    const context = await createTestContext({ env: { METRICS_TOKEN: token }, relay: false })
+    const lines: string[] = []
+    const workers = await startWorkers({ ...context.deps, log: createLog('warn', line => lines.push(line)) })
+    try {
+      // Not usage events: each fails for good, with the same error.
+      for (let i = 0; i < 20; i++) await context.deps.queues.metering.add('usage', { not: 'a usage event' })
+      await until(async () => sample(await scrape(context), 'queue_job_failures_total{queue="metering"}') === 20, 15_000)
+      const failures = lines.map(line => JSON.parse(line)).filter(record => record.msg === 'job failed')
+      expect(failures).toHaveLength(1)
+      expect(failures[0]).toMatchObject({ queue: 'metering', job: expect.any(String) })
+    } finally {
+      await workers.close()
       await context.close()
     }
   }, 30_000)

@@ -2,7 +2,7 @@
 import { Queue, Worker, type Job } from 'bullmq'
 import { forInvoiceRun, forWorkers, type Deps } from '../src/deps.ts'
 import { createRedis, reportQueueErrors } from '../src/redis.ts'
-import { errorFields } from '../src/log.ts'
+import { errorFields, throttled } from '../src/log.ts'
 import { maintenanceEveryMs, runMaintenance } from './maintenance.ts'
 import { startActors } from './actors.ts'
 import { meteringProcessor } from './metering.ts'
@@ -45,11 +45,14 @@ export async function startWorkers(requestDeps: Deps): Promise<Workers> {
     blogWorker(deps, connection),
   ]
   deps.metrics.watchRedis(connection)
+  // Attempts failing alike (every blog sweep, 2 s apart, while Postgres is down) are one record per
+  // queue and error each 10 s, with how many were held back; the metrics count every one.
+  const failed = throttled(log, 10_000)
   for (const worker of workers) {
     worker.on('completed', job => deps.metrics.jobFinished(worker.name, 'completed', runningMs(job)))
     worker.on('failed', (job, error) => {
       deps.metrics.jobFinished(worker.name, 'failed', job ? runningMs(job) : 0)
-      log.warn('job failed', { queue: worker.name, job: job?.id, ...errorFields(error) })
+      failed('warn', `${worker.name}: ${error.message}`, 'job failed', { queue: worker.name, job: job?.id, ...errorFields(error) })
     })
     reportQueueErrors(worker, log, { worker: worker.name })
   }
