@@ -23,6 +23,9 @@ async function main() {
   // A promise nobody awaited that failed (a library's, during an outage say) is logged; Bun would
   // otherwise print it as text and end the process, turning a blip of Redis into a restart.
   process.on('unhandledRejection', error => log.error('unhandled rejection', errorFields(error)))
+  // Bun's warnings (a deprecation, too many listeners) as records; the start scripts run Bun with
+  // --no-warnings, which stops it printing them as text on stderr.
+  process.on('warning', warning => log.warn('process warning', { name: warning.name, error: warning.message }))
   if (config.nodeEnv === 'production' && config.auth.jwksUrl && !config.auth.audience) {
     log.warn('AUTH_AUDIENCE is not set: JWTs the identity provider signed for any of its applications are accepted')
   }

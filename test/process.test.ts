@@ -501,6 +501,25 @@ describe('the service as a process', () => {
     expect(lines[0]).toContain('AUTH_JWT_SECRET')
   }, 30_000)
 
+  test("a process warning (a library's deprecation) is a JSON record under the start scripts, not text on stderr", async () => {
+    const database = await emptyDatabase()
+    const port = await freePort()
+    const preload = join(root, 'warn.ts')
+    // Again and again, as the boot may register its listener after the first.
+    await Bun.write(preload, `setInterval(() => process.emitWarning('a library is old', 'DeprecationWarning', 'DEP0999'), 100).unref()`)
+    const env = environment(database, { PORT: String(port), BUN_OPTIONS: `--preload ${preload}` })
+    const service = start(['run', '-s', 'start:api'], env, ['npm'])
+    await waitForHealth(port, service)
+    service.proc.kill('SIGTERM')
+    expect(await exitWithin(service.proc, 20_000)).toBe(0)
+    expect(await service.stderr).toBe('')
+    const records = (await service.stdout)
+      .trimEnd()
+      .split('\n')
+      .map(line => JSON.parse(line))
+    expect(records).toContainEqual(expect.objectContaining({ msg: 'process warning', name: 'DeprecationWarning', error: 'a library is old' }))
+  }, 30_000)
+
   test('production verifying JWTs by a JWKS without AUTH_AUDIENCE says at boot that tokens for any application pass', async () => {
     const database = await emptyDatabase()
     const port = await freePort()
