@@ -47,11 +47,22 @@ export function backlogWriter(stream: NodeJS.WritableStream, backlogBytes = stdo
     dropped = 0
     write(JSON.stringify({ time: new Date().toISOString(), level: 'warn', msg: 'log lines dropped: stdout was not being read', dropped: count }))
   })
-  return write
+  /** Resolves once the stream has written out what it was given, or after `ms` (a reader that stopped). */
+  const flushed = (ms: number): Promise<unknown> =>
+    behind ? Promise.race([new Promise(resolve => stream.once('drain', resolve)), Bun.sleep(ms)]) : Promise.resolve()
+  return Object.assign(write, { flushed })
 }
 
+const stdout = backlogWriter(process.stdout)
+
 /** Writes a line to stdout (never blocking: see backlogWriter). */
-export const toStdout = backlogWriter(process.stdout)
+export const toStdout = (line: string) => stdout(line)
+
+/**
+ * Waits (at most `ms`) for stdout to write out what it holds: process.exit drops it otherwise, and
+ * with it the records of a shutdown whose reader was behind.
+ */
+export const stdoutFlushed = (ms: number) => stdout.flushed(ms)
 
 export function createLog(level: LogLevel, write: (line: string) => void = toStdout): Log {
   const min = levels[level]

@@ -1,7 +1,7 @@
 /** Boot: configuration, database (embedded when none is configured), migrations, API and/or workers, drain on SIGTERM. */
 import { ConfigError, loadConfig } from './config.ts'
 import { withDevSecrets } from './dev-secrets.ts'
-import { captureConsole, createLog, errorFields, toStderr } from './log.ts'
+import { captureConsole, createLog, errorFields, stdoutFlushed, toStderr } from './log.ts'
 import { createSql, reachDatabase } from './db.ts'
 import { migrate } from './migrate.ts'
 import { createDeps, replySettings, type Deps } from './deps.ts'
@@ -39,7 +39,7 @@ async function main() {
     if (drain) return drain(signal)
     log.warn(`${signal} during the boot; exiting`)
     const stopped = embeddedStarting?.then(database => database.stop()).catch(() => {})
-    void Promise.race([stopped, Bun.sleep(5000)]).finally(() => process.exit(1))
+    void Promise.race([stopped, Bun.sleep(5000)]).finally(() => exitFlushed(1))
   }
   for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP']) process.on(signal, () => onSignal(signal))
 
@@ -99,7 +99,7 @@ async function main() {
   const abort = (reason: string, fields: Record<string, unknown> = {}) => {
     clearTimeout(force)
     log.error(reason, fields)
-    void Promise.race([stopDatabase().catch(() => {}), Bun.sleep(5000)]).finally(() => process.exit(1))
+    void Promise.race([stopDatabase().catch(() => {}), Bun.sleep(5000)]).finally(() => exitFlushed(1))
   }
   const shutdown = async (signal: string) => {
     // A second signal (Ctrl-C again) will not wait for the drain.
@@ -121,7 +121,7 @@ async function main() {
       await stopDatabase()
       clearTimeout(force)
       log.info('stopped')
-      process.exit(0)
+      exitFlushed(0)
     } catch (error) {
       abort('shutdown failed', errorFields(error))
     }
@@ -129,6 +129,11 @@ async function main() {
   // SIGTERM and SIGINT drain; so does SIGHUP (a closed terminal, an ssh session ended), which Bun's
   // default would answer by dying mid-request, the embedded PostgreSQL left running: nothing reloads.
   drain = signal => void shutdown(signal)
+}
+
+/** Exits once stdout has written out the log it holds (at most 1 s): process.exit alone drops it. */
+function exitFlushed(code: number): void {
+  void stdoutFlushed(1000).finally(() => process.exit(code))
 }
 
 /** Listens, or throws one line naming the variable that chose the port (Bun's own names only the port). */
@@ -147,10 +152,10 @@ const fatal = createLog('error', toStderr)
 
 process.on('uncaughtException', error => {
   fatal.error('uncaught exception', { error: firstLine(error), stack: error instanceof Error ? error.stack : undefined })
-  process.exit(1)
+  exitFlushed(1)
 })
 
 main().catch(error => {
   fatal.error('boot failed', { error: firstLine(error) })
-  process.exit(1)
+  exitFlushed(1)
 })

@@ -9,7 +9,7 @@ import { readMigrations } from '../src/migrate.ts'
 import { deleteKeys, randomPrefix, userToken } from './helpers/context.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 import { postgresBinaries, startPostgresServer, type PostgresServer } from './helpers/postgres-server.ts'
-import { deploymentEnv, exitOnSecondSigterm, exitWithin, processGroup, type Started } from './helpers/processes.ts'
+import { deploymentEnv, descendants, exitOnSecondSigterm, exitWithin, processGroup, type Started } from './helpers/processes.ts'
 import { freePort } from './helpers/ports.ts'
 import { startRedisCluster } from './helpers/redis-cluster.ts'
 import { until } from './helpers/until.ts'
@@ -518,6 +518,30 @@ describe('the service as a process', () => {
       .split('\n')
       .map(line => JSON.parse(line))
     expect(records).toContainEqual(expect.objectContaining({ msg: 'process warning', name: 'DeprecationWarning', error: 'a library is old' }))
+  }, 30_000)
+
+  test("SIGTERM while stdout's reader is behind: the shutdown's records are written out before the exit", async () => {
+    const database = await emptyDatabase()
+    const port = await freePort()
+    const [preload, go] = [join(root, 'chatty.ts'), join(root, `read-${port}`)]
+    // At the signal, 300 KB of records (process warnings): more than the pipe holds while nothing reads it.
+    await Bun.write(preload, `process.on('SIGTERM', () => { for (let i = 0; i < 1000; i++) process.emitWarning('w'.repeat(300)) })`)
+    const env = environment(database, { PORT: String(port), LOG_LEVEL: 'info', BUN_OPTIONS: `--preload ${preload}` })
+    // stdout's reader reads nothing until the file `go` exists.
+    const reader = `"$0" --no-warnings src/main.ts --api | { while [ ! -e ${go} ]; do sleep 0.05; done; cat; }`
+    const service = start(['-c', reader, process.execPath], env, ['sh'])
+    await waitForHealth(port, service)
+    const bun = descendants(service.proc.pid).find(({ command }) => command.includes('src/main.ts'))!
+    process.kill(bun.pid, 'SIGTERM')
+    await Bun.sleep(500)
+    await Bun.write(go, '')
+    await exitWithin(service.proc, 10_000)
+    const records = (await service.stdout)
+      .trimEnd()
+      .split('\n')
+      .map(line => JSON.parse(line))
+    expect(records.filter(record => record.msg === 'process warning')).toHaveLength(1000)
+    expect(records.at(-1).msg).toBe('stopped')
   }, 30_000)
 
   test('production verifying JWTs by a JWKS without AUTH_AUDIENCE says at boot that tokens for any application pass', async () => {
