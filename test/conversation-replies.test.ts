@@ -221,7 +221,7 @@ describe('a conversation’s row', () => {
         return { all: after.all - before.all, hot: after.hot - before.hot }
       })
       expect(counted).toEqual({ all: 3, hot: 3 })
-      const pending = (await agentConversations(c.sql, pair.agent.id)).flatMap(({ pending: p }) =>
+      const pending = (await agentConversations(c.sql, pair.agent.id, { afterUserId: null, limit: 100 })).flatMap(({ pending: p }) =>
         p ? [[p.userId, p.latestMessage, p.pendingCount]] : [],
       )
       expect(pending).toEqual([[other.id, 'also waiting', 1]])

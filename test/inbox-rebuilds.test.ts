@@ -4,8 +4,8 @@ import { Redis } from 'ioredis'
 import type { Sql } from '../src/db.ts'
 import { AppError } from '../src/errors.ts'
 import { createInboxReader, type InboxReader } from '../src/conversations/inbox-reader.ts'
-import { invalidateInbox } from '../src/conversations/inbox.ts'
-import { seedAgents, type SeededAgent } from '../bench/lib/seed-agents.ts'
+import { invalidateInbox, rebuildPageSize } from '../src/conversations/inbox.ts'
+import { seedAgents, seedWaitingConversations, type SeededAgent } from '../bench/lib/seed-agents.ts'
 import { createTestContext, signUp, subscribedPair, type TestContext } from './helpers/context.ts'
 import { startRedisServer } from './helpers/redis-server.ts'
 import { until } from './helpers/until.ts'
@@ -98,6 +98,51 @@ describe('inboxes rebuilt after Redis lost them, 1,000 agents polling', () => {
       await reader.close()
     }
   }, 60_000)
+})
+
+describe('an agent with more conversations than one step of a rebuild writes', () => {
+  test('is rebuilt in steps of at most rebuildPageSize conversations each, under a hold renewed while they run', async () => {
+    const agent = agents[3]!
+    await seedWaitingConversations(ctx.deps.sql, [agent], 2 * rebuildPageSize + 500)
+    const [row] = await ctx.deps.sql<{ count: number }[]>`
+      select count(*)::int as count from conversations where participant_id = ${agent.id} and pending_count > 0
+    `
+    const count = row!.count
+    // The arguments of each script call that writes conversations, and a wait after each longer than
+    // half the hold's lease: in one call (every conversation an agent ever had) a rebuild held Redis
+    // for seconds at 200,000 and could not be sent at 1,000,000; in steps, unrenewed, the lease ran out.
+    const steps: number[] = []
+    const redis = new Proxy(ctx.deps.redis, {
+      get(target, name) {
+        const value = Reflect.get(target, name) as unknown
+        if (typeof value !== 'function') return value
+        if (name !== 'evalsha') return value.bind(target)
+        return async (...args: unknown[]) => {
+          const result = await value.apply(target, args)
+          if (String(args[2]).endsWith(':inbox')) {
+            steps.push(args.length)
+            await Bun.sleep(200)
+          }
+          return result
+        }
+      },
+    })
+    const reader = await createInboxReader({ ...ctx.deps, redis, ttlMs: 0, holdMs: 300 })
+    try {
+      await invalidateInbox(ctx.deps, agent.id)
+      expect((await reader.read(agent.id)).conversations).toHaveLength(count)
+      // Three steps of at most rebuildPageSize conversations: the script's SHA, its key count and three keys, the holder, three arguments each.
+      expect(steps).toHaveLength(3)
+      expect(Math.max(...steps)).toBe(6 + 3 * rebuildPageSize)
+      const k = ctx.deps.keys.agent(agent.id)
+      expect(await ctx.deps.redis.exists(k.built)).toBe(1)
+      expect(await ctx.deps.redis.hlen(k.inbox)).toBe(count)
+      expect((await reader.read(agent.id)).conversations).toHaveLength(count)
+      expect(steps).toHaveLength(3)
+    } finally {
+      await reader.close()
+    }
+  })
 })
 
 describe('an inbox Redis brought back older than it was', () => {

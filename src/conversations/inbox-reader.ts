@@ -10,7 +10,7 @@ import { createDue } from '../actors/due.ts'
 import { errors } from '../errors.ts'
 import { openRequests } from '../service-requests/store.ts'
 import { agentConversations, type PendingConversation } from './store.ts'
-import { rebuildInbox, type AgentInbox, type OpenServiceRequest } from './inbox.ts'
+import { finishRebuild, rebuildConversations, rebuildPageSize, type AgentInbox, type OpenServiceRequest } from './inbox.ts'
 
 export interface InboxReader {
   read(agentId: string): Promise<AgentInbox>
@@ -38,11 +38,13 @@ export async function createInboxReader(options: {
   maxEntries?: number
   rebuilds?: number
   waitingRebuilds?: number
+  /** The lease of a rebuild's hold on the agent's actor (renewed while it runs). */
+  holdMs?: number
 }): Promise<InboxReader> {
   const { sql, redis, keys, pubsub, clock } = options
   const ttlMs = options.ttlMs ?? 300_000
   const maxEntries = options.maxEntries ?? 100_000
-  const holder = createHolder(redis, keys, `inbox:${randomUUID()}`, 5000)
+  const holder = createHolder(redis, keys, `inbox:${randomUUID()}`, options.holdMs ?? 5000)
   const server = watchServerIdentity(redis)
   const due = createDue(redis, keys)
   const cache = new Map<string, { inbox: AgentInbox; expires: number }>()
@@ -101,6 +103,8 @@ export async function createInboxReader(options: {
     const actor = `agent:${agentId}`
     const [taken] = await holder.take([{ actor, mail: 0 }])
     const held = isHold(taken!)
+    // Renewed while the rebuild runs: one of an agent with very many conversations takes seconds.
+    const stopKeeping = isHold(taken!) ? holder.keep([taken]) : () => {}
     // Lets go; mail that came while the actor was held here is due at once for a runtime.
     const letGo = async () => {
       if ((await holder.release(actor, [])) > 0) await due.mark(actor)
@@ -108,12 +112,25 @@ export async function createInboxReader(options: {
     // Failed (timed out, say), the take may still land: let go of whatever it took (a release follows it on the connection).
     if (taken instanceof Error) void letGo().catch(() => {})
     try {
-      const [conversations, requests] = await Promise.all([agentConversations(sql, agentId), openRequests(sql, agentId, clock.now())])
       // Written only while still held: a rebuild whose hold ran out (a long pause) answers this poll
-      // from what it read but leaves Redis to the newer holder.
-      if (held) await rebuildInbox({ redis, keys }, agentId, holder.id, (await server.runId()) ?? '1', { conversations, requests })
-      return { conversations: conversations.flatMap(c => (c.pending ? [c.pending] : [])).sort(byTime), requests }
+      // from what it read but leaves Redis to the newer holder. Page by page (the agent may have had
+      // a million conversations), keeping only the pending ones.
+      let writing = held
+      const pending: PendingConversation[] = []
+      const conversations = async () => {
+        for (let afterUserId: string | null = null; ;) {
+          const page = await agentConversations(sql, agentId, { afterUserId, limit: rebuildPageSize })
+          for (const c of page) if (c.pending) pending.push(c.pending)
+          if (writing) writing = await rebuildConversations({ redis, keys }, agentId, holder.id, page)
+          if (page.length < rebuildPageSize) return
+          afterUserId = page[page.length - 1]!.userId
+        }
+      }
+      const [, requests] = await Promise.all([conversations(), openRequests(sql, agentId, clock.now())])
+      if (writing) await finishRebuild({ redis, keys }, agentId, holder.id, (await server.runId()) ?? '1', requests)
+      return { conversations: pending.sort(byTime), requests }
     } finally {
+      stopKeeping()
       if (held) await letGo()
     }
   }

@@ -215,20 +215,31 @@ export async function storeChosenReplies(sql: Db, replies: NewReply[], at: Date,
 }
 
 /**
- * Every conversation of the agent at its version, the pending ones with their entry: what its inbox
- * is rebuilt from (rarely), through the primary key (an index of the pending ones would make every
- * change of the pending state a non-HOT update, sql/00013).
+ * A page of the agent's conversations at their versions, the pending ones with their entry, after
+ * `afterUserId` in user id order: what its inbox is rebuilt from (rarely), page by page, so an agent
+ * with a million conversations is not read into memory at once. Through the primary key (an index
+ * of the pending ones would make every change of the pending state a non-HOT update, sql/00013).
  */
 export async function agentConversations(
   sql: Db,
   participantId: string,
+  page: { afterUserId: string | null; limit: number },
 ): Promise<{ userId: string; version: number; pending: PendingConversation | null }[]> {
-  const rows = await sql<{ userId: string; latestMessage: string; latestMessageAt: Date; pendingCount: number; version: number }[]>`
-    select user_id as "userId", latest_user_message as "latestMessage",
-      latest_user_message_at as "latestMessageAt", pending_count as "pendingCount", version
-    from conversations
-    where participant_id = ${participantId}
-  `
+  type Row = { userId: string; latestMessage: string; latestMessageAt: Date; pendingCount: number; version: number }
+  // Two whole statements rather than a fragment for the bound: each a range of the primary key in any plan.
+  const rows = await (page.afterUserId === null
+    ? sql<Row[]>`
+        select user_id as "userId", latest_user_message as "latestMessage",
+          latest_user_message_at as "latestMessageAt", pending_count as "pendingCount", version
+        from conversations where participant_id = ${participantId}
+        order by user_id limit ${page.limit}
+      `
+    : sql<Row[]>`
+        select user_id as "userId", latest_user_message as "latestMessage",
+          latest_user_message_at as "latestMessageAt", pending_count as "pendingCount", version
+        from conversations where participant_id = ${participantId} and user_id > ${page.afterUserId}
+        order by user_id limit ${page.limit}
+      `)
   return rows.map(({ userId, version, latestMessage, latestMessageAt, pendingCount }) => ({
     userId,
     version,
