@@ -1,4 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { ensureOrganization, newestEntries } from '../src/context/store.ts'
+import type { ContextType } from '../src/context/schema.ts'
 import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 
 let ctx: TestContext
@@ -158,6 +160,49 @@ describe('agents sharing a subscriber’s knowledge', () => {
     const one = (await agentRead(a!, `userId=${user.id}&type=team&key=a`)).body.data.entries
     expect(one.map((e: { data: { v: number } }) => e.data.v)).toEqual([2])
     expect((await agentRead(a!, `userId=${user.id}&type=goals`)).body.data.entries).toEqual([])
+  })
+
+  test('reading the newest versions reads a few rows per entry, not every version of each', async () => {
+    const user = await signUp(ctx)
+    const orgId = await ensureOrganization(ctx.deps.sql, user.id, new Date())
+    // One entry with 2,000 versions among a few small ones: every agent's read used to read (and sort) them all.
+    await ctx.deps.sql`
+      insert into context_entries (org_id, type, key, version, data, confidence, author_kind, author_id, created_at)
+      select ${orgId}, type, key, v, jsonb_build_object('v', v), 'suggested', 'user', ${user.id}, now()
+      from (values ('keywords', 'big', 2000), ('brand', 'a', 1), ('team', 'a', 3), ('keywords', 'small', 2), ('team', 'big', 1)) as e (type, key, n),
+        generate_series(1, n) as v
+    `
+    const read = (filter: { type?: ContextType; key?: string }) =>
+      ctx.deps.sql.begin(async tx => {
+        // Planned as for a large table: a small one is read whole, whatever the statement.
+        await tx`set local enable_seqscan = off`
+        // Rows read from the table and its key (sequentially, through the index, and the index's own
+        // entries), as a difference: Postgres 15 counts in what earlier transactions left unflushed.
+        const counted = async () => {
+          const [row] = await tx<{ rows: number }[]>`
+            select (pg_stat_get_xact_tuples_returned('context_entries'::regclass) + pg_stat_get_xact_tuples_fetched('context_entries'::regclass)
+              + pg_stat_get_xact_tuples_returned('context_entries_pkey'::regclass))::int as rows
+          `
+          return row!.rows
+        }
+        const before = await counted()
+        const entries = await newestEntries(tx, orgId, filter)
+        const rows = (await counted()) - before
+        return { entries: entries.map(e => `${e.type}/${e.key}@${e.version}:${(e.data as { v: number }).v}`), rows }
+      })
+    const all = await read({})
+    expect(all.entries).toEqual(['brand/a@1:1', 'keywords/big@2000:2000', 'keywords/small@2:2', 'team/a@3:3', 'team/big@1:1'])
+    expect(all.rows).toBeLessThan(50)
+    const ofType = await read({ type: 'keywords' })
+    expect(ofType.entries).toEqual(['keywords/big@2000:2000', 'keywords/small@2:2'])
+    expect(ofType.rows).toBeLessThan(50)
+    const ofKey = await read({ key: 'big' })
+    expect(ofKey.entries).toEqual(['keywords/big@2000:2000', 'team/big@1:1'])
+    expect(ofKey.rows).toBeLessThan(50)
+    const one = await read({ type: 'keywords', key: 'big' })
+    expect(one.entries).toEqual(['keywords/big@2000:2000'])
+    expect(one.rows).toBeLessThan(50)
+    expect((await read({ type: 'goals' })).entries).toEqual([])
   })
 })
 

@@ -1,6 +1,6 @@
 /** SQL for organizations and their append-only context entries. */
 import type { Db } from '../db.ts'
-import type { ContextEntry, ContextType } from './schema.ts'
+import { ContextTypeParam, type ContextEntry, type ContextType } from './schema.ts'
 
 interface EntryRow {
   type: ContextType
@@ -51,15 +51,49 @@ export async function organizationOwner(sql: Db, orgId: string): Promise<string 
   return row?.userId
 }
 
-/** The newest version of each matching entry, ordered by type then key. */
+const contextTypes = ContextTypeParam.anyOf.map(literal => literal.const)
+
+/**
+ * The newest version of each matching entry, ordered by type then key: a few index probes per entry
+ * however many versions it has. Reading every version and keeping each entry's newest (DISTINCT ON)
+ * sorted all of them: 1.1 to 1.25 s, 105 MB sorted on disk, for every read of an organization one of
+ * whose entries had 100,000 versions, the filtered reads of other entries included.
+ */
 export async function newestEntries(sql: Db, orgId: string, filter: { type?: ContextType; key?: string }): Promise<ContextEntry[]> {
+  if (filter.key !== undefined) {
+    // One probe per type asked for.
+    const rows = await sql<EntryRow[]>`
+      select e.* from unnest(${filter.type ? [filter.type] : contextTypes}::text[]) as t (type)
+      cross join lateral (
+        select ${columns(sql)} from context_entries c
+        where c.org_id = ${orgId} and c.type = t.type and c.key = ${filter.key}
+        order by c.version desc
+        limit 1
+      ) e
+      order by e.type
+    `
+    return rows.map(toEntry)
+  }
+  // Each entry's first index entry found from the one before it (a skip scan), then its newest version.
+  const ofType = filter.type ? sql`and type = ${filter.type}` : sql``
   const rows = await sql<EntryRow[]>`
-    select distinct on (type, key) ${columns(sql)}
-    from context_entries
-    where org_id = ${orgId}
-      and (${filter.type ?? null}::text is null or type = ${filter.type ?? null})
-      and (${filter.key ?? null}::text is null or key = ${filter.key ?? null})
-    order by type, key, version desc
+    with recursive entry as (
+      (select type, key from context_entries where org_id = ${orgId} ${ofType} order by type, key limit 1)
+      union all
+      select next.type, next.key from entry cross join lateral (
+        select type, key from context_entries
+        where org_id = ${orgId} ${ofType} and (type, key) > (entry.type, entry.key)
+        order by type, key
+        limit 1
+      ) next
+    )
+    select e.* from entry cross join lateral (
+      select ${columns(sql)} from context_entries c
+      where c.org_id = ${orgId} and c.type = entry.type and c.key = entry.key
+      order by c.version desc
+      limit 1
+    ) e
+    order by e.type, e.key
   `
   return rows.map(toEntry)
 }
