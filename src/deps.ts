@@ -94,12 +94,21 @@ export function forInvoiceRun(deps: Deps): Deps {
 }
 
 /**
+ * The settings of the connections that serve requests and the workers: no JIT. A statement the
+ * planner prices past `jit_above_cost` was compiled at every run, for longer than it ran: a page of
+ * 50 or 100 subscriptions (their missing periods made first: about 13,500 of cost a subscription)
+ * took 0.8 to 1.5 s, 95 % of it compiling, where it runs in 20 to 100 ms; every user with 8
+ * subscriptions or more paid some of it at each read. Their statements are bounded reads and writes.
+ */
+export const requestSettings = { jit: 'off' }
+
+/**
  * The reply writer's connections' planner settings (see createDeps). With sequential scans priced
  * out, a plan that still needs one (a catalog query: postgres.js's first on every connection) costs
  * past `jit_above_cost`, and Postgres spent 200 to 300 ms compiling it: a first reply on a new
  * connection (after a restart, or 30 s idle) took that long. Keyed lookups never gain from JIT.
  */
-export const replySettings = { enable_seqscan: 'off', jit: 'off' }
+export const replySettings = { ...requestSettings, enable_seqscan: 'off' }
 
 /** Reply statements an API process runs at once. */
 const replyBatches = 2
@@ -117,8 +126,8 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   await connectRedis(subscriber, config.redisUrl)
   const pubsub = createPubSub(subscriber)
   const statementTimeoutMs = config.statementTimeoutMs
-  const sql = createSql(config.databaseUrl, { max: config.databasePoolMax, statementTimeoutMs })
-  const workerSql = createSql(config.databaseUrl, { max: 10, statementTimeoutMs })
+  const sql = createSql(config.databaseUrl, { max: config.databasePoolMax, statementTimeoutMs, settings: requestSettings })
+  const workerSql = createSql(config.databaseUrl, { max: 10, statementTimeoutMs, settings: requestSettings })
   // The invoice run's statements run one after another.
   const invoiceSql = createSql(config.databaseUrl, { max: 2 })
 

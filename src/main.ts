@@ -4,7 +4,7 @@ import { withDevSecrets } from './dev-secrets.ts'
 import { captureConsole, createLog, errorFields, stdoutFlushed, toStderr } from './log.ts'
 import { createSql, reachDatabase } from './db.ts'
 import { migrate } from './migrate.ts'
-import { createDeps, replySettings, type Deps } from './deps.ts'
+import { createDeps, replySettings, requestSettings, type Deps } from './deps.ts'
 import { createApp } from './app.ts'
 import { serverOptions } from './http/server-options.ts'
 import type { EmbeddedDatabase } from './embedded-postgres.ts'
@@ -58,7 +58,7 @@ async function main() {
   let metricsServer: ReturnType<typeof serveMetrics> | undefined
   try {
     // With the startup parameters this role's pools send: a pooler that refuses one stops the boot here.
-    const settings = role === 'workers' ? undefined : replySettings
+    const settings = role === 'workers' ? requestSettings : replySettings
     await reachDatabase(config.databaseUrl!, { statementTimeoutMs: config.statementTimeoutMs, settings })
     const migrator = createSql(config.databaseUrl!, { max: 1 })
     try {

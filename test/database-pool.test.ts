@@ -34,6 +34,21 @@ test('the request pool runs at most DATABASE_POOL_MAX statements at once, and ev
   expect(most).toBe(2)
 })
 
+test('the request pool compiles nothing: a plan priced past jit_above_cost runs without JIT', async () => {
+  // A page of a user's subscriptions was priced so (their missing periods made first), and compiled
+  // at each read for longer than it ran: 0.8 to 1.5 s for 50 or 100 of them.
+  const explained = await ctx.deps.sql.begin(async tx => {
+    await tx`set local enable_seqscan = off`
+    return tx.unsafe(
+      `explain (analyze, format json) select b.oid, b.typarray from pg_catalog.pg_type a
+       left join pg_catalog.pg_type b on b.oid = a.typelem where a.typcategory = 'A' group by b.oid, b.typarray order by b.oid`,
+    )
+  })
+  const [plan] = (explained[0] as unknown as { 'QUERY PLAN': { Plan: { 'Total Cost': number }; JIT?: unknown }[] })['QUERY PLAN']
+  expect(plan!.Plan['Total Cost']).toBeGreaterThan(100_000)
+  expect(plan!.JIT).toBeUndefined()
+})
+
 test('the reply writer’s connections price out sequential scans and compile nothing: the driver’s catalog query runs without JIT', async () => {
   const replies = createSql(ctx.database.url, { max: 1, settings: replySettings })
   try {
