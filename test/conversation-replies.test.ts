@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { Redis } from 'ioredis'
 import { newRowId } from '../src/ids.ts'
-import { rebuildInbox, writeConversation } from '../src/conversations/inbox.ts'
+import { finishRebuild, rebuildConversations, writeConversation, type StoredConversation } from '../src/conversations/inbox.ts'
 import { createReplyWriter } from '../src/conversations/replies.ts'
 import { createInboxReader } from '../src/conversations/inbox-reader.ts'
 import { createPubSub } from '../src/pubsub.ts'
@@ -24,6 +24,10 @@ import {
 } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
 import { startHeldProxy } from './helpers/held-proxy.ts'
+
+/** A whole rebuild as the inbox reader makes one: the conversations, then the requests and the mark. */
+const rebuildInbox = async (deps: TestContext['deps'], agentId: string, holder: string, marker: string, conversations: StoredConversation[]) =>
+  (await rebuildConversations(deps, agentId, holder, conversations)) && (await finishRebuild(deps, agentId, holder, marker, []))
 
 let ctx: TestContext
 let owner: TestUser
@@ -374,10 +378,13 @@ describe('the inbox’s one write rule', () => {
     await writeConversation(ctx.deps, rebuilt, answered, 6, null)
     await writeConversation(ctx.deps, rebuilt, newer, 7, entry(newer, 'newer'))
     const holder = (await ctx.deps.redis.get(ctx.deps.keys.actor(`agent:${rebuilt}`).lease))!
-    const written = await rebuildInbox(ctx.deps, rebuilt, holder, 'run-id', {
-      conversations: [answered, waiting, newer].map(userId => ({ userId, version: 5, pending: entry(userId, 'as read') })),
-      requests: [],
-    })
+    const written = await rebuildInbox(
+      ctx.deps,
+      rebuilt,
+      holder,
+      'run-id',
+      [answered, waiting, newer].map(userId => ({ userId, version: 5, pending: entry(userId, 'as read') })),
+    )
     expect(written).toBe(true)
     const inbox = await inboxInRedis(rebuilt)
     expect(Object.keys(inbox).sort()).toEqual([waiting, newer].sort())
@@ -391,10 +398,9 @@ describe('the inbox’s one write rule', () => {
     const waiting = newRowId()
     // Another holder took the actor after this rebuild's lease ran out.
     const letGo = (await holdActor(ctx.deps, `agent:${rebuilt}`))!
-    const written = await rebuildInbox(ctx.deps, rebuilt, 'the slow rebuild', 'run-id', {
-      conversations: [{ userId: waiting, version: 5, pending: entry(waiting, 'older') }],
-      requests: [],
-    })
+    const written = await rebuildInbox(ctx.deps, rebuilt, 'the slow rebuild', 'run-id', [
+      { userId: waiting, version: 5, pending: entry(waiting, 'older') },
+    ])
     expect(written).toBe(false)
     expect(await inboxInRedis(rebuilt)).toEqual({})
     expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(rebuilt).built)).toBe(0)

@@ -169,22 +169,6 @@ export async function finishRebuild(
   return (await rebuildDone(deps.redis, [k.requests, k.built, lease], args)) === 1
 }
 
-/**
- * Writes what Postgres holds (every conversation at its version, pending or not) and marks the inbox
- * built by `marker`, if `holder` still holds the agent's actor; says whether it did.
- */
-export async function rebuildInbox(
-  deps: Pick<InboxDeps, 'redis' | 'keys'>,
-  agentId: string,
-  holder: string,
-  marker: string,
-  stored: { conversations: StoredConversation[]; requests: OpenServiceRequest[] },
-): Promise<boolean> {
-  return (
-    (await rebuildConversations(deps, agentId, holder, stored.conversations)) && (await finishRebuild(deps, agentId, holder, marker, stored.requests))
-  )
-}
-
 /** The agent actor's `repair` for every handler that projects into its inbox: the inbox is rebuilt from Postgres. */
 export function inboxRepair(deps: InboxDeps): (context: { id: string }) => Promise<void> {
   return ({ id }) => invalidateInbox(deps, id)
