@@ -64,6 +64,15 @@ function isFree(port: number): boolean {
   }
 }
 
+/**
+ * The tree's PostgreSQL servers: its `postgres -D` processes but those forked by one (a backend just
+ * forked still shows its parent's command line until it sets its own title).
+ */
+const postmasters = (tree: ReturnType<typeof descendants>) => {
+  const servers = tree.filter(({ command }) => /\bpostgres -D /.test(command))
+  return servers.filter(({ parent }) => !servers.some(({ pid }) => pid === parent))
+}
+
 /** The port a `postgres -D dir -p port` command line names. */
 function postgresPort(command: string): number {
   return Number(command.match(/ -p (\d+)/)?.[1])
@@ -98,7 +107,7 @@ describe('the service started through npm start', () => {
 
   test('with the embedded PostgreSQL, SIGTERM to npm stops the database too', async () => {
     const { tree } = await startAndTerminate(undefined, 60_000)
-    const postgres = tree.filter(({ command }) => /\bpostgres -D /.test(command))
+    const postgres = postmasters(tree)
     expect(postgres).toHaveLength(1)
     expect(isFree(postgresPort(postgres[0]!.command))).toBe(true)
   }, 90_000)
@@ -110,7 +119,7 @@ describe('the service started through npm start', () => {
     const tree = descendants(npm.proc.pid)
     for (const { pid } of tree) seen.add(pid)
     const bun = tree.find(({ command }) => command.includes('src/main.ts'))!
-    const postgres = tree.filter(({ command }) => /\bpostgres -D /.test(command))
+    const postgres = postmasters(tree)
     expect(postgres).toHaveLength(1)
     // npm passes on only SIGTERM and SIGINT; a terminal's hangup reaches every process of its group.
     process.kill(bun.pid, 'SIGHUP')
@@ -139,7 +148,7 @@ describe('the service started through npm start', () => {
     }
     const tree = descendants(npm.pid)
     for (const { pid } of tree) seen.add(pid)
-    const postgres = tree.filter(({ command }) => /\bpostgres -D /.test(command))
+    const postgres = postmasters(tree)
     expect(postgres).toHaveLength(1)
     npm.kill('SIGTERM')
     expect(await exitWithin(npm, 10_000)).toBe(1)
@@ -153,7 +162,7 @@ describe('the service started through npm start', () => {
     await waitForReady(port, npm, 60_000)
     const tree = descendants(npm.proc.pid)
     for (const { pid } of tree) seen.add(pid)
-    const postgres = tree.filter(({ command }) => /\bpostgres -D /.test(command))
+    const postgres = postmasters(tree)
     expect(postgres).toHaveLength(1)
     expect(await exitOnSecondSigterm(npm.proc, port, 10_000)).toBe(1)
     expect(tree.filter(({ pid }) => isRunning(pid))).toEqual([])

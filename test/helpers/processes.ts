@@ -63,17 +63,17 @@ export async function exitWithin(proc: Subprocess, ms: number): Promise<number |
 }
 
 /** The processes below `pid` (children, theirs, ...), read from /proc: pid and command line. */
-export function descendants(pid: number): { pid: number; command: string }[] {
+export function descendants(pid: number): { pid: number; parent: number; command: string }[] {
   const children = new Map<number, number[]>()
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue
     const parent = parentOf(Number(entry))
     if (parent !== null) children.set(parent, [...(children.get(parent) ?? []), Number(entry)])
   }
-  const found: { pid: number; command: string }[] = []
+  const found: { pid: number; parent: number; command: string }[] = []
   const walk = (parent: number) => {
     for (const child of children.get(parent) ?? []) {
-      found.push({ pid: child, command: commandOf(child) })
+      found.push({ pid: child, parent, command: commandOf(child) })
       walk(child)
     }
   }
