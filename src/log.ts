@@ -31,7 +31,13 @@ export function backlogWriter(stream: NodeJS.WritableStream, backlogBytes = stdo
   let backlog = 0
   let behind = false
   let dropped = 0
+  // A reader that went away (EPIPE: a `| head`, a collector restarted; EIO: a closed terminal) takes
+  // the log with it, nothing else. Unheard, Bun turned the error into an unhandled rejection: a crash
+  // in a process without a handler, a record lost on the same stdout and an exit held 1 s in ours.
+  let gone = false
+  stream.on('error', () => (gone = true))
   const write = (line: string) => {
+    if (gone) return
     if (behind && backlog + line.length > backlogBytes) {
       dropped++
       return
@@ -47,9 +53,11 @@ export function backlogWriter(stream: NodeJS.WritableStream, backlogBytes = stdo
     dropped = 0
     write(JSON.stringify({ time: new Date().toISOString(), level: 'warn', msg: 'log lines dropped: stdout was not being read', dropped: count }))
   })
-  /** Resolves once the stream has written out what it was given, or after `ms` (a reader that stopped). */
+  /** Resolves once the stream has written out what it was given, or its reader is gone, or after `ms` (a reader that stopped). */
   const flushed = (ms: number): Promise<unknown> =>
-    behind ? Promise.race([new Promise(resolve => stream.once('drain', resolve)), Bun.sleep(ms)]) : Promise.resolve()
+    behind && !gone
+      ? Promise.race([new Promise(resolve => (stream.once('drain', resolve), stream.once('error', resolve))), Bun.sleep(ms)])
+      : Promise.resolve()
   return Object.assign(write, { flushed })
 }
 

@@ -39,3 +39,28 @@ describe('the log on stdout', () => {
     expect(records.at(-1).msg).toBe('after')
   }, 15_000)
 })
+
+describe('the log on a stdout whose reader has gone', () => {
+  test('loses the log, and nothing else: no crash, no exit held waiting to flush', async () => {
+    // `| head -1`: the reader takes one line and leaves; every later write meets EPIPE. No
+    // unhandledRejection handler here, as in a CLI or a test that uses the log.
+    const writer = `
+      import { createLog, stdoutFlushed } from ${JSON.stringify(join(projectRoot, 'src/log.ts'))}
+      const log = createLog('info')
+      for (let i = 0; i < 50; i++) {
+        log.info('line', { i, text: 'x'.repeat(2000) })
+        await Bun.sleep(20)
+      }
+      // A reader gone is not one behind: nothing to wait for (the test's timeout is shorter).
+      await stdoutFlushed(60_000)
+      console.error('done')
+    `
+    const proc = Bun.spawn(['sh', '-c', '{ "$0" -e "$1"; echo "exit $?" >&2; } | head -1 >/dev/null', process.execPath, writer], {
+      stdin: 'ignore',
+      stdout: 'pipe',
+      stderr: 'pipe',
+    })
+    const [stderr] = await Promise.all([new Response(proc.stderr).text(), proc.exited])
+    expect(stderr).toBe('done\nexit 0\n')
+  }, 15_000)
+})
