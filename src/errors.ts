@@ -147,7 +147,7 @@ export const errors = {
   // loop, and clients generally, wait for Retry-After rather than guess.
   unavailable: (message = 'A backing service is unavailable; try again', retryAfterSeconds = 1) =>
     new AppError(503, 'unavailable', message, undefined, { 'retry-after': String(retryAfterSeconds) }),
-  notReady: (details: ErrorDetail[]) => new AppError(503, 'unavailable', 'The service is not ready for traffic', details),
-  backingDown: (details: ErrorDetail[]) => new AppError(503, 'unavailable', 'Postgres or Redis is unreachable', details),
+  notReady: (details: ErrorDetail[]) => new AppError(503, 'unavailable', 'The service is not ready for traffic', details, { 'retry-after': '1' }),
+  backingDown: (details: ErrorDetail[]) => new AppError(503, 'unavailable', 'Postgres or Redis is unreachable', details, { 'retry-after': '1' }),
   internal: () => new AppError(500, 'internal', 'Something went wrong on our side'),
 }

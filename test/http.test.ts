@@ -356,8 +356,11 @@ describe('health', () => {
     const broken = await createTestContext()
     try {
       broken.deps.redis.disconnect()
-      const down = expectError(await broken.call('GET', '/v1/health'), 503, 'unavailable')
+      const res = await broken.call('GET', '/v1/health')
+      const down = expectError(res, 503, 'unavailable')
       expect(down.details).toEqual([{ path: '/redis', message: 'Redis is unreachable' }])
+      // As every 503 does, it says when to try again (the original CLIs retry on it).
+      expect(res.headers.get('retry-after')).toBe('1')
     } finally {
       await broken.close()
     }
@@ -377,6 +380,7 @@ describe('health', () => {
     const reasons = async () => {
       const res = await broken.call('GET', '/health/ready')
       expectError(res, 503, 'unavailable')
+      expect(res.headers.get('retry-after')).toBe('1')
       return res.body.details.map((detail: { path: string }) => detail.path)
     }
     try {
@@ -414,7 +418,9 @@ describe('health', () => {
         proxy.release()
         expectError(res, 503, 'unavailable')
         expect(res.body.details.map((detail: { path: string }) => detail.path)).toEqual([reason])
-        expect(ms).toBeLessThan(900)
+        // The probe's own limit, not a tighter one: the checks give up at 0.75 s, and a loaded machine
+        // may take a while longer to answer.
+        expect(ms).toBeLessThan(1000)
       }
     } finally {
       await held.close()
