@@ -14,6 +14,10 @@ import { firstLine } from './text.ts'
 
 type Role = 'all' | 'api' | 'workers'
 
+// Set by a signal during the boot, which ends the process itself: a step that fails after it (the
+// embedded database it stops, a migration it cuts) is the stop's doing, not a boot that failed.
+let bootInterrupted = false
+
 const role: Role = process.argv.includes('--api') ? 'api' : process.argv.includes('--workers') ? 'workers' : 'all'
 
 async function main() {
@@ -37,6 +41,7 @@ async function main() {
   let drain: ((signal: string) => void) | undefined
   const onSignal = (signal: string) => {
     if (drain) return drain(signal)
+    bootInterrupted = true
     log.warn(`${signal} during the boot; exiting`)
     const stopped = embeddedStarting?.then(database => database.stop()).catch(() => {})
     void Promise.race([stopped, Bun.sleep(5000)]).finally(() => exitFlushed(1))
@@ -156,6 +161,7 @@ process.on('uncaughtException', error => {
 })
 
 main().catch(error => {
+  if (bootInterrupted) return
   fatal.error('boot failed', { error: firstLine(error) })
   exitFlushed(1)
 })
