@@ -19,6 +19,11 @@ export class AppError extends Error {
   }
 }
 
+// Every 503 says when to try again (a second unless the caller knows better): the agent's reference
+// loop, and clients generally, wait for Retry-After rather than guess.
+const unavailable = (message: string, retryAfterSeconds: number, details?: ErrorDetail[]) =>
+  new AppError(503, 'unavailable', message, details, { 'retry-after': String(retryAfterSeconds) })
+
 /**
  * The message with the first of its details, for clients that show only `message` (the reference
  * polling loop, the MCP server): `The request body is not valid: /rating must be <= 5 (and 1 more)`.
@@ -143,11 +148,8 @@ export const errors = {
       'forbidden',
       'The connection’s address is not allowed: it resolves to a private, loopback, link-local or other special-purpose address',
     ),
-  // Every 503 says when to try again (a second unless the caller knows better): the agent's reference
-  // loop, and clients generally, wait for Retry-After rather than guess.
-  unavailable: (message = 'A backing service is unavailable; try again', retryAfterSeconds = 1) =>
-    new AppError(503, 'unavailable', message, undefined, { 'retry-after': String(retryAfterSeconds) }),
-  notReady: (details: ErrorDetail[]) => new AppError(503, 'unavailable', 'The service is not ready for traffic', details, { 'retry-after': '1' }),
-  backingDown: (details: ErrorDetail[]) => new AppError(503, 'unavailable', 'Postgres or Redis is unreachable', details, { 'retry-after': '1' }),
+  unavailable: (message = 'A backing service is unavailable; try again', retryAfterSeconds = 1) => unavailable(message, retryAfterSeconds),
+  notReady: (details: ErrorDetail[]) => unavailable('The service is not ready for traffic', 1, details),
+  backingDown: (details: ErrorDetail[]) => unavailable('Postgres or Redis is unreachable', 1, details),
   internal: () => new AppError(500, 'internal', 'Something went wrong on our side'),
 }

@@ -15,7 +15,7 @@ import { runMaintenance } from '../workers/maintenance.ts'
 import type { Job } from 'bullmq'
 import { addMonths } from '../src/billing/periods.ts'
 import { ensurePeriods } from '../src/billing/subscriptions/store.ts'
-import { agentStatsQuery } from '../src/billing/stats/store.ts'
+import { agentStats } from '../src/billing/stats/store.ts'
 import { counted, meteredSubscriber, type MeteredSubscriber } from './helpers/usage.ts'
 
 let ctx: TestContext
@@ -452,7 +452,7 @@ describe('creator stats', () => {
     const plan = await ctx.deps.sql.begin(async tx => {
       await tx`set local enable_seqscan = off`
       const month = { start: new Date('2024-01-01T00:00:00.000Z'), end: new Date('2024-02-01T00:00:00.000Z') }
-      const rows = await tx<{ 'QUERY PLAN': string }[]>`explain ${agentStatsQuery(tx, randomUUID(), month)}`
+      const rows = await tx<{ 'QUERY PLAN': string }[]>`explain ${agentStats(tx, randomUUID(), month)}`
       return rows.map(row => row['QUERY PLAN']).join('\n')
     })
     expect(plan).toContain('subscriptions_by_agent')

@@ -134,24 +134,21 @@ export interface StoredConversation {
 }
 
 /**
- * A step of a rebuild: writes conversations as Postgres holds them (pending or not, at their
- * versions), `rebuildPageSize` to a script call, if `holder` still holds the agent's actor; says
- * whether it did. The inbox is not built until `finishRebuild`.
+ * A step of a rebuild: writes a page of conversations (at most `rebuildPageSize`, as the inbox reader
+ * reads them) as Postgres holds them, pending or not, at their versions, in one script call, if
+ * `holder` still holds the agent's actor; says whether it did. The inbox is not built until
+ * `finishRebuild`.
  */
 export async function rebuildConversations(
   deps: Pick<InboxDeps, 'redis' | 'keys'>,
   agentId: string,
   holder: string,
-  conversations: StoredConversation[],
+  page: StoredConversation[],
 ): Promise<boolean> {
+  const args: (string | number)[] = [holder]
+  for (const c of page) args.push(c.userId, c.version, c.pending ? JSON.stringify(c.pending) : '')
   const k = deps.keys.agent(agentId)
-  const lease = deps.keys.actor(`agent:${agentId}`).lease
-  for (let at = 0; at < conversations.length; at += rebuildPageSize) {
-    const args: (string | number)[] = [holder]
-    for (const c of conversations.slice(at, at + rebuildPageSize)) args.push(c.userId, c.version, c.pending ? JSON.stringify(c.pending) : '')
-    if ((await rebuildPage(deps.redis, [k.inbox, k.versions, lease], args)) !== 1) return false
-  }
-  return true
+  return (await rebuildPage(deps.redis, [k.inbox, k.versions, deps.keys.actor(`agent:${agentId}`).lease], args)) === 1
 }
 
 /** The last step of a rebuild: the open requests, and the inbox marked built by `marker` (the server's run id: inbox-reader.ts). */

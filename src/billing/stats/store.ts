@@ -14,16 +14,12 @@ export interface AgentStatsRow {
   proxyCallsThisMonth: number
 }
 
-/** Revenue is what was invoiced; calls are usage events counted in the calendar month. */
-export async function agentStats(sql: Db, ownerId: string, month: { start: Date; end: Date }): Promise<AgentStatsRow[]> {
-  return agentStatsQuery(sql, ownerId, month)
-}
-
 /**
- * The statement of `agentStats`. The calls are counted over every subscription of each agent
- * (`subscriptions_by_agent`), cancelled ones too.
+ * Revenue is what was invoiced; calls are usage events counted in the calendar month, over every
+ * subscription of each agent (`subscriptions_by_agent`), cancelled ones too. The statement unsent
+ * until awaited, so a test can also explain it.
  */
-export function agentStatsQuery(sql: Db, ownerId: string, month: { start: Date; end: Date }) {
+export function agentStats(sql: Db, ownerId: string, month: { start: Date; end: Date }) {
   return sql<AgentStatsRow[]>`
     select
       a.id as "participantId", a.name, a.active_subscribers as "activeSubscribers",
