@@ -51,7 +51,7 @@ export function backlogWriter(stream: NodeJS.WritableStream, backlogBytes = stdo
     if (dropped === 0) return
     const count = dropped
     dropped = 0
-    write(JSON.stringify({ time: new Date().toISOString(), level: 'warn', msg: 'log lines dropped: stdout was not being read', dropped: count }))
+    createLog('warn', write).warn('log lines dropped: stdout was not being read', { dropped: count })
   })
   /** Resolves once the stream has written out what it was given, or its reader is gone, or after `ms` (a reader that stopped). */
   const flushed = (ms: number): Promise<unknown> =>
