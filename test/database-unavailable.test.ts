@@ -156,6 +156,7 @@ describe('a database host name that does not resolve', () => {
       expectError(await unresolvable.call('GET', '/v1/auth/me', { token }), 503, 'unavailable')
       const health = await unresolvable.call('GET', '/health')
       expect(health.status).toBe(503)
+      expect(health.headers.get('retry-after')).toBe('1')
       expect(health.body.postgres).toBe('down')
     } finally {
       await unresolvable.close()

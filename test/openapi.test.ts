@@ -223,8 +223,7 @@ describe('failures', () => {
         expect(operation.responses['401'].headers, where).toHaveProperty('WWW-Authenticate')
       }
       if (operation.responses['429']) expect(operation.responses['429'].headers, where).toHaveProperty('Retry-After')
-      if (operation.responses['503'] && operation.operationId !== 'health')
-        expect(operation.responses['503'].headers, where).toHaveProperty('Retry-After')
+      if (operation.responses['503']) expect(operation.responses['503'].headers, where).toHaveProperty('Retry-After')
     }
   })
 

@@ -59,7 +59,11 @@ export function healthRoutes({ sql, redis, lifecycle }: Deps) {
       '/health',
       async ({ set }) => {
         const answer = await health()
-        if (answer.status !== 'ok') set.status = 503
+        if (answer.status !== 'ok') {
+          set.status = 503
+          // As on every other 503 (errors.ts): when to ask again.
+          set.headers['retry-after'] = '1'
+        }
         return answer
       },
       {

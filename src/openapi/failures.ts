@@ -72,9 +72,7 @@ export function addFailures(operation: Operation): void {
   if (!offline.has(operation.operationId)) add(503, 'Unavailable')
   for (const [status, response] of Object.entries(responses)) {
     if (status === '429' && !response.$ref) response.headers = { 'Retry-After': retryAfter, ...response.headers }
-    if (status === '503' && response.content?.['application/json']?.schema.$ref === envelope.$ref) {
-      response.headers = { ...failureResponses.Unavailable!.headers, ...response.headers }
-    }
+    if (status === '503' && !response.$ref) response.headers = { ...failureResponses.Unavailable!.headers, ...response.headers }
     if (status === '401' && !response.$ref) response.headers = { ...failureResponses.Unauthorized!.headers, ...response.headers }
   }
 }
