@@ -48,6 +48,10 @@ async function main() {
   }
   for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP']) process.on(signal, () => onSignal(signal))
 
+  // Else the metrics would take the port first, and the API's failure to listen would blame PORT.
+  if (role !== 'workers' && config.metrics.port === config.port) {
+    throw new ConfigError(`invalid METRICS_PORT: must differ from PORT (${config.port}), where the API listens`)
+  }
   let embedded: EmbeddedDatabase | undefined
   if (!config.databaseUrl) {
     if (role !== 'all') throw new ConfigError(`start:${role} needs DATABASE_URL; the embedded database serves only \`start\``)

@@ -486,6 +486,16 @@ describe('the service as a process', () => {
     }
   }, 60_000)
 
+  test('METRICS_PORT equal to PORT stops the boot of the API with one stderr line naming METRICS_PORT', async () => {
+    const database = await emptyDatabase()
+    const port = String(await freePort())
+    const service = start(['src/main.ts', '--api'], environment(database, { PORT: port, METRICS_PORT: port }))
+    expect(await exitWithin(service.proc, 20_000)).not.toBe(0)
+    const lines = (await service.stderr).trimEnd().split('\n')
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toContain('invalid METRICS_PORT: must differ from PORT')
+  }, 30_000)
+
   test('production without an auth configuration stops the boot with one stderr line naming AUTH_JWT_SECRET', async () => {
     const database = await emptyDatabase()
     const env = environment(database, {
