@@ -14,6 +14,21 @@ const jobBuckets = [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900]
 export type Metrics = ReturnType<typeof createMetrics>
 
 /**
+ * prom-client's process metrics that say nothing true under Bun, left out: `nodejs_active_*` (Bun
+ * answers the calls they read, process._getActiveHandles and the like, with nothing: always 0; and
+ * gauges named _total fail `promtool check metrics`, prometheus/client_js#283), V8's heap spaces
+ * (JavaScriptCore has none: 0, or the whole heap's size in one of them), and `process_heap_bytes`
+ * (VmData, gigabytes of address space JavaScriptCore reserves, not used).
+ */
+const untrueUnderBun = [
+  ...['handles', 'requests', 'resources'].flatMap(kind => [`nodejs_active_${kind}`, `nodejs_active_${kind}_total`]),
+  'nodejs_heap_space_size_total_bytes',
+  'nodejs_heap_space_size_used_bytes',
+  'nodejs_heap_space_size_available_bytes',
+  'process_heap_bytes',
+]
+
+/**
  * @example
  * const metrics = createMetrics({ process: true })
  * metrics.jobFinished('metering', 'completed', 12)
@@ -21,15 +36,10 @@ export type Metrics = ReturnType<typeof createMetrics>
 export function createMetrics(options: { process: boolean }) {
   const registry = new Registry()
   // CPU, memory, file descriptors, event-loop lag: only where metrics are served (its event-loop
-  // monitor would run in every test otherwise). Bun reports V8's heap spaces as 0.
+  // monitor would run in every test otherwise).
   if (options.process) {
     collectDefaultMetrics({ register: registry })
-    // Gauges named _total, which `promtool check metrics` refuses (prometheus/client_js#283); Bun
-    // answers the calls they read (process._getActiveHandles and the like) with nothing: always 0.
-    for (const kind of ['handles', 'requests', 'resources']) {
-      registry.removeSingleMetric(`nodejs_active_${kind}`)
-      registry.removeSingleMetric(`nodejs_active_${kind}_total`)
-    }
+    for (const name of untrueUnderBun) registry.removeSingleMetric(name)
   }
   const registers = [registry]
 
