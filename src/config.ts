@@ -39,6 +39,10 @@ const Env = T.Object({
   // answers every request it let in, even while no workers run.
   SHUTDOWN_TIMEOUT_MS: T.Integer({ minimum: 1, maximum: maxTimerMs, default: 15000 }),
   SHUTDOWN_DELAY_MS: T.Integer({ minimum: 0, maximum: maxTimerMs, default: 0 }),
+  // Past the 60 s for which nginx's upstream keep-alive and AWS's load balancers keep an idle
+  // connection to reuse: the one that closes an idle connection must be the one that reuses it, or a
+  // request it sends as the service closes is lost (502). Bun takes at most 255 (0: never).
+  HTTP_IDLE_TIMEOUT_S: T.Integer({ minimum: 0, maximum: 255, default: 75 }),
   INVOICE_EVERY_MS: T.Integer({ minimum: 1000, maximum: maxTimerMs, default: 3_600_000 }),
   QUEUE_LOCK_MS: T.Integer({ minimum: 1000, maximum: maxTimerMs, default: 30_000 }),
   SERVICE_REQUESTS_OPEN_MAX: T.Integer({ minimum: 1, default: 100 }),
@@ -137,6 +141,8 @@ export interface Config {
   shutdownTimeoutMs: number
   /** How long a shutdown keeps serving, not ready and closing each connection it answers, before the listener closes. */
   shutdownDelayMs: number
+  /** Seconds a kept-alive HTTP connection may sit idle before the API closes it (0: never); longer than any proxy's in front. */
+  httpIdleTimeoutS: number
   /** How often the invoice run looks for ended periods. */
   invoiceEveryMs: number
   /** How long a worker's hold on a job lasts; a dead worker's jobs return to the queue after it. */
@@ -258,6 +264,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     rateLimits: { ...defaultRateLimits, ...(overrides as Partial<RateLimits>) },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
     shutdownDelayMs: e.SHUTDOWN_DELAY_MS,
+    httpIdleTimeoutS: e.HTTP_IDLE_TIMEOUT_S,
     invoiceEveryMs: e.INVOICE_EVERY_MS,
     queueLockMs: e.QUEUE_LOCK_MS,
     serviceRequests: { maxOpen: e.SERVICE_REQUESTS_OPEN_MAX, maxOpenBytes: e.SERVICE_REQUESTS_OPEN_BYTES },

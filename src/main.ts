@@ -88,7 +88,9 @@ async function main() {
       log.info('metrics listening', { port: metricsServer.port })
     }
     if (role !== 'workers') {
-      server = onPort('PORT', config.port, () => createApp(deps!).listen({ port: config.port, idleTimeout: 30, ...serverOptions(deps!.log) }))
+      server = onPort('PORT', config.port, () =>
+        createApp(deps!).listen({ port: config.port, idleTimeout: config.httpIdleTimeoutS, ...serverOptions(deps!.log) }),
+      )
       log.info('api listening', { port: server.server?.port, swagger: `${config.siteUrl}/swagger` })
     }
     if (role !== 'api') workers = await startWorkers(deps)

@@ -44,6 +44,7 @@ describe('loadConfig', () => {
       rateLimits: defaultRateLimits,
       shutdownTimeoutMs: 15000,
       shutdownDelayMs: 0,
+      httpIdleTimeoutS: 75,
       metrics: { port: undefined, token: undefined },
       migrationTimeouts: { lockTimeoutMs: 5000, statementTimeoutMs: 600_000 },
     })
@@ -71,6 +72,13 @@ describe('loadConfig', () => {
     expect(configError({ SHUTDOWN_TIMEOUT_MS: '1.5' }).message).toContain('SHUTDOWN_TIMEOUT_MS')
     // 0 would end every shutdown at once, with no drain (elsewhere 0 means no limit): refused.
     expect(configError({ SHUTDOWN_TIMEOUT_MS: '0' }).message).toContain('SHUTDOWN_TIMEOUT_MS')
+  })
+
+  test('HTTP_IDLE_TIMEOUT_S is 0 to 255 whole seconds (Bun takes no more), by default past the 60 s proxies keep connections', () => {
+    expect(loadConfig({ HTTP_IDLE_TIMEOUT_S: '0' }).httpIdleTimeoutS).toBe(0)
+    expect(loadConfig({ HTTP_IDLE_TIMEOUT_S: '255' }).httpIdleTimeoutS).toBe(255)
+    expect(configError({ HTTP_IDLE_TIMEOUT_S: '256' }).message).toContain('HTTP_IDLE_TIMEOUT_S')
+    expect(configError({ HTTP_IDLE_TIMEOUT_S: '1.5' }).message).toContain('HTTP_IDLE_TIMEOUT_S')
   })
 
   test('SHUTDOWN_DELAY_MS is 0 or more milliseconds, less than SHUTDOWN_TIMEOUT_MS, which counts it', () => {

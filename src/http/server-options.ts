@@ -16,7 +16,7 @@ import { serverHeadBytes } from './request-limits.ts'
  * instance, or an old one left running, would silently take half the connections.
  *
  * @example
- * createApp(deps).listen({ port, idleTimeout: 30, ...serverOptions(deps.log) })
+ * createApp(deps).listen({ port, idleTimeout: config.httpIdleTimeoutS, ...serverOptions(deps.log) })
  */
 export function serverOptions(log: Log) {
   // Node's typings have it read-only (Node takes it from --max-http-header-size only); Bun reads and
