@@ -1,7 +1,7 @@
 /**
  * One scenario's deployment of the service: a fresh database cloned from the migrated template, a
- * fresh Redis prefix, a workers process and two API processes on fixed spare ports, all configured
- * by environment as in production.
+ * fresh Redis prefix, workers processes (one unless asked for more) and two API processes on fixed
+ * spare ports, all configured by environment as in production.
  */
 import { randomBytes } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -41,7 +41,7 @@ export interface Deployment {
   logDir: string
   /** The base URLs of the API slots; a restarted API keeps its slot's port. */
   apiUrls: string[]
-  /** The process now in each slot (`api-1`, `api-2`, `workers`). */
+  /** The process now in each slot (`api-1`, `api-2`, `workers`, and `workers-2` on if asked for). */
   current(slot: string): ServiceProcess
   /** Every process started, replacements included, in order. */
   all: ServiceProcess[]
@@ -57,7 +57,7 @@ export interface Deployment {
 export async function startDeployment(
   name: string,
   servers: { postgres: PostgresServer; redis: RedisServer },
-  options: { proxyAllowedHosts: string },
+  options: { proxyAllowedHosts: string; workers?: number; env?: Record<string, string> },
 ): Promise<Deployment> {
   const database = `fault_${name.replace(/[^a-z0-9]/g, '_')}_${randomBytes(4).toString('hex')}`
   const admin = createSql(servers.postgres.url('postgres'), { max: 1 })
@@ -86,10 +86,15 @@ export async function startDeployment(
     SHUTDOWN_TIMEOUT_MS: '5000',
     // Each load user writes every 300 ms, past the default messagePost budget of a person.
     RATE_LIMITS: JSON.stringify({ messagePost: { capacity: 10_000, perSeconds: 1 } }),
+    ...options.env,
   }
   const ports = [await freePort(), await freePort()]
+  const workerSlots = Array.from({ length: options.workers ?? 1 }, (_, index) => (index === 0 ? 'workers' : `workers-${index + 1}`))
   const slots = new Map<string, { role: Role; env: Record<string, string>; process?: ServiceProcess; starts: number }>([
-    ['workers', { role: 'workers', env: base, starts: 0 }],
+    ...workerSlots.map((slot): [string, { role: Role; env: Record<string, string>; starts: number }] => [
+      slot,
+      { role: 'workers', env: base, starts: 0 },
+    ]),
     ...ports.map((port, index): [string, { role: Role; env: Record<string, string>; starts: number }] => [
       `api-${index + 1}`,
       { role: 'api', env: { ...base, PORT: String(port), SITE_URL: `http://127.0.0.1:${port}` }, starts: 0 },
@@ -150,8 +155,7 @@ export async function startDeployment(
   }
 
   try {
-    const workers = start('workers')
-    await workersStarted(workers)
+    await Promise.all(workerSlots.map(slot => workersStarted(start(slot))))
     const apis = ['api-1', 'api-2'].map(start)
     await Promise.all(apis.map(api => waitHealthy(api)))
   } catch (error) {

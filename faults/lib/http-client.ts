@@ -1,6 +1,6 @@
 /** HTTP calls to the API processes, each attempt recorded with its outcome; a process that refuses connections is skipped for a moment. */
 
-export type AttemptKind = 'setup' | 'poll' | 'sign-in' | 'message' | 'reply' | 'proxy' | 'subscription'
+export type AttemptKind = 'setup' | 'poll' | 'sign-in' | 'message' | 'reply' | 'proxy' | 'subscription' | 'service-request' | 'service-respond'
 
 export interface Attempt {
   kind: AttemptKind
