@@ -20,7 +20,8 @@ import { serviceRequestCommands } from './service-requests/commands.ts'
 import { contextCommands } from './context/commands.ts'
 import type { InboxDeps } from './conversations/inbox.ts'
 import { createInboxReader, type InboxReader } from './conversations/inbox-reader.ts'
-import { createReplyWriter, type ReplyWriter } from './conversations/replies.ts'
+import { createReplyWriter, inboxAfterReply, type ReplyWriter } from './conversations/replies.ts'
+import type { RelayEffect } from './events/relay.ts'
 import { createQueues, type Queues } from './queues.ts'
 import { createEventHub, type EventHub } from './events/hub.ts'
 import { createBlogQueue, type BlogQueue } from './blog/queue.ts'
@@ -81,6 +82,11 @@ export function actorKinds(deps: InboxDeps & { config: Pick<Config, 'serviceRequ
     agent: { ...conversationCommands(deps), ...serviceRequestCommands(deps, deps.config.serviceRequests) },
     org: contextCommands(),
   }
+}
+
+/** What the outbox relay does besides delivering, by event type: a reply's conversation written in its agent's inbox. */
+export function relayEffects(deps: InboxDeps): Record<string, RelayEffect> {
+  return { 'conversation.reply': inboxAfterReply(deps) }
 }
 
 /** The same connections and clients, with statements on the workers' own pool: what the workers run on. */

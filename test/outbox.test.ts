@@ -101,6 +101,40 @@ describe('the outbox relay', () => {
     expect(await delivered(other)).toEqual([1, 2])
   })
 
+  test('an event type’s effect runs on the pass’s events of that type; the events whose effect failed wait for the next pass', async () => {
+    const [user, other] = [randomUUID(), randomUUID()]
+    await ctx.deps.sql.begin(tx =>
+      enqueueEvents(tx, new Date(), [
+        { userId: user, type: 'conversation.reply', payload: { n: 1 } },
+        { userId: other, type: 'context.updated', payload: { n: 1 } },
+        { userId: user, type: 'conversation.reply', payload: { n: 2 } },
+      ]),
+    )
+    const seen: number[][] = []
+    let fail = true
+    const effects = {
+      'conversation.reply': async (_tx: unknown, events: { userId: string | null; data: string }[]) => {
+        seen.push(events.map(e => (JSON.parse(e.data) as { n: number }).n))
+        if (fail) throw new Error('Redis refused the effect')
+      },
+    }
+    const first = await relayPass({ ...ctx.deps, effects }, 100)
+    expect(String(first?.error)).toContain('Redis refused the effect')
+    // The other type went; the replies stay, though their streams took them.
+    expect(first?.sent).toBe(1)
+    expect(await waiting()).toBe(2)
+    fail = false
+    expect(await relayPass({ ...ctx.deps, effects }, 100)).toEqual({ sent: 2 })
+    expect(seen).toEqual([
+      [1, 2],
+      [1, 2],
+    ])
+    expect(await waiting()).toBe(0)
+    // Appended once: the second pass's copies were among the stream's newest.
+    expect(await delivered(user)).toEqual([1, 2])
+    expect(await delivered(other)).toEqual([1])
+  })
+
   test('appends that time out while Redis is paused, then run when it goes on, keep each event once', async () => {
     const server = await startRedisServer()
     const redis = createRedis(server.url, ctx.deps.log, 'commands')

@@ -1,6 +1,6 @@
 /** Starts every BullMQ worker, their repeatable schedules, the outbox relay and the actor runtime; `close` lets running jobs finish. */
 import { Queue, Worker, type Job } from 'bullmq'
-import { forInvoiceRun, forWorkers, type Deps } from '../src/deps.ts'
+import { forInvoiceRun, forWorkers, relayEffects, type Deps } from '../src/deps.ts'
 import { createRedis, reportQueueErrors } from '../src/redis.ts'
 import { errorFields, throttled } from '../src/log.ts'
 import { maintenanceEveryMs, runMaintenance } from './maintenance.ts'
@@ -56,7 +56,7 @@ export async function startWorkers(requestDeps: Deps): Promise<Workers> {
     })
     reportQueueErrors(worker, log, { worker: worker.name })
   }
-  const relay = startRelay(deps)
+  const relay = startRelay({ ...deps, effects: relayEffects(deps) })
   const actors = await startActors(deps)
   log.info('workers started', { queues: workers.map(worker => worker.name), actorRuntime: actors.id })
 

@@ -3,8 +3,10 @@
  * a reply touches one conversation, whose row lock in Postgres orders it against the user's messages
  * and other replies, and whose version orders the inbox's writes (inbox.ts). The replies of the
  * moment go to Postgres in one statement, one reply a conversation; then each conversation that
- * stopped being pending is written answered in its agent's inbox and the agent is answered; the
- * user is told by an event the statement records.
+ * stopped being pending is written answered in its agent's inbox and the agent is answered. The
+ * user is told by an event the statement records, and the outbox relay, delivering it, writes the
+ * conversation in the inbox again as Postgres holds it (`inboxAfterReply`): that write is what
+ * cannot be lost with the process, or refused by Redis, once the reply committed.
  */
 import postgres from 'postgres'
 import type { Sql } from '../db.ts'
@@ -15,10 +17,10 @@ import type { Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { PubSub } from '../pubsub.ts'
 import type { Clock } from '../clock.ts'
-import { createRetries } from '../retries.ts'
 import { createBatcher } from '../batcher.ts'
-import { invalidateInbox, writeConversation } from './inbox.ts'
-import { storeChosenReplies, storeFreshReplies, type ReplyStored } from './store.ts'
+import type { RelayEffect } from '../events/relay.ts'
+import { writeConversation, type InboxDeps } from './inbox.ts'
+import { conversationsNow, storeChosenReplies, storeFreshReplies, type ReplyStored } from './store.ts'
 
 export interface AgentReply {
   agentId: string
@@ -40,7 +42,7 @@ export interface Replied {
 export interface ReplyWriter {
   /** Stores the reply and answers with it; null when the user never wrote to the agent. */
   send(reply: AgentReply): Promise<Replied | null>
-  /** Takes no more replies, waits for those under way, and tries once more what Redis did not take. */
+  /** Takes no more replies and waits for those under way. */
   close(): Promise<void>
 }
 
@@ -82,44 +84,16 @@ function answeredAt(stored: ReplyStored): number | undefined {
   return stored.conversation.pendingCount === 0 ? stored.conversation.version : undefined
 }
 
-/** An inbox change a reply could not make in Redis: a conversation answered, or the whole inbox to rebuild. */
-export type Unprojected = { agentId: string; userId: string; version: number } | { agentId: string; invalidate: true }
-
-/** Of two changes waiting under one key, the one the inbox must come to: the newer answer of a conversation. */
-export function newerChange(held: Unprojected, added: Unprojected): Unprojected {
-  return 'version' in held && 'version' in added && held.version >= added.version ? held : added
-}
-
 export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
   const { sql, log } = options
   let closed = false
 
-  /**
-   * Inbox changes Redis did not take, tried again in the background until they land: the newest
-   * answer of each conversation, and inboxes to rebuild (a statement whose outcome is unknown).
-   */
-  const unprojected = createRetries<Unprojected>({
-    attempt: change =>
-      'invalidate' in change
-        ? invalidateInbox(options, change.agentId)
-        : writeConversation(options, change.agentId, change.userId, change.version, null),
-    merge: newerChange,
-    initialDelayMs: 200,
-  })
-  const later = (change: Unprojected) => {
-    const key = 'invalidate' in change ? change.agentId : `${change.agentId}:${change.userId}`
-    if (!unprojected.add(key, change)) {
-      log.error('reply projection given up after shutdown; that agent’s inbox is stale until its next change or rebuild', { agentId: change.agentId })
-    }
-  }
-
-  /** Before the answer, so the agent's next poll sees the conversation answered; retried in the background if Redis refuses it. */
+  /** Before the answer, so the agent's next poll sees the conversation answered; if Redis refuses it, the relay writes it (`inboxAfterReply`). */
   const project = async (reply: AgentReply, stored: ReplyStored) => {
     const version = answeredAt(stored)
     if (version === undefined) return
     await writeConversation(options, reply.agentId, reply.userId, version, null).catch(error => {
-      log.warn('reply projection failed; retrying in the background', { agentId: reply.agentId, ...errorFields(error) })
-      later({ agentId: reply.agentId, userId: reply.userId, version })
+      log.warn('reply projection failed; the outbox relay writes it', { agentId: reply.agentId, ...errorFields(error) })
     })
   }
 
@@ -158,9 +132,8 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
         const alone = await Promise.all(batch.map(p => write([p], chosen, wait)))
         return { answering: Promise.all(alone.map(a => a.answering)) }
       }
+      // The statement may have committed (a connection lost): its events then have the relay write the inboxes.
       for (const p of batch) p.reject(failureOf(error))
-      // The statement may have committed, its inbox writes unsent: the agents' inboxes are rebuilt.
-      if (isConnectionError(error)) for (const agentId of new Set(batch.map(p => p.reply.agentId))) later({ agentId, invalidate: true })
       return { answering: Promise.resolve() }
     }
   }
@@ -211,13 +184,26 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
     async close() {
       closed = true
       await batcher.drain()
-      const left = await unprojected.close()
-      if (left.size > 0) {
-        log.error('reply projections given up at shutdown; those agents’ inboxes are stale until their next change or rebuild', {
-          conversations: left.size,
-        })
-      }
     },
+  }
+}
+
+/**
+ * The relay's part of every reply (wired in src/deps.ts): for each `conversation.reply` event it
+ * delivers, the conversation written in its agent's inbox as Postgres holds it now, by the inbox's
+ * one rule (a write the reply's writer made already changes nothing, and announces nothing). The
+ * event commits with the reply, so this is done even when the writer's process died between its
+ * commit and its own write, or Redis refused that write.
+ */
+export function inboxAfterReply(deps: InboxDeps): RelayEffect {
+  return async (tx, events) => {
+    const pairs = new Map<string, { agentId: string; userId: string }>()
+    for (const { userId, data } of events) {
+      const { participantId } = JSON.parse(data) as { participantId: string }
+      pairs.set(`${participantId}:${userId}`, { agentId: participantId, userId: userId! })
+    }
+    const conversations = await conversationsNow(tx, [...pairs.values()])
+    await Promise.all(conversations.map(c => writeConversation(deps, c.agentId, c.userId, c.version, c.pending)))
   }
 }
 

@@ -224,28 +224,53 @@ export async function agentConversations(
   sql: Db,
   participantId: string,
   page: { afterUserId: string | null; limit: number },
-): Promise<{ userId: string; version: number; pending: PendingConversation | null }[]> {
-  type Row = { userId: string; latestMessage: string; latestMessageAt: Date; pendingCount: number; version: number }
+): Promise<ConversationNow[]> {
   // Two whole statements rather than a fragment for the bound: each a range of the primary key in any plan.
   const rows = await (page.afterUserId === null
-    ? sql<Row[]>`
-        select user_id as "userId", latest_user_message as "latestMessage",
+    ? sql<StateRow[]>`
+        select participant_id as "agentId", user_id as "userId", latest_user_message as "latestMessage",
           latest_user_message_at as "latestMessageAt", pending_count as "pendingCount", version
         from conversations where participant_id = ${participantId}
         order by user_id limit ${page.limit}
       `
-    : sql<Row[]>`
-        select user_id as "userId", latest_user_message as "latestMessage",
+    : sql<StateRow[]>`
+        select participant_id as "agentId", user_id as "userId", latest_user_message as "latestMessage",
           latest_user_message_at as "latestMessageAt", pending_count as "pendingCount", version
         from conversations where participant_id = ${participantId} and user_id > ${page.afterUserId}
         order by user_id limit ${page.limit}
       `)
-  return rows.map(({ userId, version, latestMessage, latestMessageAt, pendingCount }) => ({
-    userId,
-    version,
-    pending: pendingCount > 0 ? { userId, latestMessage, latestMessageAt: latestMessageAt.toISOString(), pendingCount } : null,
-  }))
+  return rows.map(nowOf)
 }
+
+/** Conversations as Postgres holds them now, by agent and user (those that exist), each by its primary key. */
+export async function conversationsNow(sql: Db, pairs: { agentId: string; userId: string }[]): Promise<ConversationNow[]> {
+  const rows = await sql<StateRow[]>`
+    select c.participant_id as "agentId", c.user_id as "userId", c.latest_user_message as "latestMessage",
+      c.latest_user_message_at as "latestMessageAt", c.pending_count as "pendingCount", c.version
+    from unnest(${pairs.map(p => p.agentId)}::uuid[], ${pairs.map(p => p.userId)}::uuid[]) as p(agent_id, user_id)
+    cross join lateral (
+      select * from conversations where participant_id = p.agent_id and user_id = p.user_id
+    ) as c
+  `
+  return rows.map(nowOf)
+}
+
+/** A conversation at its version: pending (what the inbox shows of it) or not. */
+export interface ConversationNow {
+  agentId: string
+  userId: string
+  version: number
+  pending: PendingConversation | null
+}
+
+type StateRow = { agentId: string; userId: string; latestMessage: string; latestMessageAt: Date; pendingCount: number; version: number }
+
+const nowOf = ({ agentId, userId, version, latestMessage, latestMessageAt, pendingCount }: StateRow): ConversationNow => ({
+  agentId,
+  userId,
+  version,
+  pending: pendingCount > 0 ? { userId, latestMessage, latestMessageAt: latestMessageAt.toISOString(), pendingCount } : null,
+})
 
 export async function listMessages(
   sql: Db,

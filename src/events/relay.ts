@@ -1,7 +1,8 @@
 /**
  * The outbox relay: moves committed events, oldest first, to the recipients' capped Redis Streams and
  * announces them (and API key revocations, for caches to evict) to every API process, deleting each
- * row once Redis took it and retrying until it does. Any number of relays may run (one per worker
+ * row once Redis took it (and the type's effect, if it has one, was done: `RelayEffect`) and retrying
+ * until it does. Any number of relays may run (one per worker
  * process): a pass holds a transaction-scoped advisory lock, so one relay moves events at a time and
  * none sends an event twice on purpose.
  * Delivery is at least once: a relay that dies between Redis and its commit leaves those rows to be
@@ -9,7 +10,7 @@
  * events is dropped (`append`).
  */
 import { defineBatchedScript, type Redis } from '../redis.ts'
-import type { Sql } from '../db.ts'
+import type { Sql, TxSql } from '../db.ts'
 import type { Keys } from '../keys.ts'
 import type { Log } from '../log.ts'
 import { errorFields } from '../log.ts'
@@ -49,11 +50,20 @@ return id`,
 // Any constant: the same in every process relaying for this database.
 const relayLock = 0x616d6f62 // "amob"
 
+/**
+ * What delivering events of one type also does, before their rows leave the outbox (so it is done at
+ * least once for every event committed, like the delivery): Redis state the change's own process
+ * may not have lived to write. Given the pass's transaction, to read what Postgres holds now.
+ */
+export type RelayEffect = (tx: TxSql, events: { userId: string | null; data: string }[]) => Promise<void>
+
 export interface RelayDeps {
   sql: Sql
   redis: Redis
   keys: Keys
   log: Log
+  /** By event type (src/deps.ts's `relayEffects`). */
+  effects?: Record<string, RelayEffect>
 }
 
 export interface RelayOptions {
@@ -108,9 +118,16 @@ export async function relayPass(deps: RelayDeps, batch: number): Promise<Pass | 
       chains.set(row.userId, next)
       return next
     })
-    const settled = await Promise.allSettled(appended)
-    const sent = rows.filter((_, i) => settled[i]!.status === 'fulfilled').map(row => row.id)
-    const failed = settled.find(outcome => outcome.status === 'rejected') as PromiseRejectedResult | undefined
+    // Beside the deliveries, each type's effect over the pass's events of that type; an event whose
+    // effect failed stays, to be delivered again (its copy dropped among the newest: `append`).
+    const effects = Object.entries(deps.effects ?? {}).flatMap(([type, effect]) => {
+      const events = rows.filter(row => row.type === type)
+      return events.length > 0 ? [{ type, done: effect(tx, events) }] : []
+    })
+    const [settled, effected] = await Promise.all([Promise.allSettled(appended), Promise.allSettled(effects.map(e => e.done))])
+    const undone = new Set(effects.filter((_, i) => effected[i]!.status === 'rejected').map(e => e.type))
+    const sent = rows.filter((row, i) => settled[i]!.status === 'fulfilled' && !undone.has(row.type)).map(row => row.id)
+    const failed = [...settled, ...effected].find(outcome => outcome.status === 'rejected') as PromiseRejectedResult | undefined
     if (sent.length > 0) await tx`delete from outbox where id in ${tx(sent)}`
     return failed ? { sent: sent.length, error: failed.reason } : { sent: sent.length }
   })

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto'
 import { SignJWT } from 'jose'
 import { Redis } from 'ioredis'
 import { loadConfig, type Config } from '../../src/config.ts'
-import { createDeps, type Deps } from '../../src/deps.ts'
+import { createDeps, relayEffects, type Deps } from '../../src/deps.ts'
 import { createApp, type App } from '../../src/app.ts'
 import { adjustableClock } from '../../src/clock.ts'
 import { createLog } from '../../src/log.ts'
@@ -98,7 +98,7 @@ export async function createTestContext(
   // The all-in-one process runs an actor runtime beside the API; tests that send commands do too.
   const runtime: ActorRuntime | undefined = options.actors ? await startActors(deps, { leaseMs: 2000 }) : undefined
   // So is the outbox relay, without which no event reaches a stream.
-  const relay = options.relay === false ? undefined : startRelay(deps, { everyMs: 20 })
+  const relay = options.relay === false ? undefined : startRelay({ ...deps, effects: relayEffects(deps) }, { everyMs: 20 })
   return {
     config,
     deps,
