@@ -101,13 +101,15 @@ describe('the outbox relay', () => {
     expect(await delivered(other)).toEqual([1, 2])
   })
 
-  test('an event type’s effect runs on the pass’s events of that type; the events whose effect failed wait for the next pass', async () => {
+  test('an event type’s effect runs on the pass’s events of that type; an event whose effect failed is not sent, nor its user’s later ones, until a pass does it', async () => {
     const [user, other] = [randomUUID(), randomUUID()]
+    // More of the user's replies than a stream's newest entries a copy is checked against (`append`).
+    const replies = Array.from({ length: 12 }, (_, i) => ({ userId: user, type: 'conversation.reply' as const, payload: { n: i + 1 } }))
     await ctx.deps.sql.begin(tx =>
       enqueueEvents(tx, new Date(), [
-        { userId: user, type: 'conversation.reply', payload: { n: 1 } },
+        ...replies,
         { userId: other, type: 'context.updated', payload: { n: 1 } },
-        { userId: user, type: 'conversation.reply', payload: { n: 2 } },
+        { userId: user, type: 'context.updated', payload: { n: 13 } },
       ]),
     )
     const seen: number[][] = []
@@ -120,18 +122,17 @@ describe('the outbox relay', () => {
     }
     const first = await relayPass({ ...ctx.deps, effects }, 100)
     expect(String(first?.error)).toContain('Redis refused the effect')
-    // The other type went; the replies stay, though their streams took them.
+    // The other user's event went; the replies wait unsent, and so does the user's event after them.
     expect(first?.sent).toBe(1)
-    expect(await waiting()).toBe(2)
+    expect(await waiting()).toBe(13)
+    expect(await delivered(user)).toEqual([])
     fail = false
-    expect(await relayPass({ ...ctx.deps, effects }, 100)).toEqual({ sent: 2 })
-    expect(seen).toEqual([
-      [1, 2],
-      [1, 2],
-    ])
+    expect(await relayPass({ ...ctx.deps, effects }, 100)).toEqual({ sent: 13 })
+    const numbers = replies.map(r => r.payload.n)
+    expect(seen).toEqual([numbers, numbers])
     expect(await waiting()).toBe(0)
-    // Appended once: the second pass's copies were among the stream's newest.
-    expect(await delivered(user)).toEqual([1, 2])
+    // Each once, in order.
+    expect(await delivered(user)).toEqual([...numbers, 13])
     expect(await delivered(other)).toEqual([1])
   })
 

@@ -1,8 +1,8 @@
 /**
  * The outbox relay: moves committed events, oldest first, to the recipients' capped Redis Streams and
  * announces them (and API key revocations, for caches to evict) to every API process, deleting each
- * row once Redis took it (and the type's effect, if it has one, was done: `RelayEffect`) and retrying
- * until it does. Any number of relays may run (one per worker
+ * row once Redis took it (an event whose type has an effect, `RelayEffect`, is sent once it was done)
+ * and retrying until it does. Any number of relays may run (one per worker
  * process): a pass holds a transaction-scoped advisory lock, so one relay moves events at a time and
  * none sends an event twice on purpose.
  * Delivery is at least once: a relay that dies between Redis and its commit leaves those rows to be
@@ -51,8 +51,8 @@ return id`,
 const relayLock = 0x616d6f62 // "amob"
 
 /**
- * What delivering events of one type also does, before their rows leave the outbox (so it is done at
- * least once for every event committed, like the delivery): Redis state the change's own process
+ * What delivering events of one type also does, before they are sent (so it is done at least once
+ * for every event committed, like the delivery): Redis state the change's own process
  * may not have lived to write. Given the pass's transaction, to read what Postgres holds now.
  */
 export type RelayEffect = (tx: TxSql, events: { userId: string | null; data: string }[]) => Promise<void>
@@ -94,8 +94,8 @@ export interface Pass {
 
 /**
  * One pass: up to `batch` events, in id order, under the lock; null when another relay holds it.
- * What Redis took is deleted in the pass's commit; an event it refused (and its user's later ones,
- * never sent after it) waits for the next pass.
+ * What Redis took is deleted in the pass's commit; an event it refused, or whose type's effect
+ * failed (and its user's later ones, never sent after it), waits for the next pass.
  */
 export async function relayPass(deps: RelayDeps, batch: number): Promise<Pass | null> {
   const { sql, redis, keys } = deps
@@ -105,29 +105,37 @@ export async function relayPass(deps: RelayDeps, batch: number): Promise<Pass | 
     const rows = await tx<Row[]>`
       select id, user_id as "userId", type, data from outbox order by id limit ${batch}
     `
+    // Each type's effect over the pass's events of that type, begun at once. An event is sent only
+    // once its type's effect is done, so an event whose effect failed waits unsent, with its user's
+    // later events, as one Redis refused: no copy of it is sent again, and its stream's order holds.
+    const effects = new Map<string, Promise<void>>()
+    for (const [type, effect] of Object.entries(deps.effects ?? {})) {
+      const events = rows.filter(row => row.type === type)
+      if (events.length === 0) continue
+      const done = effect(tx, events)
+      // Its failure is told by its events' sends, and none may be left unhandled (a chain broken before one of them).
+      done.catch(() => {})
+      effects.set(type, done)
+    }
     // One user's events go one after another (users side by side): after one fails, none of that
     // user's later events is sent, so each stream receives them in order.
     const chains = new Map<string | null, Promise<unknown>>()
     const appended = rows.map(row => {
+      const effect = effects.get(row.type) ?? Promise.resolve()
       // A revocation is announced to the API processes, on its own: it has no stream and no order.
-      if (row.type === keyRevokedType) return redis.publish(keys.channels.keyRevoked, row.data)
+      if (row.type === keyRevokedType) return effect.then(() => redis.publish(keys.channels.keyRevoked, row.data))
       const stream = row.userId ? keys.events.user(row.userId) : keys.events.chat
-      const next = (chains.get(row.userId) ?? Promise.resolve()).then(() =>
-        append(redis, [stream], [keys.channels.events, row.type, row.data, row.id]),
-      )
+      const next = (chains.get(row.userId) ?? Promise.resolve())
+        .then(() => effect)
+        .then(() => append(redis, [stream], [keys.channels.events, row.type, row.data, row.id]))
       chains.set(row.userId, next)
       return next
     })
-    // Beside the deliveries, each type's effect over the pass's events of that type; an event whose
-    // effect failed stays, to be delivered again (its copy dropped among the newest: `append`).
-    const effects = Object.entries(deps.effects ?? {}).flatMap(([type, effect]) => {
-      const events = rows.filter(row => row.type === type)
-      return events.length > 0 ? [{ type, done: effect(tx, events) }] : []
-    })
-    const [settled, effected] = await Promise.all([Promise.allSettled(appended), Promise.allSettled(effects.map(e => e.done))])
-    const undone = new Set(effects.filter((_, i) => effected[i]!.status === 'rejected').map(e => e.type))
-    const sent = rows.filter((row, i) => settled[i]!.status === 'fulfilled' && !undone.has(row.type)).map(row => row.id)
-    const failed = [...settled, ...effected].find(outcome => outcome.status === 'rejected') as PromiseRejectedResult | undefined
+    const settled = await Promise.allSettled(appended)
+    // Done with the transaction before it commits, even where no event of theirs waited for them.
+    await Promise.allSettled(effects.values())
+    const sent = rows.filter((_, i) => settled[i]!.status === 'fulfilled').map(row => row.id)
+    const failed = settled.find(outcome => outcome.status === 'rejected') as PromiseRejectedResult | undefined
     if (sent.length > 0) await tx`delete from outbox where id in ${tx(sent)}`
     return failed ? { sent: sent.length, error: failed.reason } : { sent: sent.length }
   })
