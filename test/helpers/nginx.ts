@@ -4,10 +4,11 @@
  * pool. Debian's nginx is installed with apt-get when it is missing (tests run as root here and in
  * CI), as the browser tests install Chromium.
  */
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
+import { debianPackage } from './debian.ts'
 import { freePort } from './ports.ts'
 
 export const nginxPath = '/usr/sbin/nginx'
@@ -32,27 +33,9 @@ export const documented = {
       client_max_body_size 8m;`,
 }
 
-let installing: Promise<string> | undefined
-
 /** The path of nginx, installing the Debian package first if needed (its service is not started: there is no init here). */
 export function nginx(): Promise<string> {
-  if (existsSync(nginxPath)) return Promise.resolve(nginxPath)
-  installing ??= install()
-  return installing
-}
-
-async function install(): Promise<string> {
-  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' }
-  for (const command of [
-    ['apt-get', 'update', '-qq'],
-    ['apt-get', 'install', '-y', '-qq', '-o', 'DPkg::Lock::Timeout=300', 'nginx'],
-  ]) {
-    const child = Bun.spawn(command, { env, stdout: 'ignore', stderr: 'pipe' })
-    const [code, stderr] = await Promise.all([child.exited, new Response(child.stderr).text()])
-    if (code !== 0) throw new Error(`${command.join(' ')} failed (${code}): ${stderr.trim().slice(-500)}`)
-  }
-  if (!existsSync(nginxPath)) throw new Error(`apt-get installed nginx, but ${nginxPath} is missing`)
-  return nginxPath
+  return debianPackage('nginx', nginxPath)
 }
 
 /**
