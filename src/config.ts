@@ -1,5 +1,6 @@
 /** Configuration: the only reader of the environment, validated once at boot. */
 import { mkdirSync } from 'node:fs'
+import { isIP } from 'node:net'
 import { Type as T, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { trustedProxyList } from './http/client-ip.ts'
@@ -225,6 +226,16 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     throw new ConfigError(`invalid TRUSTED_PROXIES: ${(error as Error).message}`)
   }
 
+  const proxyAllowedHosts = e.PROXY_ALLOWED_HOSTS.split(',')
+    .map(host => host.trim().toLowerCase())
+    .filter(Boolean)
+  const notHost = proxyAllowedHosts.find(entry => !isHostEntry(entry))
+  if (notHost !== undefined) {
+    throw new ConfigError(`invalid PROXY_ALLOWED_HOSTS: ${notHost} is not a host (a name, an address, or either with :port; comma-separated)`)
+  }
+  // An IPv6 address in brackets as in a URL: matched without them, as address-policy.ts reads the upstream's.
+  const allowedHosts = proxyAllowedHosts.map(entry => entry.replace(/^\[([^\]]*)\]/, '$1'))
+
   if (e.SHUTDOWN_DELAY_MS >= e.SHUTDOWN_TIMEOUT_MS) {
     throw new ConfigError(`invalid SHUTDOWN_DELAY_MS: must be less than SHUTDOWN_TIMEOUT_MS (${e.SHUTDOWN_TIMEOUT_MS}), which counts it`)
   }
@@ -254,9 +265,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     siteUrl: (e.SITE_URL ?? `http://localhost:${e.PORT}`).replace(/\/+$/, ''),
     auth,
     connectionsKey: e.CONNECTIONS_KEY ? decodeKey(e.CONNECTIONS_KEY) : undefined,
-    proxyAllowedHosts: e.PROXY_ALLOWED_HOSTS.split(',')
-      .map(host => host.trim().toLowerCase())
-      .filter(Boolean),
+    proxyAllowedHosts: allowedHosts,
     trustedProxies,
     nodeEnv: e.NODE_ENV,
     dataDir: e.DATA_DIR,
@@ -303,6 +312,20 @@ function redisUrlProblem(text: string): string | undefined {
     return 'must be a redis:// or rediss:// URL (its port a number)'
   }
   return /^\/?[0-9]*$/.test(url.pathname) ? undefined : 'its path must be a database number, as in redis://host:6379/0'
+}
+
+/**
+ * Whether a PROXY_ALLOWED_HOSTS entry is what proxy calls' upstreams are matched against (their
+ * host, or host:port): not a URL (`http://host`, `host/path`), which would match nothing, silently.
+ */
+function isHostEntry(entry: string): boolean {
+  if (isIP(entry) === 6) return true
+  if (/[/?#@\s]/.test(entry)) return false
+  try {
+    return new URL(`http://${entry}`).hostname !== ''
+  } catch {
+    return false
+  }
 }
 
 /** Makes DATA_DIR (and its parents) if missing, or throws one line naming it. */

@@ -217,8 +217,17 @@ describe('loadConfig', () => {
   })
 
   test('PROXY_ALLOWED_HOSTS is split on commas, trimmed, lower-cased, empty entries dropped', () => {
-    const config = loadConfig({ PROXY_ALLOWED_HOSTS: ' API.Example.com, localhost ,,10.0.0.5:8080 ,' })
-    expect(config.proxyAllowedHosts).toEqual(['api.example.com', 'localhost', '10.0.0.5:8080'])
+    const config = loadConfig({ PROXY_ALLOWED_HOSTS: ' API.Example.com, localhost ,,10.0.0.5:8080 ,::1, [FD00::5]:8080,' })
+    // An IPv6 address in brackets, as in a URL, is matched without them (address-policy.ts).
+    expect(config.proxyAllowedHosts).toEqual(['api.example.com', 'localhost', '10.0.0.5:8080', '::1', 'fd00::5:8080'])
+  })
+
+  test('PROXY_ALLOWED_HOSTS refuses an entry that is not a host, which would match no upstream', () => {
+    for (const entry of ['http://api.example.com', 'api.example.com/v1', 'user@host', 'host:99999', 'a b', 'host:port']) {
+      expect(configError({ PROXY_ALLOWED_HOSTS: `localhost,${entry}` }).message).toBe(
+        `invalid PROXY_ALLOWED_HOSTS: ${entry} is not a host (a name, an address, or either with :port; comma-separated)`,
+      )
+    }
   })
 
   test('TRUSTED_PROXIES takes addresses and CIDR ranges of both families, split on commas', () => {
