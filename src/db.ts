@@ -75,6 +75,76 @@ export async function reachDatabase(url: string, options: Pick<SqlOptions, 'stat
 }
 
 /**
+ * Which PostgreSQL the pools reach, for what others derived from its data (Redis's inboxes, the
+ * caches of keys and users): the cluster (`system_identifier`), its timeline as WAL is written now (a
+ * promoted replica or a point-in-time recovery starts a new one at once; `pg_control_checkpoint()`
+ * names it only after the next checkpoint, seconds or minutes later), the database and its
+ * `conversations` table (a dump restored makes them anew, under the same names or others). A backup
+ * restored, or a replica promoted that lagged, holds an older copy of the data than what was derived
+ * from it, and has another identity. Null where the server does not say: a standby in recovery
+ * writes no WAL of its own; a managed server may refuse `pg_control_system()`.
+ */
+export async function readDatabaseIdentity(sql: Sql): Promise<string | null> {
+  try {
+    const [row] = await sql<{ identity: string | null }[]>`
+      select case when not pg_is_in_recovery() then concat_ws(':',
+        (select system_identifier from pg_control_system()),
+        left(pg_walfile_name(pg_current_wal_lsn()), 8),
+        (select oid from pg_database where datname = current_database()),
+        'conversations'::regclass::oid
+      ) end as identity
+    `
+    return row!.identity
+  } catch (error) {
+    if (isDatabaseUnavailable(error)) throw error
+    return null
+  }
+}
+
+/** The identity of the database a pool reaches (readDatabaseIdentity), read again every `everyMs`. */
+export interface DatabaseIdentity {
+  /** The last identity read (null until one was: the server does not say). */
+  current(): string | null
+  /** Reads it now; a change is told to the listeners before this resolves. */
+  check(): Promise<string | null>
+  /** Called with the new identity and the one before, each time a read finds another than before. */
+  onChange(listener: (identity: string, previous: string) => void): void
+  close(): void
+}
+
+/**
+ * Reads the identity at once and then every `everyMs`, so that a process whose pools were led to
+ * another server (a failover's DNS name or proxy, no restart) stops serving what it derived from the
+ * one before within that time. A read that fails (the server away) or says nothing keeps the last.
+ */
+export async function watchDatabaseIdentity(sql: Sql, everyMs = 1000): Promise<DatabaseIdentity> {
+  let known: string | null = null
+  // Reads overlap (the timer's, a caller's): one that began before the last one applied is stale.
+  let begun = 0
+  let applied = 0
+  const listeners: ((identity: string, previous: string) => void)[] = []
+  const check = async () => {
+    const n = ++begun
+    const read = await readDatabaseIdentity(sql)
+    if (read === null || read === known || n < applied) return known
+    applied = n
+    const previous = known
+    known = read
+    if (previous !== null) for (const listener of listeners) listener(read, previous)
+    return known
+  }
+  await check().catch(() => null)
+  const timer = setInterval(() => void check().catch(() => null), everyMs)
+  timer.unref()
+  return {
+    current: () => known,
+    check,
+    onChange: listener => void listeners.push(listener),
+    close: () => clearInterval(timer),
+  }
+}
+
+/**
  * Deletes the rows of `table` whose `column` is before `olderThan`, 5,000 a statement (through its
  * index on that column), so that no one statement holds many row locks or writes much WAL at once,
  * however large the backlog; how many it deleted.

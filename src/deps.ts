@@ -1,6 +1,6 @@
 /** The dependencies every slice gets through createApp(deps): connections, caches, clock, log. */
 import { metricsServed, type Config } from './config.ts'
-import { createSql, type Sql } from './db.ts'
+import { createSql, watchDatabaseIdentity, type DatabaseIdentity, type Sql } from './db.ts'
 import { connectRedis, createRedis, type Redis } from './redis.ts'
 import { createPubSub, type PubSub } from './pubsub.ts'
 import { createKeys, type Keys } from './keys.ts'
@@ -40,6 +40,8 @@ export interface Deps {
    * statements (the first one reads every subscription) grow with the data. Opened on first use.
    */
   invoiceSql: Sql
+  /** Which Postgres the pools reach: what was derived from another (a backup restored, a replica promoted) is dropped. */
+  database: DatabaseIdentity
   redis: Redis
   pubsub: PubSub
   keys: Keys
@@ -137,6 +139,13 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   // The invoice run's statements run one after another.
   const invoiceSql = createSql(config.databaseUrl, { max: 2 })
 
+  const database = await watchDatabaseIdentity(sql)
+  database.onChange((identity, previous) =>
+    log.warn('postgres is another database than before (a backup restored, a replica promoted): what was derived from it is dropped', {
+      identity,
+      previous,
+    }),
+  )
   const keyCache = await createKeyCache({ sql, redis, pubsub, channel: keys.channels.keyRevoked, clock, log })
   const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache)
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
@@ -153,7 +162,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const replySql = createSql(config.databaseUrl, { max: 2 * replyBatches, statementTimeoutMs, settings: replySettings })
   const replies = createReplyWriter({ sql: replySql, redis: batchRedis, keys, pubsub, clock, log, batches: replyBatches })
   const dispatcher = await createDispatcher({ redis, pubsub, keys })
-  const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock })
+  const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock, database })
   const queues = createQueues(config, keys, log)
   const events = await createEventHub({ redis, pubsub, keys, log, isKeyLive: async hex => (await keyCache.lookup(hex)) !== null })
   const blogQueue = createBlogQueue({ redis, keys, clock, log })
@@ -175,6 +184,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
     sql,
     workerSql,
     invoiceSql,
+    database,
     redis,
     pubsub,
     keys,
@@ -204,6 +214,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
       await batchRedis.quit().catch(() => batchRedis.disconnect())
       await replySql.end({ timeout: 5 })
       await keyCache.close()
+      database.close()
       await pubsub.close()
       await redis.quit().catch(() => redis.disconnect())
       await sql.end({ timeout: 5 })

@@ -40,7 +40,9 @@ export function createKeys(prefix: string) {
       inbox: `${prefix}{actor:agent:${agentId}}:inbox`,
       versions: `${prefix}{actor:agent:${agentId}}:inbox-versions`,
       requests: `${prefix}{actor:agent:${agentId}}:requests`,
+      // The run id of the Redis server that built it, and the identity of the Postgres it was built from (db.ts).
       built: `${prefix}{actor:agent:${agentId}}:inbox-built`,
+      database: `${prefix}{actor:agent:${agentId}}:inbox-database`,
     }),
     bullPrefix: `${prefix}bull`,
   }

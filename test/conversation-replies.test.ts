@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { Redis } from 'ioredis'
 import { newRowId } from '../src/ids.ts'
-import { finishRebuild, rebuildConversations, writeConversation, type StoredConversation } from '../src/conversations/inbox.ts'
+import { beginRebuild, finishRebuild, rebuildConversations, writeConversation, type StoredConversation } from '../src/conversations/inbox.ts'
 import { createReplyWriter } from '../src/conversations/replies.ts'
 import { createInboxReader } from '../src/conversations/inbox-reader.ts'
 import { createPubSub } from '../src/pubsub.ts'
@@ -25,9 +25,10 @@ import {
 import { until } from './helpers/until.ts'
 import { startHeldProxy } from './helpers/held-proxy.ts'
 
-/** A whole rebuild as the inbox reader makes one: the conversations, then the requests and the mark. */
-const rebuildInbox = async (deps: TestContext['deps'], agentId: string, holder: string, marker: string, conversations: StoredConversation[]) =>
-  (await rebuildConversations(deps, agentId, holder, conversations)) && (await finishRebuild(deps, agentId, holder, marker, []))
+/** The rest of a rebuild as the inbox reader makes one, after it emptied the inbox and read: the conversations, then the requests and the mark. */
+const rebuildInbox = async (deps: TestContext['deps'], agentId: string, holder: string, conversations: StoredConversation[]) =>
+  (await rebuildConversations(deps, agentId, holder, conversations)) &&
+  (await finishRebuild(deps, agentId, holder, { runId: 'run-id', database: 'database' }, []))
 
 let ctx: TestContext
 let owner: TestUser
@@ -374,15 +375,15 @@ describe('the inbox’s one write rule', () => {
     const rebuilt = newRowId()
     const [answered, waiting, newer] = [newRowId(), newRowId(), newRowId()]
     const letGo = (await holdActor(ctx.deps, `agent:${rebuilt}`))!
+    const holder = (await ctx.deps.redis.get(ctx.deps.keys.actor(`agent:${rebuilt}`).lease))!
+    expect(await beginRebuild(ctx.deps, rebuilt, holder)).toBe(true)
     // The rebuild read all three at version 5; a reply to one (6) and a message to another (7) landed before it wrote.
     await writeConversation(ctx.deps, rebuilt, answered, 6, null)
     await writeConversation(ctx.deps, rebuilt, newer, 7, entry(newer, 'newer'))
-    const holder = (await ctx.deps.redis.get(ctx.deps.keys.actor(`agent:${rebuilt}`).lease))!
     const written = await rebuildInbox(
       ctx.deps,
       rebuilt,
       holder,
-      'run-id',
       [answered, waiting, newer].map(userId => ({ userId, version: 5, pending: entry(userId, 'as read') })),
     )
     expect(written).toBe(true)
@@ -398,9 +399,8 @@ describe('the inbox’s one write rule', () => {
     const waiting = newRowId()
     // Another holder took the actor after this rebuild's lease ran out.
     const letGo = (await holdActor(ctx.deps, `agent:${rebuilt}`))!
-    const written = await rebuildInbox(ctx.deps, rebuilt, 'the slow rebuild', 'run-id', [
-      { userId: waiting, version: 5, pending: entry(waiting, 'older') },
-    ])
+    expect(await beginRebuild(ctx.deps, rebuilt, 'the slow rebuild')).toBe(false)
+    const written = await rebuildInbox(ctx.deps, rebuilt, 'the slow rebuild', [{ userId: waiting, version: 5, pending: entry(waiting, 'older') }])
     expect(written).toBe(false)
     expect(await inboxInRedis(rebuilt)).toEqual({})
     expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(rebuilt).built)).toBe(0)

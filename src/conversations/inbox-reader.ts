@@ -3,14 +3,14 @@ import { randomUUID } from 'node:crypto'
 import { watchServerIdentity, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { PubSub } from '../pubsub.ts'
-import type { Sql } from '../db.ts'
+import type { DatabaseIdentity, Sql } from '../db.ts'
 import type { Clock } from '../clock.ts'
 import { createHolder, isHold } from '../actors/hold.ts'
 import { createDue } from '../actors/due.ts'
 import { errors } from '../errors.ts'
 import { openRequests } from '../service-requests/store.ts'
 import { agentConversations, type PendingConversation } from './store.ts'
-import { finishRebuild, rebuildConversations, rebuildPageSize, type AgentInbox, type OpenServiceRequest } from './inbox.ts'
+import { beginRebuild, finishRebuild, rebuildConversations, rebuildPageSize, type AgentInbox, type OpenServiceRequest } from './inbox.ts'
 
 export interface InboxReader {
   read(agentId: string): Promise<AgentInbox>
@@ -34,6 +34,8 @@ export async function createInboxReader(options: {
   keys: Keys
   pubsub: PubSub
   clock: Clock
+  /** The Postgres the pools reach: an inbox built from another is rebuilt, and this process's copies go when it changes. */
+  database: Pick<DatabaseIdentity, 'current' | 'onChange'>
   ttlMs?: number
   maxEntries?: number
   rebuilds?: number
@@ -41,7 +43,7 @@ export async function createInboxReader(options: {
   /** The lease of a rebuild's hold on the agent's actor (renewed while it runs). */
   holdMs?: number
 }): Promise<InboxReader> {
-  const { sql, redis, keys, pubsub, clock } = options
+  const { sql, redis, keys, pubsub, clock, database } = options
   const ttlMs = options.ttlMs ?? 300_000
   const maxEntries = options.maxEntries ?? 100_000
   const holder = createHolder(redis, keys, `inbox:${randomUUID()}`, options.holdMs ?? 5000)
@@ -58,28 +60,38 @@ export async function createInboxReader(options: {
     epoch++
     cache.delete(agentId)
   })
-  pubsub.onReconnect(() => {
+  const forgetAll = () => {
     epoch++
     cache.clear()
-  })
+  }
+  pubsub.onReconnect(forgetAll)
+  database.onChange(forgetAll)
 
   /**
    * The inbox, or null when it is to be rebuilt: its "built" marker is gone (Redis lost it), or holds
-   * another server's run id. A server restarted or failed over may hold an older copy of the data
-   * (a snapshot, a replica that lagged) in which a message acknowledged since is missing; only a
-   * Redis that refuses INFO keeps any marker.
+   * another server's run id, or it was built from another Postgres. A Redis server restarted or failed
+   * over may hold an older copy of the data (a snapshot, a replica that lagged) in which a message
+   * acknowledged since is missing; a Postgres restored from a backup, or a replica of it promoted that
+   * lagged, an older copy than the inbox was built from, with conversations, answers and versions the
+   * inbox has and it never will. Only a Redis that refuses INFO, or a Postgres that does not say which
+   * it is, keeps any marker.
    */
   const fetch = async (agentId: string) => {
     const k = keys.agent(agentId)
     const closes = server.closes()
-    const [runId, results] = await Promise.all([server.runId(), redis.multi().get(k.built).hgetall(k.inbox).hgetall(k.requests).exec()])
+    const [runId, results] = await Promise.all([
+      server.runId(),
+      redis.multi().get(k.built).get(k.database).hgetall(k.inbox).hgetall(k.requests).exec(),
+    ])
     // Answered across a reconnect (ioredis sends what it queued while away on the new connection), perhaps by another server.
     if (server.closes() !== closes) return null
-    const [built, inbox, requests] = (results ?? []).map(([error, value]) => {
+    const [built, builtFrom, inbox, requests] = (results ?? []).map(([error, value]) => {
       if (error) throw error
       return value
-    }) as [string | null, Record<string, string>, Record<string, string>]
+    }) as [string | null, string | null, Record<string, string>, Record<string, string>]
     if (built === null || (runId !== null && built !== runId)) return null
+    const from = database.current()
+    if (from !== null && builtFrom !== from) return null
     return {
       conversations: Object.values(inbox)
         .map(value => JSON.parse(value) as PendingConversation)
@@ -114,8 +126,10 @@ export async function createInboxReader(options: {
     try {
       // Written only while still held: a rebuild whose hold ran out (a long pause) answers this poll
       // from what it read but leaves Redis to the newer holder. Page by page (the agent may have had
-      // a million conversations), keeping only the pending ones.
-      let writing = held
+      // a million conversations), keeping only the pending ones. Emptied first, and marked with the
+      // servers known as it began: should either change meanwhile, the next read rebuilds it again.
+      const from = { runId: (await server.runId()) ?? '1', database: database.current() ?? '' }
+      let writing = held && (await beginRebuild({ redis, keys }, agentId, holder.id))
       const pending: PendingConversation[] = []
       const conversations = async () => {
         for (let afterUserId: string | null = null; ;) {
@@ -127,7 +141,7 @@ export async function createInboxReader(options: {
         }
       }
       const [, requests] = await Promise.all([conversations(), openRequests(sql, agentId, clock.now())])
-      if (writing) await finishRebuild({ redis, keys }, agentId, holder.id, (await server.runId()) ?? '1', requests)
+      if (writing) await finishRebuild({ redis, keys }, agentId, holder.id, from, requests)
       return { conversations: pending.sort(byTime), requests }
     } finally {
       stopKeeping()

@@ -5,7 +5,9 @@
  * Postgres, raised by each message and reply under the row's lock) is newer than the one last
  * written, which the inbox keeps beside the entries. An answered conversation is written as answered
  * at its version, so a late put of an older version cannot bring it back. Service requests are
- * written only by the agent's actor, under its hold.
+ * written only by the agent's actor, under its hold. A rebuild empties the inbox first: the versions
+ * it records may be another Postgres's (a backup restored, a replica promoted that lagged), newer
+ * than any this one holds, which the rule would keep for good.
  */
 import { defineBatchedScript, defineScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
@@ -62,6 +64,14 @@ return 1`,
   5,
 )
 
+// KEYS built, database, inbox, versions, requests, lease; ARGV holder. The first step of a rebuild:
+// the inbox emptied, its markers first, while the hold lasts. Writes that land after it keep to the
+// rule against the rebuild's (each committed before its write, so a write emptied away was read).
+const rebuildBegin = defineScript(`
+if redis.call('GET', KEYS[6]) ~= ARGV[1] then return 0 end
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+return 1`)
+
 // A rebuild writes an agent's conversations this many to a script call: every conversation the agent
 // ever had goes into its inbox's versions, and one call for all of them held Redis for the whole
 // write (560 ms at 50,000, 1.5 s at 200,000; at 1,000,000 the call's arguments did not fit the
@@ -76,15 +86,16 @@ if redis.call('GET', KEYS[3]) ~= ARGV[1] then return 0 end
 for i = 2, #ARGV, 3 do write(KEYS, ARGV[i], ARGV[i + 1], ARGV[i + 2]) end
 return 1`)
 
-// KEYS requests, built, lease; ARGV channel, agent id, holder, marker, then (request id, entry) per
-// open request. Replaces the requests and marks the inbox built (by the server's run id); only while
-// the hold lasts, for the requests' sake (a rebuild paused past its lease would overwrite what a
-// newer holder wrote).
+// KEYS requests, built, database, lease; ARGV channel, agent id, holder, run id, database identity,
+// then (request id, entry) per open request. Replaces the requests and marks the inbox built (by the
+// Redis server's run id and the Postgres identity); only while the hold lasts, for the requests' sake
+// (a rebuild paused past its lease would overwrite what a newer holder wrote).
 const rebuildDone = defineScript(`
-if redis.call('GET', KEYS[3]) ~= ARGV[3] then return 0 end
+if redis.call('GET', KEYS[4]) ~= ARGV[3] then return 0 end
 redis.call('DEL', KEYS[1])
-for j = 5, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[j], ARGV[j + 1]) end
+for j = 6, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[j], ARGV[j + 1]) end
 redis.call('SET', KEYS[2], ARGV[4])
+redis.call('SET', KEYS[3], ARGV[5])
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return 1`)
 
@@ -133,6 +144,13 @@ export interface StoredConversation {
   pending: PendingConversation | null
 }
 
+/** The first step of a rebuild: empties the inbox if `holder` still holds the agent's actor; says whether it did. */
+export async function beginRebuild(deps: Pick<InboxDeps, 'redis' | 'keys'>, agentId: string, holder: string): Promise<boolean> {
+  const k = deps.keys.agent(agentId)
+  const lease = deps.keys.actor(`agent:${agentId}`).lease
+  return (await rebuildBegin(deps.redis, [k.built, k.database, k.inbox, k.versions, k.requests, lease], [holder])) === 1
+}
+
 /**
  * A step of a rebuild: writes a page of conversations (at most `rebuildPageSize`, as the inbox reader
  * reads them) as Postgres holds them, pending or not, at their versions, in one script call, if
@@ -151,19 +169,25 @@ export async function rebuildConversations(
   return (await rebuildPage(deps.redis, [k.inbox, k.versions, deps.keys.actor(`agent:${agentId}`).lease], args)) === 1
 }
 
-/** The last step of a rebuild: the open requests, and the inbox marked built by `marker` (the server's run id: inbox-reader.ts). */
+/** What a built inbox is marked with (inbox-reader.ts): the Redis server's run id, and the identity of the Postgres it was read from. */
+export interface BuiltFrom {
+  runId: string
+  database: string
+}
+
+/** The last step of a rebuild: the open requests, and the inbox marked built from `from`. */
 export async function finishRebuild(
   deps: Pick<InboxDeps, 'redis' | 'keys'>,
   agentId: string,
   holder: string,
-  marker: string,
+  from: BuiltFrom,
   requests: OpenServiceRequest[],
 ): Promise<boolean> {
   const k = deps.keys.agent(agentId)
-  const args: (string | number)[] = [deps.keys.channels.inboxChanged, agentId, holder, marker]
+  const args: (string | number)[] = [deps.keys.channels.inboxChanged, agentId, holder, from.runId, from.database]
   for (const r of requests) args.push(r.requestId, JSON.stringify(r))
   const lease = deps.keys.actor(`agent:${agentId}`).lease
-  return (await rebuildDone(deps.redis, [k.requests, k.built, lease], args)) === 1
+  return (await rebuildDone(deps.redis, [k.requests, k.built, k.database, lease], args)) === 1
 }
 
 /** The agent actor's `repair` for every handler that projects into its inbox: the inbox is rebuilt from Postgres. */

@@ -1,7 +1,8 @@
 /**
  * A private PostgreSQL server for tests that restart or stop it (the driver's tests, the fault
- * suite): initdb into a temporary directory, trust auth, a spare loopback port. As root, the
- * binaries run as the `postgres` OS user, since PostgreSQL refuses to run as root.
+ * suite): initdb into a temporary directory, trust auth, a spare loopback port; and streaming
+ * replicas of it (pg_basebackup), to be cut off and promoted. As root, the binaries run as the
+ * `postgres` OS user, since PostgreSQL refuses to run as root.
  */
 import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -17,16 +18,32 @@ export interface PostgresServer {
    * server accepted connections again (polled from the start, not pg_ctl's own coarser wait).
    */
   restart(): Promise<{ downAt: number; upAt: number }>
+  /** A streaming replica of this server (pg_basebackup -R), started on a port of its own. */
+  startReplica(): Promise<PostgresReplica>
   /** The server's log. */
   output(): Promise<string>
   /** Stops the server (immediate mode) and removes its directory; safe to call twice. */
   stop(): Promise<void>
 }
 
-const tools = ['initdb', 'pg_ctl', 'pg_isready']
+/** A hot standby: it replays what its primary writes until cut off, and becomes a primary of its own when promoted. */
+export interface PostgresReplica extends PostgresServer {
+  /** Waits until it has replayed everything its primary had written when called. */
+  catchUp(): Promise<void>
+  /**
+   * Stops receiving WAL (its `primary_conninfo` emptied), as a replica that lags does: what the
+   * primary writes from now on never reaches it. (Pausing replay is not that: a promotion replays
+   * whatever WAL was received first.)
+   */
+  cutOff(): Promise<void>
+  /** Ends recovery on a new timeline and waits until it takes writes. */
+  promote(): Promise<void>
+}
+
+const tools = ['initdb', 'pg_ctl', 'pg_isready', 'pg_basebackup', 'psql', 'pg_dump', 'pg_restore']
 const hasTools = (dir: string) => tools.every(tool => existsSync(join(dir, tool)))
 
-/** The directory holding `initdb`, `pg_ctl` and `pg_isready`: pg_ctl's on the PATH, else Debian's newest server's; null without. */
+/** The directory holding the server's programs and its clients' (`initdb`, `pg_ctl`, `pg_basebackup`, `psql`, `pg_dump`...): pg_ctl's on the PATH, else Debian's newest server's; null without. */
 export function postgresBinaries(): string | null {
   const onPath = Bun.which('pg_ctl')
   if (onPath && hasTools(join(onPath, '..'))) return join(onPath, '..')
@@ -37,12 +54,24 @@ export function postgresBinaries(): string | null {
   return newest === undefined ? null : join(root, newest, 'bin')
 }
 
+interface Options {
+  maxConnections?: number
+  ipv6?: boolean
+}
+
 /**
  * initdb and start a server (fsync off: nothing here crashes the machine) on a free port of
  * 127.0.0.1, and of ::1 too with `ipv6` (the port is found free on 127.0.0.1; PostgreSQL starts with a
  * warning in its log if another process holds it on ::1).
  */
-export async function startPostgresServer(options: { maxConnections?: number; ipv6?: boolean } = {}): Promise<PostgresServer> {
+export async function startPostgresServer(options: Options = {}): Promise<PostgresServer> {
+  return startServer(options, (run, bin, data) => run([join(bin, 'initdb'), '-D', data, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--no-sync']))
+}
+
+type Run = (args: string[]) => Promise<string>
+
+/** Makes the data directory with `create`, then starts a server on it. */
+async function startServer(options: Options, create: (run: Run, bin: string, data: string) => Promise<unknown>): Promise<PostgresServer> {
   const bin = postgresBinaries()
   if (bin === null) throw new Error('initdb and pg_ctl not found (apt-get install postgresql)')
   const dir = mkdtempSync(join(tmpdir(), 'am-pg-'))
@@ -68,7 +97,7 @@ export async function startPostgresServer(options: { maxConnections?: number; ip
     rmSync(dir, { recursive: true, force: true })
   }
   try {
-    await run([join(bin, 'initdb'), '-D', data, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--no-sync'])
+    await create(run, bin, data)
     for (let attempt = 1; ; attempt++) {
       const port = await freePort()
       const settings = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1${options.ipv6 ? ',::1' : ''} -c fsync=off -c max_connections=${options.maxConnections ?? 100}`
@@ -81,9 +110,10 @@ export async function startPostgresServer(options: { maxConnections?: number; ip
       )
       if (!started) continue
       const ready = async () => (await Bun.spawn([join(bin, 'pg_isready'), '-q', '-h', '127.0.0.1', '-p', String(port), '-t', '1']).exited) === 0
+      const url = (database = 'postgres') => `postgres://postgres@127.0.0.1:${port}/${database}`
       return {
         port,
-        url: (database = 'postgres') => `postgres://postgres@127.0.0.1:${port}/${database}`,
+        url,
         async restart() {
           const downAt = Date.now()
           let restarted = false
@@ -99,6 +129,7 @@ export async function startPostgresServer(options: { maxConnections?: number; ip
           restarted = true
           return { downAt, upAt: await polled }
         },
+        startReplica: () => startReplica(options, port, url()),
         output: () =>
           Bun.file(log)
             .text()
@@ -109,6 +140,29 @@ export async function startPostgresServer(options: { maxConnections?: number; ip
   } catch (error) {
     await stop()
     throw error
+  }
+}
+
+async function startReplica(options: Options, primaryPort: number, primaryUrl: string): Promise<PostgresReplica> {
+  const server = await startServer(options, (run, bin, data) =>
+    run([join(bin, 'pg_basebackup'), '-h', '127.0.0.1', '-p', String(primaryPort), '-U', 'postgres', '-D', data, '-R', '-X', 'stream', '--no-sync']),
+  )
+  const psql = (url: string, query: string) => output([join(postgresBinaries()!, 'psql'), url, '-Atc', query])
+  const replayed = (lsn: string) => psql(server.url(), `select pg_last_wal_replay_lsn() >= '${lsn}'::pg_lsn`)
+  return {
+    ...server,
+    async catchUp() {
+      const lsn = await psql(primaryUrl, 'select pg_current_wal_lsn()')
+      while ((await replayed(lsn)) !== 't') await Bun.sleep(20)
+    },
+    async cutOff() {
+      await psql(server.url(), `alter system set primary_conninfo = ''`)
+      await psql(server.url(), 'select pg_reload_conf()')
+      while ((await psql(server.url(), 'select count(*) from pg_stat_wal_receiver')) !== '0') await Bun.sleep(20)
+    },
+    async promote() {
+      await psql(server.url(), 'select pg_promote(true, 30)')
+    },
   }
 }
 

@@ -1,0 +1,185 @@
+/**
+ * Postgres going back in time while Redis keeps what it derived from the newer data, under a running
+ * service, without a restart: a replica that lagged, promoted and reached through the same address
+ * (a proxy here, a failover's DNS name in production); and a dump restored in place of the database.
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createSql } from '../src/db.ts'
+import { migrate } from '../src/migrate.ts'
+import {
+  createAgent,
+  createTestContext,
+  signUp,
+  subscribedPair,
+  type Subscribed,
+  type TestAgent,
+  type TestContext,
+  type TestUser,
+} from './helpers/context.ts'
+import { adminUrl, createTestDatabase, type TestDatabase } from './helpers/database.ts'
+import { startHeldProxy, type HeldProxy } from './helpers/held-proxy.ts'
+import { postgresBinaries, startPostgresServer, type PostgresReplica, type PostgresServer } from './helpers/postgres-server.ts'
+import { until } from './helpers/until.ts'
+
+const bin = postgresBinaries()
+if (bin === null) console.warn('postgres-going-back: skipping, the PostgreSQL server binaries are missing')
+
+/** The service's address of its database: a proxy that a failover points elsewhere. */
+const through = (proxy: HeldProxy, database: string) => `postgres://postgres@127.0.0.1:${new URL(proxy.url).port}/${database}`
+
+/** New connections go to `url`; open ones are dropped, as the old server's end when it goes. */
+async function pointAt(proxy: HeldProxy, url: string) {
+  proxy.retarget(url)
+  await proxy.stop()
+  await proxy.restart()
+}
+
+/** Until the process has read the new database's identity (it looks every second by itself). */
+async function noticed(ctx: TestContext, before: string | null) {
+  await until(async () => (await ctx.deps.database.check().catch(() => before)) !== before, 20_000)
+}
+
+const poll = async (ctx: TestContext, agent: TestAgent) => {
+  const polled = await ctx.call('GET', '/v1/agent/events', { apiKey: agent.apiKey })
+  expect(polled.status).toBe(200)
+  return {
+    conversations: polled.body.data.pendingConversations.map((c: { userId: string; latestMessage: string }) => [c.userId, c.latestMessage]),
+    requests: polled.body.data.serviceRequests.map((r: { input: string }) => r.input),
+  }
+}
+const message = async (ctx: TestContext, agent: TestAgent, user: TestUser, text: string) =>
+  expect((await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text } })).status).toBe(201)
+const reply = (ctx: TestContext, agent: TestAgent, user: TestUser, text: string) =>
+  ctx.call('POST', '/v1/agent/conversation-reply', { apiKey: agent.apiKey, body: { userId: user.id, text } })
+
+describe.skipIf(bin === null)('a replica that lagged, promoted while the service runs', () => {
+  let primary: PostgresServer
+  let replica: PostgresReplica
+  let proxy: HeldProxy
+  let ctx: TestContext
+  let owner: TestUser
+  let s: Subscribed
+  let late: TestUser
+  let kept: string
+
+  const request = async (sender: TestAgent, input: string) => {
+    const sent = await ctx.call('POST', '/v1/agent/service-requests', { apiKey: sender.apiKey, body: { targetAgentId: s.agent.id, input } })
+    expect(sent.status).toBe(201)
+    return sent.body.data.requestId as string
+  }
+  const respond = (requestId: string) =>
+    ctx.call('POST', '/v1/agent/service-respond', { apiKey: s.agent.apiKey, body: { requestId, output: 'done', success: true } })
+
+  beforeAll(async () => {
+    primary = await startPostgresServer()
+    replica = await primary.startReplica()
+    const admin = createSql(primary.url(), { max: 1 })
+    await admin`create database app`
+    await admin.end()
+    const sql = createSql(primary.url('app'), { max: 1 })
+    await migrate(sql)
+    await sql.end()
+    proxy = await startHeldProxy(primary.url('app'))
+    const database = { name: 'app', url: through(proxy, 'app'), drop: async () => {} }
+    ctx = await createTestContext({ actors: true, database })
+
+    owner = await signUp(ctx)
+    s = await subscribedPair(ctx, owner)
+    late = await signUp(ctx)
+    expect((await ctx.call('POST', '/v1/billing/subscriptions', { token: late.token, body: { planId: s.planId } })).status).toBe(201)
+    const sender = await createAgent(ctx, owner)
+
+    // What the replica has: a message waiting, a request open.
+    await message(ctx, s.agent, s.user, 'kept')
+    kept = await request(sender, 'kept')
+    await replica.catchUp()
+    await replica.cutOff()
+
+    // What it never gets: that message answered and another, a first one from `late`, the request
+    // answered and another.
+    expect((await reply(ctx, s.agent, s.user, 'answered')).status).toBe(201)
+    await message(ctx, s.agent, s.user, 'lost')
+    await message(ctx, s.agent, late, 'lost')
+    expect((await respond(kept)).status).toBe(200)
+    await request(sender, 'lost')
+    expect(await poll(ctx, s.agent)).toEqual({
+      conversations: [
+        [s.user.id, 'lost'],
+        [late.id, 'lost'],
+      ],
+      requests: ['lost'],
+    })
+
+    const before = ctx.deps.database.current()
+    await replica.promote()
+    await pointAt(proxy, replica.url('app'))
+    await noticed(ctx, before)
+  }, 60_000)
+
+  afterAll(async () => {
+    await ctx?.close()
+    await proxy?.close()
+    await replica?.stop()
+    await primary?.stop()
+  })
+
+  test('the agent’s poll shows what the promoted Postgres holds: its waiting message and open request, nothing lost', async () => {
+    expect(await poll(ctx, s.agent)).toEqual({ conversations: [[s.user.id, 'kept']], requests: ['kept'] })
+    const status = await ctx.call('GET', '/v1/agent/status', { apiKey: s.agent.apiKey })
+    expect(status.body.data.pendingConversations).toBe(1)
+  })
+
+  test('writes go on: a reply ends the wait, a message shows, the restored request is answered', async () => {
+    expect((await reply(ctx, s.agent, s.user, 'at last')).status).toBe(201)
+    expect((await poll(ctx, s.agent)).conversations).toEqual([])
+    await message(ctx, s.agent, s.user, 'again')
+    expect((await poll(ctx, s.agent)).conversations).toEqual([[s.user.id, 'again']])
+    expect((await respond(kept)).status).toBe(200)
+    expect((await poll(ctx, s.agent)).requests).toEqual([])
+  })
+})
+
+describe.skipIf(bin === null)('a dump restored in place of the database while the service runs', () => {
+  let database: TestDatabase
+  let ctx: TestContext
+  const dir = mkdtempSync(join(tmpdir(), 'am-dump-'))
+
+  beforeAll(async () => {
+    database = await createTestDatabase()
+    ctx = await createTestContext({ actors: true, database })
+  })
+  afterAll(async () => {
+    await ctx?.close()
+    rmSync(dir, { recursive: true, force: true })
+  })
+
+  test('the agent’s poll shows what the dump holds, and a reply ends the wait', async () => {
+    const { agent, user, planId } = await subscribedPair(ctx, await signUp(ctx))
+    const late = await signUp(ctx)
+    await ctx.call('POST', '/v1/billing/subscriptions', { token: late.token, body: { planId } })
+    await message(ctx, agent, user, 'kept')
+    const dump = join(dir, 'dump')
+    await Bun.$`${join(bin!, 'pg_dump')} -Fc -f ${dump} ${database.url}`.quiet()
+
+    expect((await reply(ctx, agent, user, 'answered')).status).toBe(201)
+    await message(ctx, agent, user, 'lost')
+    await message(ctx, agent, late, 'lost')
+    expect((await poll(ctx, agent)).conversations).toHaveLength(2)
+
+    // The operator's restore: the database dropped (its sessions ended), made again under its name, the dump loaded.
+    const before = ctx.deps.database.current()
+    const admin = createSql(adminUrl, { max: 1 })
+    await admin`drop database ${admin(database.name)} with (force)`
+    await admin`create database ${admin(database.name)}`
+    await admin.end()
+    await Bun.$`${join(bin!, 'pg_restore')} -d ${database.url} ${dump}`.quiet()
+    await noticed(ctx, before)
+
+    expect((await poll(ctx, agent)).conversations).toEqual([[user.id, 'kept']])
+    expect((await reply(ctx, agent, user, 'at last')).status).toBe(201)
+    expect((await poll(ctx, agent)).conversations).toEqual([])
+  }, 30_000)
+})
