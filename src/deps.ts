@@ -146,8 +146,8 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
       previous,
     }),
   )
-  const keyCache = await createKeyCache({ sql, redis, pubsub, channel: keys.channels.keyRevoked, clock, log })
-  const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache)
+  const keyCache = await createKeyCache({ sql, redis, pubsub, channel: keys.channels.keyRevoked, clock, log, database })
+  const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache, database)
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
   const inFlight = createInFlightLimiter(redis, keys, clock)
   const proxyBuffers = createBufferBudget(config.proxy.bufferBytes)

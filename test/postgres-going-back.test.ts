@@ -63,6 +63,8 @@ describe.skipIf(bin === null)('a replica that lagged, promoted while the service
   let owner: TestUser
   let s: Subscribed
   let late: TestUser
+  let newcomer: TestUser
+  let lostKey: string
   let kept: string
 
   const request = async (sender: TestAgent, input: string) => {
@@ -99,12 +101,15 @@ describe.skipIf(bin === null)('a replica that lagged, promoted while the service
     await replica.cutOff()
 
     // What it never gets: that message answered and another, a first one from `late`, the request
-    // answered and another.
+    // answered and another, a key and a user.
     expect((await reply(ctx, s.agent, s.user, 'answered')).status).toBe(201)
     await message(ctx, s.agent, s.user, 'lost')
     await message(ctx, s.agent, late, 'lost')
     expect((await respond(kept)).status).toBe(200)
     await request(sender, 'lost')
+    lostKey = (await ctx.call('POST', '/v1/auth/api-keys', { token: owner.token, body: { name: 'lost' } })).body.data.key
+    expect((await ctx.call('GET', '/v1/auth/me', { token: lostKey })).status).toBe(200)
+    newcomer = await signUp(ctx)
     expect(await poll(ctx, s.agent)).toEqual({
       conversations: [
         [s.user.id, 'lost'],
@@ -139,6 +144,11 @@ describe.skipIf(bin === null)('a replica that lagged, promoted while the service
     expect((await poll(ctx, s.agent)).conversations).toEqual([[s.user.id, 'again']])
     expect((await respond(kept)).status).toBe(200)
     expect((await poll(ctx, s.agent)).requests).toEqual([])
+  })
+
+  test('a key it never had is refused, and a user it never had is signed in anew, not failed', async () => {
+    expect((await ctx.call('GET', '/v1/auth/me', { token: lostKey })).status).toBe(401)
+    expect((await ctx.call('POST', '/v1/auth/api-keys', { token: newcomer.token, body: { name: 'first' } })).status).toBe(201)
   })
 })
 

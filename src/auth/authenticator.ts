@@ -1,5 +1,5 @@
 /** Turns request headers into a principal: Bearer JWT, Bearer sk_ key, or X-API-Key agent key. */
-import type { Sql } from '../db.ts'
+import type { DatabaseIdentity, Sql } from '../db.ts'
 import { errors } from '../errors.ts'
 import { hashKeyHex, keyKind } from './api-key.ts'
 import type { VerifyJwt } from './jwt.ts'
@@ -36,9 +36,12 @@ export function userKeyHash(headers: Headers): string | null {
   return token.startsWith('sk_') ? hashKeyHex(token) : null
 }
 
-export function createAuthenticator(sql: Sql, verifyJwt: VerifyJwt, keys: KeyCache): Authenticator {
+export function createAuthenticator(sql: Sql, verifyJwt: VerifyJwt, keys: KeyCache, database: Pick<DatabaseIdentity, 'onChange'>): Authenticator {
   // JWT subject -> user id, so a signed-in user costs one signature check, not a query, per call.
+  // Emptied when the pools reach another Postgres, which may not have the user (their writes failed
+  // on its foreign keys): their next call signs them in there.
   const users = new Map<string, { id: string; expires: number }>()
+  database.onChange(() => users.clear())
 
   // Synchronous when the cache answers: this is every poll's path. A hash the cache knows as live is
   // that issued key (so its checksum is good); any other key has its checksum checked before the query.

@@ -2,9 +2,11 @@
  * The in-process key cache: key hash -> principal, evicted on every instance by pub/sub on
  * revocation, and trusted only while pub/sub is: while this process's subscriber is away, every key
  * is checked in Postgres. A revocation also travels through the outbox (written by the revoking
- * statement, src/auth/store.ts), so it reaches every instance even when its own publish fails.
+ * statement, src/auth/store.ts), so it reaches every instance even when its own publish fails. The
+ * cache is emptied when the pools reach another Postgres (a backup restored, a replica promoted),
+ * which may lack a key the one before had.
  */
-import type { Sql } from '../db.ts'
+import type { DatabaseIdentity, Sql } from '../db.ts'
 import type { Redis } from '../redis.ts'
 import type { PubSub } from '../pubsub.ts'
 import type { Log } from '../log.ts'
@@ -38,6 +40,7 @@ export interface KeyCacheOptions {
   channel: string
   clock: Clock
   log: Log
+  database: Pick<DatabaseIdentity, 'onChange'>
   ttlMs?: number
   negativeTtlMs?: number
   maxEntries?: number
@@ -68,12 +71,14 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
     pending.delete(hex)
   }
   const unsubscribe = await pubsub.subscribe(channel, evict)
-  pubsub.onReconnect(() => {
+  const forgetAll = () => {
     epoch++
     entries.clear()
-    // Loads begun before the outage may have read a key revoked during it.
+    // Loads begun before may have read a key revoked during the outage, or from the other database.
     pending.clear()
-  })
+  }
+  pubsub.onReconnect(forgetAll)
+  options.database.onChange(forgetAll)
 
   const load = async (hex: string) => {
     const started = epoch
