@@ -26,8 +26,10 @@ export function createKeys(prefix: string) {
     actorsDue: `${prefix}{actors}:due`,
     actorsDueBy: `${prefix}{actors}:due-by`,
     actorsWake: `${prefix}{actors}:wake`,
-    usage: (subscriptionId: string, periodIndex: number) => ({
-      calls: `${prefix}usage:${subscriptionId}:${periodIndex}`,
+    // By the Postgres the calls are recorded in (db.ts's identity): one restored from a backup, or a
+    // replica promoted that lagged, lacks the calls recorded since, and its count starts anew.
+    usage: (subscriptionId: string, periodIndex: number, database: string) => ({
+      calls: `${prefix}usage:${subscriptionId}:${periodIndex}:${database}`,
     }),
     usageEvent: (eventId: string) => `${prefix}usage-event:${eventId}`,
     events: {

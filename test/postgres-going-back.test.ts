@@ -9,19 +9,13 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createSql } from '../src/db.ts'
 import { migrate } from '../src/migrate.ts'
-import {
-  createAgent,
-  createTestContext,
-  signUp,
-  subscribedPair,
-  type Subscribed,
-  type TestAgent,
-  type TestContext,
-  type TestUser,
-} from './helpers/context.ts'
+import { countRecordedBefore } from '../src/metering/count.ts'
+import { createAgent, createTestContext, signUp, subscribedPair, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 import { adminUrl, createTestDatabase, type TestDatabase } from './helpers/database.ts'
 import { startHeldProxy, type HeldProxy } from './helpers/held-proxy.ts'
 import { postgresBinaries, startPostgresServer, type PostgresReplica, type PostgresServer } from './helpers/postgres-server.ts'
+import { startUpstream, type Upstream } from './helpers/upstream.ts'
+import { meteredSubscriber, type MeteredSubscriber } from './helpers/usage.ts'
 import { until } from './helpers/until.ts'
 
 const bin = postgresBinaries()
@@ -59,9 +53,10 @@ describe.skipIf(bin === null)('a replica that lagged, promoted while the service
   let primary: PostgresServer
   let replica: PostgresReplica
   let proxy: HeldProxy
+  let upstream: Upstream
   let ctx: TestContext
   let owner: TestUser
-  let s: Subscribed
+  let s: MeteredSubscriber
   let late: TestUser
   let newcomer: TestUser
   let lostKey: string
@@ -74,6 +69,8 @@ describe.skipIf(bin === null)('a replica that lagged, promoted while the service
   }
   const respond = (requestId: string) =>
     ctx.call('POST', '/v1/agent/service-respond', { apiKey: s.agent.apiKey, body: { requestId, output: 'done', success: true } })
+  const proxyCall = () =>
+    ctx.call('POST', '/v1/agent/proxy-call', { apiKey: s.agent.apiKey, body: { userId: s.user.id, provider: 'acme', method: 'GET', path: '/echo' } })
 
   beforeAll(async () => {
     primary = await startPostgresServer()
@@ -85,28 +82,32 @@ describe.skipIf(bin === null)('a replica that lagged, promoted while the service
     await migrate(sql)
     await sql.end()
     proxy = await startHeldProxy(primary.url('app'))
+    upstream = startUpstream()
     const database = { name: 'app', url: through(proxy, 'app'), drop: async () => {} }
-    ctx = await createTestContext({ actors: true, database })
+    ctx = await createTestContext({ actors: true, database, env: { PROXY_ALLOWED_HOSTS: '127.0.0.1' } })
 
     owner = await signUp(ctx)
-    s = await subscribedPair(ctx, owner)
+    s = await meteredSubscriber(ctx, owner, upstream.url, { includedProxyCalls: 100 })
     late = await signUp(ctx)
     expect((await ctx.call('POST', '/v1/billing/subscriptions', { token: late.token, body: { planId: s.planId } })).status).toBe(201)
     const sender = await createAgent(ctx, owner)
 
-    // What the replica has: a message waiting, a request open.
+    // What the replica has: a message waiting, a request open, a call counted.
     await message(ctx, s.agent, s.user, 'kept')
     kept = await request(sender, 'kept')
+    expect((await proxyCall()).status).toBe(200)
+    await countRecordedBefore(ctx.deps.sql, new Date(Date.now() + 60_000), new Date())
     await replica.catchUp()
     await replica.cutOff()
 
     // What it never gets: that message answered and another, a first one from `late`, the request
-    // answered and another, a key and a user.
+    // answered and another, two calls, a key and a user.
     expect((await reply(ctx, s.agent, s.user, 'answered')).status).toBe(201)
     await message(ctx, s.agent, s.user, 'lost')
     await message(ctx, s.agent, late, 'lost')
     expect((await respond(kept)).status).toBe(200)
     await request(sender, 'lost')
+    for (let i = 0; i < 2; i++) expect((await proxyCall()).status).toBe(200)
     lostKey = (await ctx.call('POST', '/v1/auth/api-keys', { token: owner.token, body: { name: 'lost' } })).body.data.key
     expect((await ctx.call('GET', '/v1/auth/me', { token: lostKey })).status).toBe(200)
     newcomer = await signUp(ctx)
@@ -127,6 +128,7 @@ describe.skipIf(bin === null)('a replica that lagged, promoted while the service
   afterAll(async () => {
     await ctx?.close()
     await proxy?.close()
+    upstream?.stop()
     await replica?.stop()
     await primary?.stop()
   })
@@ -144,6 +146,12 @@ describe.skipIf(bin === null)('a replica that lagged, promoted while the service
     expect((await poll(ctx, s.agent)).conversations).toEqual([[s.user.id, 'again']])
     expect((await respond(kept)).status).toBe(200)
     expect((await poll(ctx, s.agent)).requests).toEqual([])
+  })
+
+  test('usage counts the calls the promoted Postgres has, not those it lost', async () => {
+    const listed = await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })
+    expect(listed.body.data[0].usage.proxyCalls).toBe(1)
+    expect((await proxyCall()).body.data.usage.periodCalls).toBe(2)
   })
 
   test('a key it never had is refused, and a user it never had is signed in anew, not failed', async () => {

@@ -333,7 +333,8 @@ describe('proxy calls', () => {
     const markerMs = await ctx.deps.redis.pttl(marker!)
     expect(markerMs).toBeGreaterThan(2 * day - 60_000)
     expect(markerMs).toBeLessThanOrEqual(2 * day)
-    expect(await ctx.deps.redis.pttl(ctx.deps.keys.usage(s.subscriptionId, 0).calls)).toBeGreaterThan(7 * day)
+    const counter = ctx.deps.keys.usage(s.subscriptionId, 0, ctx.deps.database.current()!).calls
+    expect(await ctx.deps.redis.pttl(counter)).toBeGreaterThan(7 * day)
   })
 
   test('usage thresholds are recorded once at 80 % and 100 % of the included calls', async () => {

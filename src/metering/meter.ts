@@ -1,11 +1,9 @@
 /** Metering a proxy call that reached its upstream: queue the usage event, and answer the live usage. */
 import type { Sql } from '../db.ts'
-import type { Redis } from '../redis.ts'
-import type { Keys } from '../keys.ts'
 import type { Queues } from '../queues.ts'
 import { ensurePeriods, periodUsage } from '../billing/subscriptions/store.ts'
 import { periodIndexAt } from '../billing/periods.ts'
-import { countLive } from './usage-counter.ts'
+import { countLive, type CounterDeps } from './usage-counter.ts'
 import { recordUsage, type UsageEvent } from './count.ts'
 import { errorFields, type Log } from '../log.ts'
 
@@ -18,7 +16,7 @@ export interface Usage {
 const week = 7 * 86_400_000
 
 export async function meterCall(
-  deps: { sql: Sql; redis: Redis; keys: Keys; queues: Queues; log: Log },
+  deps: CounterDeps & { sql: Sql; queues: Queues; log: Log },
   call: { eventId: string; subscription: { id: string; startedAt: Date }; occurredAt: Date },
 ): Promise<Usage> {
   const { sql, queues } = deps

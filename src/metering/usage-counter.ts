@@ -1,6 +1,7 @@
 /** The live count of a period's proxy calls in Redis, so a call's response shows usage including itself. */
 import { defineScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
+import type { DatabaseIdentity } from '../db.ts'
 import { idempotencyWindowMs } from '../idempotency/idempotent.ts'
 
 // KEYS[1] the period's counter, KEYS[2] the event's marker; ARGV seed (calls Postgres had counted), the
@@ -27,23 +28,30 @@ return math.max(calls, tonumber(ARGV[1]) + 1)`)
  */
 const eventMarkerMs = 2 * idempotencyWindowMs
 
+/** Where the live counts are kept: a counter belongs to the Postgres whose calls it counts (keys.ts). */
+export interface CounterDeps {
+  redis: Redis
+  keys: Keys
+  database: Pick<DatabaseIdentity, 'current'>
+}
+
+const counter = ({ keys, database }: CounterDeps, period: { subscriptionId: string; periodIndex: number }) =>
+  keys.usage(period.subscriptionId, period.periodIndex, database.current() ?? '').calls
+
 export async function countLive(
-  { redis, keys }: { redis: Redis; keys: Keys },
+  deps: CounterDeps,
   event: { eventId: string; subscriptionId: string; periodIndex: number; seed: number; ttlMs: number },
 ): Promise<number> {
   return (await bump(
-    redis,
-    [keys.usage(event.subscriptionId, event.periodIndex).calls, keys.usageEvent(event.eventId)],
+    deps.redis,
+    [counter(deps, event), deps.keys.usageEvent(event.eventId)],
     [event.seed, event.ttlMs, Math.min(event.ttlMs, eventMarkerMs)],
   )) as number
 }
 
 /** The live counts of several periods (null where Redis has none). */
-export async function liveCounts(
-  { redis, keys }: { redis: Redis; keys: Keys },
-  periods: { subscriptionId: string; periodIndex: number }[],
-): Promise<(number | null)[]> {
+export async function liveCounts(deps: CounterDeps, periods: { subscriptionId: string; periodIndex: number }[]): Promise<(number | null)[]> {
   if (periods.length === 0) return []
-  const values = await redis.mget(...periods.map(p => keys.usage(p.subscriptionId, p.periodIndex).calls))
+  const values = await deps.redis.mget(...periods.map(p => counter(deps, p)))
   return values.map(value => (value === null ? null : Number(value)))
 }
