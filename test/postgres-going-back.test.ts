@@ -7,15 +7,19 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { Queue } from 'bullmq'
 import { createSql } from '../src/db.ts'
 import { migrate } from '../src/migrate.ts'
 import { countRecordedBefore } from '../src/metering/count.ts'
+import { blogQueueName } from '../src/blog/queue.ts'
+import { publishScheduledPost } from '../src/blog/publish.ts'
 import { createAgent, createTestContext, signUp, subscribedPair, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 import { adminUrl, createTestDatabase, type TestDatabase } from './helpers/database.ts'
 import { startHeldProxy, type HeldProxy } from './helpers/held-proxy.ts'
 import { postgresBinaries, startPostgresServer, type PostgresReplica, type PostgresServer } from './helpers/postgres-server.ts'
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
 import { meteredSubscriber, type MeteredSubscriber } from './helpers/usage.ts'
+import { setBlog, writePost } from './helpers/blog.ts'
 import { until } from './helpers/until.ts'
 
 const bin = postgresBinaries()
@@ -61,6 +65,7 @@ describe.skipIf(bin === null)('a replica that lagged, promoted while the service
   let newcomer: TestUser
   let lostKey: string
   let kept: string
+  let postId: string
 
   const request = async (sender: TestAgent, input: string) => {
     const sent = await ctx.call('POST', '/v1/agent/service-requests', { apiKey: sender.apiKey, body: { targetAgentId: s.agent.id, input } })
@@ -91,6 +96,8 @@ describe.skipIf(bin === null)('a replica that lagged, promoted while the service
     late = await signUp(ctx)
     expect((await ctx.call('POST', '/v1/billing/subscriptions', { token: late.token, body: { planId: s.planId } })).status).toBe(201)
     const sender = await createAgent(ctx, owner)
+    await setBlog(ctx, owner, s.agent, { blogEnabled: true })
+    postId = (await writePost(ctx, s.agent, { title: 'Embargoed' })).id
 
     // What the replica has: a message waiting, a request open, a call counted.
     await message(ctx, s.agent, s.user, 'kept')
@@ -101,7 +108,7 @@ describe.skipIf(bin === null)('a replica that lagged, promoted while the service
     await replica.cutOff()
 
     // What it never gets: that message answered and another, a first one from `late`, the request
-    // answered and another, two calls, a key and a user.
+    // answered and another, two calls, a key, a user, and the post scheduled a minute ahead.
     expect((await reply(ctx, s.agent, s.user, 'answered')).status).toBe(201)
     await message(ctx, s.agent, s.user, 'lost')
     await message(ctx, s.agent, late, 'lost')
@@ -111,6 +118,8 @@ describe.skipIf(bin === null)('a replica that lagged, promoted while the service
     lostKey = (await ctx.call('POST', '/v1/auth/api-keys', { token: owner.token, body: { name: 'lost' } })).body.data.key
     expect((await ctx.call('GET', '/v1/auth/me', { token: lostKey })).status).toBe(200)
     newcomer = await signUp(ctx)
+    const minute = new Date(ctx.clock.now().getTime() + 60_000).toISOString()
+    expect((await ctx.call('PATCH', `/blog/posts/${postId}`, { apiKey: s.agent.apiKey, body: { publishAt: minute } })).status).toBe(200)
     expect(await poll(ctx, s.agent)).toEqual({
       conversations: [
         [s.user.id, 'lost'],
@@ -157,6 +166,25 @@ describe.skipIf(bin === null)('a replica that lagged, promoted while the service
   test('a key it never had is refused, and a user it never had is signed in anew, not failed', async () => {
     expect((await ctx.call('GET', '/v1/auth/me', { token: lostKey })).status).toBe(401)
     expect((await ctx.call('POST', '/v1/auth/api-keys', { token: newcomer.token, body: { name: 'first' } })).status).toBe(201)
+  })
+
+  test('the queued job of a lost plan does not publish the post before the plan made since', async () => {
+    const hour = new Date(ctx.clock.now().getTime() + 3_600_000).toISOString()
+    expect((await ctx.call('PATCH', `/blog/posts/${postId}`, { apiKey: s.agent.apiKey, body: { publishAt: hour } })).status).toBe(200)
+    // The new plan has the lost one's number, so its job's id: the queue kept the lost plan's job, due in a minute.
+    const queue = new Queue(blogQueueName, { connection: ctx.deps.redis, prefix: ctx.deps.keys.bullPrefix })
+    try {
+      const jobs = await queue.getJobs(['delayed', 'waiting'])
+      const job = jobs.find(j => j.data.postId === postId)!
+      expect(job.data.version).toBe(1)
+      expect(job.delay).toBeLessThanOrEqual(60_000)
+      ctx.clock.advance(61_000)
+      expect(await publishScheduledPost(ctx.deps, job.data)).toBe(false)
+      const post = await ctx.call('GET', `/blog/posts/${postId}`, { apiKey: s.agent.apiKey })
+      expect(post.body.data).toMatchObject({ status: 'scheduled', publishAt: hour })
+    } finally {
+      await queue.close()
+    }
   })
 })
 

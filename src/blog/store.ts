@@ -213,15 +213,19 @@ export async function isVisible(sql: Db, id: string): Promise<boolean> {
 }
 
 /**
- * Publishes a scheduled post if its plan is still the one the job was made for; false when the post
- * was rescheduled, unpublished, published by hand or deleted since.
+ * Publishes a scheduled post if its plan is still the one the job was made for and its time has come;
+ * false when the post was rescheduled, unpublished, published by hand or deleted since. The time too:
+ * after Postgres went back (a backup restored, a replica promoted that lagged) plans are numbered
+ * again from where it was, and the queue may still hold the job of a lost plan of the same number
+ * (whose id the new plan's would take: its enqueue did nothing), due at the lost plan's time. A new
+ * plan that job does not publish, the sweep does (publishDue).
  */
 export async function publishIfScheduled(sql: Db, id: string, version: number, at: Date): Promise<boolean> {
   const rows = await sql`
     update blog_posts
     set status = 'published', publish_at = null, published_at = ${at},
       first_published_at = coalesce(first_published_at, ${at}), updated_at = ${at}
-    where id = ${id} and schedule_version = ${version} and status = 'scheduled'
+    where id = ${id} and schedule_version = ${version} and status = 'scheduled' and publish_at <= ${at}
     returning 1
   `
   return rows.length === 1
