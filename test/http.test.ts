@@ -147,6 +147,19 @@ describe('framework-level errors', () => {
     }
   })
 
+  test('a route that takes no body reads none: broken JSON, a NUL or a deep body sent to it is answered as no body', async () => {
+    const bodiless = ctx.app.routes.filter(route => !['GET', 'HEAD', 'OPTIONS'].includes(route.method) && !route.hooks.body)
+    expect(bodiless.map(route => `${route.method} ${route.path}`)).toContain('POST /v1/auth/device-codes')
+    for (const route of bodiless) {
+      const path = route.path.replace(/:\w+/g, '3f2504e0-4f89-41d3-9a0c-0305e82c3301')
+      const answer = async (rawBody?: string) => (await ctx.call(route.method, path, { token: alice.token, rawBody })).status
+      const status = await answer()
+      for (const body of ['{"broken', '{"a":"\\u0000"}', `${'['.repeat(100)}${']'.repeat(100)}`]) {
+        expect([route.method, route.path, body.slice(0, 10), await answer(body)]).toEqual([route.method, route.path, body.slice(0, 10), status])
+      }
+    }
+  })
+
   test('a GET or HEAD is answered without its body asked for (a stream made for nothing); a POST without a length is asked', async () => {
     const asked = (method: string, path: string, body?: string) => {
       const request = new Request(`http://test.local${path}`, { method, body })

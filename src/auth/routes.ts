@@ -146,6 +146,7 @@ function apiKeyRoutes({ sql, rateLimiter, authenticator }: Deps, auth: AuthPlugi
       {
         user: true,
         params: t.Object({ id: Uuid }),
+        parse: 'none',
         response: { 200: Ok(RevokedApiKey), ...failures(400, 401, 403, 404) },
         detail: {
           operationId: 'revokeApiKey',
@@ -172,6 +173,7 @@ function deviceRoutes(deps: Deps, auth: AuthPlugin) {
         return ok(await startDeviceAuthorization(device))
       },
       {
+        parse: 'none',
         response: { 201: Ok(DeviceAuthorization), ...failures(429) },
         detail: {
           operationId: 'startDeviceAuthorization',
@@ -254,6 +256,7 @@ function sseTokenRoutes(deps: Deps, auth: AuthPlugin) {
     },
     {
       user: true,
+      parse: 'none',
       response: { 200: Ok(SseToken), ...failures(401, 403, 429) },
       detail: {
         operationId: 'issueSseToken',

@@ -88,6 +88,7 @@ export function blogRoutes(deps: Deps, auth: AuthPlugin) {
       {
         caller: true,
         params: PostId,
+        parse: 'none',
         response: { 200: Ok(DeletedPost), ...failures(400, 401, 403, 404) },
         detail: {
           operationId: 'deleteBlogPost',

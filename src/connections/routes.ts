@@ -83,6 +83,7 @@ export function connectionRoutes({ sql, config, clock, rateLimiter }: Deps, auth
       {
         user: true,
         params: t.Object({ id: Uuid }),
+        parse: 'none',
         response: { 200: Ok(DeletedConnection), ...failures(400, 401, 403, 404) },
         detail: {
           operationId: 'deleteConnection',

@@ -141,7 +141,9 @@ export function httpErrors(log: Log, routes: RouteMethods, lifecycle: { readonly
             },
       )
       // Postgres stores no NUL character and no lone surrogate, and nothing should recurse through a
-      // body nested thousands deep: refuse them at the door, whatever the route.
+      // body nested thousands deep: refuse them at the door, whatever the route. Elysia reads which
+      // context fields hooks use from their source: this one reads `body`, so every route parses its
+      // body unless it says `parse: 'none'`, as each route that takes none does (http.test.ts checks).
       .onTransform({ as: 'global' }, ({ body }) => {
         const problem = unstorable(body)
         if (problem !== null) throw errors.field(problem.path || '/', problem.message)

@@ -153,6 +153,7 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
       {
         user: true,
         params: AgentId,
+        parse: 'none',
         response: { 201: Ok(RotatedKey), ...failures(400, 401, 403, 404, 429) },
         detail: {
           operationId: 'rotateParticipantKey',
@@ -177,6 +178,7 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
       {
         user: true,
         params: AgentId,
+        parse: 'none',
         response: { 200: Ok(Deactivated), ...failures(400, 401, 403, 404) },
         detail: {
           operationId: 'deactivateParticipant',

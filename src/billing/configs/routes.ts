@@ -135,6 +135,7 @@ function listingRoutes({ sql, clock, rateLimiter }: Deps, auth: AuthPlugin) {
       {
         user: true,
         params: ConfigId,
+        parse: 'none',
         response: { 200: Ok(DeactivatedConfig), ...failures(400, 401, 403, 404) },
         detail: {
           operationId: 'deactivateConfig',

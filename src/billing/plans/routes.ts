@@ -122,6 +122,7 @@ export function planRoutes({ sql, clock, rateLimiter }: Deps, auth: AuthPlugin) 
       {
         user: true,
         params: PlanId,
+        parse: 'none',
         response: { 200: Ok(DeactivatedPlan), ...failures(400, 401, 403, 404) },
         detail: {
           operationId: 'deactivatePlan',

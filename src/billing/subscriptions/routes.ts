@@ -160,6 +160,7 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
       {
         user: true,
         params: t.Object({ id: Uuid }),
+        parse: 'none',
         response: { 200: Ok(Subscription), ...failures(400, 401, 403, 404, 409) },
         detail: {
           operationId: 'cancelSubscription',
