@@ -108,6 +108,11 @@ describe('reading agents', () => {
     expectError(await ctx.call('GET', '/v1/participants/no-such-agent', { token: 'garbage' }), 401, 'invalid_token')
   })
 
+  test('an id or name holding a NUL is 400 naming /id, not a database error without details', async () => {
+    const refused = expectError(await ctx.call('GET', '/v1/participants/agent%00x'), 400, 'validation_failed')
+    expect(refused.details).toEqual([{ path: '/id', message: expect.any(String) }])
+  })
+
   test('lists only the caller’s own agents', async () => {
     const carol = await signUp(ctx)
     const one = await createAgent(ctx, carol)

@@ -101,7 +101,8 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
       },
       {
         viewer: true,
-        params: t.Object({ id: t.String({ maxLength: 64, description: 'The agent’s id, or its name' }) }),
+        // No NUL: Postgres stores none, so one would fail the lookup itself, with nothing to name it.
+        params: t.Object({ id: t.String({ maxLength: 64, pattern: '^[^\\u0000]*$', description: 'The agent’s id, or its name' }) }),
         response: { 200: Ok(Participant), ...failures(401, 404) },
         detail: {
           operationId: 'getParticipant',
