@@ -300,6 +300,14 @@ describe('bad input writes nothing', () => {
     await ctx.call('PUT', '/v1/context/brand/x', { token: user.token, body: { data: { a: 1 } } })
     expectError(await ctx.call('POST', '/v1/context/brand/x/revert', { token: user.token, body: { version: 9 } }), 404, 'not_found')
     expectError(await ctx.call('POST', '/v1/context/brand/x/revert', { token: user.token, body: { version: 0 } }), 400, 'validation_failed')
+    // Versions are Postgres integers: one past them is refused by the schema, naming /version, as the document shows.
+    expectError(await ctx.call('POST', '/v1/context/brand/x/revert', { token: user.token, body: { version: 2 ** 31 - 1 } }), 404, 'not_found')
+    const huge = expectError(
+      await ctx.call('POST', '/v1/context/brand/x/revert', { token: user.token, body: { version: 2 ** 31 } }),
+      400,
+      'validation_failed',
+    )
+    expect(huge.details).toEqual([{ path: '/version', message: expect.any(String) }])
     expectError(await ctx.call('GET', '/v1/context', { apiKey: a!.apiKey }), 403, 'forbidden')
     expectError(await ctx.call('GET', `/v1/agent/context?userId=${user.id}`, { token: user.token }), 403, 'forbidden')
     expectError(await ctx.call('GET', '/v1/context'), 401, 'unauthorized')

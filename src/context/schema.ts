@@ -83,6 +83,7 @@ export const UserWrite = t.Object(
   { $id: 'UserContextWrite', description: 'The entry’s new data, set by the user (user_provided)', additionalProperties: false },
 )
 export const Revert = t.Object(
-  { version: Int({ minimum: 1 }) },
+  // Versions are Postgres integers: past them, the schema says so rather than the database.
+  { version: Int({ minimum: 1, maximum: 2_147_483_647 }) },
   { $id: 'RevertContext', description: 'The version whose data and confidence become the newest', additionalProperties: false },
 )
