@@ -134,6 +134,8 @@ function envelopeProblems(status: number, headers: Headers, body: unknown): stri
   const family = codeFamilies[status] ?? []
   if (typeof envelope.error !== 'string' || !family.includes(envelope.error))
     found.push(`code ${String(envelope.error)} is not of the ${status} family`)
+  // The contract: validation failures add details, [{path, message}], saying where.
+  if (envelope.error === 'validation_failed' && !Array.isArray(envelope.details)) found.push('validation_failed without details')
   if (envelope.details !== undefined) {
     const details = envelope.details as { path?: unknown; message?: unknown }[]
     if (!Array.isArray(details) || details.some(d => typeof d?.path !== 'string' || typeof d?.message !== 'string')) found.push('details malformed')
