@@ -1,9 +1,12 @@
 /** The process's open event streams: by stream, by the API key each was opened with, and ended once. */
 import type { Redis } from '../redis.ts'
-import type { Published } from './relay.ts'
+import { streamLength, type Published } from './relay.ts'
 
-// A client this many events behind is cut off; it comes back with its last id and catches up by replay.
-const maxQueued = 1000
+// A client this many chunks behind is cut off; it comes back with its last id and catches up by replay.
+// A whole replay (the last `streamLength` events, queued at once before the client reads any) and its
+// retry line fit, with room for what comes meanwhile: a client resuming from far back is not cut off
+// every time it comes back.
+const maxQueued = streamLength + 100
 
 export interface Connection {
   id: string

@@ -9,7 +9,7 @@ import type { PubSub } from '../pubsub.ts'
 import type { Log } from '../log.ts'
 import { errors } from '../errors.ts'
 import { errorFields } from '../log.ts'
-import type { Published } from './relay.ts'
+import { streamLength, type Published } from './relay.ts'
 import { createConnections, type Connection } from './connections.ts'
 
 /** The headers of an event stream's response (and of a HEAD's, which opens none). */
@@ -235,11 +235,15 @@ function frame(event: Published) {
   return encoder.encode(`id: ${event.id}\nevent: ${event.type}\ndata: ${event.data}\n\n`)
 }
 
-/** The stream's events after `from`, within the replay window. */
+/**
+ * The stream's events after `from`, within the replay window: the newest `streamLength` of them, what
+ * the stream promises to keep (trimmed a node at a time, it may hold more).
+ */
 async function readAfter(redis: Redis, stream: string, from: string): Promise<Published[]> {
   const oldest = Date.now() - replayWindowMs
-  const entries = (await redis.xrange(stream, `(${from}`, '+')) as [string, string[]][]
+  const entries = (await redis.xrevrange(stream, '+', `(${from}`, 'COUNT', streamLength)) as [string, string[]][]
   return entries
+    .reverse()
     .filter(([id]) => Number(id.split('-')[0]) >= oldest)
     .map(([id, fields]) => ({ stream, id, type: fields[fields.indexOf('type') + 1]!, data: fields[fields.indexOf('data') + 1]! }))
 }
