@@ -5,7 +5,7 @@ import { Queue, Worker } from 'bullmq'
 import { createTestContext, type TestContext } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
 import { enqueueEvents } from '../src/events/outbox.ts'
-import { relayPass, startRelay, type Relay } from '../src/events/relay.ts'
+import { relayPass, replayWindowMs, startRelay, type Relay } from '../src/events/relay.ts'
 import { createRedis, deleteByPrefix } from '../src/redis.ts'
 import { keepSchedules, scheduledJobOptions } from '../workers/schedules.ts'
 import { startRedisServer } from './helpers/redis-server.ts'
@@ -54,6 +54,19 @@ describe('the outbox relay', () => {
     await relay.stop()
     expect(await delivered(user)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1))
     expect(await waiting()).toBe(0)
+  })
+
+  test('a stream expires a replay window after its newest event, when it has nothing left to replay', async () => {
+    const user = randomUUID()
+    await commit(user, 1, 2)
+    await ctx.deps.sql.begin(tx => enqueueEvents(tx, new Date(), [{ userId: null, type: 'chat.message', payload: { n: 1 } }]))
+    await relayPass(ctx.deps, 500)
+    expect(await delivered(user)).toEqual([1, 2])
+    for (const stream of [ctx.deps.keys.events.user(user), ctx.deps.keys.events.chat]) {
+      const ttl = await ctx.deps.redis.pttl(stream)
+      expect(ttl).toBeGreaterThan(replayWindowMs - 60_000)
+      expect(ttl).toBeLessThanOrEqual(replayWindowMs)
+    }
   })
 
   test('30,000 events recorded at once (past a statement’s 65,535 parameters as a list of values) keep their order', async () => {

@@ -9,7 +9,7 @@ import type { PubSub } from '../pubsub.ts'
 import type { Log } from '../log.ts'
 import { errors } from '../errors.ts'
 import { errorFields } from '../log.ts'
-import { streamLength, type Published } from './relay.ts'
+import { replayWindowMs, streamLength, type Published } from './relay.ts'
 import { createConnections, type Connection } from './connections.ts'
 
 /** The headers of an event stream's response (and of a HEAD's, which opens none). */
@@ -22,7 +22,6 @@ export const streamHeaders = {
 export const maxStreamsPerUser = 5
 export const pingEveryMs = 5000
 const openStreamsTtlMs = 60_000
-const replayWindowMs = 24 * 3_600_000
 const encoder = new TextEncoder()
 
 // KEYS[1] the subject's open streams (id -> last heartbeat); ARGV now, stale-before, id, max.

@@ -18,6 +18,12 @@ import { keyRevokedType } from './outbox.ts'
 
 /** Kept per stream for replay: the last 1,000 events (and at most 24 h, enforced when replaying). */
 export const streamLength = 1000
+/**
+ * How far back a resume replays; a stream whose newest event is older holds nothing to replay, so it
+ * expires then (a user's stream would otherwise keep its last 1,000 events for good, however long
+ * ago its user was last told anything).
+ */
+export const replayWindowMs = 24 * 3_600_000
 // Entries a new event is checked against, newest first, for being a copy of one kept already.
 const recentEntries = 8
 
@@ -41,6 +47,7 @@ for _, entry in ipairs(redis.call('XREVRANGE', K[1], '+', '-', 'COUNT', ${recent
   if entry[2][6] == A[4] and entry[2][4] == A[3] then return entry[1] end
 end
 local id = redis.call('XADD', K[1], 'MAXLEN', '~', ${streamLength}, '*', 'type', A[2], 'data', A[3], 'row', A[4])
+redis.call('PEXPIRE', K[1], ${replayWindowMs})
 redis.call('PUBLISH', A[1], cjson.encode({ stream = K[1], id = id, type = A[2], data = A[3] }))
 return id`,
   1,
