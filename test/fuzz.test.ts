@@ -21,7 +21,7 @@ import { documentOracle } from './helpers/fuzz-oracle.ts'
 import type { Mutation } from './helpers/fuzz-mutations.ts'
 import { fuzzAll, type Build, type Finding } from './helpers/fuzz-run.ts'
 import { as, asAgent, buildWorld, credentialMutations, type World } from './helpers/fuzz-world.ts'
-import { seeded } from './helpers/fuzz-values.ts'
+import { seeded } from './helpers/seeded.ts'
 import { serverOptions } from '../src/http/server-options.ts'
 
 const seed = Number(process.env.FUZZ_SEED ?? 20261128)

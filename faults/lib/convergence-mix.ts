@@ -5,25 +5,7 @@
  */
 import type { Attempt, AttemptKind, Client } from './http-client.ts'
 import { signIn, type Person } from './population.ts'
-
-/** A seeded generator (mulberry32): the same seed draws the same mix. */
-export function seeded(seed: number) {
-  let state = seed >>> 0
-  const next = () => {
-    state = (state + 0x6d2b79f5) >>> 0
-    let t = state
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-  return {
-    next,
-    int: (below: number) => Math.floor(next() * below),
-    pick: <T>(items: readonly T[]): T => items[Math.floor(next() * items.length)]!,
-    chance: (p: number) => next() < p,
-  }
-}
-export type Random = ReturnType<typeof seeded>
+import type { Random } from '../../test/helpers/seeded.ts'
 
 export interface Agent {
   id: string

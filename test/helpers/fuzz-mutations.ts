@@ -1,7 +1,8 @@
 /** The fuzzer's mutations of a valid request: what its operation's schemas suggest, and what any request can carry. */
 import type { Operation } from './fuzz-oracle.ts'
 import { bodyText, splice, type Spec } from './fuzz-requests.ts'
-import { objectSchema, propertyVariants, randomValid, type Random, type Schema, type Variant } from './fuzz-values.ts'
+import { objectSchema, propertyVariants, randomValid, type Schema, type Variant } from './fuzz-values.ts'
+import type { Random } from './seeded.ts'
 
 export interface Mutation {
   label: string

@@ -15,7 +15,7 @@ import {
 } from './fuzz-mutations.ts'
 import { onRoute, send, type Spec } from './fuzz-requests.ts'
 import { requestProblems } from './fuzz-validity.ts'
-import type { Random } from './fuzz-values.ts'
+import type { Random } from './seeded.ts'
 import { asAgent, type World } from './fuzz-world.ts'
 
 /** A valid request of an operation, but its method and path. */

@@ -1,24 +1,6 @@
-/** The fuzzer's values: a seeded generator, and what a client can put where a schema asks for something. */
+/** The fuzzer's values: what a client can put where a schema asks for something. */
 
-/** A small seeded generator (mulberry32): the same seed gives the same run. */
-export function seeded(seed: number) {
-  let state = seed >>> 0
-  const next = () => {
-    state = (state + 0x6d2b79f5) >>> 0
-    let t = state
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-  const int = (below: number) => Math.floor(next() * below)
-  return {
-    next,
-    int,
-    pick: <T>(items: readonly T[]): T => items[int(items.length)]!,
-    chance: (p: number) => next() < p,
-  }
-}
-export type Random = ReturnType<typeof seeded>
+import type { Random } from './seeded.ts'
 
 /** A JSON Schema as the OpenAPI document has it (references resolved). */
 export interface Schema {
