@@ -134,13 +134,14 @@ describe.skipIf(bin === null)('a replica that lagged, promoted while the service
     await noticed(ctx, before)
   }, 60_000)
 
+  // Pools whose connections were ended under them (the failover, the restore) may take their end()'s 5 s timeout to close.
   afterAll(async () => {
     await ctx?.close()
     await proxy?.close()
     upstream?.stop()
     await replica?.stop()
     await primary?.stop()
-  })
+  }, 30_000)
 
   test('the agent’s poll shows what the promoted Postgres holds: its waiting message and open request, nothing lost', async () => {
     expect(await poll(ctx, s.agent)).toEqual({ conversations: [[s.user.id, 'kept']], requests: ['kept'] })
@@ -200,7 +201,7 @@ describe.skipIf(bin === null)('a dump restored in place of the database while th
   afterAll(async () => {
     await ctx?.close()
     rmSync(dir, { recursive: true, force: true })
-  })
+  }, 30_000)
 
   test('the agent’s poll shows what the dump holds, and a reply ends the wait', async () => {
     const { agent, user, planId } = await subscribedPair(ctx, await signUp(ctx))
