@@ -296,6 +296,8 @@ describe('polls of codes that do not exist', () => {
     const c = await createTestContext({ relay: false })
     try {
       const [before] = await c.deps.sql`select count(*)::int as n from device_codes`
+      // Each queue writes its meta hash once connected, on its own time: not the polls' doing.
+      await until(async () => (await Promise.all(c.deps.queues.all.map(q => c.deps.redis.exists(q.keys.meta!)))).every(n => n === 1))
       const keysBefore = await redisKeys(c)
       const results = await Promise.all(Array.from({ length: 500 }, () => poll(crypto.randomUUID(), c)))
       for (const res of results) expectError(res, 404, 'not_found')
