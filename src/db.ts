@@ -1,6 +1,7 @@
 /** PostgreSQL connections: one postgres.js pool per process, bigint parsed as number (all amounts fit). */
 import postgres from 'postgres'
 import { firstLine, redactUrl } from './text.ts'
+import { errorFields, type Log } from './log.ts'
 
 export type Sql = postgres.Sql<{ bigint: number }>
 export type TxSql = postgres.TransactionSql<{ bigint: number }>
@@ -85,20 +86,15 @@ export async function reachDatabase(url: string, options: Pick<SqlOptions, 'stat
  * writes no WAL of its own; a managed server may refuse `pg_control_system()`.
  */
 export async function readDatabaseIdentity(sql: Sql): Promise<string | null> {
-  try {
-    const [row] = await sql<{ identity: string | null }[]>`
-      select case when not pg_is_in_recovery() then concat_ws(':',
-        (select system_identifier from pg_control_system()),
-        left(pg_walfile_name(pg_current_wal_lsn()), 8),
-        (select oid from pg_database where datname = current_database()),
-        'conversations'::regclass::oid
-      ) end as identity
-    `
-    return row!.identity
-  } catch (error) {
-    if (isDatabaseUnavailable(error)) throw error
-    return null
-  }
+  const [row] = await sql<{ identity: string | null }[]>`
+    select case when not pg_is_in_recovery() then concat_ws(':',
+      (select system_identifier from pg_control_system()),
+      left(pg_walfile_name(pg_current_wal_lsn()), 8),
+      (select oid from pg_database where datname = current_database()),
+      'conversations'::regclass::oid
+    ) end as identity
+  `
+  return row!.identity
 }
 
 /** The identity of the database a pool reaches (readDatabaseIdentity), read again every `everyMs`. */
@@ -116,16 +112,27 @@ export interface DatabaseIdentity {
  * Reads the identity at once and then every `everyMs`, so that a process whose pools were led to
  * another server (a failover's DNS name or proxy, no restart) stops serving what it derived from the
  * one before within that time. A read that fails (the server away) or says nothing keeps the last.
+ * A server that refuses the read (a role not allowed `pg_control_system()`) is logged once: nothing
+ * going back in time is noticed on it.
  */
-export async function watchDatabaseIdentity(sql: Sql, everyMs = 1000): Promise<DatabaseIdentity> {
+export async function watchDatabaseIdentity(sql: Sql, log: Log, everyMs = 1000): Promise<DatabaseIdentity> {
   let known: string | null = null
+  let refusalLogged = false
+  const refused = (error: unknown) => {
+    if (isDatabaseUnavailable(error)) throw error
+    if (!refusalLogged) {
+      refusalLogged = true
+      log.warn('postgres refuses to tell its identity: a backup restored or a lagging replica promoted will not be noticed', errorFields(error))
+    }
+    return null
+  }
   // Reads overlap (the timer's, a caller's): one that began before the last one applied is stale.
   let begun = 0
   let applied = 0
   const listeners: ((identity: string, previous: string) => void)[] = []
   const check = async () => {
     const n = ++begun
-    const read = await readDatabaseIdentity(sql)
+    const read = await readDatabaseIdentity(sql).catch(refused)
     if (read === null || read === known || n < applied) return known
     applied = n
     const previous = known

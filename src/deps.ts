@@ -139,7 +139,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   // The invoice run's statements run one after another.
   const invoiceSql = createSql(config.databaseUrl, { max: 2 })
 
-  const database = await watchDatabaseIdentity(sql)
+  const database = await watchDatabaseIdentity(sql, log)
   database.onChange((identity, previous) =>
     log.warn('postgres is another database than before (a backup restored, a replica promoted): what was derived from it is dropped', {
       identity,

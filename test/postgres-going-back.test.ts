@@ -8,7 +8,9 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Queue } from 'bullmq'
-import { createSql } from '../src/db.ts'
+import { randomBytes } from 'node:crypto'
+import { createSql, watchDatabaseIdentity, type DatabaseIdentity, type Sql } from '../src/db.ts'
+import { createLog } from '../src/log.ts'
 import { migrate } from '../src/migrate.ts'
 import { countRecordedBefore } from '../src/metering/count.ts'
 import { blogQueueName } from '../src/blog/queue.ts'
@@ -229,4 +231,43 @@ describe.skipIf(bin === null)('a dump restored in place of the database while th
     expect((await reply(ctx, agent, user, 'at last')).status).toBe(201)
     expect((await poll(ctx, agent)).conversations).toEqual([])
   }, 30_000)
+})
+
+describe('a server that refuses to tell its identity', () => {
+  test('is said once, and reads as none', async () => {
+    const database = await createTestDatabase()
+    const role = `am_noid_${randomBytes(4).toString('hex')}`
+    const admin = createSql(adminUrl, { max: 1 })
+    const owner = createSql(database.url, { max: 1 })
+    const lines: string[] = []
+    let sql: Sql | undefined
+    let watched: DatabaseIdentity | undefined
+    try {
+      // A managed service's role: `pg_control_system()` is not its to call (in this database only).
+      await admin`create role ${admin(role)} login`
+      await owner`revoke execute on function pg_control_system() from public`
+      const url = new URL(database.url)
+      url.username = role
+      sql = createSql(url.toString(), { max: 1 })
+      watched = await watchDatabaseIdentity(
+        sql,
+        createLog('info', line => lines.push(line)),
+        50,
+      )
+      await Bun.sleep(300)
+      expect(await watched.check()).toBeNull()
+
+      const warnings = lines.map(line => JSON.parse(line)).filter(line => line.level === 'warn')
+      expect(warnings).toHaveLength(1)
+      expect(warnings[0].msg).toContain('refuses to tell its identity')
+      expect(warnings[0].error).toContain('permission denied for function pg_control_system')
+    } finally {
+      watched?.close()
+      await sql?.end()
+      await owner.end()
+      await database.drop()
+      await admin`drop role if exists ${admin(role)}`.catch(() => {})
+      await admin.end()
+    }
+  })
 })
