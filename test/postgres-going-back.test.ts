@@ -11,6 +11,9 @@ import { Queue } from 'bullmq'
 import { randomBytes } from 'node:crypto'
 import { createSql, watchDatabaseIdentity, type DatabaseIdentity, type Sql } from '../src/db.ts'
 import { createLog } from '../src/log.ts'
+import { createAuthenticator } from '../src/auth/authenticator.ts'
+import type { KeyCache } from '../src/auth/key-cache.ts'
+import type { Principal } from '../src/auth/principal.ts'
 import { migrate } from '../src/migrate.ts'
 import { countRecordedBefore } from '../src/metering/count.ts'
 import { blogQueueName } from '../src/blog/queue.ts'
@@ -268,6 +271,46 @@ describe('a server that refuses to tell its identity', () => {
       await database.drop()
       await admin`drop role if exists ${admin(role)}`.catch(() => {})
       await admin.end()
+    }
+  })
+})
+
+describe('a sign-in under way as another database is noticed', () => {
+  const userOf = (principal: Principal | null) => (principal?.kind === 'user' ? principal.userId : null)
+
+  test('keeps nothing: the user’s next call signs them in where the pools lead now', async () => {
+    const database = await createTestDatabase()
+    const sql = createSql(database.url, { max: 4 })
+    let changed: ((identity: string, previous: string) => void) | undefined
+    const claims = { sub: `sub-${randomBytes(4).toString('hex')}`, email: null, walletAddress: null }
+    // Only JWTs are used here: the key cache is never asked.
+    const authenticator = createAuthenticator(sql, async () => claims, {} as KeyCache, { onChange: listener => void (changed = listener) })
+    const headers = new Headers({ authorization: 'Bearer any.jwt.here' })
+    try {
+      // The change is noticed while the sign-in's statement runs: held behind another's insert of the user.
+      let rollBack!: () => void
+      const holding = sql
+        .begin(async tx => {
+          await tx`insert into users (provider_id) values (${claims.sub})`
+          await new Promise<void>(resolve => (rollBack = resolve))
+          throw new Error('rolled back')
+        })
+        .catch(() => {})
+      await until(async () => rollBack !== undefined)
+      const signingIn = authenticator.authenticate(headers)
+      await until(async () => (await sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`).length > 0)
+      changed!('new', 'old')
+      rollBack()
+      await holding
+      const first = userOf(await signingIn)
+      // The database it now reaches does not have the user.
+      await sql`delete from users where provider_id = ${claims.sub}`
+      const next = userOf(await authenticator.authenticate(headers))
+      expect(next).not.toBe(first)
+      expect((await sql`select id from users where id = ${next}`).length).toBe(1)
+    } finally {
+      await sql.end()
+      await database.drop()
     }
   })
 })

@@ -39,9 +39,14 @@ export function userKeyHash(headers: Headers): string | null {
 export function createAuthenticator(sql: Sql, verifyJwt: VerifyJwt, keys: KeyCache, database: Pick<DatabaseIdentity, 'onChange'>): Authenticator {
   // JWT subject -> user id, so a signed-in user costs one signature check, not a query, per call.
   // Emptied when the pools reach another Postgres, which may not have the user (their writes failed
-  // on its foreign keys): their next call signs them in there.
+  // on its foreign keys): their next call signs them in there. A sign-in under way as that is noticed
+  // may have read the database before, so it keeps nothing (as the key cache's loads).
   const users = new Map<string, { id: string; expires: number }>()
-  database.onChange(() => users.clear())
+  let databasesSeen = 0
+  database.onChange(() => {
+    databasesSeen++
+    users.clear()
+  })
 
   // Synchronous when the cache answers: this is every poll's path. A hash the cache knows as live is
   // that issued key (so its checksum is good); any other key has its checksum checked before the query.
@@ -60,7 +65,9 @@ export function createAuthenticator(sql: Sql, verifyJwt: VerifyJwt, keys: KeyCac
     const claims = await verifyJwt(token)
     const hit = users.get(claims.sub)
     if (hit && hit.expires > Date.now()) return { kind: 'user', userId: hit.id, keyId: null }
+    const seen = databasesSeen
     const id = await upsertUser(sql, claims)
+    if (databasesSeen !== seen) return { kind: 'user', userId: id, keyId: null }
     if (users.size > 100_000) users.clear()
     users.set(claims.sub, { id, expires: Date.now() + userTtlMs })
     return { kind: 'user', userId: id, keyId: null }
