@@ -121,10 +121,14 @@ describe('bodies over Bun’s former cap (8 MiB)', () => {
     expect(response?.headers.connection).toBe('close')
   })
 
-  test('one sent chunked, 12 MiB of it, is 413 payload_too_large in the envelope', async () => {
+  test('one sent chunked past the route’s limit, with no end in sight, is 413 payload_too_large in the envelope', async () => {
+    // A little past the route's 1 MiB, then the client waits for the answer: what it sent is all
+    // read when the server answers and closes. (A client that sends on meanwhile has its later bytes
+    // reach a closed socket, whose reset may overtake the answer: docs/limits.md.)
     const piece = `${(64 * 1024).toString(16)}\r\n${'a'.repeat(64 * 1024)}\r\n`
-    const [response] = await raw(post('chunked'), piece.repeat(12 * 16) + '0\r\n\r\n')
+    const [response] = await raw(post('chunked'), piece.repeat(17))
     expectEnvelope(response, 413, 'payload_too_large')
+    expect(response?.headers.connection).toBe('close')
   })
 
   test('one over the route’s limit but under 8 MiB is read through: the next request on the connection is answered', async () => {
