@@ -42,9 +42,8 @@ export function createKeys(prefix: string) {
       inbox: `${prefix}{actor:agent:${agentId}}:inbox`,
       versions: `${prefix}{actor:agent:${agentId}}:inbox-versions`,
       requests: `${prefix}{actor:agent:${agentId}}:requests`,
-      // The run id of the Redis server that built it, and the identity of the Postgres it was built from (db.ts).
+      // What it was built from: the Redis server's run id and the Postgres's identity (inbox.ts's builtMark).
       built: `${prefix}{actor:agent:${agentId}}:inbox-built`,
-      database: `${prefix}{actor:agent:${agentId}}:inbox-database`,
     }),
     bullPrefix: `${prefix}bull`,
   }

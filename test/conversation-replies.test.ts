@@ -2,7 +2,14 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { Redis } from 'ioredis'
 import { newRowId } from '../src/ids.ts'
-import { beginRebuild, finishRebuild, rebuildConversations, writeConversation, type StoredConversation } from '../src/conversations/inbox.ts'
+import {
+  beginRebuild,
+  builtMark,
+  finishRebuild,
+  rebuildConversations,
+  writeConversation,
+  type StoredConversation,
+} from '../src/conversations/inbox.ts'
 import { createReplyWriter } from '../src/conversations/replies.ts'
 import { createInboxReader } from '../src/conversations/inbox-reader.ts'
 import { createPubSub } from '../src/pubsub.ts'
@@ -28,7 +35,7 @@ import { startHeldProxy } from './helpers/held-proxy.ts'
 /** The rest of a rebuild as the inbox reader makes one, after it emptied the inbox and read: the conversations, then the requests and the mark. */
 const rebuildInbox = async (deps: TestContext['deps'], agentId: string, holder: string, conversations: StoredConversation[]) =>
   (await rebuildConversations(deps, agentId, holder, conversations)) &&
-  (await finishRebuild(deps, agentId, holder, { runId: 'run-id', database: 'database' }, []))
+  (await finishRebuild(deps, agentId, holder, builtMark('run-id', 'database'), []))
 
 let ctx: TestContext
 let owner: TestUser

@@ -164,7 +164,7 @@ describe('an inbox Redis brought back older than it was', () => {
       // Marked for a rebuild, rebuilt at the next poll, and marked '1': no server's run id is known.
       await invalidateInbox(own.deps, agent.id)
       await until(async () => (await poll()).body.data.pendingConversations.length === 1, 5000)
-      expect(await own.deps.redis.get(own.deps.keys.agent(agent.id).built)).toBe('1')
+      expect(await own.deps.redis.get(own.deps.keys.agent(agent.id).built)).toBe(`1/${own.deps.database.current()}`)
       expect((await poll()).body.data.pendingConversations).toHaveLength(1)
     } finally {
       await own.close()
@@ -198,7 +198,7 @@ describe('an inbox Redis brought back older than it was', () => {
       await until(async () => (await poll().catch(() => [])).length === 1, 10_000)
       // Shown by a rebuild from Postgres, marked with the new server's run id (not from memory).
       const runId = /run_id:(\w+)/.exec(await own.deps.redis.info('server'))![1]
-      expect(await own.deps.redis.get(k.built)).toBe(runId!)
+      expect(await own.deps.redis.get(k.built)).toBe(`${runId}/${own.deps.database.current()}`)
       expect(await own.deps.redis.hlen(k.inbox)).toBe(1)
     } finally {
       await own.close()

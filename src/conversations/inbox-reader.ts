@@ -10,7 +10,7 @@ import { createDue } from '../actors/due.ts'
 import { errors } from '../errors.ts'
 import { openRequests } from '../service-requests/store.ts'
 import { agentConversations, type PendingConversation } from './store.ts'
-import { beginRebuild, finishRebuild, rebuildConversations, rebuildPageSize, type AgentInbox, type OpenServiceRequest } from './inbox.ts'
+import { beginRebuild, builtMark, finishRebuild, rebuildConversations, rebuildPageSize, type AgentInbox, type OpenServiceRequest } from './inbox.ts'
 
 export interface InboxReader {
   read(agentId: string): Promise<AgentInbox>
@@ -79,17 +79,16 @@ export async function createInboxReader(options: {
   const fetch = async (agentId: string) => {
     const k = keys.agent(agentId)
     const closes = server.closes()
-    const [runId, results] = await Promise.all([
-      server.runId(),
-      redis.multi().get(k.built).get(k.database).hgetall(k.inbox).hgetall(k.requests).exec(),
-    ])
+    const [runId, results] = await Promise.all([server.runId(), redis.multi().get(k.built).hgetall(k.inbox).hgetall(k.requests).exec()])
     // Answered across a reconnect (ioredis sends what it queued while away on the new connection), perhaps by another server.
     if (server.closes() !== closes) return null
-    const [built, builtFrom, inbox, requests] = (results ?? []).map(([error, value]) => {
+    const [built, inbox, requests] = (results ?? []).map(([error, value]) => {
       if (error) throw error
       return value
-    }) as [string | null, string | null, Record<string, string>, Record<string, string>]
-    if (built === null || (runId !== null && built !== runId)) return null
+    }) as [string | null, Record<string, string>, Record<string, string>]
+    if (built === null) return null
+    const [builtOn, builtFrom] = built.split('/')
+    if (runId !== null && builtOn !== runId) return null
     const from = database.current()
     if (from !== null && builtFrom !== from) return null
     return {
@@ -128,7 +127,7 @@ export async function createInboxReader(options: {
       // from what it read but leaves Redis to the newer holder. Page by page (the agent may have had
       // a million conversations), keeping only the pending ones. Emptied first, and marked with the
       // servers known as it began: should either change meanwhile, the next read rebuilds it again.
-      const from = { runId: (await server.runId()) ?? '1', database: database.current() ?? '' }
+      const from = builtMark(await server.runId(), database.current())
       let writing = held && (await beginRebuild({ redis, keys }, agentId, holder.id))
       const pending: PendingConversation[] = []
       const conversations = async () => {

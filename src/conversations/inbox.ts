@@ -64,12 +64,12 @@ return 1`,
   5,
 )
 
-// KEYS built, database, inbox, versions, requests, lease; ARGV holder. The first step of a rebuild:
-// the inbox emptied, its markers first, while the hold lasts. Writes that land after it keep to the
+// KEYS built, inbox, versions, requests, lease; ARGV holder. The first step of a rebuild: the inbox
+// emptied, its marker first, while the hold lasts. Writes that land after it keep to the
 // rule against the rebuild's (each committed before its write, so a write emptied away was read).
 const rebuildBegin = defineScript(`
-if redis.call('GET', KEYS[6]) ~= ARGV[1] then return 0 end
-redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+if redis.call('GET', KEYS[5]) ~= ARGV[1] then return 0 end
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 return 1`)
 
 // A rebuild writes an agent's conversations this many to a script call: every conversation the agent
@@ -86,16 +86,15 @@ if redis.call('GET', KEYS[3]) ~= ARGV[1] then return 0 end
 for i = 2, #ARGV, 3 do write(KEYS, ARGV[i], ARGV[i + 1], ARGV[i + 2]) end
 return 1`)
 
-// KEYS requests, built, database, lease; ARGV channel, agent id, holder, run id, database identity,
-// then (request id, entry) per open request. Replaces the requests and marks the inbox built (by the
-// Redis server's run id and the Postgres identity); only while the hold lasts, for the requests' sake
-// (a rebuild paused past its lease would overwrite what a newer holder wrote).
+// KEYS requests, built, lease; ARGV channel, agent id, holder, mark, then (request id, entry) per
+// open request. Replaces the requests and marks the inbox built (builtMark); only while the hold
+// lasts, for the requests' sake (a rebuild paused past its lease would overwrite what a newer holder
+// wrote).
 const rebuildDone = defineScript(`
-if redis.call('GET', KEYS[4]) ~= ARGV[3] then return 0 end
+if redis.call('GET', KEYS[3]) ~= ARGV[3] then return 0 end
 redis.call('DEL', KEYS[1])
-for j = 6, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[j], ARGV[j + 1]) end
+for j = 5, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[j], ARGV[j + 1]) end
 redis.call('SET', KEYS[2], ARGV[4])
-redis.call('SET', KEYS[3], ARGV[5])
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return 1`)
 
@@ -148,7 +147,7 @@ export interface StoredConversation {
 export async function beginRebuild(deps: Pick<InboxDeps, 'redis' | 'keys'>, agentId: string, holder: string): Promise<boolean> {
   const k = deps.keys.agent(agentId)
   const lease = deps.keys.actor(`agent:${agentId}`).lease
-  return (await rebuildBegin(deps.redis, [k.built, k.database, k.inbox, k.versions, k.requests, lease], [holder])) === 1
+  return (await rebuildBegin(deps.redis, [k.built, k.inbox, k.versions, k.requests, lease], [holder])) === 1
 }
 
 /**
@@ -169,25 +168,26 @@ export async function rebuildConversations(
   return (await rebuildPage(deps.redis, [k.inbox, k.versions, deps.keys.actor(`agent:${agentId}`).lease], args)) === 1
 }
 
-/** What a built inbox is marked with (inbox-reader.ts): the Redis server's run id, and the identity of the Postgres it was read from. */
-export interface BuiltFrom {
-  runId: string
-  database: string
-}
+/**
+ * What a built inbox is marked with, read by inbox-reader.ts: the run id of the Redis server it was
+ * built on ('1' where Redis does not say) and the identity of the Postgres it was read from ('' where
+ * Postgres does not say), as `runId/identity`.
+ */
+export const builtMark = (runId: string | null, database: string | null) => `${runId ?? '1'}/${database ?? ''}`
 
-/** The last step of a rebuild: the open requests, and the inbox marked built from `from`. */
+/** The last step of a rebuild: the open requests, and the inbox marked built (`mark`, builtMark's). */
 export async function finishRebuild(
   deps: Pick<InboxDeps, 'redis' | 'keys'>,
   agentId: string,
   holder: string,
-  from: BuiltFrom,
+  mark: string,
   requests: OpenServiceRequest[],
 ): Promise<boolean> {
   const k = deps.keys.agent(agentId)
-  const args: (string | number)[] = [deps.keys.channels.inboxChanged, agentId, holder, from.runId, from.database]
+  const args: (string | number)[] = [deps.keys.channels.inboxChanged, agentId, holder, mark]
   for (const r of requests) args.push(r.requestId, JSON.stringify(r))
   const lease = deps.keys.actor(`agent:${agentId}`).lease
-  return (await rebuildDone(deps.redis, [k.requests, k.built, k.database, lease], args)) === 1
+  return (await rebuildDone(deps.redis, [k.requests, k.built, lease], args)) === 1
 }
 
 /** The agent actor's `repair` for every handler that projects into its inbox: the inbox is rebuilt from Postgres. */
