@@ -92,6 +92,10 @@ async function main() {
         createApp(deps!).listen({ port: config.port, idleTimeout: config.httpIdleTimeoutS, ...serverOptions(deps!.log) }),
       )
       log.info('api listening', { port: server.server?.port, swagger: `${config.siteUrl}/swagger` })
+      // Bun starts its HTTP client's thread at a process's first fetch and ends the whole process when
+      // that thread finds no file descriptor (docs/limits.md): start it now, not at a JWKS fetch or a
+      // proxy call made while a flood of connections holds every descriptor.
+      await fetch(`http://127.0.0.1:${config.port}/health/live`).catch(() => {})
     }
     if (role !== 'api') workers = await startWorkers(deps)
   } catch (error) {

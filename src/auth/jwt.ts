@@ -84,7 +84,9 @@ function checkLifetime(payload: JWTPayload, maxAgeSeconds: number) {
   if (lifetime > maxAgeSeconds) throw errors.invalidToken('The token lives longer than this service accepts (AUTH_MAX_TOKEN_AGE)')
 }
 
+/** The keys' fetch failed: timed out, refused, or with no file descriptor for its connection (EMFILE, ENFILE). */
 function isJwksUnreachable(error: unknown): boolean {
   const code = (error as { code?: string } | null)?.code
-  return code === 'ERR_JWKS_TIMEOUT' || (error instanceof TypeError && /fetch|connect/i.test(error.message))
+  if (code === 'ERR_JWKS_TIMEOUT' || code === 'EMFILE' || code === 'ENFILE') return true
+  return error instanceof TypeError && /fetch|connect/i.test(error.message)
 }

@@ -1,7 +1,13 @@
 /** The Markdown renderer's thread (render.ts): renders each post it is sent and sends the HTML back. */
+import { workerData } from 'node:worker_threads'
 import { renderMarkdown } from './markdown.ts'
 
 declare const self: Worker
+
+// Loaded: the thread that started this one waits for it (render-thread.ts).
+const loaded = new Int32Array(workerData as SharedArrayBuffer)
+Atomics.store(loaded, 0, 1)
+Atomics.notify(loaded, 0)
 
 self.onmessage = (event: MessageEvent<string>) => {
   let html: string | null

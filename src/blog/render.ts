@@ -9,6 +9,7 @@
 import type { Db } from '../db.ts'
 import type { Log } from '../log.ts'
 import { escapeHtml } from './markdown.ts'
+import { renderThreads } from './render-thread.ts'
 import { storeContentHtml, type PostWithHtml } from './store.ts'
 
 export interface MarkdownRenderer {
@@ -41,6 +42,7 @@ export function createMarkdownRenderer(options: RendererOptions): MarkdownRender
   const timeoutMs = options.timeoutMs ?? 2000
   const maxWaitMs = options.maxWaitMs ?? 5000
   const maxWaiting = options.maxWaiting ?? 200
+  const threads = renderThreads(new URL('./render-worker.ts', import.meta.url).href)
   let worker: Worker | undefined
   let queue: Promise<unknown> = Promise.resolve()
   /** Renders asked for and not yet finished, the running one included. */
@@ -55,7 +57,8 @@ export function createMarkdownRenderer(options: RendererOptions): MarkdownRender
   const renderNow = (source: string) =>
     new Promise<string | null>((resolve, reject) => {
       if (!worker) {
-        worker = new Worker(new URL('./render-worker.ts', import.meta.url).href)
+        worker = threads.start()
+        if (!worker) return reject(new RendererBusy('no file descriptors to start the renderer'))
         // An idle renderer keeps no process alive (a CLI, a test) past its own work.
         worker.unref()
       }
@@ -97,6 +100,7 @@ export function createMarkdownRenderer(options: RendererOptions): MarkdownRender
       closed = true
       await queue
       if (worker) stop(worker)
+      threads.close()
     },
   }
 }

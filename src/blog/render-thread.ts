@@ -1,0 +1,48 @@
+/**
+ * Starting the Markdown renderer's thread when the process may be out of file descriptors. Bun 1.4.5
+ * ends the whole process (exit 1, "bun ran out of file descriptors") when a Worker's thread cannot
+ * open the descriptors of its event loop, and a flood of idle connections keeps the table full: the
+ * listener takes each descriptor freed at once (docs/limits.md). So a few are held for the thread,
+ * closed just before it starts, the event loop blocked (nothing accepted) until the thread has loaded
+ * its module, then held again.
+ */
+import { closeSync, openSync } from 'node:fs'
+
+/** Descriptors held back: a thread opens 2 for its loop and a few more, briefly, to load its modules. */
+const reserveSize = 16
+/** The longest the event loop is blocked for a thread's start (about 20 ms on an idle machine). */
+const startWaitMs = 2000
+
+export interface RenderThreads {
+  /** A new thread, or undefined when the descriptors it needs could not be set aside. */
+  start(): Worker | undefined
+  close(): void
+}
+
+export function renderThreads(url: string): RenderThreads {
+  const held: number[] = []
+  const fill = () => {
+    try {
+      while (held.length < reserveSize) held.push(openSync('/dev/null', 'r'))
+    } catch {
+      // Out of descriptors: the reserve stays short until some are freed.
+    }
+  }
+  fill()
+  return {
+    start() {
+      fill()
+      if (held.length < reserveSize) return undefined
+      for (const fd of held.splice(0)) closeSync(fd)
+      // render-worker.ts sets it once loaded; Atomics.wait keeps the listener from taking the reserve meanwhile.
+      const loaded = new SharedArrayBuffer(4)
+      const worker = new Worker(url, { workerData: loaded } as WorkerOptions)
+      Atomics.wait(new Int32Array(loaded), 0, 0, startWaitMs)
+      fill()
+      return worker
+    },
+    close() {
+      for (const fd of held.splice(0)) closeSync(fd)
+    },
+  }
+}
