@@ -94,8 +94,9 @@ async function main() {
       log.info('api listening', { port: server.server?.port, swagger: `${config.siteUrl}/swagger` })
       // Bun starts its HTTP client's thread at a process's first fetch and ends the whole process when
       // that thread finds no file descriptor (docs/limits.md): start it now, not at a JWKS fetch or a
-      // proxy call made while a flood of connections holds every descriptor.
-      await fetch(`http://127.0.0.1:${config.port}/health/live`).catch(() => {})
+      // proxy call made while a flood of connections holds every descriptor. The thread starts with
+      // the call; its answer is not waited for.
+      void fetch(`http://127.0.0.1:${config.port}/health/live`).catch(() => {})
     }
     if (role !== 'api') workers = await startWorkers(deps)
   } catch (error) {
