@@ -2,7 +2,7 @@
 import { Redis, type Cluster } from 'ioredis'
 import calculateSlot from 'cluster-key-slot'
 import { errorFields, throttled, type Log } from './log.ts'
-import { redactUrl } from './text.ts'
+import { firstLine, redactUrl } from './text.ts'
 import { reconnectWhenReadOnly, replaceWhenDead } from './redis-probe.ts'
 
 export type { Redis }
@@ -118,14 +118,21 @@ function isRefusal(error: unknown): boolean {
  * another shard (the boot went on, `/health/ready` said 200, and most requests were 500).
  */
 export async function connectRedis(redis: Redis, url: string): Promise<void> {
+  // Why the connection failed (refused, a certificate not trusted, WRONGPASS) comes only as its error
+  // event: connect() and the PING reject with "Connection is closed", whatever the cause.
+  let cause: unknown
+  const onError = (error: Error) => void (cause ??= error)
+  redis.on('error', onError)
   try {
     if (redis.status === 'wait') await redis.connect()
     await redis.ping()
-  } catch {
+  } catch (error) {
     redis.disconnect()
     throw new Error(
-      `Redis is not reachable at REDIS_URL=${redactUrl(url)}: start one (Debian: apt-get install redis-server && redis-server --daemonize yes) or point REDIS_URL at yours`,
+      `Redis is not reachable at REDIS_URL=${redactUrl(url)} (${firstLine(cause ?? error)}): start one (Debian: apt-get install redis-server && redis-server --daemonize yes) or point REDIS_URL at yours`,
     )
+  } finally {
+    redis.off('error', onError)
   }
   // ioredis selects REDIS_URL's database as it connects, and a refusal (a number past the server's
   // `databases`) is only an error event: the connection went on in database 0, among others' keys.
