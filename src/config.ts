@@ -205,6 +205,14 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     throw new ConfigError(`invalid ${name}: ${expectation(name) ?? firstError.message}`)
   }
   const e = converted as Static<typeof Env>
+  // A password written as it is: the drivers' decoding then fails as "URI error", naming nothing.
+  for (const name of ['DATABASE_URL', 'REDIS_URL'] as const) {
+    if (/%(?![0-9A-Fa-f]{2})/.test(e[name] ?? '')) {
+      throw new ConfigError(
+        `invalid ${name}: a % not followed by two hex digits; percent-encode its user and password (% as %25, @ %40, : %3A, / %2F, # %23, ? %3F)`,
+      )
+    }
+  }
   const redisProblem = redisUrlProblem(e.REDIS_URL)
   if (redisProblem) throw new ConfigError(`invalid REDIS_URL: ${redisProblem}`)
 

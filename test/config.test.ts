@@ -146,6 +146,17 @@ describe('loadConfig', () => {
     )
   })
 
+  test('a URL whose password is not percent-encoded is refused, naming the variable and not the password', () => {
+    // The drivers failed on it as "URI error", which for REDIS_URL named nothing.
+    for (const name of ['DATABASE_URL', 'REDIS_URL']) {
+      const scheme = name === 'REDIS_URL' ? 'rediss' : 'postgres'
+      const message = configError({ [name]: `${scheme}://user:50%off@db.internal:6380/0` }).message
+      expect(message).toStartWith(`invalid ${name}: a % not followed by two hex digits; percent-encode its user and password`)
+      expect(message).not.toContain('50%off')
+      expect(loadConfig({ [name]: `${scheme}://user:50%25off@db.internal:6380/0` })).toBeDefined()
+    }
+  })
+
   test('refuses malformed URLs, a short JWT secret and an unknown LOG_LEVEL, naming the variable', () => {
     expect(configError({ DATABASE_URL: 'mysql://x' }).message).toContain('DATABASE_URL')
     expect(configError({ REDIS_URL: 'localhost:6379' }).message).toContain('REDIS_URL')
