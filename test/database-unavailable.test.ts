@@ -8,12 +8,10 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
-import { chmodSync, chownSync, mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { createSql, isConnectionError, isDatabaseUnavailable, type Sql } from '../src/db.ts'
 import { migrate } from '../src/migrate.ts'
 import { isOutage } from '../src/actors/work.ts'
+import { createLog } from '../src/log.ts'
 import {
   createTestContext,
   expectError,
@@ -25,6 +23,7 @@ import {
   type TestUser,
 } from './helpers/context.ts'
 import { startPostgresServer, type PostgresServer } from './helpers/postgres-server.ts'
+import { smallDisk, smallDiskRefused } from './helpers/small-disk.ts'
 import { until } from './helpers/until.ts'
 
 const db = 'am_unavailable'
@@ -33,6 +32,8 @@ let admin: Sql
 let ctx: TestContext
 let owner: TestUser
 let pair: Subscribed
+/** What the service logged (warnings and errors). */
+const logged: string[] = []
 const serviceUrl = () => server.url(db).replace('postgres@', 'svc:pw@')
 
 beforeAll(async () => {
@@ -47,7 +48,11 @@ beforeAll(async () => {
   const migrator = createSql(serviceUrl(), { max: 1 })
   await migrate(migrator)
   await migrator.end()
-  ctx = await createTestContext({ database: { name: db, url: serviceUrl(), drop: async () => {} }, actors: true })
+  ctx = await createTestContext({
+    database: { name: db, url: serviceUrl(), drop: async () => {} },
+    actors: true,
+    log: createLog('warn', line => logged.push(line)),
+  })
   owner = await signUp(ctx, 'owner')
   pair = await subscribedPair(ctx, owner)
 }, 60_000)
@@ -164,41 +169,12 @@ describe('a database host name that does not resolve', () => {
   })
 })
 
-/**
- * A tmpfs of 1 MiB for a tablespace, owned by the server's OS user; null where this process cannot
- * mount (not root, or no CAP_SYS_ADMIN).
- */
-function smallDisk(): { dir: string; fill(): void; free(): void; remove(): void } | null {
-  if (process.getuid?.() !== 0) return null
-  const dir = mkdtempSync(join(tmpdir(), 'am-disk-'))
-  // mkdtemp's 0700 would keep the server's OS user out.
-  chmodSync(dir, 0o755)
-  const filler = join(dir, 'filler')
-  if (Bun.spawnSync(['mount', '-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', dir]).exitCode !== 0) {
-    rmSync(dir, { recursive: true, force: true })
-    return null
-  }
-  const uid = Number(Bun.spawnSync(['id', '-u', 'postgres']).stdout.toString())
-  const gid = Number(Bun.spawnSync(['id', '-g', 'postgres']).stdout.toString())
-  chownSync(dir, uid, gid)
-  return {
-    dir,
-    // dd stops at ENOSPC (and says so, exiting non-zero).
-    fill: () => void Bun.spawnSync(['dd', 'if=/dev/zero', `of=${filler}`, 'bs=4k', 'status=none']),
-    free: () => rmSync(filler, { force: true }),
-    remove() {
-      Bun.spawnSync(['umount', '-l', dir])
-      rmSync(dir, { recursive: true, force: true })
-    },
-  }
-}
-
-const disk = smallDisk()
+const disk = smallDisk('1m', 'postgres')
 afterAll(() => disk?.remove())
 
 describe('a full disk under the database', () => {
   test.skipIf(disk === null)(
-    'a write that needs room is 503 unavailable, not 500; a message sent meanwhile is stored once there is room, not dead-lettered',
+    `a write that needs room is 503 unavailable, not 500; a message sent meanwhile is stored once there is room, not dead-lettered, the wait logged once${disk === null ? ` (skipped: ${smallDiskRefused ?? 'mount refused'})` : ''}`,
     async () => {
       const { agent, user } = pair
       // A conversation with one short message, then the messages moved onto the small disk: its
@@ -230,12 +206,20 @@ describe('a full disk under the database', () => {
         // An actor's command: its turn fails while the disk is full. It used to be counted as failing
         // and moved to the dead-letter stream after five tries (about 5 s): lost once there was room.
         const text = long()
+        const linesBefore = logged.length
         const sent = ctx.call('POST', `/v1/conversations/${agent.id}/messages`, {
           token: user.token,
           body: { text },
           headers: { 'idempotency-key': randomBytes(8).toString('hex') },
         })
         await Bun.sleep(7000)
+        // The workers said why the command waits, once, not at each of its attempts meanwhile.
+        const waits = logged
+          .slice(linesBefore)
+          .map(line => JSON.parse(line) as { msg: string; error?: string })
+          .filter(record => record.msg === 'actor turn failed; its commands wait in their mailboxes and are tried again')
+        expect(waits.filter(wait => wait.error?.includes('No space left on device')).length).toBeGreaterThan(0)
+        expect(new Set(waits.map(wait => wait.error)).size).toBe(waits.length)
         disk!.free()
         // Answered 201 if applied within the sender's 10 s wait, else 503 with the command kept.
         expect([201, 503]).toContain((await sent).status)

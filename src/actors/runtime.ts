@@ -77,7 +77,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   let abandoned = false
   let claims = 0
   const depsOf = (holder: Holder): WorkDeps => ({ ...options, leaseMs, holder, running: () => running, abandoned: () => abandoned })
-  // What repeats every round while Redis is away is said once, then once a minute.
+  // What repeats every round while Redis or Postgres is away is said once, then once a minute.
   const outage = throttled(log, 60_000)
   const commands = (holds: Hold[]) => holds.reduce((n, h) => n + h.mail.filter(m => m.list !== null).length, 0)
 
@@ -120,10 +120,25 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       outage('warn', 'marks', 'actor due marks failed; the claims come due again', { actors: worked.left.size, ...errorFields(error) }),
     )
 
+  /**
+   * A turn an outage failed (Postgres or Redis refusing or away: a full disk, say) leaves its commands
+   * waiting, their senders hearing 503: said once per kind of failure, then once a minute.
+   */
+  const waitingOut = (worked: Worked, holds: Hold[]) => {
+    const error = worked.failure?.error
+    if (error === undefined || !running || !isOutage(error)) return
+    const fields = errorFields(error)
+    outage('warn', `turn:${String(fields.error)}`, 'actor turn failed; its commands wait in their mailboxes and are tried again', {
+      actors: holds.length,
+      ...fields,
+    })
+  }
+
   /** A batch of the actors not careful: one turn; a command that fails it makes its actor careful. */
   const batch = async (deps: WorkDeps, holds: Hold[], owner: string) => {
     const worked = await work(deps, holds)
     const { failure } = worked
+    waitingOut(worked, holds)
     if (!failure) Object.assign(stats, { batches: stats.batches + 1, batchedCommands: stats.batchedCommands + commands(holds) })
     else if (failure.culprit && !isOutage(failure.error) && running) {
       stats.rolledBack++
@@ -136,6 +151,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   /** A careful actor's one command, in a turn of its own. */
   const alone = async (deps: WorkDeps, hold: Hold, owner: string) => {
     const worked = await work(deps, [hold], refuse)
+    waitingOut(worked, [hold])
     if (!worked.failure) {
       stats.singleCommands += commands([hold])
       careful.delete(hold.actor)

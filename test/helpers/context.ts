@@ -6,7 +6,7 @@ import { loadConfig, type Config } from '../../src/config.ts'
 import { createDeps, relayEffects, type Deps } from '../../src/deps.ts'
 import { createApp, type App } from '../../src/app.ts'
 import { adjustableClock } from '../../src/clock.ts'
-import { createLog } from '../../src/log.ts'
+import { createLog, type Log } from '../../src/log.ts'
 import { deleteByPrefix } from '../../src/redis.ts'
 import { createTestDatabase, type TestDatabase } from './database.ts'
 import { startActors } from '../../workers/actors.ts'
@@ -88,12 +88,12 @@ export function testConfig(env: Record<string, string> = {}): Config {
 }
 
 export async function createTestContext(
-  options: { env?: Record<string, string>; database?: TestDatabase; actors?: boolean; relay?: boolean } = {},
+  options: { env?: Record<string, string>; database?: TestDatabase; actors?: boolean; relay?: boolean; log?: Log } = {},
 ): Promise<TestContext> {
   const database = options.database ?? (await createTestDatabase())
   const config = { ...testConfig(options.env), databaseUrl: database.url }
   const clock = adjustableClock()
-  const deps = await createDeps(config, { clock, log: createLog(config.logLevel) })
+  const deps = await createDeps(config, { clock, log: options.log ?? createLog(config.logLevel) })
   const app = createApp(deps)
   // The all-in-one process runs an actor runtime beside the API; tests that send commands do too.
   const runtime: ActorRuntime | undefined = options.actors ? await startActors(deps, { leaseMs: 2000 }) : undefined
