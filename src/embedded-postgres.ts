@@ -17,12 +17,14 @@ export async function startEmbeddedPostgres(dataDir: string, log: Log): Promise<
   const port = await freePort()
   const password = 'postgres'
   const EmbeddedPostgres = await importWithoutSignalHooks()
-  let lastWords = ''
+  // Its last few lines of note: why it exited, when it does.
+  const noted: string[] = []
+  const lastWords = () => noted.join('; ')
   const said = (message: unknown) => {
     const text = String(message).trim()
     log.debug('embedded postgres', { message: text })
-    const line = text.split('\n').find(l => /FATAL|ERROR|HINT/.test(l))
-    if (line) lastWords = lastWords ? `${lastWords}; ${line}` : line
+    for (const line of text.split('\n').filter(l => /PANIC|FATAL|ERROR|HINT/.test(l))) noted.push(line)
+    noted.splice(0, noted.length - 3)
   }
   // As root, Postgres runs as the `postgres` user, who must be able to reach its binaries and data.
   if (process.getuid?.() === 0) grantTraversal([databaseDir, binariesDir()], log)
@@ -43,7 +45,7 @@ export async function startEmbeddedPostgres(dataDir: string, log: Log): Promise<
   }
   // The package rejects with nothing when Postgres exits while starting: its last words say why.
   await pg.start().catch(error => {
-    throw error instanceof Error ? error : new Error(`embedded PostgreSQL exited while starting (${databaseDir}): ${lastWords || 'no message'}`)
+    throw error instanceof Error ? error : new Error(`embedded PostgreSQL exited while starting (${databaseDir}): ${lastWords() || 'no message'}`)
   })
   const base = `postgres://postgres:${password}@127.0.0.1:${port}`
   const admin = createSql(`${base}/postgres`, { max: 1 })
@@ -54,7 +56,59 @@ export async function startEmbeddedPostgres(dataDir: string, log: Log): Promise<
     await admin.end()
   }
   log.info('embedded postgres started', { port, databaseDir })
-  return { url: `${base}/marketplace`, stop: () => pg.stop() }
+  const watch = startAgainOnExit(pg, log, lastWords)
+  return {
+    url: `${base}/marketplace`,
+    async stop() {
+      watch.stop()
+      // The package's stop waits for an exit that, from a server that exited already, never comes.
+      if (watch.running()) await pg.stop()
+    },
+  }
+}
+
+interface Child {
+  exitCode: number | null
+  signalCode: string | null
+  once(event: 'exit', listener: () => void): unknown
+}
+
+/** The package's postgres process: a private field of its, read to tell when the server exits. */
+const childOf = (pg: object): Child | undefined => (pg as { process?: Child }).process
+
+/**
+ * Starts Postgres again whenever it exits on its own, every 5 s until it starts, on the same port (the
+ * pools reconnect). With its disk full it PANICs, and its crash recovery, which needs room for WAL
+ * too, fails: it shuts down rather than wait for room. A server of one's own is its supervisor's to
+ * start again; this one has none but this process.
+ */
+function startAgainOnExit(pg: { start(): Promise<void> }, log: Log, lastWords: () => string) {
+  let stopping = false
+  const watch = () => childOf(pg)?.once('exit', () => void (stopping || startAgain()))
+  const startAgain = async () => {
+    log.error('embedded postgres exited; starting it again every 5 s', { lastWords: lastWords() })
+    while (!stopping) {
+      await Bun.sleep(5000)
+      if (stopping) return
+      const started = await pg.start().then(
+        () => true,
+        () => false,
+      )
+      if (started && !stopping) {
+        watch()
+        log.info('embedded postgres started again')
+        return
+      }
+    }
+  }
+  watch()
+  return {
+    running() {
+      const child = childOf(pg)
+      return child !== undefined && child.exitCode === null && child.signalCode === null
+    },
+    stop: () => void (stopping = true),
+  }
 }
 
 /**

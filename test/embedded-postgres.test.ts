@@ -1,10 +1,13 @@
-/** The embedded PostgreSQL of `npm start` without DATABASE_URL: what it says when it cannot start. */
-import { describe, expect, test } from 'bun:test'
+/** The embedded PostgreSQL of `npm start` without DATABASE_URL: what it says when it cannot start, and its full disk. */
+import { afterAll, describe, expect, test } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { startEmbeddedPostgres } from '../src/embedded-postgres.ts'
 import { createLog } from '../src/log.ts'
+import { createSql, isConnectionError } from '../src/db.ts'
+import { smallDisk, smallDiskRefused } from './helpers/small-disk.ts'
+import { until } from './helpers/until.ts'
 
 describe('the embedded PostgreSQL', () => {
   test('started again on a data directory in use fails with Postgres’s own reason', async () => {
@@ -21,4 +24,42 @@ describe('the embedded PostgreSQL', () => {
       rmSync(dataDir, { recursive: true, force: true })
     }
   }, 120_000)
+})
+
+const disk = smallDisk('160m')
+afterAll(() => disk?.remove())
+
+describe('the embedded PostgreSQL on a disk that fills up', () => {
+  test.skipIf(disk === null)(
+    `exits (its WAL cannot grow), is started again once there is room, and says so${disk === null ? ` (skipped: ${smallDiskRefused ?? 'mount refused'})` : ''}`,
+    async () => {
+      const lines: string[] = []
+      const database = await startEmbeddedPostgres(
+        disk!.dir,
+        createLog('info', line => lines.push(line)),
+      )
+      const sql = createSql(database.url, { max: 1 })
+      try {
+        // Connected first: a new session writes a file of its own as it starts.
+        await sql`select 1`
+        disk!.fill()
+        // New WAL segments until Postgres cannot make one: it PANICs, its recovery fails for want of room, and it exits.
+        const failed = await (async () => {
+          for (let i = 0; i < 50; i++) await sql`select pg_switch_wal(), txid_current()`
+        })().catch((error: unknown) => error)
+        expect(isConnectionError(failed)).toBe(true)
+        const messages = () => lines.map(line => JSON.parse(line) as { msg: string; lastWords?: string })
+        await until(async () => messages().some(m => m.msg === 'embedded postgres exited; starting it again every 5 s'), 10_000)
+        expect(messages().find(m => m.msg.startsWith('embedded postgres exited'))!.lastWords).toContain('No space left on device')
+        disk!.free()
+        await until(async () => (await sql`select 1 as one`.catch(() => []))[0]?.one === 1, 20_000)
+        expect(messages().filter(m => m.msg === 'embedded postgres started again')).toHaveLength(1)
+      } finally {
+        disk!.free()
+        await sql.end()
+        await database.stop()
+      }
+    },
+    60_000,
+  )
 })
