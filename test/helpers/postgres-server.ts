@@ -57,6 +57,11 @@ export function postgresBinaries(): string | null {
 interface Options {
   maxConnections?: number
   ipv6?: boolean
+  /** The data directory (an empty one, owned by the server's OS user: a small disk's mount), instead of one under the temporary directory. */
+  dataDir?: string
+  /** Where the WAL goes (`initdb -X`), e.g. a small disk of its own, and the size of its segments in MB (`--wal-segsize`, default 16). */
+  walDir?: string
+  walSegmentMb?: number
 }
 
 /**
@@ -65,7 +70,10 @@ interface Options {
  * warning in its log if another process holds it on ::1).
  */
 export async function startPostgresServer(options: Options = {}): Promise<PostgresServer> {
-  return startServer(options, (run, bin, data) => run([join(bin, 'initdb'), '-D', data, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--no-sync']))
+  const wal = [...(options.walDir ? ['-X', options.walDir] : []), ...(options.walSegmentMb ? ['--wal-segsize', String(options.walSegmentMb)] : [])]
+  return startServer(options, (run, bin, data) =>
+    run([join(bin, 'initdb'), '-D', data, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--no-sync', ...wal]),
+  )
 }
 
 type Run = (args: string[]) => Promise<string>
@@ -75,7 +83,7 @@ async function startServer(options: Options, create: (run: Run, bin: string, dat
   const bin = postgresBinaries()
   if (bin === null) throw new Error('initdb and pg_ctl not found (apt-get install postgresql)')
   const dir = mkdtempSync(join(tmpdir(), 'am-pg-'))
-  const data = join(dir, 'data')
+  const data = options.dataDir ?? join(dir, 'data')
   const log = join(dir, 'log')
   const asRoot = process.getuid?.() === 0
   if (asRoot) chownSync(dir, Number(await output(['id', '-u', 'postgres'])), Number(await output(['id', '-g', 'postgres'])))
@@ -129,7 +137,7 @@ async function startServer(options: Options, create: (run: Run, bin: string, dat
           restarted = true
           return { downAt, upAt: await polled }
         },
-        startReplica: () => startReplica(options, port, url()),
+        startReplica: () => startReplica({ maxConnections: options.maxConnections, ipv6: options.ipv6 }, port, url()),
         output: () =>
           Bun.file(log)
             .text()

@@ -1,9 +1,9 @@
 /**
  * A Redis of a test's own: `redis-server` as a child on a spare port, persistent like production
- * (append-only file in a temporary directory), taken down keeping that file (data kept) or without it
- * (data lost), and brought up again on the same port.
+ * (append-only file in a temporary directory; snapshots, or a directory of the test's, if asked), taken
+ * down keeping its files (data kept) or without them (data lost), and brought up again on the same port.
  */
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
 import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -27,21 +27,34 @@ export interface RedisServer {
   close(): Promise<void>
 }
 
-export async function startRedisServer(): Promise<RedisServer> {
-  const dir = mkdtempSync(join(tmpdir(), 'am-redis-'))
+interface Options {
+  /** Where its files go (a small disk's mount), instead of a temporary directory of its own. */
+  dir?: string
+  /** `aof` (the default): an append-only file, fsynced every second; `rdb`: snapshots only, one a second after a change (`save 1 1`). */
+  persistence?: 'aof' | 'rdb'
+}
+
+export async function startRedisServer(options: Options = {}): Promise<RedisServer> {
+  const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'am-redis-'))
+  // A directory handed in (a mount point) is emptied, never removed.
+  const removeDir = () => {
+    if (options.dir === undefined) rmSync(dir, { recursive: true, force: true })
+    else for (const name of readdirSync(dir)) rmSync(join(dir, name), { recursive: true, force: true })
+  }
   const port = await freePort()
   let log = ''
   let proc: Subprocess<'ignore', 'pipe', 'pipe'> | undefined
   // The last resort when the test process ends without closing it (a failure, Ctrl-C).
   const onExit = () => {
     proc?.kill('SIGKILL')
-    rmSync(dir, { recursive: true, force: true })
+    removeDir()
   }
   process.once('exit', onExit)
 
   const up = async () => {
     // `everysec` suffices: the restart that keeps data is Redis's own shutdown, which writes the file out.
-    const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes']
+    const persistence = options.persistence === 'rdb' ? ['--save', '1 1', '--appendonly', 'no'] : ['--save', '', '--appendonly', 'yes']
+    const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, ...persistence]
     proc = Bun.spawn(
       ['redis-server', ...args, '--appendfsync', 'everysec', '--maxmemory-policy', 'noeviction', '--daemonize', 'no', '--logfile', ''],
       {
@@ -76,8 +89,8 @@ export async function startRedisServer(): Promise<RedisServer> {
       proc = undefined
     }
     if (!keepData) {
-      rmSync(dir, { recursive: true, force: true })
-      mkdirSync(dir, { mode: 0o700 })
+      removeDir()
+      mkdirSync(dir, { mode: 0o700, recursive: true })
     }
     return at
   }
@@ -99,7 +112,7 @@ export async function startRedisServer(): Promise<RedisServer> {
     async close() {
       await down({ keepData: false })
       process.off('exit', onExit)
-      rmSync(dir, { recursive: true, force: true })
+      removeDir()
     },
   }
 }
