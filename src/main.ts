@@ -87,18 +87,14 @@ async function main() {
       )
       log.info('metrics listening', { port: metricsServer.port })
     }
+    if (role !== 'api') workers = await startWorkers(deps)
+    // Last: a signal before the boot's end exits without a drain, so nothing may be served before it.
     if (role !== 'workers') {
       server = onPort('PORT', config.port, () =>
         createApp(deps!).listen({ port: config.port, idleTimeout: config.httpIdleTimeoutS, ...serverOptions(deps!.log) }),
       )
       log.info('api listening', { port: server.server?.port, swagger: `${config.siteUrl}/swagger` })
-      // Bun starts its HTTP client's thread at a process's first fetch and ends the whole process when
-      // that thread finds no file descriptor (docs/limits.md): start it now, not at a JWKS fetch or a
-      // proxy call made while a flood of connections holds every descriptor. The thread starts with
-      // the call; its answer is not waited for.
-      void fetch(`http://127.0.0.1:${config.port}/health/live`).catch(() => {})
     }
-    if (role !== 'api') workers = await startWorkers(deps)
   } catch (error) {
     await metricsServer?.stop(true)
     await deps?.close().catch(() => {})
@@ -145,6 +141,11 @@ async function main() {
   // SIGTERM and SIGINT drain; so does SIGHUP (a closed terminal, an ssh session ended), which Bun's
   // default would answer by dying mid-request, the embedded PostgreSQL left running: nothing reloads.
   drain = signal => void shutdown(signal)
+  // Bun starts its HTTP client's thread at a process's first fetch and ends the whole process when
+  // that thread finds no file descriptor (docs/limits.md): start it now, not at a JWKS fetch or a
+  // proxy call made while a flood of connections holds every descriptor. The thread starts with the
+  // call; its answer is not waited for.
+  if (server) void fetch(`http://127.0.0.1:${config.port}/health/live`).catch(() => {})
 }
 
 /** Exits once stdout has written out the log it holds (at most 1 s): process.exit alone drops it. */
