@@ -96,6 +96,8 @@ async function main() {
       log.info('api listening', { port: server.server?.port, swagger: `${config.siteUrl}/swagger` })
     }
   } catch (error) {
+    // The workers hand their actors on (the API's port taken, say, after they started).
+    await workers?.close().catch(() => {})
     await metricsServer?.stop(true)
     await deps?.close().catch(() => {})
     await embedded?.stop().catch(() => {})
