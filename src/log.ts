@@ -81,9 +81,11 @@ export function createLog(level: LogLevel, write: (line: string) => void = toStd
   return { debug: emit('debug'), info: emit('info'), warn: emit('warn'), error: emit('error') }
 }
 
+/** An error as log fields: its message, its code when it has one (a SQLSTATE, an errno name), its stack. */
 export function errorFields(error: unknown): Record<string, unknown> {
-  if (error instanceof Error) return { error: error.message, stack: error.stack }
-  return { error: String(error) }
+  if (!(error instanceof Error)) return { error: String(error) }
+  const code = (error as { code?: unknown }).code
+  return typeof code === 'string' ? { error: error.message, code, stack: error.stack } : { error: error.message, stack: error.stack }
 }
 
 /**

@@ -13,6 +13,7 @@ import { migrate } from '../src/migrate.ts'
 import { isOutage } from '../src/actors/work.ts'
 import { createLog } from '../src/log.ts'
 import {
+  createAgent,
   createTestContext,
   expectError,
   signUp,
@@ -186,6 +187,7 @@ describe('a full disk under the database', () => {
       // Moving a table waits for every lock on it: the service's sessions are ended first.
       await moved`select pg_terminate_backend(pid) from pg_stat_activity where datname = ${db} and pid <> pg_backend_pid()`
       await moved`alter table messages set tablespace small`
+      await moved`alter table service_requests set tablespace small`
       await moved`create table spill (t text) tablespace small`
       const long = () => randomBytes(5000).toString('hex')
       disk!.fill()
@@ -212,24 +214,33 @@ describe('a full disk under the database', () => {
           body: { text },
           headers: { 'idempotency-key': randomBytes(8).toString('hex') },
         })
+        // Another actor's command, failing on another table's file (its own turn: a new agent's).
+        const [sender, target] = [await createAgent(ctx, owner), await createAgent(ctx, owner)]
+        const input = long()
+        const requested = ctx.call('POST', '/v1/agent/service-requests', { apiKey: sender.apiKey, body: { targetAgentId: target.id, input } })
         await Bun.sleep(7000)
-        // The workers said why the command waits, once, not at each of its attempts meanwhile.
+        // The workers said why the commands wait, once, not at each of their attempts meanwhile: once
+        // for the full disk, though the messages name the files that could not be extended.
         const waits = logged
           .slice(linesBefore)
-          .map(line => JSON.parse(line) as { msg: string; error?: string })
+          .map(line => JSON.parse(line) as { msg: string; error?: string; code?: string })
           .filter(record => record.msg === 'actor turn failed; its commands wait in their mailboxes and are tried again')
-        expect(waits.filter(wait => wait.error?.includes('No space left on device')).length).toBeGreaterThan(0)
-        expect(new Set(waits.map(wait => wait.error)).size).toBe(waits.length)
+        const diskFull = waits.filter(wait => wait.error?.includes('No space left on device'))
+        expect(diskFull.map(wait => wait.code)).toEqual(['53100'])
+        expect(new Set(waits.map(wait => wait.code)).size).toBe(waits.length)
         disk!.free()
         // Answered 201 if applied within the sender's 10 s wait, else 503 with the command kept.
         expect([201, 503]).toContain((await sent).status)
+        expect([201, 503]).toContain((await requested).status)
         await until(async () => (await moved`select 1 from messages where text = ${text}`).length === 1, 10_000)
+        await until(async () => (await moved`select 1 from service_requests where position(${input} in input) > 0`).length === 1, 10_000)
         expect(await ctx.deps.redis.exists(ctx.deps.keys.actor(`agent:${agent.id}`).dead)).toBe(0)
         const [stored] = await moved<{ n: number }[]>`select count(*)::int as n from messages where text = ${text}`
         expect(stored!.n).toBe(1)
       } finally {
         disk!.free()
         await moved`alter table messages set tablespace pg_default`.catch(() => {})
+        await moved`alter table service_requests set tablespace pg_default`.catch(() => {})
         await moved`drop table if exists spill`.catch(() => {})
         await moved.end()
       }

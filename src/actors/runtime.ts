@@ -122,13 +122,14 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
 
   /**
    * A turn an outage failed (Postgres or Redis refusing or away: a full disk, say) leaves its commands
-   * waiting, their senders hearing 503: said once per kind of failure, then once a minute.
+   * waiting, their senders hearing 503: said once per kind of failure (its code: the message of a
+   * full disk names a file), then once a minute.
    */
   const waitingOut = (worked: Worked, holds: Hold[]) => {
     const error = worked.failure?.error
     if (error === undefined || !running || !isOutage(error)) return
     const fields = errorFields(error)
-    outage('warn', `turn:${String(fields.error)}`, 'actor turn failed; its commands wait in their mailboxes and are tried again', {
+    outage('warn', `turn:${String(fields.code ?? fields.error)}`, 'actor turn failed; its commands wait in their mailboxes and are tried again', {
       actors: holds.length,
       ...fields,
     })
