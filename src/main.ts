@@ -147,7 +147,7 @@ async function main() {
   // that thread finds no file descriptor (docs/limits.md): start it now, not at a JWKS fetch or a
   // proxy call made while a flood of connections holds every descriptor. The thread starts with the
   // call; its answer is not waited for.
-  if (server) void fetch(`http://127.0.0.1:${config.port}/health/live`).catch(() => {})
+  if (server) void fetch(`http://127.0.0.1:${server.server?.port ?? config.port}/health/live`).catch(() => {})
 }
 
 /** Exits once stdout has written out the log it holds (at most 1 s): process.exit alone drops it. */

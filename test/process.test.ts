@@ -496,6 +496,17 @@ describe('the service as a process', () => {
     expect(lines[0]).toContain('invalid METRICS_PORT: must differ from PORT')
   }, 30_000)
 
+  test('PORT=0 listens on a port of the system’s choosing, and the boot’s own request (starting the HTTP client) reaches it', async () => {
+    const database = await emptyDatabase()
+    const metricsPort = await freePort()
+    const service = start(['src/main.ts', '--api'], environment(database, { PORT: '0', METRICS_PORT: String(metricsPort) }))
+    // The boot starts Bun's HTTP client with a request to itself (docs/limits.md); nothing else asks.
+    const scraped = async () => (await fetch(`http://127.0.0.1:${metricsPort}/metrics`).catch(() => null))?.text()
+    await until(async () => (await scraped())?.includes('route="/health/live",method="GET",status="200"') === true, 20_000)
+    service.proc.kill('SIGTERM')
+    expect(await exitWithin(service.proc, 20_000)).toBe(0)
+  }, 30_000)
+
   test('production without an auth configuration stops the boot with one stderr line naming AUTH_JWT_SECRET', async () => {
     const database = await emptyDatabase()
     const env = environment(database, {
