@@ -1,5 +1,9 @@
 /** The Markdown renderer's thread: its time limit, its queue bound and its shutdown, on a real worker. */
 import { describe, expect, test } from 'bun:test'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { pathToFileURL } from 'node:url'
 import { createMarkdownRenderer, RendererBusy } from '../src/blog/render.ts'
 import { createLog } from '../src/log.ts'
 
@@ -58,5 +62,26 @@ describe('the markdown renderer', () => {
     await renderer.close()
     expect(await under).toBe('<h1>Title</h1>\n')
     await expect(renderer.render('late')).rejects.toThrow('closed')
+  })
+
+  test('a thread whose module cannot load blocks the loop once, logged, not at every render', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'am-render-'))
+    const broken = join(dir, 'worker.ts')
+    writeFileSync(broken, "throw new Error('a broken deploy')\n")
+    const lines: string[] = []
+    const renderer = createMarkdownRenderer({ log: createLog('error', line => lines.push(line)), workerUrl: pathToFileURL(broken).href })
+    try {
+      // The first start waits for the thread to load (2 s), then the thread fails.
+      await expect(renderer.render('First.')).rejects.toThrow('a broken deploy')
+      // The next ones are refused at once: a feed of unrendered posts shows them as text.
+      const started = performance.now()
+      for (const text of ['Second.', 'Third.', 'Fourth.']) await expect(renderer.render(text)).rejects.toBeInstanceOf(RendererBusy)
+      expect(performance.now() - started).toBeLessThan(500)
+      const said = lines.map(line => JSON.parse(line) as { msg: string }).filter(record => record.msg.includes('did not load in time'))
+      expect(said).toHaveLength(1)
+    } finally {
+      await renderer.close()
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 })

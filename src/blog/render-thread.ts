@@ -7,20 +7,27 @@
  * its module, then held again.
  */
 import { closeSync, openSync } from 'node:fs'
+import type { Log } from '../log.ts'
 
 /** Descriptors held back: a thread opens 2 for its loop and a few more, briefly, to load its modules. */
 const reserveSize = 16
 /** The longest the event loop is blocked for a thread's start (about 20 ms on an idle machine). */
 const startWaitMs = 2000
+/**
+ * After a thread that did not load within that wait, how long no thread is started: a module that
+ * cannot load (a broken deploy) would otherwise block the loop the whole wait at every start.
+ */
+const refuseMs = 60_000
 
 export interface RenderThreads {
-  /** A new thread, or undefined when the descriptors it needs could not be set aside. */
+  /** A new thread; undefined when the descriptors it needs could not be set aside, or a thread lately failed to load in time. */
   start(): Worker | undefined
   close(): void
 }
 
-export function renderThreads(url: string): RenderThreads {
+export function renderThreads(url: string, log: Log): RenderThreads {
   const held: number[] = []
+  let refusedUntil = 0
   const fill = () => {
     try {
       while (held.length < reserveSize) held.push(openSync('/dev/null', 'r'))
@@ -31,13 +38,17 @@ export function renderThreads(url: string): RenderThreads {
   fill()
   return {
     start() {
+      if (performance.now() < refusedUntil) return undefined
       fill()
       if (held.length < reserveSize) return undefined
       for (const fd of held.splice(0)) closeSync(fd)
       // render-worker.ts sets it once loaded; Atomics.wait keeps the listener from taking the reserve meanwhile.
       const loaded = new SharedArrayBuffer(4)
       const worker = new Worker(url, { workerData: loaded } as WorkerOptions)
-      Atomics.wait(new Int32Array(loaded), 0, 0, startWaitMs)
+      if (Atomics.wait(new Int32Array(loaded), 0, 0, startWaitMs) === 'timed-out') {
+        refusedUntil = performance.now() + refuseMs
+        log.error('markdown renderer thread did not load in time; none is started for a while', { waitedMs: startWaitMs, refuseMs })
+      }
       fill()
       return worker
     },

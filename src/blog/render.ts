@@ -35,6 +35,8 @@ export interface RendererOptions {
   maxWaitMs?: number
   /** Renders that may wait at once (their sources are held meanwhile); past it, `RendererBusy`. */
   maxWaiting?: number
+  /** The thread's module (tests: one that cannot load). */
+  workerUrl?: string
 }
 
 export function createMarkdownRenderer(options: RendererOptions): MarkdownRenderer {
@@ -42,7 +44,7 @@ export function createMarkdownRenderer(options: RendererOptions): MarkdownRender
   const timeoutMs = options.timeoutMs ?? 2000
   const maxWaitMs = options.maxWaitMs ?? 5000
   const maxWaiting = options.maxWaiting ?? 200
-  const threads = renderThreads(new URL('./render-worker.ts', import.meta.url).href)
+  const threads = renderThreads(options.workerUrl ?? new URL('./render-worker.ts', import.meta.url).href, log)
   let worker: Worker | undefined
   let queue: Promise<unknown> = Promise.resolve()
   /** Renders asked for and not yet finished, the running one included. */
@@ -58,7 +60,7 @@ export function createMarkdownRenderer(options: RendererOptions): MarkdownRender
     new Promise<string | null>((resolve, reject) => {
       if (!worker) {
         worker = threads.start()
-        if (!worker) return reject(new RendererBusy('no file descriptors to start the renderer'))
+        if (!worker) return reject(new RendererBusy('the renderer cannot start a thread now'))
         // An idle renderer keeps no process alive (a CLI, a test) past its own work.
         worker.unref()
       }
