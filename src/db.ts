@@ -27,6 +27,21 @@ export interface SqlOptions {
  */
 export const silenceGraceMs = 5000
 
+/**
+ * What the service's SQL and the driver assume of a session, whatever the role's or the database's
+ * defaults (an operator's, a managed service's): UTC, so month arithmetic in SQL (billing periods)
+ * matches the application's; times and bytes in the forms the driver parses (under `DateStyle = 'SQL,
+ * DMY'` or `bytea_output = 'escape'` it reads them wrong); and read committed, which the statements'
+ * races are written for (under serializable or repeatable read, racing writes fail as 503 rather than
+ * wait: 50 concurrent subscriptions were 49 503s instead of 409s).
+ */
+export const sessionDefaults = {
+  TimeZone: 'UTC',
+  DateStyle: 'ISO, MDY',
+  bytea_output: 'hex',
+  default_transaction_isolation: 'read committed',
+} as const
+
 export function createSql(url: string, options: SqlOptions = {}): Sql {
   return postgres(url, {
     max: options.max ?? 10,
@@ -38,10 +53,9 @@ export function createSql(url: string, options: SqlOptions = {}): Sql {
     // connects, which kept a restarted server out of use for seconds after it accepted again.
     backoff: attempts => Math.min(0.05 * 2 ** attempts, 0.5),
     onnotice: () => {},
-    // UTC, so month arithmetic in SQL (billing periods) matches the application's.
     connection: {
       application_name: options.applicationName ?? 'agent-marketplace',
-      TimeZone: 'UTC',
+      ...sessionDefaults,
       ...(options.statementTimeoutMs ? { statement_timeout: options.statementTimeoutMs } : {}),
       ...options.settings,
     },

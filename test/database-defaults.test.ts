@@ -1,0 +1,76 @@
+/**
+ * A database whose defaults someone else chose (a DBA's postgresql.conf, a managed service's, `alter
+ * role ... set`): the service's sessions set what its SQL and its driver assume (src/db.ts,
+ * `sessionDefaults`), so it serves as it does on a stock server.
+ */
+import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { createSql } from '../src/db.ts'
+import { createAgent, createTestContext, expectError, signUp, type TestContext, type TestUser } from './helpers/context.ts'
+import { adminUrl, createTestDatabase, type TestDatabase } from './helpers/database.ts'
+
+let database: TestDatabase
+let ctx: TestContext
+let owner: TestUser
+
+beforeAll(async () => {
+  database = await createTestDatabase()
+  const admin = createSql(adminUrl, { max: 1 })
+  try {
+    for (const setting of [
+      `default_transaction_isolation = 'serializable'`,
+      `DateStyle = 'SQL, DMY'`,
+      `bytea_output = 'escape'`,
+      `TimeZone = 'Pacific/Chatham'`,
+    ]) {
+      await admin.unsafe(`alter database ${database.name} set ${setting}`)
+    }
+  } finally {
+    await admin.end()
+  }
+  ctx = await createTestContext({ database })
+  owner = await signUp(ctx, 'owner')
+})
+afterAll(async () => {
+  await ctx.close()
+  await database.drop()
+})
+
+async function plan(): Promise<string> {
+  const agent = await createAgent(ctx, owner)
+  const made = await ctx.call('POST', '/v1/billing/plans', {
+    token: owner.token,
+    body: { participantId: agent.id, name: 'Basic', monthlyPriceCents: 1000, includedProxyCalls: 100, overagePerCallCents: 5 },
+  })
+  expect(made.status).toBe(201)
+  return made.body.data.id
+}
+
+test('times are read as stored (DateStyle): a user’s createdAt is the ISO instant of its row', async () => {
+  const me = await ctx.call('GET', '/v1/auth/me', { token: owner.token })
+  expect(me.status).toBe(200)
+  const [row] = await ctx.deps.sql<
+    { at: string }[]
+  >`select to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as at from users where id = ${me.body.data.id}`
+  expect(me.body.data.createdAt).toBe(row!.at)
+})
+
+test('racing writes meet as under read committed: 50 concurrent subscriptions are one 201 and 409s, no 503', async () => {
+  const planId = await plan()
+  const user = await signUp(ctx)
+  const results = await Promise.all(
+    Array.from({ length: 50 }, () => ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId } })),
+  )
+  expect(results.filter(r => r.status === 201)).toHaveLength(1)
+  for (const r of results.filter(r => r.status !== 201)) expectError(r, 409, 'already_subscribed')
+})
+
+test('an Idempotency-Key’s stored answer is read back as stored (bytea_output): the repeat is the same answer', async () => {
+  const planId = await plan()
+  const user = await signUp(ctx)
+  const headers = { 'idempotency-key': 'defaults-key' }
+  const first = await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId }, headers })
+  const again = await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId }, headers })
+  expect(first.status).toBe(201)
+  expect(again.status).toBe(201)
+  expect(again.body).toEqual(first.body)
+})
