@@ -63,7 +63,7 @@ function reportOutages(redis: Redis, log: Log) {
   const connection = redis.options.connectionName
   let down: { since: number; said: number; failures: number } | null = null
   redis.on('error', (error: Error) => {
-    const now = Date.now()
+    const now = performance.now()
     if (down === null) {
       down = { since: now, said: now, failures: 1 }
       log.warn('redis connection lost', { connection, error: error.message })
@@ -72,11 +72,11 @@ function reportOutages(redis: Redis, log: Log) {
     down.failures++
     if (now - down.said < stillDownEveryMs) return
     down.said = now
-    log.warn('redis connection still down', { connection, error: error.message, downForMs: now - down.since, failures: down.failures })
+    log.warn('redis connection still down', { connection, error: error.message, downForMs: Math.round(now - down.since), failures: down.failures })
   })
   redis.on('ready', () => {
     if (down === null) return
-    log.info('redis connection back', { connection, downForMs: Date.now() - down.since, failures: down.failures })
+    log.info('redis connection back', { connection, downForMs: Math.round(performance.now() - down.since), failures: down.failures })
     down = null
   })
 }

@@ -64,12 +64,12 @@ export function createAuthenticator(sql: Sql, verifyJwt: VerifyJwt, keys: KeyCac
   const fromJwt = async (token: string): Promise<Principal> => {
     const claims = await verifyJwt(token)
     const hit = users.get(claims.sub)
-    if (hit && hit.expires > Date.now()) return { kind: 'user', userId: hit.id, keyId: null }
+    if (hit && hit.expires > performance.now()) return { kind: 'user', userId: hit.id, keyId: null }
     const seen = databasesSeen
     const id = await upsertUser(sql, claims)
     if (databasesSeen !== seen) return { kind: 'user', userId: id, keyId: null }
     if (users.size > 100_000) users.clear()
-    users.set(claims.sub, { id, expires: Date.now() + userTtlMs })
+    users.set(claims.sub, { id, expires: performance.now() + userTtlMs })
     return { kind: 'user', userId: id, keyId: null }
   }
 

@@ -89,7 +89,8 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
         const oldest = entries.keys().next().value
         if (oldest !== undefined) entries.delete(oldest)
       }
-      entries.set(hex, { principal, expires: Date.now() + (principal ? ttlMs : negativeTtlMs), usedIn: -1 })
+      // Timed by the monotonic clock: a wall clock stepped back (NTP, a VM resumed) would keep it longer.
+      entries.set(hex, { principal, expires: performance.now() + (principal ? ttlMs : negativeTtlMs), usedIn: -1 })
     }
     return principal
   }
@@ -110,7 +111,7 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
     peek(hex) {
       if (!pubsub.listening()) return undefined
       const hit = entries.get(hex)
-      if (!hit || hit.expires <= Date.now()) return undefined
+      if (!hit || hit.expires <= performance.now()) return undefined
       if (hit.usedIn !== usageRound) {
         hit.usedIn = usageRound
         if (hit.principal?.keyId) used.add(hit.principal.keyId)
@@ -123,7 +124,7 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
       if (!pubsub.listening()) {
         // Evictions cannot reach this process now: what memory holds may have been revoked since.
         principal = await findKeyPrincipal(sql, Buffer.from(hex, 'hex'))
-      } else if (hit && hit.expires > Date.now()) {
+      } else if (hit && hit.expires > performance.now()) {
         principal = hit.principal
       } else {
         let inflight = pending.get(hex)

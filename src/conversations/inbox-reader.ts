@@ -150,7 +150,7 @@ export async function createInboxReader(options: {
 
   const peek = (agentId: string) => {
     const hit = cache.get(agentId)
-    return hit && hit.expires > Date.now() ? hit.inbox : undefined
+    return hit && hit.expires > performance.now() ? hit.inbox : undefined
   }
 
   return {
@@ -172,7 +172,7 @@ export async function createInboxReader(options: {
       if (epoch === started) {
         // A refreshed entry moves to the end; only a new one makes room, taking out the longest held.
         if (!cache.delete(agentId) && cache.size >= maxEntries) cache.delete(cache.keys().next().value!)
-        cache.set(agentId, { inbox, expires: Date.now() + ttlMs })
+        cache.set(agentId, { inbox, expires: performance.now() + ttlMs })
       }
       return inbox
     },
