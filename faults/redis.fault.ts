@@ -1,4 +1,9 @@
-/** Redis restarted under load, about 3 s down: once keeping its data (append-only file), once losing it all. */
+/**
+ * Redis restarted under load, about 3 s down: once keeping its data (append-only file), once losing it
+ * all; and Redis holding every write for 8 s (`CLIENT PAUSE ... WRITE`, as a managed service does
+ * while it fails over, or an operator before a switch).
+ */
+import { Redis } from 'ioredis'
 import { describeScenario } from './lib/scenario.ts'
 import { useWorld } from './lib/world.ts'
 
@@ -28,6 +33,29 @@ describeScenario('Redis restarted losing its data', servers, {
       upMeans: 'accepted connections',
       downAt,
       upAt,
+    }
+  },
+})
+
+const pauseMs = 8000
+
+describeScenario('Redis holding writes', servers, {
+  slug: 'redis-paused',
+  async fault({ redis }) {
+    const admin = new Redis(redis.url, { maxRetriesPerRequest: 1 })
+    try {
+      const downAt = Date.now()
+      await admin.call('CLIENT', 'PAUSE', String(pauseMs), 'WRITE')
+      await Bun.sleep(pauseMs)
+      return {
+        label: `Redis paused for writes (CLIENT PAUSE ${pauseMs} WRITE): reads answered, writes held`,
+        restarted: 'Redis',
+        upMeans: 'ended its pause',
+        downAt,
+        upAt: Date.now(),
+      }
+    } finally {
+      admin.disconnect()
     }
   },
 })
