@@ -367,6 +367,20 @@ describe('the PostgreSQL driver on a server that refuses writes', () => {
     await admin`drop table ${admin(table)}`
   })
 
+  test('a reserved connection refused a write is left once released, and the pool then ends (the migrator’s)', async () => {
+    const { sql, admin, table, before } = await readOnlyPool('read-only-reserved')
+    const session = await sql.reserve()
+    const refused = (await session`insert into ${sql(table)} values (1)`.catch((error: unknown) => error)) as { code?: string }
+    expect(refused.code).toBe('25006')
+    // Still the session's until released: the same backend.
+    expect((await session<{ pid: number }[]>`select pg_backend_pid() as pid`)[0]!.pid).toBe(before.pid)
+    session.release()
+    // The migrator's pool is ended at once (a boot on a read-only server used to hang here for ever).
+    const ended = await Promise.race([sql.end().then(() => 'ended'), Bun.sleep(5000).then(() => 'still waiting')])
+    expect(ended).toBe('ended')
+    await admin`drop table ${admin(table)}`
+  })
+
   test('a server a pooler reports turning into a hot standby (in_hot_standby on) is left once idle', async () => {
     // PostgreSQL itself reports in_hot_standby only going off (a promotion: demotion restarts it); a
     // pooler that moves a client's session to a standby is what turns it on under the client.

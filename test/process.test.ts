@@ -496,6 +496,19 @@ describe('the service as a process', () => {
     expect(lines[0]).toContain('invalid METRICS_PORT: must differ from PORT')
   }, 30_000)
 
+  test('a database that refuses writes (read-only by default, as a hot standby) stops the boot with one line', async () => {
+    const database = await emptyDatabase()
+    const admin = createSql(database.url, { max: 1 })
+    await admin.unsafe(`alter database ${database.name} set default_transaction_read_only = on`)
+    await admin.end()
+    const service = start(['src/main.ts', '--api'], environment(database, { PORT: String(await freePort()) }))
+    // It used to hang for ever, silent: the migrator's pool never ended after the refused write.
+    expect(await exitWithin(service.proc, 20_000)).toBe(1)
+    const lines = (await service.stderr).trimEnd().split('\n')
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toContain('read-only transaction')
+  }, 30_000)
+
   test('PORT=0 listens on a port of the system’s choosing, and the boot’s own request (starting the HTTP client) reaches it', async () => {
     const database = await emptyDatabase()
     const metricsPort = await freePort()
