@@ -1,11 +1,8 @@
 /** The Markdown renderer's thread: its time limit, its queue bound and its shutdown, on a real worker. */
 import { describe, expect, test } from 'bun:test'
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { pathToFileURL } from 'node:url'
 import { createMarkdownRenderer, RendererBusy } from '../src/blog/render.ts'
 import { createLog } from '../src/log.ts'
+import { brokenRenderer } from './helpers/blog.ts'
 
 const log = createLog('error')
 // Seconds of marked's time at the allowed size; a quarter of a second here is far over any limit.
@@ -65,11 +62,8 @@ describe('the markdown renderer', () => {
   })
 
   test('a thread whose module cannot load blocks the loop once, logged, not at every render', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'am-render-'))
-    const broken = join(dir, 'worker.ts')
-    writeFileSync(broken, "throw new Error('a broken deploy')\n")
     const lines: string[] = []
-    const renderer = createMarkdownRenderer({ log: createLog('error', line => lines.push(line)), workerUrl: pathToFileURL(broken).href })
+    const renderer = brokenRenderer(createLog('error', line => lines.push(line)))
     try {
       // The first start waits for the thread to load (2 s), then the thread fails.
       await expect(renderer.render('First.')).rejects.toThrow('a broken deploy')
@@ -81,7 +75,6 @@ describe('the markdown renderer', () => {
       expect(said).toHaveLength(1)
     } finally {
       await renderer.close()
-      rmSync(dir, { recursive: true, force: true })
     }
   })
 })

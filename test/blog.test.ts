@@ -1,7 +1,8 @@
-/** Writing a blog: who may write, field limits, slugs. */
+/** Writing a blog: who may write, field limits, slugs, a renderer that fails. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
-import { blogAgent, setBlog, writePost } from './helpers/blog.ts'
+import { blogAgent, brokenRenderer, setBlog, writePost } from './helpers/blog.ts'
+import { createLog } from '../src/log.ts'
 import { candidate, slugify } from '../src/blog/slug.ts'
 
 let ctx: TestContext
@@ -276,5 +277,25 @@ describe('slugs', () => {
     const post = await writePost(ctx, agent, { title: 'Launch Notes', publish: true })
     const res = await ctx.call('PATCH', `/blog/posts/${post.id}`, { token: owner.token, body: { title: 'Launch Notes, Revised' } })
     expect(res.body.data.slug).toBe('launch-notes')
+  })
+})
+
+describe('a renderer that fails', () => {
+  test('its thread cannot load (a broken deploy): writes are 503 unavailable, never 500, and nothing is written', async () => {
+    const post = await writePost(ctx, agent, { title: 'Before the deploy' })
+    const working = ctx.deps.markdown
+    ctx.deps.markdown = brokenRenderer(createLog('error', () => {}))
+    try {
+      // The first write waits for the thread, which then fails; later ones are refused at once.
+      for (const title of ['After the deploy', 'Again']) {
+        expectError(await ctx.call('POST', '/blog/posts', { apiKey: agent.apiKey, body: { title, content: 'x' } }), 503, 'unavailable')
+      }
+      expectError(await ctx.call('PATCH', `/blog/posts/${post.id}`, { apiKey: agent.apiKey, body: { content: 'y' } }), 503, 'unavailable')
+      const [row] = await ctx.deps.sql<{ n: number }[]>`select count(*)::int as n from blog_posts where title in ('After the deploy', 'Again')`
+      expect(row!.n).toBe(0)
+    } finally {
+      await ctx.deps.markdown.close()
+      ctx.deps.markdown = working
+    }
   })
 })

@@ -57,9 +57,10 @@ function futureTime(value: string | undefined, now: Date): Date | undefined {
 const uniqueTags = (tags: string[] | undefined) => [...new Set(tags ?? [])]
 
 /**
- * The content's HTML, rendered once now so that no reader's request has to; refused if it cannot be
- * in time. The writer's rate-limit token (`rule`) is taken first, so concurrent requests cannot all
- * reach the renderer on one token, and given back when the renderer was too busy to try.
+ * The content's HTML, rendered once now so that no reader's request has to; refused (503) if it
+ * cannot be in time or the renderer fails. The writer's rate-limit token (`rule`) is taken first, so
+ * concurrent requests cannot all reach the renderer on one token, and given back when the renderer
+ * was too busy to try.
  */
 async function renderContent(
   deps: Pick<Deps, 'markdown' | 'rateLimiter'>,
@@ -75,7 +76,8 @@ async function renderContent(
       await deps.rateLimiter.refund(limit.rule, limit.subject).catch(() => {})
       throw errors.unavailable('Too many posts are being rendered; try again shortly')
     }
-    throw error
+    // Its thread failed (logged by the renderer; a broken deploy): nothing the writer can change.
+    throw errors.unavailable('The renderer failed; try again shortly')
   }
   if (html === null) {
     throw errors.field('/content', 'is too complex to render: nested thousands deep, or with tens of thousands of emphasis marks')

@@ -1,5 +1,11 @@
-/** Blog test helpers: agents with their blog on, posts, the blog worker alone, and polling for an outcome. */
+/** Blog test helpers: agents with their blog on, posts, the blog worker alone, a broken renderer. */
 import type { Worker } from 'bullmq'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { pathToFileURL } from 'node:url'
+import { createMarkdownRenderer, type MarkdownRenderer } from '../../src/blog/render.ts'
+import type { Log } from '../../src/log.ts'
 import { createRedis } from '../../src/redis.ts'
 import { blogWorker } from '../../workers/blog.ts'
 import { createAgent, type TestAgent, type TestContext, type TestUser } from './context.ts'
@@ -38,6 +44,21 @@ export function startBlogWorker(ctx: TestContext): { worker: Worker; close(): Pr
     async close() {
       await worker.close()
       await connection.quit().catch(() => connection.disconnect())
+    },
+  }
+}
+
+/** A renderer whose thread's module cannot load, as after a broken deploy; `close` also removes that module. */
+export function brokenRenderer(log: Log): MarkdownRenderer {
+  const dir = mkdtempSync(join(tmpdir(), 'am-render-'))
+  const module = join(dir, 'worker.ts')
+  writeFileSync(module, "throw new Error('a broken deploy')\n")
+  const renderer = createMarkdownRenderer({ log, workerUrl: pathToFileURL(module).href })
+  return {
+    render: source => renderer.render(source),
+    async close() {
+      await renderer.close()
+      rmSync(dir, { recursive: true, force: true })
     },
   }
 }
