@@ -144,11 +144,20 @@ export async function connectRedis(redis: Redis, url: string): Promise<void> {
     })
   }
   // A Redis that refuses INFO (a managed one may deny or rename it) is taken as it is.
-  const info = await redis.info('cluster').catch(() => '')
+  const info = await redis.info().catch(() => '')
   if (/^cluster_enabled:1\b/m.test(info)) {
     redis.disconnect()
     throw new Error(
       `REDIS_URL=${redactUrl(url)} is a node of a Redis Cluster (cluster_enabled:1), which the service does not support: point REDIS_URL at a standalone Redis (a primary, with replicas if you like)`,
+    )
+  }
+  // An evicted mailbox, inbox, lease or job loses or hides writes without a word (BullMQ says so too,
+  // once per queue, and goes on): a managed Redis's default (volatile-lru, say) stops the boot here.
+  const policy = /^maxmemory_policy:(\S+)/m.exec(info)?.[1]
+  if (policy !== undefined && policy !== 'noeviction') {
+    redis.disconnect()
+    throw new Error(
+      `Redis at REDIS_URL=${redactUrl(url)} evicts keys (maxmemory-policy ${policy}), which would lose the service's writes: set maxmemory-policy noeviction`,
     )
   }
 }

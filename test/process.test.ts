@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { connect, createServer, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { Redis } from 'ioredis'
 import { createSql } from '../src/db.ts'
 import { readMigrations } from '../src/migrate.ts'
 import { deleteKeys, randomPrefix, userToken } from './helpers/context.ts'
@@ -12,6 +13,7 @@ import { postgresBinaries, startPostgresServer, type PostgresServer } from './he
 import { deploymentEnv, descendants, exitOnSecondSigterm, exitWithin, processGroup, type Started } from './helpers/processes.ts'
 import { freePort } from './helpers/ports.ts'
 import { startRedisCluster } from './helpers/redis-cluster.ts'
+import { startRedisServer } from './helpers/redis-server.ts'
 import { until } from './helpers/until.ts'
 
 const root = mkdtempSync(join(tmpdir(), 'am-process-'))
@@ -465,6 +467,24 @@ describe('the service as a process', () => {
     expect(lines).toHaveLength(1)
     expect(lines[0]).toContain('REDIS_URL=redis://127.0.0.1:1')
     expect(lines[0]).toContain('apt-get install redis-server')
+  }, 30_000)
+
+  test('a Redis that evicts keys (maxmemory-policy other than noeviction) stops the boot with one stderr line', async () => {
+    const database = await emptyDatabase()
+    const redis = await startRedisServer()
+    try {
+      const admin = new Redis(redis.url)
+      await admin.config('SET', 'maxmemory-policy', 'volatile-lru')
+      admin.disconnect()
+      const service = start(['src/main.ts', '--api'], environment(database, { PORT: String(await freePort()), REDIS_URL: redis.url }))
+      expect(await exitWithin(service.proc, 20_000)).not.toBe(0)
+      const lines = (await service.stderr).trimEnd().split('\n')
+      expect(lines).toHaveLength(1)
+      expect(lines[0]).toContain('evicts keys (maxmemory-policy volatile-lru)')
+      expect(lines[0]).toContain('set maxmemory-policy noeviction')
+    } finally {
+      await redis.close()
+    }
   }, 30_000)
 
   test('a REDIS_URL leading to a node of a Redis Cluster stops the boot of the API and of the workers with one stderr line', async () => {
