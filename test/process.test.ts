@@ -105,6 +105,15 @@ function slowRequest(port: number, path: string, token: string, body: string) {
 const hasServerBinaries = postgresBinaries() !== null
 if (!hasServerBinaries) console.warn('process: skipping the PostgreSQL restart test, initdb and pg_ctl are missing')
 
+/** Starts a process of the service that must refuse to boot; returns the one line it wrote on stderr. */
+async function refusedBoot(env: Record<string, string>, role = '--api'): Promise<string> {
+  const service = start(['src/main.ts', role], env)
+  expect(await exitWithin(service.proc, 20_000), role).not.toBe(0)
+  const lines = (await service.stderr).trimEnd().split('\n')
+  expect(lines, role).toHaveLength(1)
+  return lines[0]!
+}
+
 describe('the service as a process', () => {
   test('two API processes started together on one empty database both come up; migrations run once', async () => {
     const database = await emptyDatabase()
@@ -222,12 +231,9 @@ describe('the service as a process', () => {
       await new Promise(resolve => proxy.once('listening', resolve))
       try {
         const url = `postgres://someone:secret@127.0.0.1:${(proxy.address() as { port: number }).port}/none`
-        const service = start(['src/main.ts', '--api'], environment({ url }, { PORT: String(await freePort()) }))
-        expect(await exitWithin(service.proc, 20_000)).not.toBe(0)
-        const lines = (await service.stderr).trimEnd().split('\n')
-        expect(lines).toHaveLength(1)
-        expect(lines[0]).toContain('PostgreSQL is not reachable at DATABASE_URL=postgres://***@127.0.0.1:')
-        expect(lines[0]).toContain(says)
+        const line = await refusedBoot(environment({ url }, { PORT: String(await freePort()) }))
+        expect(line).toContain('PostgreSQL is not reachable at DATABASE_URL=postgres://***@127.0.0.1:')
+        expect(line).toContain(says)
       } finally {
         proxy.close()
       }
@@ -461,12 +467,9 @@ describe('the service as a process', () => {
   test('an unreachable Redis stops the boot with one stderr line naming REDIS_URL and how to install Redis', async () => {
     const database = await emptyDatabase()
     const env = environment(database, { PORT: String(await freePort()), REDIS_URL: 'redis://127.0.0.1:1' })
-    const service = start(['src/main.ts', '--api'], env)
-    expect(await exitWithin(service.proc, 20_000)).not.toBe(0)
-    const lines = (await service.stderr).trimEnd().split('\n')
-    expect(lines).toHaveLength(1)
-    expect(lines[0]).toContain('REDIS_URL=redis://127.0.0.1:1')
-    expect(lines[0]).toContain('apt-get install redis-server')
+    const line = await refusedBoot(env)
+    expect(line).toContain('REDIS_URL=redis://127.0.0.1:1')
+    expect(line).toContain('apt-get install redis-server')
   }, 30_000)
 
   test('a Redis that evicts keys (maxmemory-policy other than noeviction) stops the boot with one stderr line', async () => {
@@ -476,12 +479,9 @@ describe('the service as a process', () => {
       const admin = new Redis(redis.url)
       await admin.config('SET', 'maxmemory-policy', 'volatile-lru')
       admin.disconnect()
-      const service = start(['src/main.ts', '--api'], environment(database, { PORT: String(await freePort()), REDIS_URL: redis.url }))
-      expect(await exitWithin(service.proc, 20_000)).not.toBe(0)
-      const lines = (await service.stderr).trimEnd().split('\n')
-      expect(lines).toHaveLength(1)
-      expect(lines[0]).toContain('evicts keys (maxmemory-policy volatile-lru)')
-      expect(lines[0]).toContain('set maxmemory-policy noeviction')
+      const line = await refusedBoot(environment(database, { PORT: String(await freePort()), REDIS_URL: redis.url }))
+      expect(line).toContain('evicts keys (maxmemory-policy volatile-lru)')
+      expect(line).toContain('set maxmemory-policy noeviction')
     } finally {
       await redis.close()
     }
@@ -495,11 +495,8 @@ describe('the service as a process', () => {
       const database = await emptyDatabase()
       const url = `redis://127.0.0.1:${cluster.ports[0]}`
       for (const role of ['--api', '--workers']) {
-        const service = start(['src/main.ts', role], environment(database, { PORT: String(await freePort()), REDIS_URL: url }))
-        expect(await exitWithin(service.proc, 20_000), role).not.toBe(0)
-        const lines = (await service.stderr).trimEnd().split('\n')
-        expect(lines, role).toHaveLength(1)
-        expect(lines[0]).toContain(`REDIS_URL=${url} is a node of a Redis Cluster (cluster_enabled:1), which the service does not support`)
+        const line = await refusedBoot(environment(database, { PORT: String(await freePort()), REDIS_URL: url }), role)
+        expect(line).toContain(`REDIS_URL=${url} is a node of a Redis Cluster (cluster_enabled:1), which the service does not support`)
       }
     } finally {
       await cluster.close()
@@ -509,11 +506,8 @@ describe('the service as a process', () => {
   test('METRICS_PORT equal to PORT stops the boot of the API with one stderr line naming METRICS_PORT', async () => {
     const database = await emptyDatabase()
     const port = String(await freePort())
-    const service = start(['src/main.ts', '--api'], environment(database, { PORT: port, METRICS_PORT: port }))
-    expect(await exitWithin(service.proc, 20_000)).not.toBe(0)
-    const lines = (await service.stderr).trimEnd().split('\n')
-    expect(lines).toHaveLength(1)
-    expect(lines[0]).toContain('invalid METRICS_PORT: must differ from PORT')
+    const line = await refusedBoot(environment(database, { PORT: port, METRICS_PORT: port }))
+    expect(line).toContain('invalid METRICS_PORT: must differ from PORT')
   }, 30_000)
 
   test('a database that refuses writes (read-only by default, as a hot standby) stops the boot with one line', async () => {
@@ -521,12 +515,9 @@ describe('the service as a process', () => {
     const admin = createSql(database.url, { max: 1 })
     await admin.unsafe(`alter database ${database.name} set default_transaction_read_only = on`)
     await admin.end()
-    const service = start(['src/main.ts', '--api'], environment(database, { PORT: String(await freePort()) }))
     // It used to hang for ever, silent: the migrator's pool never ended after the refused write.
-    expect(await exitWithin(service.proc, 20_000)).toBe(1)
-    const lines = (await service.stderr).trimEnd().split('\n')
-    expect(lines).toHaveLength(1)
-    expect(lines[0]).toContain('read-only transaction')
+    const line = await refusedBoot(environment(database, { PORT: String(await freePort()) }))
+    expect(line).toContain('read-only transaction')
   }, 30_000)
 
   test('PORT=0 listens on a port of the system’s choosing, and the boot’s own request (starting the HTTP client) reaches it', async () => {
@@ -548,11 +539,8 @@ describe('the service as a process', () => {
       AUTH_JWT_SECRET: undefined,
       CONNECTIONS_KEY: randomBytes(32).toString('hex'),
     })
-    const service = start(['src/main.ts', '--api'], env)
-    expect(await exitWithin(service.proc, 20_000)).not.toBe(0)
-    const lines = (await service.stderr).trimEnd().split('\n')
-    expect(lines).toHaveLength(1)
-    expect(lines[0]).toContain('AUTH_JWT_SECRET')
+    const line = await refusedBoot(env)
+    expect(line).toContain('AUTH_JWT_SECRET')
   }, 30_000)
 
   test("a process warning (a library's deprecation) is a JSON record under the start scripts, not text on stderr", async () => {
