@@ -194,11 +194,12 @@ async function apply(session: Sql, migration: Migration, transaction: boolean, l
     select set_config('lock_timeout', ${String(limits.lockTimeoutMs)}, ${transaction}),
            set_config('statement_timeout', ${String(limits.statementTimeoutMs)}, ${transaction})
   `
+  const began = performance.now()
   try {
     if (transaction) await session.unsafe(migration.text)
     else for (const statement of statementsOf(migration)) await session.unsafe(statement)
   } catch (error) {
-    throw explained(migration, error, limits)
+    throw explained(migration, error, limits, performance.now() - began)
   } finally {
     if (!transaction) await session`reset lock_timeout`.then(() => session`reset statement_timeout`).catch(() => {})
   }
@@ -225,7 +226,8 @@ function statementsOf(migration: Migration): string[] {
     .filter(Boolean)
 }
 
-function explained(migration: Migration, error: unknown, limits: MigrationTimeouts): MigrationError {
+/** `ranMs`: how long the migration ran before it failed. */
+function explained(migration: Migration, error: unknown, limits: MigrationTimeouts, ranMs: number): MigrationError {
   const e = error as { code?: string; message?: string }
   const message = e?.message ?? String(error)
   if (e?.code === '55P03') {
@@ -236,7 +238,9 @@ function explained(migration: Migration, error: unknown, limits: MigrationTimeou
       { cause: error },
     )
   }
-  if (e?.code === '57014' && /statement timeout/.test(message)) {
+  // 57014 is also an operator's cancel. The message tells them apart only in English (lc_messages
+  // translates it), so the time does: a cancel before the limit was up is no timeout.
+  if (e?.code === '57014' && limits.statementTimeoutMs > 0 && ranMs >= limits.statementTimeoutMs) {
     return new MigrationError(
       migration.name,
       `migration ${migration.name} ran past statement_timeout (${limits.statementTimeoutMs} ms) and was stopped; raise ` +

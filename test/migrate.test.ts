@@ -6,6 +6,7 @@ import { createSql, type Sql } from '../src/db.ts'
 import { migrate, MigrationError, readMigrations } from '../src/migrate.ts'
 import { until } from './helpers/until.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+import { startPostgresServer } from './helpers/postgres-server.ts'
 
 const root = mkdtempSync(join(tmpdir(), 'am-migrate-'))
 const databases: TestDatabase[] = []
@@ -161,6 +162,32 @@ describe('migrate: locks and timeouts', () => {
     expect(failure).toBeInstanceOf(MigrationError)
     expect(failure.message).toContain('migration 00001_slow.sql ran past statement_timeout (100 ms)')
   })
+
+  test('a statement past statement_timeout is named so in any language of the server’s messages; a cancel is not', async () => {
+    // German messages without a German locale: gettext reads LANGUAGE unless lc_messages is C.
+    const server = await startPostgresServer({ settings: { lc_messages: 'C.UTF-8' }, env: { LANGUAGE: 'de' } })
+    const sql = createSql(server.url(), { max: 1 })
+    const watcher = createSql(server.url(), { max: 1 })
+    try {
+      const dir = folder({ '00001_slow.sql': 'select pg_sleep(2);' })
+      const timedOut = await migrate(sql, readMigrations(dir), { lockTimeoutMs: 0, statementTimeoutMs: 100 }).catch(error => error)
+      expect(timedOut.cause.message).toContain('Zeitüberschreitung')
+      expect(timedOut.message).toContain('migration 00001_slow.sql ran past statement_timeout (100 ms)')
+
+      const cancelling = migrate(sql, readMigrations(dir), { lockTimeoutMs: 0, statementTimeoutMs: 60_000 }).catch(error => error)
+      await until(
+        async () =>
+          (await watcher`select pg_cancel_backend(pid) as c from pg_stat_activity where query like '%pg_sleep(2)%' and pid <> pg_backend_pid()`)
+            .length > 0,
+      )
+      const cancelled = await cancelling
+      expect(cancelled.message).toStartWith('migration 00001_slow.sql failed: ')
+    } finally {
+      await sql.end()
+      await watcher.end()
+      await server.stop()
+    }
+  }, 20_000)
 
   test("a file's first line sets its own timeouts", async () => {
     const sql = connect(await emptyDatabase())

@@ -62,6 +62,10 @@ interface Options {
   /** Where the WAL goes (`initdb -X`), e.g. a small disk of its own, and the size of its segments in MB (`--wal-segsize`, default 16). */
   walDir?: string
   walSegmentMb?: number
+  /** Server settings (`-c name=value`), e.g. `{ lc_messages: 'C.UTF-8' }`. */
+  settings?: Record<string, string>
+  /** The server's environment besides the caller's, e.g. `{ LANGUAGE: 'de' }` for its messages in German (with `lc_messages` other than C). */
+  env?: Record<string, string>
 }
 
 /**
@@ -108,9 +112,12 @@ async function startServer(options: Options, create: (run: Run, bin: string, dat
     await create(run, bin, data)
     for (let attempt = 1; ; attempt++) {
       const port = await freePort()
-      const settings = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1${options.ipv6 ? ',::1' : ''} -c fsync=off -c max_connections=${options.maxConnections ?? 100}`
+      const extra = Object.entries(options.settings ?? {}).map(([name, value]) => ` -c ${name}=${value}`)
+      const settings = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1${options.ipv6 ? ',::1' : ''} -c fsync=off -c max_connections=${options.maxConnections ?? 100}${extra.join('')}`
+      const env = Object.entries(options.env ?? {}).map(([name, value]) => `${name}=${value}`)
       // -l: without it the server's output would hold pg_ctl's pipe open.
-      const ctl = (...args: string[]) => run([join(bin, 'pg_ctl'), '-D', data, '-l', log, '-o', settings, '-w', '-t', '30', ...args])
+      const ctl = (...args: string[]) =>
+        run([...(env.length > 0 ? ['env', ...env] : []), join(bin, 'pg_ctl'), '-D', data, '-l', log, '-o', settings, '-w', '-t', '30', ...args])
       const started = await ctl('start').then(
         () => true,
         // Another process may take the port between the check and the server's bind.
