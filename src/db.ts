@@ -30,15 +30,14 @@ export const silenceGraceMs = 5000
 /**
  * What the service's SQL and the driver assume of a session, whatever the role's or the database's
  * defaults (an operator's, a managed service's): UTC, so month arithmetic in SQL (billing periods)
- * matches the application's; times and bytes in the forms the driver parses (under `DateStyle = 'SQL,
- * DMY'` or `bytea_output = 'escape'` it reads them wrong); and read committed, which the statements'
- * races are written for (under serializable or repeatable read, racing writes fail as 503 rather than
- * wait: 50 concurrent subscriptions were 49 503s instead of 409s).
+ * matches the application's; times in the form the driver parses (under `DateStyle = 'SQL, DMY'` it
+ * reads them wrong); and read committed, which the statements' races are written for (under
+ * serializable or repeatable read, racing writes fail as 503 rather than wait: 50 concurrent
+ * subscriptions were 49 503s instead of 409s). Sent at startup, they outrank those settings.
  */
 export const sessionDefaults = {
   TimeZone: 'UTC',
   DateStyle: 'ISO, MDY',
-  bytea_output: 'hex',
   default_transaction_isolation: 'read committed',
 } as const
 
@@ -66,8 +65,39 @@ export function createSql(url: string, options: SqlOptions = {}): Sql {
         serialize: (value: number) => String(value),
         parse: (value: string) => Number(value),
       },
+      bytea: {
+        to: 17,
+        from: [17],
+        serialize: (value: Uint8Array) => '\\x' + Buffer.from(value).toString('hex'),
+        parse: parseBytea,
+      },
     },
   }) as unknown as Sql
+}
+
+/**
+ * A bytea as the server writes it: hex (`\x...`, the default `bytea_output`) or escape (a role's or
+ * server's `bytea_output = escape`: printable bytes as themselves, `\\`, and `\ooo` in octal). The
+ * driver reads only hex, and escape made key hashes, sealed credentials and stored idempotent answers
+ * garbage. Read either rather than send `bytea_output` at startup: PgBouncer refuses it there.
+ */
+export function parseBytea(text: string): Buffer {
+  if (text.startsWith('\\x')) return Buffer.from(text.slice(2), 'hex')
+  const bytes = Buffer.allocUnsafe(text.length)
+  let n = 0
+  for (let i = 0; i < text.length;) {
+    if (text[i] !== '\\') {
+      bytes[n++] = text.charCodeAt(i)
+      i += 1
+    } else if (text[i + 1] === '\\') {
+      bytes[n++] = 0x5c
+      i += 2
+    } else {
+      bytes[n++] = parseInt(text.slice(i + 1, i + 4), 8)
+      i += 4
+    }
+  }
+  return bytes.subarray(0, n)
 }
 
 /**

@@ -1,7 +1,7 @@
 /**
  * A database whose defaults someone else chose (a DBA's postgresql.conf, a managed service's, `alter
  * role ... set`): the service's sessions set what its SQL and its driver assume (src/db.ts,
- * `sessionDefaults`), so it serves as it does on a stock server.
+ * `sessionDefaults`), and bytea is read in either output form, so it serves as on a stock server.
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { createSql } from '../src/db.ts'
