@@ -2,7 +2,7 @@
 import { afterAll, beforeAll } from 'bun:test'
 import { startUpstream, type Upstream } from '../../test/helpers/upstream.ts'
 import { prepareTemplate } from './deployment.ts'
-import { startPostgresServer, type PostgresServer } from '../../test/helpers/postgres-server.ts'
+import { startPostgresServer, type PostgresServer, type PostgresServerOptions } from '../../test/helpers/postgres-server.ts'
 import { startRedisServer, type RedisServer } from '../../test/helpers/redis-server.ts'
 
 export interface World {
@@ -12,8 +12,9 @@ export interface World {
   close(): Promise<void>
 }
 
-export async function startWorld(): Promise<World> {
-  const [postgres, redis] = await Promise.all([startPostgresServer({ maxConnections: 300 }), startRedisServer()])
+/** `postgres`: options of its server (settings, environment) besides its connection limit. */
+export async function startWorld(options: { postgres?: PostgresServerOptions } = {}): Promise<World> {
+  const [postgres, redis] = await Promise.all([startPostgresServer({ maxConnections: 300, ...options.postgres }), startRedisServer()])
   const upstream = startUpstream()
   const world: World = {
     postgres,

@@ -54,7 +54,7 @@ export function postgresBinaries(): string | null {
   return newest === undefined ? null : join(root, newest, 'bin')
 }
 
-interface Options {
+export interface PostgresServerOptions {
   maxConnections?: number
   ipv6?: boolean
   /** The data directory (an empty one, owned by the server's OS user: a small disk's mount), instead of one under the temporary directory. */
@@ -73,7 +73,7 @@ interface Options {
  * 127.0.0.1, and of ::1 too with `ipv6` (the port is found free on 127.0.0.1; PostgreSQL starts with a
  * warning in its log if another process holds it on ::1).
  */
-export async function startPostgresServer(options: Options = {}): Promise<PostgresServer> {
+export async function startPostgresServer(options: PostgresServerOptions = {}): Promise<PostgresServer> {
   const wal = [...(options.walDir ? ['-X', options.walDir] : []), ...(options.walSegmentMb ? ['--wal-segsize', String(options.walSegmentMb)] : [])]
   return startServer(options, (run, bin, data) =>
     run([join(bin, 'initdb'), '-D', data, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--no-sync', ...wal]),
@@ -83,7 +83,10 @@ export async function startPostgresServer(options: Options = {}): Promise<Postgr
 type Run = (args: string[]) => Promise<string>
 
 /** Makes the data directory with `create`, then starts a server on it. */
-async function startServer(options: Options, create: (run: Run, bin: string, data: string) => Promise<unknown>): Promise<PostgresServer> {
+async function startServer(
+  options: PostgresServerOptions,
+  create: (run: Run, bin: string, data: string) => Promise<unknown>,
+): Promise<PostgresServer> {
   const bin = postgresBinaries()
   if (bin === null) throw new Error('initdb and pg_ctl not found (apt-get install postgresql)')
   const dir = mkdtempSync(join(tmpdir(), 'am-pg-'))
@@ -158,7 +161,7 @@ async function startServer(options: Options, create: (run: Run, bin: string, dat
   }
 }
 
-async function startReplica(options: Options, primaryPort: number, primaryUrl: string): Promise<PostgresReplica> {
+async function startReplica(options: PostgresServerOptions, primaryPort: number, primaryUrl: string): Promise<PostgresReplica> {
   const server = await startServer(options, (run, bin, data) =>
     run([join(bin, 'pg_basebackup'), '-h', '127.0.0.1', '-p', String(primaryPort), '-U', 'postgres', '-D', data, '-R', '-X', 'stream', '--no-sync']),
   )
