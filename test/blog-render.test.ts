@@ -2,7 +2,7 @@
 import { describe, expect, test } from 'bun:test'
 import { createMarkdownRenderer, RendererBusy } from '../src/blog/render.ts'
 import { createLog } from '../src/log.ts'
-import { brokenRenderer } from './helpers/blog.ts'
+import { brokenRenderer, slowLoadingRenderer } from './helpers/blog.ts'
 
 const log = createLog('error')
 // Seconds of marked's time at the allowed size; a quarter of a second here is far over any limit.
@@ -77,4 +77,23 @@ describe('the markdown renderer', () => {
       await renderer.close()
     }
   })
+
+  test('a thread that loads late (a busy machine) but loads refuses nothing: after a render over its limit, the next starts a thread', async () => {
+    const lines: string[] = []
+    const renderer = slowLoadingRenderer(
+      createLog('error', line => lines.push(line)),
+      2300,
+      { timeoutMs: 1500 },
+    )
+    try {
+      // The first start waits 2 s and is logged; the thread loads a moment later and renders.
+      expect(await renderer.render('One.')).toBe('<p>One.</p>\n')
+      expect(lines.some(line => line.includes('did not load in time'))).toBe(true)
+      // Over its limit: the thread is ended, and the next render needs a new one (it used to be refused for a minute).
+      expect(await renderer.render(slow)).toBeNull()
+      expect(await renderer.render('Two.')).toBe('<p>Two.</p>\n')
+    } finally {
+      await renderer.close()
+    }
+  }, 15_000)
 })

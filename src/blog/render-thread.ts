@@ -14,20 +14,22 @@ const reserveSize = 16
 /** The longest the event loop is blocked for a thread's start (about 20 ms on an idle machine). */
 const startWaitMs = 2000
 /**
- * After a thread that did not load within that wait, how long no thread is started: a module that
- * cannot load (a broken deploy) would otherwise block the loop the whole wait at every start.
+ * After a thread that did not load within that wait, how long no thread is started while it still has
+ * not loaded: a module that cannot load (a broken deploy) would otherwise block the loop the whole wait
+ * at every start. One that loaded late (a machine busy for a moment) refuses nothing.
  */
 const refuseMs = 60_000
 
 export interface RenderThreads {
-  /** A new thread; undefined when the descriptors it needs could not be set aside, or a thread lately failed to load in time. */
+  /** A new thread; undefined when the descriptors it needs could not be set aside, or a thread lately started has not loaded. */
   start(): Worker | undefined
   close(): void
 }
 
 export function renderThreads(url: string, log: Log): RenderThreads {
   const held: number[] = []
-  let refusedUntil = 0
+  /** The last thread that did not load within the wait: its flag (set once it loads) and until when it refuses. */
+  let late: { loaded: Int32Array; until: number } | undefined
   const fill = () => {
     try {
       while (held.length < reserveSize) held.push(openSync('/dev/null', 'r'))
@@ -38,15 +40,16 @@ export function renderThreads(url: string, log: Log): RenderThreads {
   fill()
   return {
     start() {
-      if (performance.now() < refusedUntil) return undefined
+      if (late && performance.now() < late.until && Atomics.load(late.loaded, 0) === 0) return undefined
       fill()
       if (held.length < reserveSize) return undefined
       for (const fd of held.splice(0)) closeSync(fd)
       // render-worker.ts sets it once loaded; Atomics.wait keeps the listener from taking the reserve meanwhile.
       const loaded = new SharedArrayBuffer(4)
       const worker = new Worker(url, { workerData: loaded } as WorkerOptions)
-      if (Atomics.wait(new Int32Array(loaded), 0, 0, startWaitMs) === 'timed-out') {
-        refusedUntil = performance.now() + refuseMs
+      const flag = new Int32Array(loaded)
+      if (Atomics.wait(flag, 0, 0, startWaitMs) === 'timed-out') {
+        late = { loaded: flag, until: performance.now() + refuseMs }
         log.error('markdown renderer thread did not load in time; none is started for a while', { waitedMs: startWaitMs, refuseMs })
       }
       fill()

@@ -1,9 +1,9 @@
-/** Blog test helpers: agents with their blog on, posts, the blog worker alone, a broken renderer. */
+/** Blog test helpers: agents with their blog on, posts, the blog worker alone, a broken or slow renderer. */
 import type { Worker } from 'bullmq'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { pathToFileURL } from 'node:url'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 import { createMarkdownRenderer, type MarkdownRenderer } from '../../src/blog/render.ts'
 import type { Log } from '../../src/log.ts'
 import { createRedis } from '../../src/redis.ts'
@@ -50,12 +50,37 @@ export function startBlogWorker(ctx: TestContext): { worker: Worker; close(): Pr
 
 /** A renderer whose thread's module cannot load, as after a broken deploy; `close` also removes that module. */
 export function brokenRenderer(log: Log): MarkdownRenderer {
+  return rendererWithModule(log, "throw new Error('a broken deploy')\n")
+}
+
+/**
+ * A renderer whose thread loads slowly, as on a machine busy for a moment: the first thread started
+ * spins for `spinMs` before loading the real module, later ones load at once.
+ */
+export function slowLoadingRenderer(log: Log, spinMs: number, options: { timeoutMs?: number } = {}): MarkdownRenderer {
+  const real = fileURLToPath(new URL('../../src/blog/render-worker.ts', import.meta.url))
+  // Static imports, run in order: a top-level await would let the thread take messages before it listens.
+  return rendererWithModule(log, `import './spin.ts'\nimport ${JSON.stringify(real)}\n`, options, dir => {
+    const once = JSON.stringify(join(dir, 'spun'))
+    const spin = `if (!existsSync(${once})) {\n  writeFileSync(${once}, '')\n  const end = Date.now() + ${spinMs}\n  while (Date.now() < end) {}\n}\n`
+    writeFileSync(join(dir, 'spin.ts'), `import { existsSync, writeFileSync } from 'node:fs'\n${spin}`)
+  })
+}
+
+/** A renderer whose thread runs `source` (beside what `more` writes in its directory); `close` removes them. */
+function rendererWithModule(
+  log: Log,
+  source: string,
+  options: { timeoutMs?: number } = {},
+  more: (dir: string) => void = () => {},
+): MarkdownRenderer {
   const dir = mkdtempSync(join(tmpdir(), 'am-render-'))
   const module = join(dir, 'worker.ts')
-  writeFileSync(module, "throw new Error('a broken deploy')\n")
-  const renderer = createMarkdownRenderer({ log, workerUrl: pathToFileURL(module).href })
+  writeFileSync(module, source)
+  more(dir)
+  const renderer = createMarkdownRenderer({ log, ...options, workerUrl: pathToFileURL(module).href })
   return {
-    render: source => renderer.render(source),
+    render: text => renderer.render(text),
     async close() {
       await renderer.close()
       rmSync(dir, { recursive: true, force: true })
