@@ -5,6 +5,9 @@ import { createApp } from '../src/app.ts'
 import { createTestDatabase } from './helpers/database.ts'
 import { startHeldProxy } from './helpers/held-proxy.ts'
 import { createLog } from '../src/log.ts'
+import { Elysia, t } from 'elysia'
+import { httpErrors } from '../src/http/error-handler.ts'
+import { routeMethods } from '../src/http/route-methods.ts'
 
 let ctx: TestContext
 let alice: TestUser
@@ -479,6 +482,28 @@ describe('logs', () => {
     } finally {
       await broken.close()
     }
+  })
+
+  test('a response that fails its own schema is 500, logged by where it failed, never with the response (an API key, a listing)', async () => {
+    const lines: string[] = []
+    const secret = 'sk_agt_0123456789abcdef0123456789abcdef'
+    const log = createLog('info', line => lines.push(line))
+    // A bug the types missed: a field of the wrong type.
+    const body = () => ({ apiKey: secret, count: 'three' as unknown as number, items: Array.from({ length: 5000 }, (_, i) => `item-${i}`) })
+    const response = { 200: t.Object({ apiKey: t.String(), count: t.Number(), items: t.Array(t.String()) }) }
+    const app = new Elysia().use(httpErrors(log, routeMethods(), { draining: false })).get('/broken', body, { response })
+    const res = await app.handle(new Request('http://test.local/broken'))
+    expect([res.status, ((await res.json()) as { error: string }).error]).toEqual([500, 'internal'])
+    expect(lines.map(line => JSON.parse(line))).toEqual([
+      {
+        time: expect.any(String),
+        level: 'error',
+        msg: 'response failed its own schema',
+        route: '/broken',
+        issues: [{ path: '/count', message: 'Expected number' }],
+      },
+    ])
+    expect(lines[0]).not.toContain(secret)
   })
 })
 

@@ -42,7 +42,10 @@ export function toAppError(
   const route = request.route || 'unmatched'
   if (error instanceof ValidationError) {
     if (error.type === 'response') {
-      log.error('response failed its own schema', { route, ...errorFields(error) })
+      // Where it failed and why, never the error itself: Elysia's message (and the stack that
+      // repeats it) holds the whole response, which may carry a secret (a new agent's API key) and
+      // be megabytes (a listing).
+      log.error('response failed its own schema', { route, issues: validationDetails(error) })
       return errors.internal()
     }
     return errors.validation(`The ${parts[error.type] ?? 'request'} ${error.type === 'body' ? 'is' : 'are'} not valid`, validationDetails(error))
