@@ -76,9 +76,47 @@ export function createLog(level: LogLevel, write: (line: string) => void = toStd
   const min = levels[level]
   const emit = (at: LogLevel) => (msg: string, fields?: Record<string, unknown>) => {
     if (levels[at] < min) return
-    write(JSON.stringify({ time: new Date().toISOString(), level: at, msg, ...fields }))
+    write(boundedLine({ time: new Date().toISOString(), level: at, msg, ...fields }))
   }
   return { debug: emit('debug'), info: emit('info'), warn: emit('warn'), error: emit('error') }
+}
+
+/**
+ * The longest line the log writes, in bytes with its newline. Docker's json-file driver and CRI
+ * runtimes (containerd, CRI-O) split longer lines into pieces of 16 KiB, which a collector parsing
+ * each as JSON (Vector, Fluent Bit, Loki, CloudWatch) takes as broken lines; and a field that grows
+ * with what a caller sent or a server said (an error's message, a library's output, a database's
+ * log) would otherwise be as long as that.
+ */
+export const maxLineBytes = 16 * 1024
+
+/**
+ * The record as one JSON line of at most `maxLineBytes`: when longer, its strings are cut (each
+ * saying how long it was) to 4096 characters, then to 256 and its arrays to 20 items; a record still
+ * over keeps its time, level and message (cut to 256) and says how long it was in `cutFromBytes`.
+ */
+function boundedLine(record: { time: string; level: LogLevel; msg: string } & Record<string, unknown>): string {
+  const line = JSON.stringify(record)
+  // A UTF-16 unit is at most 3 bytes in UTF-8 (a pair, 4), and JSON's escapes are ASCII.
+  if (line.length * 3 < maxLineBytes || Buffer.byteLength(line) < maxLineBytes) return line
+  for (const [chars, items] of [
+    [4096, Infinity],
+    [256, 20],
+  ] as const) {
+    const shorter = JSON.stringify(record, (_, value) => cut(value, chars, items))
+    if (Buffer.byteLength(shorter) < maxLineBytes) return shorter
+  }
+  return JSON.stringify({ time: record.time, level: record.level, msg: cut(record.msg, 256, 0), cutFromBytes: Buffer.byteLength(line) })
+}
+
+function cut(value: unknown, chars: number, items: number): unknown {
+  if (typeof value === 'string' && value.length > chars) {
+    // Not between the two halves of a surrogate pair.
+    const end = /[\uD800-\uDBFF]/.test(value[chars - 1]!) ? chars - 1 : chars
+    return `${value.slice(0, end)}… (cut from ${value.length} characters)`
+  }
+  if (Array.isArray(value) && value.length > items) return [...value.slice(0, items), `… (cut from ${value.length} items)`]
+  return value
 }
 
 /** An error as log fields: its message, its code when it has one (a SQLSTATE, an errno name), its stack. */

@@ -5,7 +5,8 @@ import { createTestContext, signUp, type TestAgent, type TestContext, type TestU
 import { blogAgent, setBlog, startBlogWorker, writePost } from './helpers/blog.ts'
 import { until } from './helpers/until.ts'
 import { blogQueueName } from '../src/blog/queue.ts'
-import { publishScheduledPost } from '../src/blog/publish.ts'
+import { publishDuePosts, publishScheduledPost } from '../src/blog/publish.ts'
+import { createLog } from '../src/log.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -176,5 +177,25 @@ describe('the worker', () => {
     const post = await writePost(ctx, agent, { title: 'Clockwork', publishAt: inSeconds(1) })
     const took = await until(async () => (await publicStatus(post.slug)) === 200)
     expect(took).toBeLessThan(6000)
+  })
+})
+
+describe('the log', () => {
+  test('the sweep publishing hundreds of posts at once writes one line a log collector keeps whole (under 16 KiB)', async () => {
+    // Posts scheduled for one moment whose jobs Redis lost: the sweep publishes them together.
+    const bulk = await blogAgent(ctx, owner)
+    const due = new Date(ctx.clock.now().getTime() - 1000)
+    await ctx.deps.sql`
+      insert into blog_posts (participant_id, title, slug, content, status, publish_at, created_at, updated_at)
+      select ${bulk.id}, 'Bulk ' || i, 'bulk-' || i, 'Body text.', 'scheduled', ${due}, ${due}, ${due}
+      from generate_series(1, 600) as i
+    `
+    const lines: string[] = []
+    expect(await publishDuePosts({ ...ctx.deps, log: createLog('info', line => lines.push(line)) })).toBe(600)
+    expect(lines.length).toBe(1)
+    expect(Buffer.byteLength(`${lines[0]}\n`)).toBeLessThanOrEqual(16 * 1024)
+    const record = JSON.parse(lines[0]!)
+    expect(record.msg).toBe('blog posts published by the sweep')
+    expect(record.postIds.at(-1)).toBe('… (cut from 600 items)')
   })
 })
