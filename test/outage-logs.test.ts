@@ -10,6 +10,7 @@ import { freePort } from './helpers/ports.ts'
 import { startRedisServer, type RedisServer } from './helpers/redis-server.ts'
 import { startHeldProxy, type HeldProxy } from './helpers/held-proxy.ts'
 import { until } from './helpers/until.ts'
+import { maxLineBytes } from '../src/log.ts'
 
 const root = mkdtempSync(join(tmpdir(), 'am-outage-'))
 const { start, killAll } = processGroup()
@@ -82,11 +83,25 @@ async function linesOf(started: Started): Promise<{ stream: string; line: string
   )
 }
 
-function expectJsonLines(lines: { stream: string; line: string }[]) {
+/**
+ * Every line one record of src/log.ts (an object with an ISO time, a level and a message), short
+ * enough for a collector to keep whole (Docker and CRI split lines at 16 KiB), and holding none of
+ * `secrets` (a caller's credential, a password in a URL).
+ */
+function expectJsonLines(lines: { stream: string; line: string }[], secrets: string[] = []) {
   const bad = lines.filter(({ line }) => {
     try {
       const parsed = JSON.parse(line)
-      return parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)
+      return (
+        parsed === null ||
+        typeof parsed !== 'object' ||
+        Array.isArray(parsed) ||
+        Number.isNaN(Date.parse(parsed.time)) ||
+        !['debug', 'info', 'warn', 'error'].includes(parsed.level) ||
+        typeof parsed.msg !== 'string' ||
+        Buffer.byteLength(`${line}\n`) > maxLineBytes ||
+        secrets.some(secret => line.includes(secret))
+      )
     } catch {
       return true
     }
@@ -117,7 +132,7 @@ describe('through outages', () => {
     started.proc.kill('SIGTERM')
     expect(await exitWithin(started.proc, 15_000)).toBe(0)
     const lines = await linesOf(started)
-    expectJsonLines(lines)
+    expectJsonLines(lines, [token])
     const records = lines.map(({ line }) => JSON.parse(line) as { level: string; msg: string; connection?: string })
     // The outage is in the log once per connection, not once per reconnection attempt: each
     // connection that went down says so once, and once that it is back.
@@ -169,7 +184,7 @@ describe('through outages', () => {
     started.proc.kill('SIGTERM')
     expect(await exitWithin(started.proc, 15_000)).toBe(0)
     const lines = await linesOf(started)
-    expectJsonLines(lines)
+    expectJsonLines(lines, [token, apiKey])
     // Said once, then at most once a minute, not every round.
     const claims = lines.filter(({ line }) => (JSON.parse(line) as { msg: string }).msg === 'actor claim failed; retrying')
     expect(claims.length).toBe(1)
@@ -181,6 +196,8 @@ describe('through outages', () => {
     cleanups.push(() => proxy.close())
     const through = new URL(db.url)
     through.port = new URL(proxy.url).port
+    // A password in the URL (trust auth ignores it) must never reach the log.
+    through.password = 'never-logged-password'
     const { started, base } = await service(through.toString(), redisUrl)
     const token = await userToken('outage-bob', { email: 'bob@example.com' })
     expect(await traffic(base, token)).toEqual([200, 201, 200, 200])
@@ -200,6 +217,6 @@ describe('through outages', () => {
 
     started.proc.kill('SIGTERM')
     expect(await exitWithin(started.proc, 15_000)).toBe(0)
-    expectJsonLines(await linesOf(started))
+    expectJsonLines(await linesOf(started), [token, 'never-logged-password'])
   }, 60_000)
 })
