@@ -35,7 +35,7 @@ export const silenceGraceMs = 5000
  * serializable or repeatable read, racing writes fail as 503 rather than wait: 50 concurrent
  * subscriptions were 49 503s instead of 409s). Sent at startup, they outrank those settings.
  */
-export const sessionDefaults = {
+const sessionDefaults = {
   TimeZone: 'UTC',
   DateStyle: 'ISO, MDY',
   default_transaction_isolation: 'read committed',
@@ -81,7 +81,7 @@ export function createSql(url: string, options: SqlOptions = {}): Sql {
  * driver reads only hex, and escape made key hashes, sealed credentials and stored idempotent answers
  * garbage. Read either rather than send `bytea_output` at startup: PgBouncer refuses it there.
  */
-export function parseBytea(text: string): Buffer {
+function parseBytea(text: string): Buffer {
   if (text.startsWith('\\x')) return Buffer.from(text.slice(2), 'hex')
   const bytes = Buffer.allocUnsafe(text.length)
   let n = 0
