@@ -4,6 +4,8 @@ import { until } from './helpers/until.ts'
 import { createTestContext, type TestContext } from './helpers/context.ts'
 import { idempotentCommand, type CommandOptions } from '../src/idempotency/idempotent.ts'
 import { errors } from '../src/errors.ts'
+import { createSql } from '../src/db.ts'
+import { startHeldProxy } from './helpers/held-proxy.ts'
 
 let ctx: TestContext
 
@@ -134,5 +136,78 @@ describe('a leased request that failed with 5xx', () => {
     await expect(refused).rejects.toMatchObject({ code: 'not_subscribed' })
     const corrected = { ...request('refused-then-corrected'), body: { n: 2 } }
     expect(await idempotentCommand(ctx.deps, corrected, async () => ({ status: 200, body: 'ok' }), upstreamLike)).toMatchObject({ status: 200 })
+  })
+})
+
+describe('a leased request whose end could not be written (PostgreSQL away)', () => {
+  /**
+   * Runs a call through a connection to PostgreSQL that goes away while the call runs and comes back
+   * after it failed; the clock stands still, so the lease never lapses by itself. Returns the repeat's
+   * answer once it is not refused as in progress, and how many times the call's work ran.
+   */
+  async function cutOffWhileRunning(key: string, finish: () => { status: number; body: unknown }) {
+    const proxy = await startHeldProxy(ctx.config.databaseUrl!)
+    const through = new URL(ctx.config.databaseUrl!)
+    through.port = new URL(proxy.url).port
+    const sql = createSql(through.toString(), { max: 2 })
+    ctx.clock.freeze(new Date())
+    let ran = 0
+    try {
+      const first = idempotentCommand(
+        { sql, clock: ctx.clock },
+        request(key),
+        async () => {
+          ran++
+          await proxy.stop()
+          return finish()
+        },
+        upstreamLike,
+      )
+      await expect(first).rejects.toThrow()
+      await proxy.restart()
+      let repeat: Awaited<ReturnType<typeof idempotentCommand>> | undefined
+      await until(async () => {
+        repeat = await idempotentCommand(
+          ctx.deps,
+          request(key),
+          async () => {
+            ran++
+            return { status: 200, body: 'by the repeat' }
+          },
+          upstreamLike,
+        ).catch(error => {
+          if (error?.code === 'idempotency_key_in_progress') return undefined
+          throw error
+        })
+        return repeat !== undefined
+      }, 5000)
+      return { repeat, ran }
+    } finally {
+      ctx.clock.resume()
+      await sql.end()
+      await proxy.close()
+    }
+  }
+
+  test('an answer is stored once PostgreSQL is back: the repeat replays it, the work not run again', async () => {
+    const { repeat, ran } = await cutOffWhileRunning('answered-while-away', () => ({ status: 200, body: 'by the first' }))
+    expect(repeat).toEqual({ status: 200, body: 'by the first', replayed: true })
+    expect(ran).toBe(1)
+  })
+
+  test('a 5xx lets the lease go once PostgreSQL is back: the repeat takes over at once', async () => {
+    const { repeat, ran } = await cutOffWhileRunning('failed-while-away', () => {
+      throw errors.unavailable()
+    })
+    expect(repeat).toEqual({ status: 200, body: 'by the repeat', replayed: false })
+    expect(ran).toBe(2)
+  })
+
+  test('a 4xx frees the key once PostgreSQL is back: the repeat runs', async () => {
+    const { repeat, ran } = await cutOffWhileRunning('refused-while-away', () => {
+      throw errors.notSubscribed()
+    })
+    expect(repeat).toEqual({ status: 200, body: 'by the repeat', replayed: false })
+    expect(ran).toBe(2)
   })
 })

@@ -129,7 +129,7 @@ export async function idempotentCommand(
   } catch (error) {
     await lease?.stop()
     if (error instanceof AppError && options.keepFailure?.(error)) {
-      await complete(sql, request.subject, key, mine, { status: error.status, body: errorBody(error) })
+      await settle(() => complete(sql, request.subject, key, mine, { status: error.status, body: errorBody(error) }), options.leaseMs)
     } else if (options.inFlight === 'resend' && (!own || !(error instanceof AppError && error.status < 500))) {
       // Not answered, but it may still be applied (an actor that did not reply in time): the
       // reservation stays, so a retry sends the same command id again and it is applied once. A
@@ -139,24 +139,31 @@ export async function idempotentCommand(
       // Failed after it may have done something (a proxy call that reached its upstream, then could
       // not be metered): the reservation stays, its lease let go at once, so the retry takes it over
       // with the same reservation, and what derives from it (the usage event) is the same again.
-      await sql`
-        update idempotency_keys set created_at = ${new Date(mine.at.getTime() - options.leaseMs)}
-        where subject = ${request.subject} and key = ${key} and response_status is null
-          and created_at = ${mine.at} and reservation = ${reservation}
-      `.catch(() => {})
+      const lapsed = new Date(mine.at.getTime() - options.leaseMs)
+      await settle(
+        () => sql`
+          update idempotency_keys set created_at = ${lapsed}
+          where subject = ${request.subject} and key = ${key} and response_status is null
+            and created_at = ${mine.at} and reservation = ${reservation}
+        `,
+        options.leaseMs,
+      ).catch(() => {})
     } else {
       // Refused, so nothing happened: the key is free again, also for a corrected request. Only
       // this reservation's: one taken over meanwhile is the taker's.
-      await sql`
-        delete from idempotency_keys
-        where subject = ${request.subject} and key = ${key} and response_status is null
-          and created_at = ${mine.at} and reservation = ${reservation}
-      `.catch(() => {})
+      await settle(
+        () => sql`
+          delete from idempotency_keys
+          where subject = ${request.subject} and key = ${key} and response_status is null
+            and created_at = ${mine.at} and reservation = ${reservation}
+        `,
+        options.leaseMs,
+      ).catch(() => {})
     }
     throw error
   }
   await lease?.stop()
-  await complete(sql, request.subject, key, mine, outcome)
+  await settle(() => complete(sql, request.subject, key, mine, outcome), options.leaseMs)
   return { ...outcome, replayed: false }
 }
 
@@ -252,6 +259,35 @@ function keepLease(
       clearInterval(timer)
       await renewing
     },
+  }
+}
+
+/**
+ * Writes what became of a reservation (its outcome, or the key let go). If that fails (Postgres
+ * away), the failure is thrown, and with a lease the write is tried again in the background every
+ * twentieth of it until it lands or the lease has lapsed anyway: repeats meanwhile are refused as in
+ * progress, and then replay the stored outcome (the upstream is not called twice) or take the key
+ * over at once, rather than waiting out the lease. Each write touches only this caller's reservation,
+ * so a late one changes nothing once the key was taken over.
+ */
+async function settle(write: () => Promise<unknown>, leaseMs: number | undefined): Promise<void> {
+  try {
+    await write()
+  } catch (error) {
+    if (leaseMs !== undefined) void retryUntilLanded(write, leaseMs / 20, performance.now() + leaseMs)
+    throw error
+  }
+}
+
+async function retryUntilLanded(write: () => Promise<unknown>, everyMs: number, untilMs: number): Promise<void> {
+  while (performance.now() < untilMs) {
+    await new Promise(resolve => setTimeout(resolve, everyMs).unref())
+    try {
+      await write()
+      return
+    } catch {
+      // Still away: again at the next tick.
+    }
   }
 }
 
