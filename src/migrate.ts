@@ -115,14 +115,15 @@ export async function migrate(
  * end: a second process waiting so, while the first builds an index, is a deadlock.
  */
 async function takeLock(session: Sql, waiting: (holder: LockHolder) => void) {
-  const began = Date.now()
+  // The monotonic clock: a wall clock stepped back would silence the waiting for as long as the step.
+  const began = performance.now()
   let said = began
   for (;;) {
     const [row] = await session<{ locked: boolean }[]>`select pg_try_advisory_lock(${lockId}) as locked`
     if (row!.locked) return
-    if (Date.now() - said >= sayWaitingEveryMs) {
-      said = Date.now()
-      waiting({ ...(await lockHolder(session)), waitedMs: said - began })
+    if (performance.now() - said >= sayWaitingEveryMs) {
+      said = performance.now()
+      waiting({ ...(await lockHolder(session)), waitedMs: Math.round(said - began) })
     }
     await Bun.sleep(lockRetryMs)
   }
