@@ -153,13 +153,6 @@ describe('the HTML pages', () => {
       '/@no-such-agent/blog',
       '/@no-such-agent/blog/live-page',
       '/@x/blog',
-      `/@${other.name}/blog/%00`,
-      '/@%00/blog',
-      // Not valid percent-encoding: the router has no value for them.
-      `/@${other.name}/blog/%ff`,
-      `/@${other.name}/blog/%`,
-      '/@%zz/blog',
-      '/@%e2%82/blog/live-page',
       `/@${other.id}/blog`,
     ]
     for (const path of paths) {
@@ -167,6 +160,19 @@ describe('the HTML pages', () => {
       expect(page.status, path).toBe(404)
       expect(page.type, path).toBe('text/html; charset=utf-8')
       expect(page.text, path).toContain('<h1>Not found</h1>')
+    }
+    // A URL that is not percent-encoded UTF-8 text is refused at the door, as on every route.
+    for (const path of [
+      `/@${other.name}/blog/%00`,
+      '/@%00/blog',
+      `/@${other.name}/blog/%ff`,
+      `/@${other.name}/blog/%`,
+      '/@%zz/blog',
+      '/@%e2%82/blog/live-page',
+    ]) {
+      const page = await get(path)
+      expect(page.status, path).toBe(400)
+      expect(JSON.parse(page.text).error, path).toBe('validation_failed')
     }
     expect((await get(`/@${other.name}/blog/${live.slug}`)).status).toBe(200)
     await setBlog(ctx, owner, other, { blogEnabled: false })

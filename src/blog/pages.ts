@@ -26,15 +26,10 @@ export function blogPages(deps: Deps) {
   const site = config.siteUrl
   const notFound = () => htmlResponse(notFoundPage(), 404)
 
-  // Every failure here is the HTML 404 page, never the JSON envelope: a browser is asking. Elysia
+  // Every failure here is the HTML 404 page, never the JSON envelope: a browser is asking (a URL
+  // refused at the door, not percent-encoded UTF-8 or too long, is answered before this). Elysia
   // routes the literal "@" before the parameter as a plain path prefix (tested in blog-pages.test.ts).
   const blogOf = (name: string) => (namePattern.test(name) ? findPublicBlog(sql, name) : Promise.resolve(undefined))
-  // Elysia's router hands a segment that is not valid percent-encoding (`%ff`, a lone `%`) over as
-  // null, which the params schema would refuse with the JSON 400; as '' it is a name or slug no
-  // page has, so the 404 page. Transform runs before validation.
-  const undecodable = ({ params }: { params: Record<string, string | null> }) => {
-    for (const key of Object.keys(params)) params[key] ??= ''
-  }
 
   return new Elysia({ tags: ['blog'] })
     .get(
@@ -50,7 +45,6 @@ export function blogPages(deps: Deps) {
       },
       {
         params: t.Object({ name: t.String() }),
-        transform: undecodable,
         // Shared links carry tracking parameters (utm_source, ...): a page ignores what it does not know.
         query: Query({ page: queryValue({ type: 'integer', minimum: 1, maximum: maxPage, default: 1 }, `Page number (${perPage} posts a page)`, 1) }),
         detail: {
@@ -77,7 +71,6 @@ export function blogPages(deps: Deps) {
       },
       {
         params: t.Object({ name: t.String(), slug: t.String() }),
-        transform: undecodable,
         detail: {
           operationId: 'getAgentBlogPostPage',
           summary: 'A published post as an HTML page (counts a view); drafts, scheduled and deleted posts are 404',

@@ -6,6 +6,7 @@ import { isBadInput, isDatabaseUnavailable, isTransientFailure } from '../db.ts'
 import { isRedisUnavailable } from '../redis.ts'
 import { isStorableText } from '../text.ts'
 import { headTooLarge } from './request-limits.ts'
+import { targetProblem } from './request-target.ts'
 import type { RouteMethods } from './route-methods.ts'
 import type { Answered } from '../metrics/http.ts'
 
@@ -166,12 +167,14 @@ export function httpErrors(log: Log, routes: RouteMethods, lifecycle: { readonly
 
 /**
  * The answer to a request refused before routing (OPTIONS answered; its head or body too large, a
- * body not JSON on a route that takes one), or none.
+ * URL the routes cannot read as sent, a body not JSON on a route that takes one), or none.
  */
 async function refusalOf(request: Request, routes: RouteMethods): Promise<Response | undefined> {
   // Bun lets heads up to 64 KiB through (server-options.ts): over the app's limits, answered here.
   const tooLarge = headTooLarge(request)
   if (tooLarge !== null) return renderError(tooLarge)
+  const badTarget = targetProblem(request.url, request.method, routes)
+  if (badTarget !== null) return renderError(badTarget)
   if (request.method === 'OPTIONS') return options(request, routes)
   const length = request.headers.get('content-length')
   // A request from the wire has a body only with a length or a transfer coding (RFC 9112, 6.1); one

@@ -1,10 +1,13 @@
-/** Which methods each path takes: the 405's Allow header, answers to OPTIONS, and which routes take a body. */
+/**
+ * Which methods each path takes: the 405's Allow header, answers to OPTIONS, which routes take a body
+ * and which query parameters they read.
+ */
 
 export interface Route {
   method: string
   path: string
-  /** The route's schemas; one with a `body` schema takes a body. */
-  hooks?: { body?: unknown }
+  /** The route's schemas; one with a `body` schema takes a body, and reads the properties of its `query` schema. */
+  hooks?: { body?: unknown; query?: unknown }
 }
 
 export interface RouteMethods {
@@ -14,6 +17,10 @@ export interface RouteMethods {
   allowed(path: string): string[] | null
   /** Whether the route for this method and path takes a body. */
   takesBody(method: string, path: string): boolean
+  /** The query parameters the route for this method (HEAD: GET's) and path reads; empty for none. */
+  readsQuery(method: string, path: string): ReadonlySet<string>
+  /** The name of the path parameter a route reads from the path's `index`th segment (split at `/`), if any. */
+  paramAt(path: string, index: number): string | undefined
 }
 
 /**
@@ -26,37 +33,57 @@ export interface RouteMethods {
  * routes.allowed('/v1/participants/0b4c...') // ['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH']
  */
 export function routeMethods(): RouteMethods {
-  let patterns: { pattern: RegExp; methods: Set<string>; bodies: Set<string> }[] = []
-  const methodsOf = (path: string, which: 'methods' | 'bodies'): Set<string> | null => {
+  let patterns: ({ pattern: RegExp; params: (string | undefined)[] } & Entry)[] = []
+  const namesOf = (path: string, which: 'methods' | 'bodies' | 'queries', method?: string): Set<string> | null => {
     const trimmed = path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path
     let found: Set<string> | null = null
     for (const entry of patterns) {
       if (!entry.pattern.test(trimmed)) continue
       found ??= new Set()
-      for (const method of entry[which]) found.add(method)
+      for (const name of which === 'queries' ? (entry.queries.get(method!) ?? []) : entry[which]) found.add(name)
     }
     return found
   }
   return {
     index(routes) {
-      const byPath = new Map<string, { methods: Set<string>; bodies: Set<string> }>()
+      const byPath = new Map<string, Entry>()
       for (const { method, path, hooks } of routes) {
-        const entry = byPath.get(path) ?? { methods: new Set<string>(), bodies: new Set<string>() }
+        const entry = byPath.get(path) ?? { methods: new Set<string>(), bodies: new Set<string>(), queries: new Map() }
         entry.methods.add(method)
         if (method === 'GET') entry.methods.add('HEAD')
         if (hooks?.body) entry.bodies.add(method)
+        const properties = (hooks?.query as { properties?: object } | undefined)?.properties
+        if (properties) entry.queries.set(method, new Set(Object.keys(properties)))
         byPath.set(path, entry)
       }
-      patterns = [...byPath].map(([path, entry]) => ({ pattern: toPattern(path), ...entry }))
+      patterns = [...byPath].map(([path, entry]) => ({
+        pattern: toPattern(path),
+        params: path.split('/').map(segment => (segment.includes(':') ? segment.slice(segment.indexOf(':') + 1) : undefined)),
+        ...entry,
+      }))
     },
     allowed(path) {
-      const methods = methodsOf(path, 'methods')
+      const methods = namesOf(path, 'methods')
       return methods ? [...methods, 'OPTIONS'].sort() : null
     },
     takesBody(method, path) {
-      return methodsOf(path, 'bodies')?.has(method) ?? false
+      return namesOf(path, 'bodies')?.has(method) ?? false
+    },
+    readsQuery(method, path) {
+      return namesOf(path, 'queries', method === 'HEAD' ? 'GET' : method) ?? new Set()
+    },
+    paramAt(path, index) {
+      const trimmed = path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path
+      return patterns.find(entry => entry.params[index] !== undefined && entry.pattern.test(trimmed))?.params[index]
     },
   }
+}
+
+interface Entry {
+  methods: Set<string>
+  bodies: Set<string>
+  /** The query parameters each method's route reads. */
+  queries: Map<string, Set<string>>
 }
 
 function toPattern(path: string): RegExp {

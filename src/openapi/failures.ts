@@ -25,7 +25,8 @@ const envelope = { $ref: '#/components/schemas/ErrorEnvelope' }
 /** What the HTTP layer answers, shared by the operations as `components.responses`. */
 export const failureResponses: Record<string, Response> = {
   BadRequest: failure(
-    'validation_failed (details name each problem; the message, the first of them), invalid_json or invalid_cursor: the request is not valid',
+    'validation_failed (details name each problem; the message, the first of them), invalid_json or invalid_cursor: the request is not valid. ' +
+      'Any route: a URL that is not percent-encoded UTF-8 text (a bad escape such as %zz or %FF, a %00, a raw #), or a query parameter the route reads given twice',
   ),
   Unauthorized: {
     ...failure('unauthorized: a credential is needed; invalid_token: the credential is invalid, expired or revoked'),
@@ -60,8 +61,8 @@ export function addFailures(operation: Operation): void {
   const add = (status: number, name: keyof typeof failureResponses) => {
     responses[status] ??= { $ref: `#/components/responses/${name}` } as Response
   }
-  const constrained = (operation.parameters ?? []).some(parameter => parameter.required || isConstrained(parameter.schema))
-  if (operation.requestBody || constrained) add(400, 'BadRequest')
+  // Every route: its URL is checked at the door (src/http/request-target.ts).
+  add(400, 'BadRequest')
   if (operation.security?.some(requirement => Object.keys(requirement).length > 0)) add(401, 'Unauthorized')
   if (operation.parameters?.some(parameter => parameter.in === 'header' && parameter.name === 'idempotency-key')) add(409, 'Conflict')
   add(413, 'PayloadTooLarge')
@@ -75,12 +76,6 @@ export function addFailures(operation: Operation): void {
     if (status === '503' && !response.$ref) response.headers = { ...failureResponses.Unavailable!.headers, ...response.headers }
     if (status === '401' && !response.$ref) response.headers = { ...failureResponses.Unauthorized!.headers, ...response.headers }
   }
-}
-
-/** Whether a parameter's schema can refuse a value (a bare string takes anything). */
-function isConstrained(schema: Schema | undefined): boolean {
-  if (!schema) return false
-  return Object.keys(schema).some(key => !['type', 'description', 'examples', 'default'].includes(key)) || schema.type !== 'string'
 }
 
 function failure(description: string): Response {
