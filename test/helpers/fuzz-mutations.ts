@@ -163,12 +163,24 @@ export const pathShapes: [string, string][] = [
   ['encoded dot dot', '%2e%2e'],
   ['dot', '.'],
   ['encoded NUL', '%00'],
+  ['NUL inside', 'a%00b'],
+  ['control character', '%01'],
   ['bad percent', '%zz'],
+  ['bad percent, upper case', '%ZZ'],
   ['lone percent', '%'],
+  ['trailing percent', 'abc%'],
+  ['truncated escape', '%E'],
+  ['truncated UTF-8', '%E0%A4%A'],
   ['encoded lone surrogate', '%ED%A0%80'],
   ['overlong UTF-8', '%C0%AF'],
+  ['invalid UTF-8 byte', '%FF'],
   ['latin-1 byte', '%E9'],
+  ['double-encoded slash', '%252F'],
+  ['double-encoded percent', '%2525'],
+  ['upper-case encoded dot dot', '%2E%2E'],
   ['unicode', '%C3%A9t%C3%A9'],
+  ['Kelvin sign for a k', '%E2%84%AA'],
+  ['full-width letters', '%EF%BD%81%EF%BD%82'],
   ['emoji', '%F0%9F%98%80'],
   ['RTL override', '%E2%80%AEabc'],
   ['encoded space', '%20'],
@@ -182,7 +194,12 @@ export const pathShapes: [string, string][] = [
 
 export function pathMutations(operation: Operation): Mutation[] {
   const names = (operation.parameters ?? []).filter(p => p.in === 'path').map(p => p.name)
-  return names.flatMap(name => pathShapes.map(([label, value]) => one(`path ${name} ${label}`, 'path', spec => (spec.params[name] = value))))
+  return [
+    ...names.flatMap(name => pathShapes.map(([label, value]) => one(`path ${name} ${label}`, 'path', spec => (spec.params[name] = value)))),
+    one('path with a trailing slash', 'path', spec => (spec.path = `${spec.path}/`)),
+    one('path with a double slash', 'path', spec => (spec.path = spec.path.replace(/\/(?=[^/]*$)/, '//'))),
+    one('path with a bad escape past its end', 'path', spec => (spec.path = `${spec.path}%zz`)),
+  ]
 }
 
 const queryShapes: [string, string][] = [
@@ -196,10 +213,20 @@ const queryShapes: [string, string][] = [
   ['leading space', '%201'],
   ['full-width digit', '%EF%BC%95'],
   ['encoded NUL', '%00'],
+  ['control character', '%01'],
   ['encoded lone surrogate', '%ED%A0%80'],
   ['bad percent', '%zz'],
+  ['lone percent', '%'],
+  ['truncated escape', '1%E'],
+  ['truncated UTF-8', '%E0%A4%A'],
+  ['overlong UTF-8', '%C0%AF'],
+  ['invalid UTF-8 byte', '%FF'],
+  ['plus for a space', 'a+b'],
+  ['encoded plus', '%2B1'],
+  ['double-encoded', '%2531'],
   ['unicode', '%C3%A9'],
   ['long', 'a'.repeat(6000)],
+  ['over the URL limit', 'a'.repeat(9000)],
   ['a date-time far away', '%2B275760-09-13T00%3A00%3A00.000Z'],
 ]
 
@@ -216,6 +243,7 @@ export function queryMutations(operation: Operation): Mutation[] {
       out.push(one(`query ${name} ${label}`, 'query', spec => (without(spec, name), spec.query.push([name, value]))))
     out.push(
       one(`query ${name} repeated`, 'query', spec => spec.query.push(...spec.query.filter(([n]) => n === name), [name, '1'])),
+      one(`query ${name} repeated, its name escaped`, 'query', spec => spec.query.push([escapeAll(name), '1'], [name, '1'])),
       one(`query ${name}[]`, 'query', spec => (without(spec, name), spec.query.push([`${name}[]`, '1']))),
       one(`query ${name}[a]`, 'query', spec => (without(spec, name), spec.query.push([`${name}[a]`, '1']))),
     )
@@ -224,9 +252,15 @@ export function queryMutations(operation: Operation): Mutation[] {
     one('query unknown parameter', 'query', spec => spec.query.push(['__proto__', 'x'], ['constructor', 'y'])),
     one('query 1,000 parameters', 'query', spec => spec.query.push(...Array.from({ length: 1000 }, (_, i): [string, string] => [`p${i % 7}`, 'v']))),
     one('query odd names', 'query', spec => spec.query.push(['%00', '1'], ['%ED%A0%80', '2'], ['', '3'], ['a'.repeat(3000), '4'])),
+    one('query a name with a bad escape', 'query', spec => spec.query.push(['%zz', '1'])),
+    one('query unknown parameter with a bad escape', 'query', spec => spec.query.push(['utm_source', '%'])),
+    one('query unknown parameter repeated', 'query', spec => spec.query.push(['utm_source', 'a'], ['utm_source', 'b'])),
   )
   return out
 }
+
+/** Every character of a name percent-encoded: the same name to a decoder, another to a string compare. */
+const escapeAll = (name: string) => [...new TextEncoder().encode(name)].map(byte => `%${byte.toString(16).toUpperCase().padStart(2, '0')}`).join('')
 
 /** Idempotency-Key where the operation documents it; a stream's resume header where it takes one. */
 export function headerMutations(operation: Operation, random: Random): Mutation[] {

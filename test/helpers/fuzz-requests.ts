@@ -34,12 +34,13 @@ export function bodyText(spec: Spec): string | undefined {
 const pathOf = (spec: Spec) => spec.path.replace(/\{([^}]+)\}/g, (_, name: string) => spec.params[name] ?? '')
 
 /**
- * Whether the request still goes to its operation's path: a parameter left empty, or a dot segment
- * the URL resolves (`..`, `%2e%2e`), makes it another path, answered by another route or none.
+ * Whether the request still goes to its operation's path: a parameter left empty, an empty segment
+ * (`//`), or a dot segment the URL resolves (`..`, `%2e%2e`), makes it another path, answered by
+ * another route or none.
  */
 export function onRoute(spec: Spec): boolean {
   const path = pathOf(spec)
-  return !Object.values(spec.params).includes('') && new URL(`http://test.local${path}`).pathname === path
+  return !Object.values(spec.params).includes('') && !path.includes('//') && new URL(`http://test.local${path}`).pathname === path
 }
 
 /** The request of a spec, for `app.handle` (or, with the origin of a listening server, for `fetch`). */

@@ -14,7 +14,7 @@ import {
   type Mutation,
 } from './fuzz-mutations.ts'
 import { onRoute, send, type Spec } from './fuzz-requests.ts'
-import { requestProblems } from './fuzz-validity.ts'
+import { doorProblems, requestProblems } from './fuzz-validity.ts'
 import type { Random } from './seeded.ts'
 import { asAgent, type World } from './fuzz-world.ts'
 
@@ -108,6 +108,10 @@ async function exercise(run: Run, op: Operation, request: Spec, mutation: Mutati
   const routed = onRoute(request)
   const problems = run.oracle.violations(op, answer, routed, request.method === 'HEAD')
   const invalid = routed ? requestProblems(run.oracle, op, request) : []
+  // Refused at the door on any path (a limit may answer first): never read as something else, such as a 404 of a name with the escape in it.
+  const door = doorProblems(op, request, routed)
+  if (door.length > 0 && ![400, 414, 431].includes(answer.status))
+    problems.push(`answered ${answer.status} to a URL refused at the door (${door[0]})`)
   if (routed && mutation?.refused && needsCredential(op)) invalid.push('a bad credential')
   if (invalid.length > 0 && answer.status < 300) problems.push(`accepted what the document refuses (${invalid[0]})`)
   if (routed && invalid.length === 0 && answer.status === 400 && mutation?.where !== 'credential') {

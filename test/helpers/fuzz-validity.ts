@@ -31,16 +31,13 @@ export function requestProblems(oracle: ReturnType<typeof documentOracle>, op: O
       problems.push('body has a __proto__ property')
     }
   }
+  problems.push(...doorProblems(op, spec, true))
   for (const parameter of op.parameters ?? []) {
     const value = valueOf(spec, parameter.in, parameter.name)
-    // Repeated: which one counts is the framework's to say, not the document's.
-    if (value === false) continue
+    // Undecodable or repeated: a door problem, told above.
+    if (value === null || value === false) continue
     if (value === undefined) {
       if (parameter.required) problems.push(`${parameter.in} ${parameter.name} missing`)
-      continue
-    }
-    if (value === null) {
-      problems.push(`${parameter.in} ${parameter.name} not decodable`)
       continue
     }
     if (parameter.in === 'query' && parameter.schema.type === 'integer') {
@@ -54,20 +51,45 @@ export function requestProblems(oracle: ReturnType<typeof documentOracle>, op: O
 }
 
 /**
- * A parameter's value as the service reads it: decoded; undefined when absent, false when repeated.
- * Undecodable (a bad percent escape, or bytes not UTF-8), a path parameter is null and a query value
- * is kept as it was sent, as Elysia reads them.
+ * Why the service must refuse the request at the door, whatever its route: a 400 (src/http/request-target.ts,
+ * the document's 400 `BadRequest`), unless a limit answers first (414, 431). A path parameter, or a
+ * query parameter's name or value, that is not percent-encoded UTF-8 text without NUL; on its route, a
+ * query parameter of the operation given twice.
+ */
+export function doorProblems(op: Operation, spec: Spec, routed: boolean): string[] {
+  const problems: string[] = []
+  if (text(spec.path.replace(/\{[^}]+\}/g, '')) === null) problems.push('path not decodable')
+  for (const [name, raw] of Object.entries(spec.params)) if (text(raw) === null) problems.push(`path ${name} not decodable`)
+  const counts = new Map<string, number>()
+  for (const [rawName, raw] of spec.query) {
+    const name = text(rawName.replace(/\+/g, ' '))
+    if (name === null || text(raw) === null) problems.push(`query ${rawName.slice(0, 40)} not decodable`)
+    else counts.set(name, (counts.get(name) ?? 0) + 1)
+  }
+  for (const { name, in: where } of (routed && op.parameters) || []) {
+    if (where === 'query' && (counts.get(name) ?? 0) > 1) problems.push(`query ${name} given twice`)
+  }
+  return problems
+}
+
+/** The text a percent-encoded string stands for; null when it is not UTF-8 text without NUL. */
+function text(raw: string): string | null {
+  try {
+    const value = decodeURIComponent(raw)
+    return value.includes('\u0000') ? null : value
+  } catch {
+    return null
+  }
+}
+
+/**
+ * A parameter's value as the service reads it: decoded; undefined when absent, false when repeated,
+ * null when undecodable.
  */
 function valueOf(spec: Spec, where: string, name: string): string | undefined | null | false {
-  const decode = (raw: string) => {
-    try {
-      return decodeURIComponent(raw.replace(/\+/g, where === 'query' ? ' ' : '+'))
-    } catch {
-      return where === 'query' ? raw : null
-    }
-  }
+  const decode = (raw: string) => text(where === 'query' ? raw.replace(/\+/g, ' ') : raw)
   if (where === 'path') return spec.params[name] === undefined ? undefined : decode(spec.params[name]!)
   if (where === 'header') return spec.headers[name]
-  const values = spec.query.filter(([n]) => n === name)
+  const values = spec.query.filter(([n]) => text(n.replace(/\+/g, ' ')) === name)
   return values.length === 0 ? undefined : values.length === 1 ? decode(values[0]![1]) : false
 }
