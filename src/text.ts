@@ -4,6 +4,15 @@ export function isStorableText(value: string): boolean {
 }
 
 /**
+ * Lower-cases A to Z only. `toLowerCase` also folds other scripts' letters into ASCII (the Kelvin sign
+ * K, U+212A, becomes `k`), so a lookalike would name what it only resembles.
+ */
+export const asciiLowerCase = (value: string) => value.replace(/[A-Z]+/g, letters => letters.toLowerCase())
+
+/** Upper-cases a to z only: `toUpperCase` turns `ſ` (U+017F) into `S`, and `ß` into `SS`. */
+export const asciiUpperCase = (value: string) => value.replace(/[a-z]+/g, letters => letters.toUpperCase())
+
+/**
  * A connection URL as it may be shown: everything up to its last `@` hidden, so that a password
  * written unencoded (holding `/` or `@`) is hidden too.
  */

@@ -132,3 +132,22 @@ describe('a query parameter given twice', () => {
     for (const result of await both('GET', '/v1/auth/me?x=1&x=2', bearer())) expect(result.status).toBe(200)
   })
 })
+
+describe('letters that only resemble ASCII', () => {
+  test('name no agent and no device code: a Kelvin sign is no k, a long s no s, though Unicode case-folds them so', async () => {
+    const kilo = await createAgent(ctx, alice, 'kilo-sierra')
+    for (const result of await both('GET', '/v1/participants/KILO-SIERRA')) expect(result.body.data?.id).toBe(kilo.id)
+    for (const lookalike of ['\u212Ailo-sierra', 'kilo-\u017Fierra']) {
+      for (const result of await both('GET', `/v1/participants/${encodeURIComponent(lookalike)}`)) expect(result.status, lookalike).toBe(404)
+    }
+    // A code with an S in it, written with ſ (U+017F), whose upper case is S.
+    let device: { userCode: string }
+    do device = (await ctx.call('POST', '/v1/auth/device-codes')).body.data
+    while (!device.userCode.includes('S'))
+    const lookalike = encodeURIComponent(device.userCode.toLowerCase().replace(/s/g, '\u017F'))
+    expect((await ctx.call('PATCH', `/v1/auth/device-codes/${lookalike}`, { token: alice.token, body: { action: 'deny' } })).status).toBe(404)
+    expect(
+      (await ctx.call('PATCH', `/v1/auth/device-codes/${device.userCode.toLowerCase()}`, { token: alice.token, body: { action: 'deny' } })).status,
+    ).toBe(200)
+  })
+})

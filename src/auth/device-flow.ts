@@ -6,6 +6,7 @@ import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
 import { errors } from '../errors.ts'
 import { isUuid } from '../http/formats.ts'
+import { asciiUpperCase } from '../text.ts'
 import { generateKey } from './api-key.ts'
 import { decideDeviceCode, findDeviceCode, insertDeviceCode, markDelivered } from './device-store.ts'
 import { getUser, insertApiKey } from './store.ts'
@@ -89,7 +90,7 @@ export async function decideDeviceAuthorization(
   userCode: string,
   action: 'approve' | 'deny',
 ): Promise<'approved' | 'denied' | null> {
-  const code = userCode.toUpperCase().replace(/-/g, '')
+  const code = asciiUpperCase(userCode).replace(/-/g, '')
   if (!/^[BCDFGHJKLMNPQRSTVWXZ]{8}$/.test(code)) return null
   const status = action === 'approve' ? 'approved' : 'denied'
   const decided = await decideDeviceCode(sql, code, { status, userId, at: clock.now() })

@@ -1,6 +1,7 @@
 /** SQL for agents ("participants"). */
 import type { Db } from '../db.ts'
 import { isUuid } from '../http/formats.ts'
+import { asciiLowerCase } from '../text.ts'
 import type { UpdateParticipant } from './schema.ts'
 
 export interface ParticipantRow {
@@ -38,11 +39,11 @@ export async function insertParticipant(
 
 /** An active participant by id or by name. */
 export async function findParticipant(sql: Db, idOrName: string): Promise<ParticipantRow | undefined> {
-  const byId = isUuid(idOrName.toLowerCase())
-  const [row] = byId
+  const lower = asciiLowerCase(idOrName)
+  const [row] = isUuid(lower)
     ? await sql<ParticipantRow[]>`select ${columns(sql)} from participants where id = ${idOrName} and active`
     : await sql<ParticipantRow[]>`
-        select ${columns(sql)} from participants where name = ${idOrName.toLowerCase()} and active
+        select ${columns(sql)} from participants where name = ${lower} and active
       `
   return row
 }
