@@ -1,7 +1,7 @@
 /**
- * What a request's target (path and query) must be for the routes to read it as sent: percent-encoded
- * UTF-8 text without NUL or a fragment, each query parameter a route reads given once. Checked at the
- * door, for every route, before the framework decodes anything.
+ * What a request's target must be for the routes to read it as sent: its path, and the query
+ * parameters its route reads, percent-encoded UTF-8 text without NUL, no fragment, each parameter
+ * given once. Checked at the door, for every route, before the framework decodes anything.
  */
 import { errors, type AppError } from '../errors.ts'
 import type { RouteMethods } from './route-methods.ts'
@@ -36,20 +36,22 @@ export function targetProblem(url: string, method: string, routes: RouteMethods)
   return queryProblem(url.slice(mark + 1), () => routes.readsQuery(method, path))
 }
 
-/** A query's first undecodable name or value, or a parameter the route reads given twice. */
+/** The first parameter the route reads whose value is undecodable or that is given twice; the others are ignored. */
 function queryProblem(query: string, read: () => ReadonlySet<string>): AppError | null {
   // The whole query decodes exactly when each name and value does: `&`, `=` and `+` are no part of an escape.
   const readable = !query.includes('%') || decoded(query) !== null
   // One parameter cannot repeat.
   if (readable && !query.includes('&')) return null
   let seen: Set<string> | undefined
+  let reads: ReadonlySet<string> | undefined
   for (const pair of query.split('&')) {
     const equals = pair.indexOf('=')
     const rawName = equals === -1 ? pair : pair.slice(0, equals)
     const name = /[%+]/.test(rawName) ? decoded(rawName.replace(/\+/g, ' ')) : rawName
-    if (name === null) return notValid('/', `a query parameter's name ${encodingMessage}`)
+    // What the route does not read is ignored, as it always was: a shared link's tracking parameters.
+    if (name === null || !(reads ??= read()).has(name)) continue
     if (!readable && equals !== -1 && decoded(pair.slice(equals + 1)) === null) return notValid(pointer(name), encodingMessage)
-    if (seen?.has(name) && read().has(name)) return errors.field(pointer(name), 'must be given once')
+    if (seen?.has(name)) return errors.field(pointer(name), 'must be given once')
     ;(seen ??= new Set()).add(name)
   }
   return null

@@ -52,23 +52,24 @@ export function requestProblems(oracle: ReturnType<typeof documentOracle>, op: O
 
 /**
  * Why the service must refuse the request at the door, whatever its route: a 400 (src/http/request-target.ts,
- * the document's 400 `BadRequest`), unless a limit answers first (414, 431). A path parameter, or a
- * query parameter's name or value, that is not percent-encoded UTF-8 text without NUL; on its route, a
- * query parameter of the operation given twice.
+ * the document's 400 `BadRequest`), unless a limit answers first (414, 431). A path parameter that is
+ * not percent-encoded UTF-8 text without NUL; on its route, a query parameter of the operation whose
+ * value is not, or that is given twice.
  */
 export function doorProblems(op: Operation, spec: Spec, routed: boolean): string[] {
   const problems: string[] = []
   if (text(spec.path.replace(/\{[^}]+\}/g, '')) === null) problems.push('path not decodable')
   for (const [name, raw] of Object.entries(spec.params)) if (text(raw) === null) problems.push(`path ${name} not decodable`)
+  // Of the query, only the operation's parameters: the others are ignored, whatever they hold.
+  const reads = new Set(((routed && op.parameters) || []).filter(parameter => parameter.in === 'query').map(parameter => parameter.name))
   const counts = new Map<string, number>()
   for (const [rawName, raw] of spec.query) {
     const name = text(rawName.replace(/\+/g, ' '))
-    if (name === null || text(raw) === null) problems.push(`query ${rawName.slice(0, 40)} not decodable`)
-    else counts.set(name, (counts.get(name) ?? 0) + 1)
+    if (name === null || !reads.has(name)) continue
+    if (text(raw) === null) problems.push(`query ${name} not decodable`)
+    counts.set(name, (counts.get(name) ?? 0) + 1)
   }
-  for (const { name, in: where } of (routed && op.parameters) || []) {
-    if (where === 'query' && (counts.get(name) ?? 0) > 1) problems.push(`query ${name} given twice`)
-  }
+  for (const [name, count] of counts) if (count > 1) problems.push(`query ${name} given twice`)
   return problems
 }
 
