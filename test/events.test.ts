@@ -476,7 +476,8 @@ describe('world chat', () => {
 })
 
 describe('a process whose subscriber reconnects', () => {
-  test('ends its open streams, and a resume with Last-Event-ID gets what was published meanwhile, once, in order', async () => {
+  /** A hub of its own, on a subscriber the test drops and brings back; `publish(n)` relays one event to `stream`. */
+  async function hubWithOwnSubscriber() {
     const subscriber = createRedis(ctx.config.redisUrl, ctx.deps.log, 'subscriber')
     await subscriber.connect()
     const pubsub = createPubSub(subscriber)
@@ -487,33 +488,69 @@ describe('a process whose subscriber reconnects', () => {
       await enqueueEvents(ctx.deps.sql, new Date(), [{ userId: user, type: 'usage.threshold', payload: { n } }])
       await until(async () => (await ctx.deps.sql`select 1 from outbox where user_id = ${user}`).length === 0)
     }
-    const decoder = new TextDecoder()
-    /** Reads the stream to its end: the ids and the n of its events. */
-    const readAll = async (reader: { read(): Promise<{ value?: Uint8Array; done: boolean }> }) => {
-      let text = ''
-      for (;;) {
-        const { value, done } = await reader.read()
-        if (done) break
-        text += decoder.decode(value)
+    /** Drops the subscription (as Redis does when it kills the connection) until `back()`: what is published meanwhile reaches nobody here. */
+    const drop = () => {
+      subscriber.disconnect()
+      return {
+        async back() {
+          const ready = new Promise(resolve => subscriber.once('ready', resolve))
+          await subscriber.connect()
+          await ready
+        },
       }
-      return { ids: [...text.matchAll(/^id: (.+)$/gm)].map(m => m[1]!), ns: [...text.matchAll(/"n":(\d+)/g)].map(m => Number(m[1])) }
     }
-    const open = (await hub.open({ stream })).body!.getReader()
+    return {
+      hub,
+      stream,
+      publish,
+      drop,
+      async close() {
+        await hub.close()
+        await pubsub.close()
+      },
+    }
+  }
+
+  const decoder = new TextDecoder()
+  /** Reads a stream until it has `count` events (or ends): the n of each, and whether it ended. */
+  const readEvents = async (reader: { read(): Promise<{ value?: Uint8Array; done: boolean }> }, count: number) => {
+    let text = ''
+    const ns = () => [...text.matchAll(/"n":(\d+)/g)].map(m => Number(m[1]))
+    while (ns().length < count) {
+      const { value, done } = await reader.read()
+      if (done) return { ns: ns(), ended: true }
+      text += decoder.decode(value)
+    }
+    return { ns: ns(), ended: false }
+  }
+
+  test('an open stream goes on and gets what was published meanwhile, once, in order', async () => {
+    const { hub, stream, publish, drop, close } = await hubWithOwnSubscriber()
+    const reader = (await hub.open({ stream })).body!.getReader()
     await publish(1)
-    // The subscriber drops and comes back; events 2 and 3 are published meanwhile, heard by nobody here.
-    const back = new Promise(resolve => subscriber.once('ready', resolve))
-    subscriber.disconnect(true)
+    expect(await readEvents(reader, 1)).toEqual({ ns: [1], ended: false })
+    const dropped = drop()
     await publish(2)
     await publish(3)
-    await back
-    const first = await readAll(open)
-    expect(first.ns).toEqual([1])
-    const resumed = (await hub.open({ stream, lastEventId: first.ids.at(-1)! })).body!.getReader()
+    await dropped.back()
     await publish(4)
-    let text = ''
-    while ([...text.matchAll(/"n":(\d+)/g)].length < 3) text += decoder.decode((await resumed.read()).value)
-    expect([...text.matchAll(/"n":(\d+)/g)].map(m => Number(m[1]))).toEqual([2, 3, 4])
-    await hub.close()
-    await pubsub.close()
+    expect(await readEvents(reader, 3)).toEqual({ ns: [2, 3, 4], ended: false })
+    await reader.cancel()
+    await close()
+  })
+
+  test('a stream that had received nothing yet gets what was published meanwhile too (its client has no id to resume from)', async () => {
+    const { hub, stream, publish, drop, close } = await hubWithOwnSubscriber()
+    await publish(0)
+    const reader = (await hub.open({ stream })).body!.getReader()
+    const dropped = drop()
+    await publish(1)
+    await publish(2)
+    await dropped.back()
+    await publish(3)
+    // Nothing from before it opened (0), everything after.
+    expect(await readEvents(reader, 3)).toEqual({ ns: [1, 2, 3], ended: false })
+    await reader.cancel()
+    await close()
   })
 })

@@ -1,6 +1,7 @@
 /**
  * The process's SSE connections. One pub/sub subscription feeds them all; a reconnect with a last
- * event id replays from the Redis Stream, then goes live with no gap and no repeat at the seam.
+ * event id replays from the Redis Stream, then goes live with no gap and no repeat at the seam, and so
+ * does every open stream when the subscription comes back after a drop.
  */
 import { randomUUID } from 'node:crypto'
 import { defineScript, type Redis } from '../redis.ts'
@@ -123,11 +124,62 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
     })()
   })
 
-  // Events published while the subscriber was away reached the streams but not this process: every
-  // open stream ends (once the subscription is back), and its client resumes with Last-Event-ID,
-  // replayed from the stream like any reconnect.
+  /** Sends the events after the connection's last id, in order, each once. */
+  const sendAfter = (connection: Connection, events: Published[]) => {
+    for (const event of events) {
+      if (!isAfter(event.id, connection.lastId)) continue
+      connection.lastId = event.id
+      send(connection, frame(event))
+    }
+  }
+
+  // Catch-ups waiting for the subscription to be back.
+  const waiting: (() => void)[] = []
+  const subscriptionBack = () => new Promise<void>(resolve => waiting.push(resolve))
+
+  /**
+   * Ends a catch-up: sends what came live meanwhile (the buffer) once nothing can have been missed.
+   * While the subscription is away, or after it dropped during the catch-up's read, what came live may
+   * follow a gap: once it is back, the stream is read again from the last event sent.
+   */
+  const goLive = async (connection: Connection) => {
+    while (!connection.closed && (connection.missed || !pubsub.listening())) {
+      if (!pubsub.listening()) await subscriptionBack()
+      if (connection.closed) return
+      connection.missed = false
+      sendAfter(connection, await readAfter(redis, connection.stream, connection.lastId))
+    }
+    const buffered = connection.buffer ?? []
+    connection.buffer = null
+    for (const event of buffered) deliver(connection, event)
+  }
+
+  /** A catch-up that fails (Redis gone again) ends its stream: the client resumes from the last id it has. */
+  const catchUp = (connection: Connection, read: Promise<Published[]>) =>
+    read
+      .then(events => sendAfter(connection, events))
+      .then(() => goLive(connection))
+      .catch(() => end(connection))
+
+  // Events published while the subscriber was away reached the streams but not this process: once the
+  // subscription is back, every open stream is sent what its stream holds after the last event it
+  // sent (or after the newest at its opening), as a client's resume would be, and goes on live. Its
+  // client needs no id of its own (one that got nothing yet has none), nor a new stream token. Streams
+  // at the same place share one read (the world chat's, most of the time).
   pubsub.onReconnect(() => {
-    for (const connection of connections.all()) if (connection.buffer === null) end(connection)
+    const reads = new Map<string, Promise<Published[]>>()
+    for (const connection of connections.all()) {
+      if (connection.buffer !== null) {
+        connection.missed = true
+        continue
+      }
+      connection.buffer = []
+      const at = `${connection.stream} ${connection.lastId}`
+      let read = reads.get(at)
+      if (!read) reads.set(at, (read = readAfter(redis, connection.stream, connection.lastId)))
+      void catchUp(connection, read)
+    }
+    for (const wake of waiting.splice(0)) wake()
   })
 
   const ping = encoder.encode(': ping\n\n')
@@ -184,7 +236,7 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
       let connection!: Connection
       const body = new ReadableStream<Uint8Array>({
         start(controller) {
-          connection = { id, stream, controller, buffer: [], lastId: lastEventId ?? '', limitKey, keyHash, closed: false }
+          connection = { id, stream, controller, buffer: [], missed: false, lastId: lastEventId ?? '', limitKey, keyHash, closed: false }
         },
         cancel() {
           end(connection)
@@ -199,19 +251,16 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
       }
       send(connection, encoder.encode('retry: 3000\n\n'))
       try {
-        if (lastEventId) {
-          for (const event of await readAfter(redis, stream, lastEventId)) {
-            connection.lastId = event.id
-            send(connection, frame(event))
-          }
-        }
+        // A stream opened afresh starts after the newest event at its opening: what came before it is
+        // not its own, what came after is, live or, across a drop of the subscription, caught up.
+        if (lastEventId) sendAfter(connection, await readAfter(redis, stream, lastEventId))
+        else connection.lastId = await newestId(redis, stream)
       } catch (error) {
         end(connection)
         throw error
       }
-      const buffered = connection.buffer ?? []
-      connection.buffer = null
-      for (const event of buffered) deliver(connection, event)
+      // Settles at once unless the subscription dropped meanwhile; then the catch-up goes on after the answer.
+      void goLive(connection).catch(() => end(connection))
       // A closeAll (shutdown) ran while this stream was being opened, before it was added: it ends
       // too, after its `retry`, so that its client reconnects elsewhere rather than hold the drain.
       if (closings !== closedBefore) end(connection)
@@ -224,6 +273,7 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
     async close() {
       clearInterval(timer)
       for (const connection of connections.all()) end(connection)
+      for (const wake of waiting.splice(0)) wake()
       await events.stop()
       await revocations.stop()
     },
@@ -232,6 +282,12 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
 
 function frame(event: Published) {
   return encoder.encode(`id: ${event.id}\nevent: ${event.type}\ndata: ${event.data}\n\n`)
+}
+
+/** The id of the stream's newest event; `0-0` for a stream with none, so that its first is after it. */
+async function newestId(redis: Redis, stream: string): Promise<string> {
+  const [newest] = (await redis.xrevrange(stream, '+', '-', 'COUNT', 1)) as [string, string[]][]
+  return newest?.[0] ?? '0-0'
 }
 
 /**
