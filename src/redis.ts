@@ -57,12 +57,27 @@ const stillDownEveryMs = 60_000
 
 /**
  * One record when the connection fails (with the first error; ioredis emits one per reconnection
- * attempt), one when it is ready again, and a reminder a minute while it stays down.
+ * attempt), one when it is ready again, and a reminder a minute while it stays down. A connection
+ * Redis closes while it is up (`CLIENT KILL`, a `client-output-buffer-limit` it went past) raises no
+ * error and reconnects at once: that is said once a minute, with how many were held back, so that a
+ * subscriber killed at every burst of events shows in the log without flooding it.
  */
 function reportOutages(redis: Redis, log: Log) {
   const connection = redis.options.connectionName
   let down: { since: number; said: number; failures: number } | null = null
+  const closedByRedis = throttled(log, stillDownEveryMs)
+  let closedByPeer = false
+  redis.on('connect', () => {
+    const stream = redis.stream
+    // The peer's end of a stream this side had neither ended (as ioredis does for a reconnect it
+    // chooses) nor destroyed (as the probe does; Bun then emits 'end' too). A QUIT's end reconnects nothing.
+    stream.once('end', () => {
+      if (!stream.writableEnded && !stream.destroyed) closedByPeer = true
+    })
+  })
   redis.on('error', (error: Error) => {
+    // A reconnection that fails is an outage, reported as one.
+    closedByPeer = false
     const now = performance.now()
     if (down === null) {
       down = { since: now, said: now, failures: 1 }
@@ -75,6 +90,12 @@ function reportOutages(redis: Redis, log: Log) {
     log.warn('redis connection still down', { connection, error: error.message, downForMs: Math.round(now - down.since), failures: down.failures })
   })
   redis.on('ready', () => {
+    if (closedByPeer && down === null) {
+      closedByRedis('warn', 'closed', 'redis closed the connection; reconnected (CLIENT KILL, a client-output-buffer-limit, a restart?)', {
+        connection,
+      })
+    }
+    closedByPeer = false
     if (down === null) return
     log.info('redis connection back', { connection, downForMs: Math.round(performance.now() - down.since), failures: down.failures })
     down = null
