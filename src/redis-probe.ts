@@ -3,8 +3,11 @@
  * (half-open: a proxy that stopped forwarding, a NAT that forgot the flow, a host gone without a
  * word), and those a failover left on the old primary, now a replica. Nothing else would notice the
  * first: ioredis times a command out but keeps the connection, so every later command queues behind
- * on it; BullMQ's commands have no timeout; a subscriber sends nothing once subscribed.
+ * on it; BullMQ's commands have no timeout; a subscriber sends nothing once subscribed. And asking
+ * Redis why it cuts new connections off.
  */
+import { connect as netConnect } from 'node:net'
+import { connect as tlsConnect } from 'node:tls'
 import { Command, type Redis } from 'ioredis'
 import { throttled, type Log } from './log.ts'
 
@@ -99,4 +102,41 @@ export function reconnectWhenReadOnly(redis: Redis, log: Log) {
     write('warn', 'readonly', 'redis connection refused writes (a replica: failover?); reconnecting', { connection: redis.options.connectionName })
     return true
   }
+}
+
+/**
+ * Whether a connection failed as one Redis cut off as it was made: a client that writes at once (as
+ * ioredis does) meets the close, and never reads the refusal Redis sent first.
+ */
+export function isCutOff(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code
+  return code === 'EPIPE' || code === 'ECONNRESET'
+}
+
+/**
+ * What Redis says to a new connection that sends nothing: a refusal it writes as it accepts one and
+ * then closes (`ERR max number of clients reached` at `maxclients`, `DENIED ...` in protected mode),
+ * or null (it said nothing within `ms`, or the connection failed). Made as the connection's own are
+ * (host, port, TLS options), on a socket of its own.
+ */
+export function refusalOnConnect(redis: Redis, ms = 1000): Promise<string | null> {
+  const { host = '127.0.0.1', port = 6379, tls } = redis.options
+  return new Promise(resolve => {
+    const socket = tls ? tlsConnect({ host, port, servername: host, ...tls }) : netConnect({ host, port })
+    let text = ''
+    const done = () => {
+      clearTimeout(timer)
+      socket.destroy()
+      const line = text.split('\r\n')[0]!
+      resolve(line.startsWith('-') ? line.slice(1) : null)
+    }
+    const timer = setTimeout(done, ms)
+    socket.setEncoding('utf8')
+    socket.on('data', (chunk: string) => {
+      text += chunk
+      if (text.includes('\r\n') || text.length > 1000) done()
+    })
+    socket.on('error', done)
+    socket.on('close', done)
+  })
 }

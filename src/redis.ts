@@ -3,7 +3,7 @@ import { Redis, type Cluster } from 'ioredis'
 import calculateSlot from 'cluster-key-slot'
 import { errorFields, throttled, type Log } from './log.ts'
 import { firstLine, redactUrl } from './text.ts'
-import { reconnectWhenReadOnly, replaceWhenDead } from './redis-probe.ts'
+import { isCutOff, reconnectWhenReadOnly, refusalOnConnect, replaceWhenDead } from './redis-probe.ts'
 
 export type { Redis }
 
@@ -80,8 +80,14 @@ function reportOutages(redis: Redis, log: Log) {
     closedByPeer = false
     const now = performance.now()
     if (down === null) {
-      down = { since: now, said: now, failures: 1 }
+      const outage = (down = { since: now, said: now, failures: 1 })
       log.warn('redis connection lost', { connection, error: error.message })
+      // Cut off as it reconnects, by a Redis that says why to a connection that listens.
+      if (isCutOff(error)) {
+        void refusalOnConnect(redis).then(refusal => {
+          if (refusal !== null && down === outage) log.warn('redis refuses new connections', { connection, refusal })
+        })
+      }
       return
     }
     down.failures++
@@ -149,6 +155,9 @@ export async function connectRedis(redis: Redis, url: string): Promise<void> {
     await redis.ping()
   } catch (error) {
     redis.disconnect()
+    // A Redis at its `maxclients` accepts the connection, says so and closes it: say what it said.
+    const refusal = isCutOff(cause) ? await refusalOnConnect(redis) : null
+    if (refusal !== null) throw new Error(`Redis at REDIS_URL=${redactUrl(url)} refuses new connections: ${refusal}`)
     throw new Error(
       `Redis is not reachable at REDIS_URL=${redactUrl(url)} (${firstLine(cause ?? error)}): start one (Debian: apt-get install redis-server && redis-server --daemonize yes) or point REDIS_URL at yours`,
     )

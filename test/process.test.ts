@@ -487,6 +487,21 @@ describe('the service as a process', () => {
     }
   }, 30_000)
 
+  test('a Redis at its maxclients stops the boot with one stderr line saying so, not a broken pipe', async () => {
+    const database = await emptyDatabase()
+    const redis = await startRedisServer()
+    // Another client holds every connection the Redis takes.
+    const admin = new Redis(redis.url)
+    try {
+      await admin.config('SET', 'maxclients', '1')
+      const line = await refusedBoot(environment(database, { PORT: String(await freePort()), REDIS_URL: redis.url }))
+      expect(line).toContain(`Redis at REDIS_URL=${redis.url} refuses new connections: ERR max number of clients reached`)
+    } finally {
+      admin.disconnect()
+      await redis.close()
+    }
+  }, 30_000)
+
   test('a REDIS_URL leading to a node of a Redis Cluster stops the boot of the API and of the workers with one stderr line', async () => {
     // A plain client on a Cluster node: the API came up ready and answered 500 (MOVED) for keys of the
     // other shards; the workers stopped on a CROSSSLOT.

@@ -1,11 +1,11 @@
 /**
  * A Redis whose limits someone else chose (a managed service, a shared instance): connections it
- * closes, a subscriber it cuts off for falling behind. Each on a Redis of its own.
+ * closes, a subscriber it cuts off for falling behind, clients it refuses. Each on a Redis of its own.
  */
 import { afterAll, expect, test } from 'bun:test'
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
-import { connectRedis, createRedis } from '../src/redis.ts'
+import { connectRedis, createRedis, isRedisUnavailable } from '../src/redis.ts'
 import { createLog } from '../src/log.ts'
 import { enqueueEvents } from '../src/events/outbox.ts'
 import { createTestContext } from './helpers/context.ts'
@@ -89,3 +89,26 @@ test('a subscriber Redis cuts off at every burst of events (client-output-buffer
   const closed = records.filter(record => record.msg.startsWith('redis closed the connection'))
   expect(closed.map(record => record.connection)).toEqual(['agent-marketplace:subscriber'])
 }, 60_000)
+
+test('a connection cut off at maxclients as it reconnects: its commands fail as an outage, the log says why once, and it comes back', async () => {
+  const { admin, server } = await redisServer()
+  const { records, log } = keptLog()
+  const redis = createRedis(server.url, log, 'commands')
+  cleanups.push(async () => redis.disconnect())
+  await connectRedis(redis, server.url)
+  // Room for the admin's connection only (Redis keeps those over the limit): this one, cut off, cannot
+  // come back, as when other clients took every place meanwhile.
+  await admin.config('SET', 'maxclients', '1')
+  expect(await admin.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes')).toBe(1)
+  await until(async () => records.some(record => record.msg === 'redis refuses new connections'))
+  const failed = await redis.get('limits:key').catch((error: Error) => error)
+  expect(isRedisUnavailable(failed)).toBe(true)
+  await admin.config('SET', 'maxclients', '100')
+  await until(async () => (await redis.ping().catch(() => null)) === 'PONG')
+  const said = records.map(record => [record.msg, (record as { refusal?: string }).refusal])
+  expect(said).toEqual([
+    ['redis connection lost', undefined],
+    ['redis refuses new connections', 'ERR max number of clients reached'],
+    ['redis connection back', undefined],
+  ])
+}, 30_000)
