@@ -3,7 +3,7 @@ import { createAgent, createTestContext, expectError, signUp, type TestContext, 
 import { listen, serve } from './helpers/sse.ts'
 import { randomUUID } from 'node:crypto'
 import { createEventHub, maxStreamsPerUser } from '../src/events/hub.ts'
-import { createRedis } from '../src/redis.ts'
+import { createRedis, type Redis } from '../src/redis.ts'
 import { createPubSub } from '../src/pubsub.ts'
 import { until } from './helpers/until.ts'
 import { enqueueEvents } from '../src/events/outbox.ts'
@@ -477,11 +477,11 @@ describe('world chat', () => {
 
 describe('a process whose subscriber reconnects', () => {
   /** A hub of its own, on a subscriber the test drops and brings back; `publish(n)` relays one event to `stream`. */
-  async function hubWithOwnSubscriber() {
+  async function hubWithOwnSubscriber(redis: Redis = ctx.deps.redis) {
     const subscriber = createRedis(ctx.config.redisUrl, ctx.deps.log, 'subscriber')
     await subscriber.connect()
     const pubsub = createPubSub(subscriber)
-    const hub = await createEventHub({ redis: ctx.deps.redis, pubsub, keys: ctx.deps.keys, log: ctx.deps.log })
+    const hub = await createEventHub({ redis, pubsub, keys: ctx.deps.keys, log: ctx.deps.log })
     const user = randomUUID()
     const stream = ctx.deps.keys.events.user(user)
     const publish = async (n: number) => {
@@ -550,6 +550,48 @@ describe('a process whose subscriber reconnects', () => {
     await publish(3)
     // Nothing from before it opened (0), everything after.
     expect(await readEvents(reader, 3)).toEqual({ ns: [1, 2, 3], ended: false })
+    await reader.cancel()
+    await close()
+  })
+
+  test('a drop during a catch-up: the catch-up reads again before it goes live, so nothing missed meanwhile is skipped', async () => {
+    // The service's Redis, with its stream reads' answers held back while `gate` is closed.
+    let gate: Promise<void> | undefined
+    let reads = 0
+    const redis = new Proxy(ctx.deps.redis, {
+      get(target, name) {
+        if (name === 'xrevrange') {
+          return async (...args: unknown[]) => {
+            const answer = await (target.xrevrange as (...a: unknown[]) => Promise<unknown>)(...args)
+            reads++
+            await gate
+            return answer
+          }
+        }
+        const value = Reflect.get(target, name, target)
+        return typeof value === 'function' ? value.bind(target) : value
+      },
+    })
+    const { hub, stream, publish, drop, close } = await hubWithOwnSubscriber(redis)
+    const reader = (await hub.open({ stream })).body!.getReader()
+    await publish(1)
+    expect(await readEvents(reader, 1)).toEqual({ ns: [1], ended: false })
+    let open!: () => void
+    gate = new Promise(resolve => (open = resolve))
+    const first = drop()
+    await publish(2)
+    // Back: the catch-up reads 2, its answer held.
+    const readsBefore = reads
+    await first.back()
+    await until(async () => reads > readsBefore)
+    // Dropped again while it reads: 3 reaches nobody here; 4 comes live, after the gap.
+    const second = drop()
+    await publish(3)
+    await second.back()
+    await publish(4)
+    gate = undefined
+    open()
+    expect(await readEvents(reader, 3)).toEqual({ ns: [2, 3, 4], ended: false })
     await reader.cancel()
     await close()
   })

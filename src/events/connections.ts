@@ -14,8 +14,6 @@ export interface Connection {
   controller: ReadableStreamDefaultController<Uint8Array>
   /** Events that arrived while a catch-up (a resume's replay, or after a drop of the subscription) was being read. */
   buffer: Published[] | null
-  /** The subscription dropped during a catch-up: what it read may miss events, so it reads again. */
-  missed: boolean
   /** The last event sent, or the stream's newest at opening: what a catch-up reads after. */
   lastId: string
   limitKey: string | null

@@ -96,9 +96,8 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
     if (!set) return
     const bytes = frame(event)
     // Between a drop of the subscription and its reconnect handlers, an event that came may follow
-    // one that was missed: an open stream gets nothing live then (the reconnect ends it, and its
-    // client resumes after the last event it had, from the stream), so it never skips over a gap.
-    // A stream still replaying keeps what comes, as its replay is read after it.
+    // one that was missed: an open stream gets nothing live then (the reconnect catches it up from
+    // the stream), so it never skips over a gap. A stream catching up keeps what comes in its buffer.
     const whole = pubsub.listening()
     for (const connection of set) if (whole || connection.buffer !== null) deliver(connection, event, bytes)
   })
@@ -133,53 +132,47 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
     }
   }
 
-  // Catch-ups waiting for the subscription to be back.
-  const waiting: (() => void)[] = []
-  const subscriptionBack = () => new Promise<void>(resolve => waiting.push(resolve))
+  // How many times the subscription came back after a drop: a catch-up that saw one more while it
+  // read may have missed what was published meanwhile, so it reads again before it goes live.
+  let drops = 0
+  // Streams at the same place share one read (the world chat's listeners, most of the time).
+  const reads = new Map<string, Promise<Published[]>>()
+  const readShared = (stream: string, from: string) => {
+    const at = `${stream} ${from}`
+    let read = reads.get(at)
+    if (!read) {
+      reads.set(at, (read = readAfter(redis, stream, from)))
+      void read.finally(() => reads.delete(at)).catch(() => {})
+    }
+    return read
+  }
 
   /**
-   * Ends a catch-up: sends what came live meanwhile (the buffer) once nothing can have been missed.
-   * While the subscription is away, or after it dropped during the catch-up's read, what came live may
-   * follow a gap: once it is back, the stream is read again from the last event sent.
+   * Sends a stream what Redis holds after the last event it sent, again while the subscription
+   * dropped meanwhile, then what came live during the read (its buffer), and goes live. `covered`:
+   * the drops it needs no read for (a stream opened afresh, after the newest event at its opening).
    */
-  const goLive = async (connection: Connection) => {
-    while (!connection.closed && (connection.missed || !pubsub.listening())) {
-      if (!pubsub.listening()) await subscriptionBack()
-      if (connection.closed) return
-      connection.missed = false
-      sendAfter(connection, await readAfter(redis, connection.stream, connection.lastId))
+  const catchUp = async (connection: Connection, covered = -1) => {
+    connection.buffer ??= []
+    while (covered !== drops && !connection.closed) {
+      covered = drops
+      sendAfter(connection, await readShared(connection.stream, connection.lastId))
     }
-    const buffered = connection.buffer ?? []
+    const buffered = connection.buffer
     connection.buffer = null
     for (const event of buffered) deliver(connection, event)
   }
 
-  /** A catch-up that fails (Redis gone again) ends its stream: the client resumes from the last id it has. */
-  const catchUp = (connection: Connection, read: Promise<Published[]>) =>
-    read
-      .then(events => sendAfter(connection, events))
-      .then(() => goLive(connection))
-      .catch(() => end(connection))
-
   // Events published while the subscriber was away reached the streams but not this process: once the
-  // subscription is back, every open stream is sent what its stream holds after the last event it
-  // sent (or after the newest at its opening), as a client's resume would be, and goes on live. Its
-  // client needs no id of its own (one that got nothing yet has none), nor a new stream token. Streams
-  // at the same place share one read (the world chat's, most of the time).
+  // subscription is back, every open stream is caught up from the stream, as a client's resume would
+  // be, and stays open: its client needs no id of its own (one that got nothing yet has none), nor a
+  // new stream token. One that fails (Redis gone again) ends: its client resumes from its last id.
   pubsub.onReconnect(() => {
-    const reads = new Map<string, Promise<Published[]>>()
+    drops++
     for (const connection of connections.all()) {
-      if (connection.buffer !== null) {
-        connection.missed = true
-        continue
-      }
-      connection.buffer = []
-      const at = `${connection.stream} ${connection.lastId}`
-      let read = reads.get(at)
-      if (!read) reads.set(at, (read = readAfter(redis, connection.stream, connection.lastId)))
-      void catchUp(connection, read)
+      // One catching up already sees the drop and reads again.
+      if (connection.buffer === null) void catchUp(connection).catch(() => end(connection))
     }
-    for (const wake of waiting.splice(0)) wake()
   })
 
   const ping = encoder.encode(': ping\n\n')
@@ -236,7 +229,7 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
       let connection!: Connection
       const body = new ReadableStream<Uint8Array>({
         start(controller) {
-          connection = { id, stream, controller, buffer: [], missed: false, lastId: lastEventId ?? '', limitKey, keyHash, closed: false }
+          connection = { id, stream, controller, buffer: [], lastId: lastEventId ?? '', limitKey, keyHash, closed: false }
         },
         cancel() {
           end(connection)
@@ -253,14 +246,16 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
       try {
         // A stream opened afresh starts after the newest event at its opening: what came before it is
         // not its own, what came after is, live or, across a drop of the subscription, caught up.
-        if (lastEventId) sendAfter(connection, await readAfter(redis, stream, lastEventId))
-        else connection.lastId = await newestId(redis, stream)
+        if (lastEventId) await catchUp(connection)
+        else {
+          const covered = drops
+          connection.lastId = await newestId(redis, stream)
+          await catchUp(connection, covered)
+        }
       } catch (error) {
         end(connection)
         throw error
       }
-      // Settles at once unless the subscription dropped meanwhile; then the catch-up goes on after the answer.
-      void goLive(connection).catch(() => end(connection))
       // A closeAll (shutdown) ran while this stream was being opened, before it was added: it ends
       // too, after its `retry`, so that its client reconnects elsewhere rather than hold the drain.
       if (closings !== closedBefore) end(connection)
@@ -273,7 +268,6 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
     async close() {
       clearInterval(timer)
       for (const connection of connections.all()) end(connection)
-      for (const wake of waiting.splice(0)) wake()
       await events.stop()
       await revocations.stop()
     },
