@@ -6,12 +6,13 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Redis } from 'ioredis'
 import { createSql } from '../src/db.ts'
-import { readMigrations } from '../src/migrate.ts'
+import { migrate, readMigrations } from '../src/migrate.ts'
 import { deleteKeys, randomPrefix, userToken } from './helpers/context.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 import { postgresBinaries, startPostgresServer, type PostgresServer } from './helpers/postgres-server.ts'
 import { deploymentEnv, descendants, exitOnSecondSigterm, exitWithin, processGroup, type Started } from './helpers/processes.ts'
 import { freePort } from './helpers/ports.ts'
+import { startPgBouncer } from './helpers/pgbouncer.ts'
 import { startRedisCluster } from './helpers/redis-cluster.ts'
 import { startRedisServer } from './helpers/redis-server.ts'
 import { until } from './helpers/until.ts'
@@ -534,6 +535,76 @@ describe('the service as a process', () => {
     const line = await refusedBoot(environment(database, { PORT: String(await freePort()) }))
     expect(line).toContain('read-only transaction')
   }, 30_000)
+
+  test('a search_path with no schema that exists, or leading away from the tables, stops the boot and migrate with one line naming it', async () => {
+    const empty = await emptyDatabase()
+    const migrated = await createTestDatabase()
+    databases.push(migrated)
+    const admin = createSql(migrated.url, { max: 1 })
+    try {
+      await admin.unsafe(`alter database ${empty.name} set search_path = ''`)
+      await admin.unsafe(`create schema other`)
+      await admin.unsafe(`alter database ${migrated.name} set search_path = other, public`)
+    } finally {
+      await admin.end()
+    }
+    // Upstream, the first failed in the migrations with `no schema has been selected to create in`;
+    // the second came up serving from a copy of every table made anew, empty, in schema other.
+    const nowhere = JSON.parse(await refusedBoot(environment(empty, { PORT: String(await freePort()) }))).error
+    expect(nowhere).toContain(`search_path = '""' (set by alter database ${empty.name}) names no schema that exists`)
+    expect(nowhere).toContain(`alter database ${empty.name} reset search_path`)
+    const away = JSON.parse(await refusedBoot(environment(migrated, { PORT: String(await freePort()) }))).error
+    const says = `search_path = 'other, public' (set by alter database ${migrated.name}) leads to schema other, but the service's tables are in public`
+    expect(away).toContain(says)
+    expect(away).toContain(`alter database ${migrated.name} set search_path = public`)
+    const cli = start(['src/cli/migrate.ts'], environment(migrated))
+    expect(await exitWithin(cli.proc, 20_000)).toBe(1)
+    expect(await cli.stderr).toContain(says)
+  }, 45_000)
+
+  test.skipIf(!hasServerBinaries)(
+    'behind PgBouncer, a role’s own isolation (the startup parameter ignored) stops the boot with one line; reset, it serves',
+    async () => {
+      const server = await startPostgresServer()
+      servers.push(server)
+      // Through a PgBouncer of its own each time: its pooled server connections keep the role's settings of when they opened.
+      const throughPgBouncer = async <T>(run: (url: string) => Promise<T>) => {
+        const pooler = await startPgBouncer(server.port, 'transaction', 'app')
+        return run(pooler.url('app')).finally(() => pooler.stop())
+      }
+      const admin = createSql(server.url(), { max: 1 })
+      try {
+        await admin.unsafe(`create role app login`)
+        await admin.unsafe(`create database app owner app`)
+        // PgBouncer tracks these two itself: they hold, and refuse nothing.
+        await admin.unsafe(`alter role app set DateStyle = 'SQL, DMY'`)
+        await admin.unsafe(`alter role app set TimeZone = 'Pacific/Chatham'`)
+        // Upstream these came up, and racing subscriptions were 503s (serialization failures).
+        for (const isolation of ['serializable', 'repeatable read']) {
+          await admin.unsafe(`alter role app set default_transaction_isolation = '${isolation}'`)
+          const line = await throughPgBouncer(
+            async url => JSON.parse(await refusedBoot(environment({ url }, { PORT: String(await freePort()) }))).error,
+          )
+          expect(line).toContain(`default_transaction_isolation = '${isolation}' (set by alter role app), not the 'read committed' the service sends`)
+          expect(line).toContain('alter role app reset default_transaction_isolation')
+        }
+        await admin.unsafe(`alter role app reset default_transaction_isolation`)
+      } finally {
+        await admin.end()
+      }
+      // Migrated straight to Postgres first, as docs/operations.md says of a transaction pool.
+      const direct = createSql(`postgres://app@127.0.0.1:${server.port}/app`, { max: 1 })
+      await migrate(direct).finally(() => direct.end())
+      await throughPgBouncer(async url => {
+        const port = await freePort()
+        const service = start(['src/main.ts', '--api'], environment({ url }, { PORT: String(port) }))
+        await waitForHealth(port, service)
+        service.proc.kill('SIGTERM')
+        expect(await exitWithin(service.proc, 15_000)).toBe(0)
+      })
+    },
+    90_000,
+  )
 
   test('PORT=0 listens on a port of the system’s choosing, and the boot’s own request (starting the HTTP client) reaches it', async () => {
     const database = await emptyDatabase()
