@@ -3,58 +3,18 @@
  * docs/operations.md gives, real API processes. nginx is installed when missing (test/helpers/nginx.ts).
  */
 import { afterAll, describe, expect, test } from 'bun:test'
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { connect } from 'node:net'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { deleteKeys, randomPrefix, userToken } from './helpers/context.ts'
-import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+import { readFileSync } from 'node:fs'
+import { proxiedDeployments, requestFrom, steadyLoad } from './helpers/behind-proxy.ts'
 import { documented, startNginx, type Nginx } from './helpers/nginx.ts'
-import { deploymentEnv, exitWithin, processGroup, type Started } from './helpers/processes.ts'
-import { freePort } from './helpers/ports.ts'
-import { until } from './helpers/until.ts'
+import { exitWithin } from './helpers/processes.ts'
 
-const root = mkdtempSync(join(tmpdir(), 'am-reverse-proxy-'))
-const { start, killAll } = processGroup()
-const databases: TestDatabase[] = []
-const prefixes: string[] = []
+const { deployment, startApi, cleanup } = proxiedDeployments('reverse-proxy')
 const proxies: Nginx[] = []
 
 afterAll(async () => {
   await Promise.all(proxies.map(proxy => proxy.stop()))
-  await killAll()
-  await Promise.all(databases.map(database => database.drop()))
-  await Promise.all(prefixes.map(prefix => deleteKeys(prefix)))
-  rmSync(root, { recursive: true, force: true })
+  await cleanup()
 })
-
-interface Api {
-  port: number
-  started: Started
-  /** Its environment, to start it again as it was. */
-  env: Record<string, string>
-}
-
-/** A database and a Redis prefix of their own, for API processes that share them (`deployment(...)` each). */
-async function deployment(): Promise<(overrides?: Record<string, string>) => Record<string, string>> {
-  const database = await createTestDatabase()
-  databases.push(database)
-  const prefix = randomPrefix()
-  prefixes.push(prefix)
-  return (overrides = {}) => deploymentEnv(root, prefix, { DATABASE_URL: database.url, ...overrides })
-}
-
-/** An API process (`bun src/main.ts --api`) on a spare port (or `env`'s), once it answers /health/ready. */
-async function startApi(env: Record<string, string>): Promise<Api> {
-  const port = env.PORT ? Number(env.PORT) : await freePort()
-  const full = { ...env, PORT: String(port) }
-  const started = start(['src/main.ts', '--api'], full)
-  await until(async () => {
-    if (started.proc.exitCode !== null) throw new Error(`the API exited with ${started.proc.exitCode}: ${await started.stderr}`)
-    return (await fetch(`http://127.0.0.1:${port}/health/ready`).catch(() => undefined))?.status === 200
-  }, 30_000)
-  return { port, started, env: full }
-}
 
 /**
  * Closed TCP connections to or from `port`, by who holds them in TIME_WAIT: the side that closed
@@ -74,81 +34,8 @@ function closedFirstBy(port: number): { server: number; client: number } {
 }
 
 /** POST /v1/auth/device-codes through `url` from the local address `from` (127.0.0.x: a client other than nginx), with any extra header lines. */
-function createDeviceCode(url: string, from: string, extra = ''): Promise<number> {
-  const { hostname, port } = new URL(url)
-  return new Promise((resolve, reject) => {
-    const socket = connect({
-      host: hostname,
-      port: Number(port),
-      localAddress: from,
-    })
-    let received = ''
-    socket.on('connect', () =>
-      socket.write(`POST /v1/auth/device-codes HTTP/1.1\r\nhost: ${hostname}\r\ncontent-length: 0\r\nconnection: close\r\n${extra}\r\n`),
-    )
-    socket.on('data', chunk => (received += chunk.toString()))
-    socket.on('end', () => resolve(Number(received.split(' ')[1])))
-    socket.on('error', reject)
-  })
-}
-
-/**
- * Requests through `url` until `stop()`, from `users` callers at once: each creates an agent (a write)
- * and reads its account, in turn; and two chat streams, opened again whenever they end. Resolves, at
- * stop, with every answer that was not a 2xx and the number of streams opened.
- */
-function steadyLoad(url: string, users: number) {
-  let stopping = false
-  const failures: string[] = []
-  let requests = 0
-  let streamsOpened = 0
-  const call = async (method: string, path: string, token: string, body?: unknown) => {
-    requests++
-    const headers: Record<string, string> = {
-      authorization: `Bearer ${token}`,
-    }
-    if (body !== undefined) headers['content-type'] = 'application/json'
-    const response = await fetch(`${url}${path}`, {
-      method,
-      headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
-    }).catch((error: Error) => error)
-    if (response instanceof Error) failures.push(`${method} ${path}: ${response.message}`)
-    else if (response.status >= 300) failures.push(`${method} ${path}: ${response.status} ${(await response.text()).slice(0, 80)}`)
-    else await response.arrayBuffer()
-  }
-  const caller = async (index: number) => {
-    const token = await userToken(`rolling-${index}`)
-    for (let n = 0; !stopping; n++) {
-      await call('POST', '/v1/participants', token, {
-        name: `rolling-${index}-${n}`,
-      })
-      await call('GET', '/v1/auth/me', token)
-      await Bun.sleep(50)
-    }
-  }
-  const stream = async () => {
-    while (!stopping) {
-      const response = await fetch(`${url}/v1/events/chat`).catch((error: Error) => error)
-      streamsOpened++
-      if (response instanceof Error || response.status !== 200) {
-        failures.push(`GET /v1/events/chat: ${response instanceof Error ? response.message : response.status}`)
-        await Bun.sleep(100)
-        continue
-      }
-      const reader = response.body!.getReader()
-      while (!stopping && !(await reader.read()).done);
-      await reader.cancel().catch(() => {})
-    }
-  }
-  const loops = [...Array.from({ length: users }, (_, index) => caller(index)), stream(), stream()]
-  return {
-    async stop() {
-      stopping = true
-      await Promise.race([Promise.all(loops), Bun.sleep(10_000)])
-      return { failures, requests, streamsOpened }
-    },
-  }
+async function createDeviceCode(url: string, from: string, extra = ''): Promise<number> {
+  return (await requestFrom(url, from, 'POST', '/v1/auth/device-codes', extra)).status
 }
 
 describe('behind nginx', () => {
