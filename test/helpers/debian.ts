@@ -1,4 +1,4 @@
-/** Debian packages the tests need (Chromium, nginx, promtool), installed once per process where missing. */
+/** Debian packages the tests need (Chromium, nginx, HAProxy, promtool), installed once per process where missing. */
 import { existsSync } from 'node:fs'
 
 const installing = new Map<string, Promise<string>>()
