@@ -501,12 +501,44 @@ describe('a process whose subscriber reconnects', () => {
     }
     return {
       hub,
+      pubsub,
       stream,
       publish,
       drop,
       async close() {
         await hub.close()
         await pubsub.close()
+      },
+    }
+  }
+
+  /** The service's Redis, with its stream reads' answers held back from `hold()` until `release()`. */
+  function heldReads() {
+    let gate: Promise<void> | undefined
+    let open = () => {}
+    let reads = 0
+    const redis = new Proxy(ctx.deps.redis, {
+      get(target, name) {
+        if (name === 'xrevrange') {
+          return async (...args: unknown[]) => {
+            const answer = await (target.xrevrange as (...a: unknown[]) => Promise<unknown>)(...args)
+            reads++
+            await gate
+            return answer
+          }
+        }
+        const value = Reflect.get(target, name, target)
+        return typeof value === 'function' ? value.bind(target) : value
+      },
+    })
+    return {
+      redis,
+      /** How many reads were answered (held or not). */
+      reads: () => reads,
+      hold: () => void (gate = new Promise(resolve => (open = resolve))),
+      release() {
+        gate = undefined
+        open()
       },
     }
   }
@@ -555,44 +587,56 @@ describe('a process whose subscriber reconnects', () => {
   })
 
   test('a drop during a catch-up: the catch-up reads again before it goes live, so nothing missed meanwhile is skipped', async () => {
-    // The service's Redis, with its stream reads' answers held back while `gate` is closed.
-    let gate: Promise<void> | undefined
-    let reads = 0
-    const redis = new Proxy(ctx.deps.redis, {
-      get(target, name) {
-        if (name === 'xrevrange') {
-          return async (...args: unknown[]) => {
-            const answer = await (target.xrevrange as (...a: unknown[]) => Promise<unknown>)(...args)
-            reads++
-            await gate
-            return answer
-          }
-        }
-        const value = Reflect.get(target, name, target)
-        return typeof value === 'function' ? value.bind(target) : value
-      },
-    })
-    const { hub, stream, publish, drop, close } = await hubWithOwnSubscriber(redis)
+    const held = heldReads()
+    const { hub, stream, publish, drop, close } = await hubWithOwnSubscriber(held.redis)
     const reader = (await hub.open({ stream })).body!.getReader()
     await publish(1)
     expect(await readEvents(reader, 1)).toEqual({ ns: [1], ended: false })
-    let open!: () => void
-    gate = new Promise(resolve => (open = resolve))
+    held.hold()
     const first = drop()
     await publish(2)
     // Back: the catch-up reads 2, its answer held.
-    const readsBefore = reads
+    const readsBefore = held.reads()
     await first.back()
-    await until(async () => reads > readsBefore)
+    await until(async () => held.reads() > readsBefore)
     // Dropped again while it reads: 3 reaches nobody here; 4 comes live, after the gap.
     const second = drop()
     await publish(3)
     await second.back()
     await publish(4)
-    gate = undefined
-    open()
+    held.release()
     expect(await readEvents(reader, 3)).toEqual({ ns: [2, 3, 4], ended: false })
     await reader.cancel()
+    await close()
+  })
+
+  test('a catch-up after a drop shares no read begun before the drop: a resume reading then does not hide what was missed', async () => {
+    const held = heldReads()
+    const { hub, pubsub, stream, publish, drop, close } = await hubWithOwnSubscriber(held.redis)
+    const live = (await hub.open({ stream })).body!.getReader()
+    await publish(1)
+    expect(await readEvents(live, 1)).toEqual({ ns: [1], ended: false })
+    const id = ((await ctx.deps.redis.xrevrange(stream, '+', '-', 'COUNT', 1)) as [string, string[]][])[0]![0]
+    // A client resumes from 1, the live stream's place too: its read (after 1, nothing yet) is held.
+    held.hold()
+    const readsBefore = held.reads()
+    const resuming = hub.open({ stream, lastEventId: id })
+    await until(async () => held.reads() > readsBefore)
+    // The subscription drops; 2 reaches nobody here; back, the live stream catches up from 1.
+    const reconnected = new Promise<void>(resolve => pubsub.onReconnect(resolve))
+    const dropped = drop()
+    await publish(2)
+    await dropped.back()
+    await reconnected
+    held.release()
+    const resumed = (await resuming).body!.getReader()
+    await publish(3)
+    await publish(4)
+    // The first two it gets after 1: 3 and 4 when it skipped 2.
+    expect(await readEvents(live, 2)).toEqual({ ns: [2, 3], ended: false })
+    expect(await readEvents(resumed, 3)).toEqual({ ns: [2, 3, 4], ended: false })
+    await live.cancel()
+    await resumed.cancel()
     await close()
   })
 })

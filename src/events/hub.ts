@@ -135,10 +135,11 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
   // How many times the subscription came back after a drop: a catch-up that saw one more while it
   // read may have missed what was published meanwhile, so it reads again before it goes live.
   let drops = 0
-  // Streams at the same place share one read (the world chat's listeners, most of the time).
+  // Streams at the same place share one read (the world chat's listeners, most of the time), one
+  // begun since the last drop only: an older one may have run before what the drop missed was written.
   const reads = new Map<string, Promise<Published[]>>()
   const readShared = (stream: string, from: string) => {
-    const at = `${stream} ${from}`
+    const at = `${drops} ${stream} ${from}`
     let read = reads.get(at)
     if (!read) {
       reads.set(at, (read = readAfter(redis, stream, from)))
