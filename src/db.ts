@@ -136,7 +136,7 @@ interface Session {
   settings: Setting[]
   /** Where the migrations create tables: search_path's first schema that exists (null: none). */
   schema: string | null
-  /** The schemas holding the service's tables (`migrations` and `conversations`) that this role can read. */
+  /** The schemas holding the service's tables (`migrations`, with its `applied_at`, and `conversations`) that this role can read. */
   tablesIn: string[]
   role: string
   database: string
@@ -154,6 +154,10 @@ async function readSession(sql: Sql): Promise<Session> {
           select count(*) from pg_class c
           where c.relnamespace = n.oid and c.relname in ('migrations', 'conversations') and c.relkind = 'r'
             and has_table_privilege(c.oid, 'select')
+            -- Another application's migrations table (Laravel's, TypeORM's) has no applied_at: not the service's.
+            and (c.relname <> 'migrations' or exists (
+              select from pg_attribute a where a.attrelid = c.oid and a.attname = 'applied_at' and not a.attisdropped
+            ))
         ) = 2
         order by 1
       ) as "tablesIn"

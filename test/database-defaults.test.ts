@@ -4,7 +4,7 @@
  * `sessionDefaults`), and bytea is read in either output form, so it serves as on a stock server.
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
-import { createSql } from '../src/db.ts'
+import { createSql, reachDatabase } from '../src/db.ts'
 import { createAgent, createTestContext, expectError, signUp, type TestContext, type TestUser } from './helpers/context.ts'
 import { adminUrl, createTestDatabase, type TestDatabase } from './helpers/database.ts'
 
@@ -73,4 +73,24 @@ test('an Idempotency-Key’s stored answer is read back as stored (bytea_output)
   expect(first.status).toBe(201)
   expect(again.status).toBe(201)
   expect(again.body).toEqual(first.body)
+})
+
+test('a fresh database shared with another application (its own migrations and conversations in a schema of its own) is no reason to refuse the boot', async () => {
+  const shared = await createTestDatabase({ empty: true })
+  const admin = createSql(shared.url, { max: 1 })
+  try {
+    // A Laravel chat app's tables: the same names, not the service's.
+    await admin.unsafe(`create schema chatapp`)
+    await admin.unsafe(`create table chatapp.migrations (id serial primary key, migration text not null, batch integer not null)`)
+    await admin.unsafe(`create table chatapp.conversations (id serial primary key)`)
+    await reachDatabase(shared.url)
+    // The service's own, there: the migrations would make them anew, empty, in public.
+    await admin.unsafe(`create schema svc`)
+    await admin.unsafe(`create table svc.migrations (id integer primary key, name text not null, applied_at timestamptz not null default now())`)
+    await admin.unsafe(`create table svc.conversations (participant_id uuid, user_id uuid, primary key (participant_id, user_id))`)
+    await expect(reachDatabase(shared.url)).rejects.toThrow(`leads to schema public, but the service's tables are in svc`)
+  } finally {
+    await admin.end()
+    await shared.drop()
+  }
 })
