@@ -10,7 +10,8 @@ import type { PubSub } from '../pubsub.ts'
 import type { Log } from '../log.ts'
 import { errors } from '../errors.ts'
 import { errorFields } from '../log.ts'
-import { replayWindowMs, streamLength, type Published } from './relay.ts'
+import type { Published } from './relay.ts'
+import { createCatchUp, frame } from './catch-up.ts'
 import { createConnections, type Connection } from './connections.ts'
 
 /** The headers of an event stream's response (and of a HEAD's, which opens none). */
@@ -60,13 +61,6 @@ export function isEventId(id: string): boolean {
   return /^\d{1,16}-\d{1,16}$/.test(id) && Number(id.slice(0, id.indexOf('-'))) <= Date.now() + 3_600_000
 }
 
-/** Stream ids are `<ms>-<seq>`: compared as numbers, never as strings. */
-export function isAfter(a: string, b: string): boolean {
-  const [am, as] = a.split('-').map(Number) as [number, number]
-  const [bm, bs] = b.split('-').map(Number) as [number, number]
-  return am > bm || (am === bm && as > bs)
-}
-
 export interface EventHubOptions {
   redis: Redis
   pubsub: PubSub
@@ -81,13 +75,7 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
   const connections = createConnections(redis)
   const { send, end } = connections
 
-  /** `bytes` is the event's frame, encoded once however many connections it goes to. */
-  const deliver = (connection: Connection, event: Published, bytes?: Uint8Array) => {
-    if (connection.buffer) return void connection.buffer.push(event)
-    if (connection.lastId && !isAfter(event.id, connection.lastId)) return
-    connection.lastId = event.id
-    send(connection, bytes ?? frame(event))
-  }
+  const { deliver, ...catchUp } = createCatchUp(redis, send)
 
   // Listening starts with the first stream: a process that never serves one (a worker) gets no events.
   const events = pubsub.listener(keys.channels.events, message => {
@@ -123,58 +111,11 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
     })()
   })
 
-  /** Sends the events after the connection's last id, in order, each once. */
-  const sendAfter = (connection: Connection, events: Published[]) => {
-    for (const event of events) {
-      if (!isAfter(event.id, connection.lastId)) continue
-      connection.lastId = event.id
-      send(connection, frame(event))
-    }
-  }
-
-  // How many times the subscription came back after a drop: a catch-up that saw one more while it
-  // read may have missed what was published meanwhile, so it reads again before it goes live.
-  let drops = 0
-  // Streams at the same place share one read (the world chat's listeners, most of the time), one
-  // begun since the last drop only: an older one may have run before what the drop missed was written.
-  const reads = new Map<string, Promise<Published[]>>()
-  const readShared = (stream: string, from: string) => {
-    const at = `${drops} ${stream} ${from}`
-    let read = reads.get(at)
-    if (!read) {
-      reads.set(at, (read = readAfter(redis, stream, from)))
-      void read.finally(() => reads.delete(at)).catch(() => {})
-    }
-    return read
-  }
-
-  /**
-   * Sends a stream what Redis holds after the last event it sent, again while the subscription
-   * dropped meanwhile, then what came live during the read (its buffer), and goes live. `covered`:
-   * the drops it needs no read for (a stream opened afresh, after the newest event at its opening).
-   */
-  const catchUp = async (connection: Connection, covered = -1) => {
-    connection.buffer ??= []
-    while (covered !== drops && !connection.closed) {
-      covered = drops
-      sendAfter(connection, await readShared(connection.stream, connection.lastId))
-    }
-    const buffered = connection.buffer
-    connection.buffer = null
-    for (const event of buffered) deliver(connection, event)
-  }
-
   // Events published while the subscriber was away reached the streams but not this process: once the
   // subscription is back, every open stream is caught up from the stream, as a client's resume would
   // be, and stays open: its client needs no id of its own (one that got nothing yet has none), nor a
   // new stream token. One that fails (Redis gone again) ends: its client resumes from its last id.
-  pubsub.onReconnect(() => {
-    drops++
-    for (const connection of connections.all()) {
-      // One catching up already sees the drop and reads again.
-      if (connection.buffer === null) void catchUp(connection).catch(() => end(connection))
-    }
-  })
+  pubsub.onReconnect(() => catchUp.dropped(connections.all(), end))
 
   const ping = encoder.encode(': ping\n\n')
   const timer = setInterval(() => {
@@ -245,14 +186,8 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
       }
       send(connection, encoder.encode('retry: 3000\n\n'))
       try {
-        // A stream opened afresh starts after the newest event at its opening: what came before it is
-        // not its own, what came after is, live or, across a drop of the subscription, caught up.
-        if (lastEventId) await catchUp(connection)
-        else {
-          const covered = drops
-          connection.lastId = await newestId(redis, stream)
-          await catchUp(connection, covered)
-        }
+        // Live or, across a drop of the subscription, caught up from Redis from here on.
+        await catchUp.open(connection, lastEventId)
       } catch (error) {
         end(connection)
         throw error
@@ -273,27 +208,4 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
       await revocations.stop()
     },
   }
-}
-
-function frame(event: Published) {
-  return encoder.encode(`id: ${event.id}\nevent: ${event.type}\ndata: ${event.data}\n\n`)
-}
-
-/** The id of the stream's newest event; `0-0` for a stream with none, so that its first is after it. */
-async function newestId(redis: Redis, stream: string): Promise<string> {
-  const [newest] = (await redis.xrevrange(stream, '+', '-', 'COUNT', 1)) as [string, string[]][]
-  return newest?.[0] ?? '0-0'
-}
-
-/**
- * The stream's events after `from`, within the replay window: the newest `streamLength` of them, what
- * the stream promises to keep (trimmed a node at a time, it may hold more).
- */
-async function readAfter(redis: Redis, stream: string, from: string): Promise<Published[]> {
-  const oldest = Date.now() - replayWindowMs
-  const entries = (await redis.xrevrange(stream, '+', `(${from}`, 'COUNT', streamLength)) as [string, string[]][]
-  return entries
-    .reverse()
-    .filter(([id]) => Number(id.split('-')[0]) >= oldest)
-    .map(([id, fields]) => ({ stream, id, type: fields[fields.indexOf('type') + 1]!, data: fields[fields.indexOf('data') + 1]! }))
 }

@@ -1,0 +1,117 @@
+/**
+ * Where each open stream stands in its Redis stream, and bringing it there. Events go to a stream in
+ * order and once (by id): live, or, while it catches up from Redis (a resume from Last-Event-ID, its
+ * opening, the subscription back after a drop), into its buffer, sent after what the read returned.
+ */
+import type { Redis } from '../redis.ts'
+import { replayWindowMs, streamLength, type Published } from './relay.ts'
+import type { Connection } from './connections.ts'
+
+const encoder = new TextEncoder()
+
+/** An event with its frame, encoded once however many streams it goes to. */
+interface Framed {
+  event: Published
+  bytes: Uint8Array
+}
+
+export type CatchUp = ReturnType<typeof createCatchUp>
+
+export function createCatchUp(redis: Redis, send: (connection: Connection, bytes: Uint8Array) => void) {
+  // How many times the subscription came back after a drop: a catch-up that saw one more while it
+  // read may have missed what was published meanwhile, so it reads again before it goes live.
+  let drops = 0
+  // Streams at the same place share one read (the world chat's listeners, most of the time), one
+  // begun since the last drop only: an older one may have run before what the drop missed was written.
+  const reads = new Map<string, Promise<Framed[]>>()
+  const readShared = (stream: string, from: string) => {
+    const at = `${drops} ${stream} ${from}`
+    let read = reads.get(at)
+    if (!read) {
+      read = readAfter(redis, stream, from).then(events => events.map(event => ({ event, bytes: frame(event) })))
+      reads.set(at, read)
+      void read.finally(() => reads.delete(at)).catch(() => {})
+    }
+    return read
+  }
+
+  /** Sends the event unless the stream has it already, or keeps it while the stream catches up. */
+  const deliver = (connection: Connection, event: Published, bytes?: Uint8Array) => {
+    if (connection.buffer) return void connection.buffer.push(event)
+    if (connection.lastId && !isAfter(event.id, connection.lastId)) return
+    connection.lastId = event.id
+    send(connection, bytes ?? frame(event))
+  }
+
+  /**
+   * Sends a stream what Redis holds after the last event it sent, again while the subscription
+   * dropped meanwhile, then what came live during the read (its buffer), and goes live. `covered`:
+   * the drops it needs no read for (a stream opened afresh, after the newest event at its opening).
+   */
+  const catchUp = async (connection: Connection, covered = -1) => {
+    connection.buffer ??= []
+    while (covered !== drops && !connection.closed) {
+      covered = drops
+      for (const { event, bytes } of await readShared(connection.stream, connection.lastId)) {
+        if (!isAfter(event.id, connection.lastId)) continue
+        connection.lastId = event.id
+        send(connection, bytes)
+      }
+    }
+    const buffered = connection.buffer
+    connection.buffer = null
+    for (const event of buffered) deliver(connection, event)
+  }
+
+  return {
+    deliver,
+    /**
+     * Brings a stream being opened (buffering what comes live) to its place: after the client's last
+     * id, or after the stream's newest event (what came before it is not its own).
+     */
+    async open(connection: Connection, lastEventId: string | null | undefined) {
+      if (lastEventId) return catchUp(connection)
+      const covered = drops
+      connection.lastId = await newestId(redis, connection.stream)
+      await catchUp(connection, covered)
+    },
+    /**
+     * The subscription is back after a drop: every stream is caught up, as a client's resume would
+     * be (one catching up already reads again); `failed` is told of one whose catch-up failed.
+     */
+    dropped(connections: Iterable<Connection>, failed: (connection: Connection) => void) {
+      drops++
+      for (const connection of connections) if (connection.buffer === null) void catchUp(connection).catch(() => failed(connection))
+    },
+  }
+}
+
+/** Stream ids are `<ms>-<seq>`: compared as numbers, never as strings. */
+export function isAfter(a: string, b: string): boolean {
+  const [am, as] = a.split('-').map(Number) as [number, number]
+  const [bm, bs] = b.split('-').map(Number) as [number, number]
+  return am > bm || (am === bm && as > bs)
+}
+
+export function frame(event: Published) {
+  return encoder.encode(`id: ${event.id}\nevent: ${event.type}\ndata: ${event.data}\n\n`)
+}
+
+/** The id of the stream's newest event; `0-0` for a stream with none, so that its first is after it. */
+async function newestId(redis: Redis, stream: string): Promise<string> {
+  const [newest] = (await redis.xrevrange(stream, '+', '-', 'COUNT', 1)) as [string, string[]][]
+  return newest?.[0] ?? '0-0'
+}
+
+/**
+ * The stream's events after `from`, within the replay window: the newest `streamLength` of them, what
+ * the stream promises to keep (trimmed a node at a time, it may hold more).
+ */
+async function readAfter(redis: Redis, stream: string, from: string): Promise<Published[]> {
+  const oldest = Date.now() - replayWindowMs
+  const entries = (await redis.xrevrange(stream, '+', `(${from}`, 'COUNT', streamLength)) as [string, string[]][]
+  return entries
+    .reverse()
+    .filter(([id]) => Number(id.split('-')[0]) >= oldest)
+    .map(([id, fields]) => ({ stream, id, type: fields[fields.indexOf('type') + 1]!, data: fields[fields.indexOf('data') + 1]! }))
+}
