@@ -24,6 +24,8 @@ export interface Scenario {
   slug: string
   /** Causes the fault and brings back what it stopped. */
   fault(world: World, deployment: Deployment): Promise<FaultTimes>
+  /** Figures of its own, printed after the summary (what the fault measured). */
+  report?(run: ScenarioRun): string
 }
 
 const pairCount = 4
@@ -102,6 +104,7 @@ export function describeScenario(title: string, world: () => World, scenario: Sc
         throw error
       }
       console.log(summary(run))
+      if (scenario.report) console.log(scenario.report(run))
     }, 180_000)
 
     const check = (name: string, body: (run: ScenarioRun) => string[] | Promise<string[]>) =>
