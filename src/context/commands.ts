@@ -4,7 +4,7 @@ import type { TxSql } from '../db.ts'
 import { enqueueEvents } from '../events/outbox.ts'
 import { hasActiveSubscription } from '../billing/subscriptions/store.ts'
 import { revertSourceMethod, type ContextEntry, type ContextType } from './schema.ts'
-import { entryVersion, insertVersion, newestVersion, organizationOwner } from './store.ts'
+import { entryVersion, insertVersion, newestVersion, organizationOwner, type NewVersion } from './store.ts'
 
 export interface WriteEntry {
   type: ContextType
@@ -22,13 +22,16 @@ export interface RevertEntry {
   userId: string
 }
 
-/** The new version, with the organization's user told of it in the same transaction. */
-async function recorded(tx: TxSql, orgId: string, at: Date, entry: ContextEntry): Promise<ContextEntry> {
-  const userId = await organizationOwner(tx, orgId)
-  if (userId) {
-    const payload = { type: entry.type, key: entry.key, version: entry.version, confidence: entry.confidence, author: entry.author }
-    await enqueueEvents(tx, at, [{ userId, type: 'context.updated', payload }])
-  }
+/**
+ * The new version, with the organization's user (`userId`) told of it in the same transaction: the
+ * event needs nothing the insert answers, so both go together, one round trip.
+ */
+async function recorded(tx: TxSql, orgId: string, userId: string | undefined, version: NewVersion): Promise<ContextEntry> {
+  const payload = { type: version.type, key: version.key, version: version.version, confidence: version.confidence, author: version.author }
+  const [entry] = await Promise.all([
+    insertVersion(tx, orgId, version),
+    userId && enqueueEvents(tx, version.at, [{ userId, type: 'context.updated', payload }]),
+  ])
   return entry
 }
 
@@ -36,32 +39,33 @@ export function contextCommands(): ActorKind {
   return {
     'context.write': {
       async apply(tx, write: WriteEntry, { id: orgId, at }): Promise<ContextEntry | Refusal> {
-        const newest = await newestVersion(tx, orgId, write)
+        const [newest, owner] = await Promise.all([newestVersion(tx, orgId, write), organizationOwner(tx, orgId)])
         if (write.author.kind === 'agent') {
           // Checked here too, not only by the route: a cancellation that lands first ends access.
-          const owner = await organizationOwner(tx, orgId)
           if (!owner || !(await hasActiveSubscription(tx, owner, write.author.id))) return { refused: 'not_subscribed' }
           if (newest?.confidence === 'user_provided') return { refused: 'user_provided_precedence' }
         }
-        return recorded(tx, orgId, at, await insertVersion(tx, orgId, { ...write, version: (newest?.version ?? 0) + 1, at }))
+        return recorded(tx, orgId, owner, { ...write, version: (newest?.version ?? 0) + 1, at })
       },
     },
     'context.revert': {
       async apply(tx, revert: RevertEntry, { id: orgId, at }): Promise<ContextEntry | Refusal> {
-        const target = await entryVersion(tx, orgId, revert)
+        const [target, newest, owner] = await Promise.all([
+          entryVersion(tx, orgId, revert),
+          newestVersion(tx, orgId, revert),
+          organizationOwner(tx, orgId),
+        ])
         if (!target) return { refused: 'not_found' }
-        const newest = (await newestVersion(tx, orgId, revert))!
-        const entry = await insertVersion(tx, orgId, {
+        return recorded(tx, orgId, owner, {
           type: revert.type,
           key: revert.key,
           data: target.data,
           confidence: target.confidence,
           source: { method: revertSourceMethod(revert.version) },
-          version: newest.version + 1,
+          version: newest!.version + 1,
           author: { kind: 'user', id: revert.userId },
           at,
         })
-        return recorded(tx, orgId, at, entry)
       },
     },
   }

@@ -130,11 +130,10 @@ export async function newestVersion(sql: Db, orgId: string, entry: { type: Conte
   return row ? toEntry(row) : undefined
 }
 
-export async function insertVersion(
-  sql: Db,
-  orgId: string,
-  entry: Omit<ContextEntry, 'createdAt' | 'author'> & { author: ContextEntry['author']; at: Date },
-): Promise<ContextEntry> {
+/** A version to insert: the entry as it will read, and when it was written. */
+export type NewVersion = Omit<ContextEntry, 'createdAt'> & { at: Date }
+
+export async function insertVersion(sql: Db, orgId: string, entry: NewVersion): Promise<ContextEntry> {
   const [row] = await sql<EntryRow[]>`
     insert into context_entries (org_id, type, key, version, data, confidence, source, author_kind, author_id, created_at)
     values (

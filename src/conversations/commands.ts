@@ -25,8 +25,11 @@ export function conversationCommands(deps: InboxDeps): ActorKind {
   return {
     'user.message': {
       async apply(tx, message: UserMessage, { id, at }): Promise<MessageApplied> {
-        const stored = await insertUserMessage(tx, { id: message.messageId, participantId: id, userId: message.userId, text: message.text, at })
-        const ownerId = await participantOwner(tx, id)
+        // Sent together on the turn's connection: one round trip, not two, while the turn holds its rows.
+        const [stored, ownerId] = await Promise.all([
+          insertUserMessage(tx, { id: message.messageId, participantId: id, userId: message.userId, text: message.text, at }),
+          participantOwner(tx, id),
+        ])
         if (ownerId) {
           const payload = { participantId: id, userId: message.userId, messageId: message.messageId, text: message.text }
           await enqueueEvents(tx, at, [{ userId: ownerId, type: 'conversation.message', payload }])

@@ -2,7 +2,7 @@
 import { newRowId } from '../ids.ts'
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
-import { errors } from '../errors.ts'
+import { errors, inOrder } from '../errors.ts'
 import { BeforeParam, failures, iso, Ok, ok, pageLimit, parseTime, Query, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
@@ -39,9 +39,12 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
           body,
         }
         const outcome = await idempotentCommand(deps, request, async identity => {
-          await rateLimiter.take('messagePost', principalSubject(user))
-          await activeAgent(params.agentId)
-          if (!(await hasActiveSubscription(sql, user.userId, params.agentId))) throw errors.notSubscribed()
+          const [, , subscribed] = await inOrder([
+            rateLimiter.take('messagePost', principalSubject(user)),
+            activeAgent(params.agentId),
+            hasActiveSubscription(sql, user.userId, params.agentId),
+          ] as const)
+          if (!subscribed) throw errors.notSubscribed()
           const command: UserMessage = { messageId: newRowId(), userId: user.userId, text: body.text }
           const result = accepted(await dispatcher.ask<MessageApplied | Refusal>(`agent:${params.agentId}`, 'user.message', command, identity))
           return { status: 201, body: ok({ id: result.messageId, role: 'user' as const, text: result.text, createdAt: result.createdAt }) }

@@ -31,20 +31,24 @@ export async function insertUserMessage(
   sql: Db,
   message: { id: string; participantId: string; userId: string; text: string; at: Date },
 ): Promise<UserMessageStored> {
+  // One statement (one round trip): the message takes the time the conversation's upsert gave it.
   const [row] = await sql<UserMessageStored[]>`
-    insert into conversations (participant_id, user_id, latest_user_message, latest_user_message_at, pending_count, version)
-    values (${message.participantId}, ${message.userId}, ${message.text}, ${message.at}, 1, 1)
-    on conflict (participant_id, user_id) do update
-      set latest_user_message = excluded.latest_user_message,
-          latest_user_message_at = greatest(excluded.latest_user_message_at,
-            conversations.latest_user_message_at + interval '1 millisecond', conversations.latest_reply_at + interval '1 millisecond'),
-          pending_count = conversations.pending_count + 1,
-          version = conversations.version + 1
-    returning pending_count as "pendingCount", version, latest_user_message_at as "createdAt"
-  `
-  await sql`
-    insert into messages (id, participant_id, user_id, role, text, created_at)
-    values (${message.id}, ${message.participantId}, ${message.userId}, 'user', ${message.text}, ${row!.createdAt})
+    with conversation as (
+      insert into conversations (participant_id, user_id, latest_user_message, latest_user_message_at, pending_count, version)
+      values (${message.participantId}, ${message.userId}, ${message.text}, ${message.at}, 1, 1)
+      on conflict (participant_id, user_id) do update
+        set latest_user_message = excluded.latest_user_message,
+            latest_user_message_at = greatest(excluded.latest_user_message_at,
+              conversations.latest_user_message_at + interval '1 millisecond', conversations.latest_reply_at + interval '1 millisecond'),
+            pending_count = conversations.pending_count + 1,
+            version = conversations.version + 1
+      returning pending_count, version, latest_user_message_at
+    ), message as (
+      insert into messages (id, participant_id, user_id, role, text, created_at)
+      select ${message.id}, ${message.participantId}, ${message.userId}, 'user', ${message.text}, latest_user_message_at
+      from conversation
+    )
+    select pending_count as "pendingCount", version, latest_user_message_at as "createdAt" from conversation
   `
   return row!
 }

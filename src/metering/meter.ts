@@ -36,7 +36,8 @@ export async function meterCall(
   // From here nothing fails the call: it is billed, and a retry without a key would be billed again.
   // The job brings the count on sooner (its id the event's: a repeat while it is queued is dropped);
   // lost or never added, maintenance counts the event a minute later.
-  await queues.metering
+  // Queued beside the live count below: one round trip for both.
+  const queued = queues.metering
     .add('usage', event, {
       jobId: call.eventId,
       attempts: 25,
@@ -50,6 +51,7 @@ export async function meterCall(
   const ttlMs = Math.max(0, period.periodEnd.getTime() - call.occurredAt.getTime()) + week
   // With Redis away, the live count is Postgres's (what is counted so far), this call added.
   const periodCalls = await countLive(deps, { ...live, ttlMs }).catch(() => period.proxyCalls + 1)
+  await queued
   return {
     periodCalls,
     includedProxyCalls: period.includedProxyCalls,

@@ -1,7 +1,7 @@
 /** A proxy call: check the subscription and connection, build the upstream request under the rules, forward, meter. */
 import { createHash } from 'node:crypto'
 import type { Deps } from '../deps.ts'
-import { AppError, errors } from '../errors.ts'
+import { AppError, errors, inOrder } from '../errors.ts'
 import { newRowId } from '../ids.ts'
 import type { CommandIdentity, CommandOptions } from '../idempotency/idempotent.ts'
 import { principalSubject, type AgentPrincipal } from '../auth/principal.ts'
@@ -69,9 +69,11 @@ export async function proxyCall(deps: Deps, agent: AgentPrincipal, call: ProxyCa
 
 async function callUpstream(deps: Deps, agent: AgentPrincipal, call: ProxyCall, eventId: string): Promise<ProxyResult> {
   const { sql, config, clock } = deps
-  const subscription = await activeSubscription(sql, call.userId, agent.participantId)
+  const [subscription, connection] = await inOrder([
+    activeSubscription(sql, call.userId, agent.participantId),
+    findSealedConnection(sql, call.userId, call.provider),
+  ] as const)
   if (!subscription) throw errors.notSubscribed()
-  const connection = await findSealedConnection(sql, call.userId, call.provider)
   if (!connection) throw errors.connectionNotFound()
 
   const url = upstreamUrl(connection.baseUrl, call.path, call.query)

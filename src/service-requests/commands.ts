@@ -44,23 +44,24 @@ export function serviceRequestCommands(deps: InboxDeps, caps: ServiceRequestCaps
     'service.request': {
       async apply(tx, request: NewRequest, { id, at }): Promise<OpenServiceRequest | Refusal> {
         // The actor applies this agent's commands one at a time, so the count cannot change under us.
-        const load = await openLoad(tx, id, request.fromAgentId, at)
+        // Statements that need no answer of each other go together on the turn's connection: two
+        // round trips, not four, while the turn holds its rows.
+        const [load, ownerId] = await Promise.all([openLoad(tx, id, request.fromAgentId, at), participantOwner(tx, id)])
         if (!fitsUnderCaps(load, Buffer.byteLength(JSON.stringify(request.input)), caps)) return { refused: 'too_many_open_requests' }
         const expiresAt = new Date(at.getTime() + requestLifetimeMs)
-        await insertServiceRequest(tx, {
-          id: request.requestId,
-          fromAgentId: request.fromAgentId,
-          targetAgentId: id,
-          serviceTag: request.serviceTag,
-          input: request.input,
-          at,
-          expiresAt,
-        })
-        const ownerId = await participantOwner(tx, id)
-        if (ownerId) {
-          const payload = { requestId: request.requestId, fromAgentId: request.fromAgentId, targetAgentId: id, serviceTag: request.serviceTag }
-          await enqueueEvents(tx, at, [{ userId: ownerId, type: 'service.requested', payload }])
-        }
+        const payload = { requestId: request.requestId, fromAgentId: request.fromAgentId, targetAgentId: id, serviceTag: request.serviceTag }
+        await Promise.all([
+          insertServiceRequest(tx, {
+            id: request.requestId,
+            fromAgentId: request.fromAgentId,
+            targetAgentId: id,
+            serviceTag: request.serviceTag,
+            input: request.input,
+            at,
+            expiresAt,
+          }),
+          ownerId && enqueueEvents(tx, at, [{ userId: ownerId, type: 'service.requested', payload }]),
+        ])
         return { ...request, createdAt: at.toISOString(), expiresAt: expiresAt.toISOString() }
       },
       async project(request: OpenServiceRequest, _payload, { id }) {
@@ -72,11 +73,15 @@ export function serviceRequestCommands(deps: InboxDeps, caps: ServiceRequestCaps
       async apply(tx, answer: Answer, { id, at }): Promise<Answered | Refusal> {
         const request = await findServiceRequest(tx, answer.requestId)
         if (!request || request.targetAgentId !== id) return { refused: 'not_found' }
-        if (!(await respondToRequest(tx, { id: answer.requestId, output: answer.output, success: answer.success, at }))) {
+        // Sent together on the turn's connection: one round trip, not two.
+        const [responded, ownerId] = await Promise.all([
+          respondToRequest(tx, { id: answer.requestId, output: answer.output, success: answer.success, at }),
+          participantOwner(tx, request.fromAgentId),
+        ])
+        if (!responded) {
           return { refused: request.status === 'pending' || request.status === 'expired' ? 'expired' : 'already_responded' }
         }
         const status = answer.success ? 'completed' : 'failed'
-        const ownerId = await participantOwner(tx, request.fromAgentId)
         if (ownerId) {
           const payload = { requestId: answer.requestId, fromAgentId: request.fromAgentId, targetAgentId: id }
           await enqueueEvents(tx, at, [{ userId: ownerId, type: `service.${status}`, payload }])

@@ -1,7 +1,7 @@
 /** Agents asking each other for work: sending a request to its target's actor, reading one, answering one. */
 import { newRowId } from '../ids.ts'
 import type { Deps } from '../deps.ts'
-import { errors } from '../errors.ts'
+import { errors, inOrder } from '../errors.ts'
 import { iso, isoOrNull } from '../http/schema.ts'
 import type { CommandIdentity } from '../idempotency/idempotent.ts'
 import { accepted } from '../actors/refusal.ts'
@@ -22,16 +22,16 @@ export async function sendServiceRequest(
   body: typeof CreateServiceRequest.static,
   identity: CommandIdentity,
 ): Promise<OpenServiceRequest> {
-  await rateLimiter.take('serviceRequestCreate', `agent:${fromAgentId}`)
+  const taken = rateLimiter.take('serviceRequestCreate', `agent:${fromAgentId}`)
   const target = body.targetAgentId ?? body.targetAgentName
   if ((body.targetAgentId === undefined) === (body.targetAgentName === undefined)) {
+    await taken
     throw errors.field('/targetAgentId', 'give exactly one of targetAgentId and targetAgentName')
   }
-  const targetAgent = await findParticipant(sql, target!)
+  const [, targetAgent, from] = await inOrder([taken, findParticipant(sql, target!), findParticipant(sql, fromAgentId)] as const)
   if (!targetAgent || (body.targetAgentId !== undefined && targetAgent.id !== body.targetAgentId)) {
     throw errors.notFound('Target agent')
   }
-  const from = await findParticipant(sql, fromAgentId)
   if (!from) throw errors.invalidToken()
   const command: NewRequest = {
     requestId: newRowId(),
