@@ -93,7 +93,7 @@ describe('round trips to PostgreSQL and Redis', () => {
     expect(afterChange).toBe(1)
   }, 30_000)
 
-  test('a user’s message through the agent’s actor checks the rate, the agent and the subscription in one round', async () => {
+  test('a user’s message through the agent’s actor checks the rate, then the agent and the subscription in one round', async () => {
     const { agent, user } = await subscribedPair(ctx, owner)
     const send = () =>
       ctx.call('POST', `/v1/conversations/${agent.id}/messages`, {
@@ -104,13 +104,43 @@ describe('round trips to PostgreSQL and Redis', () => {
     const message = await fewest(send)
     figures['user message (actor)'] = message.rounds
     expect(message.statuses).toEqual([201])
-    // The key's reservation; the checks; the mailbox; the runtime's claim, hold, transaction (begin,
+    // The key's reservation; the rate (alone: a caller past it costs PostgreSQL nothing), then the
+    // agent and the subscription together; the mailbox; the runtime's claim, hold, transaction (begin,
     // fence, the message with its owner, the event, applied, commit), projection and answer; the
     // key's outcome.
-    expect(message.rounds).toBeLessThanOrEqual(15)
+    expect(message.rounds).toBeLessThanOrEqual(16)
   }, 30_000)
 
-  test('a service request checks the rate and both agents in one round', async () => {
+  test('a message past its rate costs PostgreSQL nothing: the rate is checked first, alone', async () => {
+    const limited = await createTestContext({
+      database: ctx.database,
+      actors: true,
+      relay: false,
+      env: {
+        REDIS_URL: redis.url,
+        REDIS_PREFIX: ctx.config.redisPrefix,
+        RATE_LIMITS: JSON.stringify({ messagePost: { capacity: 1, perSeconds: 3600 } }),
+      },
+    })
+    try {
+      const { agent, user } = await subscribedPair(limited, owner)
+      const send = () => limited.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'again' } })
+      expect((await send()).status).toBe(201)
+      // The fewest statements PostgreSQL was sent during one refused message (background reads only add).
+      let least = Infinity
+      for (let n = 0; n < 5; n++) {
+        await Bun.sleep(20)
+        postgres.resetTraffic()
+        expect((await send()).status).toBe(429)
+        least = Math.min(least, postgres.traffic().toServer)
+      }
+      expect(least).toBe(0)
+    } finally {
+      await limited.close()
+    }
+  }, 30_000)
+
+  test('a service request checks the rate, then both agents in one round', async () => {
     const from = await createAgent(ctx, owner)
     const target = await createAgent(ctx, owner)
     const request = await fewest(() =>
@@ -122,7 +152,7 @@ describe('round trips to PostgreSQL and Redis', () => {
     )
     figures['service request (actor)'] = request.rounds
     expect(request.statuses).toEqual([201])
-    expect(request.rounds).toBeLessThanOrEqual(15)
+    expect(request.rounds).toBeLessThanOrEqual(16)
   }, 30_000)
 
   test('a context write through the organization’s actor reads the newest version and the owner in one round', async () => {

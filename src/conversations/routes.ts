@@ -39,11 +39,9 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
           body,
         }
         const outcome = await idempotentCommand(deps, request, async identity => {
-          const [, , subscribed] = await inOrder([
-            rateLimiter.take('messagePost', principalSubject(user)),
-            activeAgent(params.agentId),
-            hasActiveSubscription(sql, user.userId, params.agentId),
-          ] as const)
+          // The rate first, alone: a caller past it costs Redis one call and PostgreSQL nothing.
+          await rateLimiter.take('messagePost', principalSubject(user))
+          const [, subscribed] = await inOrder([activeAgent(params.agentId), hasActiveSubscription(sql, user.userId, params.agentId)] as const)
           if (!subscribed) throw errors.notSubscribed()
           const command: UserMessage = { messageId: newRowId(), userId: user.userId, text: body.text }
           const result = accepted(await dispatcher.ask<MessageApplied | Refusal>(`agent:${params.agentId}`, 'user.message', command, identity))
