@@ -35,6 +35,7 @@ function expectRefused(results: CallResult[], where: string, detailPath: string,
     const label = `${where} (${i === 0 ? 'in process' : 'over the wire'})`
     expect(result.status, label).toBe(400)
     expect(result.body, label).toMatchObject({ success: false, statusCode: 400, error: 'validation_failed' })
+    expect(result.body.message, label).toStartWith('The URL is not valid: ')
     expect(result.body.details?.[0]?.path, label).toBe(detailPath)
     expect(result.body.details?.[0]?.message, label).toMatch(message)
   }

@@ -51,7 +51,7 @@ function queryProblem(query: string, read: () => ReadonlySet<string>): AppError 
     // What the route does not read is ignored, as it always was: a shared link's tracking parameters.
     if (name === null || !(reads ??= read()).has(name)) continue
     if (!readable && equals !== -1 && decoded(pair.slice(equals + 1)) === null) return notValid(pointer(name), encodingMessage)
-    if (seen?.has(name)) return errors.field(pointer(name), 'must be given once')
+    if (seen?.has(name)) return notValid(pointer(name), 'must be given once')
     ;(seen ??= new Set()).add(name)
   }
   return null
