@@ -4,6 +4,7 @@
  * given once. Checked at the door, for every route, before the framework decodes anything.
  */
 import { errors, type AppError } from '../errors.ts'
+import { isStorableText } from '../text.ts'
 import type { RouteMethods } from './route-methods.ts'
 
 const encodingMessage = 'must be percent-encoded UTF-8 text: a % starts an escape of two hex digits (%25 for a % itself), and no %00'
@@ -63,7 +64,7 @@ const notValid = (path: string, message: string) => errors.validation('The URL i
 function decoded(text: string): string | null {
   try {
     const value = decodeURIComponent(text)
-    return value.includes('\u0000') ? null : value
+    return isStorableText(value) ? value : null
   } catch {
     return null
   }

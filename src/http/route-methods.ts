@@ -35,7 +35,7 @@ export interface RouteMethods {
 export function routeMethods(): RouteMethods {
   let patterns: ({ pattern: RegExp; params: (string | undefined)[] } & Entry)[] = []
   const namesOf = (path: string, which: 'methods' | 'bodies' | 'queries', method?: string): Set<string> | null => {
-    const trimmed = path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path
+    const trimmed = withoutTrailingSlash(path)
     let found: Set<string> | null = null
     for (const entry of patterns) {
       if (!entry.pattern.test(trimmed)) continue
@@ -73,7 +73,7 @@ export function routeMethods(): RouteMethods {
       return namesOf(path, 'queries', method === 'HEAD' ? 'GET' : method) ?? new Set()
     },
     paramAt(path, index) {
-      const trimmed = path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path
+      const trimmed = withoutTrailingSlash(path)
       return patterns.find(entry => entry.params[index] !== undefined && entry.pattern.test(trimmed))?.params[index]
     },
   }
@@ -85,6 +85,8 @@ interface Entry {
   /** The query parameters each method's route reads. */
   queries: Map<string, Set<string>>
 }
+
+const withoutTrailingSlash = (path: string) => (path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path)
 
 function toPattern(path: string): RegExp {
   const source = path

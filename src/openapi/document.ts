@@ -14,8 +14,9 @@ const info = (siteUrl: string) => ({
     'Success: `{success: true, data}`. Errors: the `ErrorEnvelope`, `{success: false, statusCode, error, message, details?}`, ' +
     'with a stable snake_case `error`. Every route also answers 413 `payload_too_large` for a body over its limit ' +
     '(1 MiB; 2 MiB for config listings), 414 `uri_too_long` for a path and query over 8 KiB and 431 `headers_too_large` ' +
-    'for a request line and headers over 16 KiB, and 400 `validation_failed` for a URL that is not percent-encoded UTF-8 text ' +
-    '(a `%` not followed by two hex digits, escapes that are not UTF-8, `%00`, a raw `#`) or a query parameter the route reads given twice; ' +
+    'for a request line and headers over 16 KiB, and 400 `validation_failed` for a path, or a query parameter the route reads, ' +
+    'that is not percent-encoded UTF-8 text (a `%` not followed by two hex digits, escapes that are not UTF-8, `%00`; a raw `#` anywhere) ' +
+    'or such a parameter given twice (others are ignored); ' +
     'a known path asked with another method is 405 `method_not_allowed` ' +
     'with an `Allow` header, and OPTIONS says which methods a path takes. A client for TypeScript: ' +
     `\`npx openapi-typescript ${siteUrl}/swagger/json -o marketplace-api.d.ts\`, used with openapi-fetch.`,

@@ -26,7 +26,7 @@ const envelope = { $ref: '#/components/schemas/ErrorEnvelope' }
 export const failureResponses: Record<string, Response> = {
   BadRequest: failure(
     'validation_failed (details name each problem; the message, the first of them), invalid_json or invalid_cursor: the request is not valid. ' +
-      'Any route: a URL that is not percent-encoded UTF-8 text (a bad escape such as %zz or %FF, a %00, a raw #), or a query parameter the route reads given twice',
+      'Any route: a path, or a query parameter the route reads, that is not percent-encoded UTF-8 text (a bad escape such as %zz or %FF, a %00; a raw # anywhere), or such a parameter given twice',
   ),
   Unauthorized: {
     ...failure('unauthorized: a credential is needed; invalid_token: the credential is invalid, expired or revoked'),
