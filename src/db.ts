@@ -134,6 +134,8 @@ interface Setting {
 interface Session {
   /** sessionDefaults and search_path, as the session has them. */
   settings: Setting[]
+  /** The session's TimeZone keeps UTC's time at every month from 1970 to 2100 (`Etc/UTC`, `GMT`, `Zulu`): as good as UTC. */
+  utcZone: boolean
   /** Where the migrations create tables: search_path's first schema that exists (null: none). */
   schema: string | null
   /** The schemas holding the service's tables (`migrations`, with its `applied_at`, and `conversations`) that this role can read. */
@@ -148,6 +150,10 @@ async function readSession(sql: Sql): Promise<Session> {
   const settings = await sql<Setting[]>`select name, setting, source from pg_settings where name = any(${names})`
   const [row] = await sql<Omit<Session, 'settings'>[]>`
     select quote_ident(current_schema()) as schema, quote_ident(current_user) as role, quote_ident(current_database()) as database,
+      (
+        select bool_and(t at time zone current_setting('TimeZone') = t at time zone 'UTC')
+        from generate_series(timestamptz '1970-01-01 00:00Z', timestamptz '2100-01-01 00:00Z', interval '1 month') as t
+      ) as "utcZone",
       array(
         select quote_ident(n.nspname) from pg_namespace n
         where (
@@ -174,7 +180,7 @@ async function readSession(sql: Sql): Promise<Session> {
  * schema has been selected to create in`; one leading to a schema other than the tables' made the
  * migrations create every table anew there, empty, and the service served from those.
  */
-function sessionRefusal({ settings, schema, tablesIn, role, database }: Session): string | null {
+function sessionRefusal({ settings, utcZone, schema, tablesIn, role, database }: Session): string | null {
   const levels: Record<string, string> = {
     user: `alter role ${role}`,
     database: `alter database ${database}`,
@@ -186,7 +192,7 @@ function sessionRefusal({ settings, schema, tablesIn, role, database }: Session)
   const said = (s: Setting) => `${s.name} = '${s.setting}' (${where(s) ? `set by ${where(s)}` : `the server's ${s.source}`})`
   for (const s of settings) {
     const wanted = sessionDefaults[s.name as keyof typeof sessionDefaults]
-    if (wanted === undefined || s.setting === wanted) continue
+    if (wanted === undefined || s.setting === wanted || (s.name === 'TimeZone' && utcZone)) continue
     return (
       `the database's sessions have ${said(s)}, not the '${wanted}' the service sends at startup: a pooler drops it ` +
       `(PgBouncer, as ignore_startup_parameters lists it); ${where(s) ? `${where(s)} reset ${s.name}` : set(s, `'${wanted}'`)}`

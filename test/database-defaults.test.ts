@@ -94,3 +94,11 @@ test('a fresh database shared with another application (its own migrations and c
     await shared.drop()
   }
 })
+
+test('a session in a zone that is UTC by another name (Etc/UTC, as initdb writes it in many containers) is no reason to refuse the boot; London is', async () => {
+  for (const zone of ['Etc/UTC', 'GMT', 'Zulu']) await reachDatabase(database.url, { settings: { TimeZone: zone } })
+  // On UTC's time in winter, an hour ahead from March to October: its months end an hour early then.
+  await expect(reachDatabase(database.url, { settings: { TimeZone: 'Europe/London' } })).rejects.toThrow(
+    `TimeZone = 'Europe/London' (the server's client), not the 'UTC' the service sends at startup`,
+  )
+})
