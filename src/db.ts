@@ -37,6 +37,9 @@ export const silenceGraceMs = 5000
  * may drop one, which reachDatabase refuses.
  */
 const sessionDefaults = {
+  // The driver's own (it reads and writes UTF-8 only), stated so that another is refused: one in
+  // DATABASE_URL (`?client_encoding=LATIN1`) outranks it, and text was stored garbled without an error.
+  client_encoding: 'UTF8',
   TimeZone: 'UTC',
   DateStyle: 'ISO, MDY',
   default_transaction_isolation: 'read committed',
@@ -121,7 +124,7 @@ export async function reachDatabase(url: string, options: Pick<SqlOptions, 'stat
     await sql?.end({ timeout: 1 }).catch(() => {})
   }
   const refusal = sessionRefusal(session)
-  if (refusal) throw new Error(refusal)
+  if (refusal) throw new Error(`PostgreSQL at DATABASE_URL=${redactUrl(url)} cannot serve: ${refusal}`)
 }
 
 interface Setting {
@@ -142,6 +145,8 @@ interface Session {
   tablesIn: string[]
   role: string
   database: string
+  /** The database's `server_encoding`. */
+  encoding: string
 }
 
 /** Names come quoted as identifiers, to be compared as such and written into the statement that fixes a setting. */
@@ -150,6 +155,7 @@ async function readSession(sql: Sql): Promise<Session> {
   const settings = await sql<Setting[]>`select name, setting, source from pg_settings where name = any(${names})`
   const [row] = await sql<Omit<Session, 'settings'>[]>`
     select quote_ident(current_schema()) as schema, quote_ident(current_user) as role, quote_ident(current_database()) as database,
+      current_setting('server_encoding') as encoding,
       (
         select bool_and(t at time zone current_setting('TimeZone') = t at time zone 'UTC')
         from generate_series(timestamptz '1970-01-01 00:00Z', timestamptz '2100-01-01 00:00Z', interval '1 month') as t
@@ -178,9 +184,22 @@ async function readSession(sql: Sql): Promise<Session> {
  * role's or the database's value in force, silently: under serializable, racing subscriptions were
  * 503s behind PgBouncer. A search_path with no schema that exists failed the migrations with `no
  * schema has been selected to create in`; one leading to a schema other than the tables' made the
- * migrations create every table anew there, empty, and the service served from those.
+ * migrations create every table anew there, empty, and the service served from those. A database
+ * whose encoding is not UTF8 cannot hold what clients send: LATIN1 refused emoji and CJK as values
+ * that "cannot be stored" (400), and SQL_ASCII counts the lengths its checks bound in bytes (a chat
+ * message of 500 emoji, within the contract's 500 characters, was a 500).
  */
-function sessionRefusal({ settings, utcZone, schema, tablesIn, role, database }: Session): string | null {
+function sessionRefusal({ settings, utcZone, schema, tablesIn, role, database, encoding }: Session): string | null {
+  if (encoding !== 'UTF8') {
+    const loss =
+      encoding === 'SQL_ASCII'
+        ? 'it counts lengths in bytes, so text within the limits (500 emoji in a chat message) fails, and it checks nothing it stores'
+        : 'it cannot store every character clients send (emoji, CJK: refused as values that cannot be stored)'
+    return (
+      `the database ${database} has encoding ${encoding}, not UTF8: ${loss}; create one with encoding UTF8 ` +
+      `(createdb -E UTF8 --locale=C -T template0 <name>), move the data there with pg_dump and pg_restore, and point DATABASE_URL to it`
+    )
+  }
   const levels: Record<string, string> = {
     user: `alter role ${role}`,
     database: `alter database ${database}`,
@@ -193,6 +212,8 @@ function sessionRefusal({ settings, utcZone, schema, tablesIn, role, database }:
   for (const s of settings) {
     const wanted = sessionDefaults[s.name as keyof typeof sessionDefaults]
     if (wanted === undefined || s.setting === wanted || (s.name === 'TimeZone' && utcZone)) continue
+    // A startup parameter other than the service's: DATABASE_URL's query (postgres.js sends it, after its own).
+    if (s.source === 'client') return `${s.name} = '${s.setting}' is set in DATABASE_URL, not the '${wanted}' the service needs: remove it from there`
     return (
       `the database's sessions have ${said(s)}, not the '${wanted}' the service sends at startup: a pooler drops it ` +
       `(PgBouncer, as ignore_startup_parameters lists it); ${where(s) ? `${where(s)} reset ${s.name}` : set(s, `'${wanted}'`)}`

@@ -99,6 +99,43 @@ test('a session in a zone that is UTC by another name (Etc/UTC, as initdb writes
   for (const zone of ['Etc/UTC', 'GMT', 'Zulu']) await reachDatabase(database.url, { settings: { TimeZone: zone } })
   // On UTC's time in winter, an hour ahead from March to October: its months end an hour early then.
   await expect(reachDatabase(database.url, { settings: { TimeZone: 'Europe/London' } })).rejects.toThrow(
-    `TimeZone = 'Europe/London' (the server's client), not the 'UTC' the service sends at startup`,
+    `TimeZone = 'Europe/London' is set in DATABASE_URL, not the 'UTC' the service needs`,
   )
+})
+
+test('a database in an encoding other than UTF8 is refused at boot in one line naming DATABASE_URL; so is a client_encoding other than UTF8 there', async () => {
+  // LATIN1 refused emoji and CJK as values that cannot be stored; SQL_ASCII counted lengths in bytes (500 emoji: a 500).
+  for (const encoding of ['SQL_ASCII', 'LATIN1']) {
+    const other = await createTestDatabase({ encoding })
+    try {
+      const refused = await reachDatabase(other.url).catch((error: Error) => error.message)
+      expect(refused).toStartWith(`PostgreSQL at DATABASE_URL=${other.url.replace('postgres@', '***@')} cannot serve: `)
+      expect(refused).toContain(`the database ${other.name} has encoding ${encoding}, not UTF8`)
+      expect(refused).toContain('createdb -E UTF8')
+      expect(refused).not.toContain('\n')
+    } finally {
+      await other.drop()
+    }
+  }
+  // The URL's parameter outranks what the driver sends: text was stored garbled (é as Ã©), without an error.
+  await expect(reachDatabase(`${database.url}?client_encoding=LATIN1`)).rejects.toThrow(
+    `client_encoding = 'LATIN1' is set in DATABASE_URL, not the 'UTF8' the service needs: remove it from there`,
+  )
+})
+
+test('the database’s own client_encoding is outranked by the driver’s: text is stored as sent', async () => {
+  const admin = createSql(adminUrl, { max: 1 })
+  try {
+    await admin.unsafe(`alter database ${database.name} set client_encoding = 'LATIN1'`)
+  } finally {
+    await admin.end()
+  }
+  await reachDatabase(database.url)
+  const sql = createSql(database.url, { max: 1 })
+  try {
+    const [row] = await sql<{ stored: boolean; back: string }[]>`select ${'é😀'}::text = chr(233) || chr(128512) as stored, ${'é😀'}::text as back`
+    expect(row).toEqual({ stored: true, back: 'é😀' })
+  } finally {
+    await sql.end()
+  }
 })

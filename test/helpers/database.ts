@@ -57,14 +57,16 @@ export interface TestDatabase {
   drop(): Promise<void>
 }
 
-/** A fresh database cloned from the template (or empty, for migration tests). */
-export async function createTestDatabase(options: { empty?: boolean } = {}): Promise<TestDatabase> {
+/** A fresh database cloned from the template (or empty, for migration tests; in `encoding`, with the C locale, implies empty). */
+export async function createTestDatabase(options: { empty?: boolean; encoding?: string } = {}): Promise<TestDatabase> {
   const template = process.env.AM_TEST_TEMPLATE
   if (!template && !options.empty) throw new Error('the test preload did not prepare a template')
   const name = `am_t_${Math.floor(Date.now() / 1000)}_${randomBytes(6).toString('hex')}`
   const admin = createSql(adminUrl, { max: 1 })
   try {
-    if (options.empty) await admin`create database ${admin(name)}`
+    // A utility statement takes no parameters: the encoding is written into it (a test's own constant).
+    if (options.encoding) await admin.unsafe(`create database ${name} template template0 encoding '${options.encoding}' locale 'C'`)
+    else if (options.empty) await admin`create database ${admin(name)}`
     else await admin`create database ${admin(name)} template ${admin(template!)}`
   } finally {
     await admin.end()
