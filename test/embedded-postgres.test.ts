@@ -5,16 +5,20 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { startEmbeddedPostgres } from '../src/embedded-postgres.ts'
 import { createLog } from '../src/log.ts'
-import { createSql, isConnectionError } from '../src/db.ts'
+import { createSql, isConnectionError, reachDatabase } from '../src/db.ts'
 import { smallDisk, smallDiskRefused } from './helpers/small-disk.ts'
 import { until } from './helpers/until.ts'
 
 describe('the embedded PostgreSQL', () => {
-  test('started again on a data directory in use fails with Postgres’s own reason', async () => {
+  test('made where no locale is set, its database is UTF8; started again on a data directory in use, it fails with Postgres’s own reason', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'am-embedded-'))
     const log = createLog('error', () => {})
-    const first = await startEmbeddedPostgres(dataDir, log)
+    // As a container or a service manager runs it: initdb took SQL_ASCII from the C locale, which the boot refuses.
+    const locale = Object.entries(process.env).filter(([name]) => name === 'LANG' || name.startsWith('LC_'))
+    for (const [name] of locale) delete process.env[name]
+    const first = await startEmbeddedPostgres(dataDir, log).finally(() => Object.assign(process.env, Object.fromEntries(locale)))
     try {
+      await reachDatabase(first.url)
       const error = await startEmbeddedPostgres(dataDir, log).catch(e => e)
       expect(error).toBeInstanceOf(Error)
       expect((error as Error).message).toContain('embedded PostgreSQL exited while starting')
