@@ -155,19 +155,27 @@ async function applyPending(session: Sql, migrations: Migration[], timeouts: Mig
   await session`begin`
   let inTransaction = true
   try {
+    const state = await readState(session)
+    if (state.current > migrations.length) {
+      throw new Error(`database is at migration ${state.current}, newer than this code (${migrations.length})`)
+    }
+    const pending = migrations.slice(state.current)
+    if (pending.length === 0) {
+      await session`commit`
+      return []
+    }
+    // Only with something to apply: `create ... if not exists` needs the schema's CREATE even when
+    // the table exists, which a role that may only read and write the tables (docs/operations.md,
+    // the service's grants) lacks, and a boot with nothing pending stopped on it.
     await session`
       create table if not exists migrations (
         id integer primary key,
         name text not null,
         applied_at timestamptz not null default now()
       )
-    `
-    const [row] = await session<{ max: number }[]>`select coalesce(max(id), 0)::int as max from migrations`
-    const current = row?.max ?? 0
-    if (current > migrations.length) {
-      throw new Error(`database is at migration ${current}, newer than this code (${migrations.length})`)
-    }
-    const pending = migrations.slice(current)
+    `.catch(error => {
+      throw explained(pending[0]!, error, timeouts, 0, state)
+    })
     for (const migration of pending) {
       const options = migrationOptions(migration)
       const limits = { ...timeouts, ...definedOnly(options) }
@@ -178,7 +186,7 @@ async function applyPending(session: Sql, migrations: Migration[], timeouts: Mig
         await session`commit`
         inTransaction = false
       }
-      await apply(session, migration, options.transaction, limits)
+      await apply(session, migration, options.transaction, limits, state)
     }
     if (inTransaction) await session`commit`
     return pending.map(migration => migration.name)
@@ -188,8 +196,26 @@ async function applyPending(session: Sql, migrations: Migration[], timeouts: Mig
   }
 }
 
+/** Where a run starts, read without creating anything; names quoted as identifiers, for the statements an error suggests. */
+interface State {
+  /** The last migration applied (0: none, or no `migrations` table). */
+  current: number
+  role: string
+  schema: string | null
+}
+
+async function readState(session: Sql): Promise<State> {
+  const [row] = await session<(Omit<State, 'current'> & { exists: boolean })[]>`
+    select quote_ident(current_user) as role, quote_ident(current_schema()) as schema, to_regclass('migrations') is not null as exists
+  `
+  const { exists, ...who } = row!
+  if (!exists) return { current: 0, ...who }
+  const [applied] = await session<{ max: number }[]>`select coalesce(max(id), 0)::int as max from migrations`
+  return { current: applied!.max, ...who }
+}
+
 /** Runs one migration and records it: in the open transaction, or statement by statement. */
-async function apply(session: Sql, migration: Migration, transaction: boolean, limits: MigrationTimeouts) {
+async function apply(session: Sql, migration: Migration, transaction: boolean, limits: MigrationTimeouts, state: State) {
   // Set for the transaction (local), or for the session until reset below.
   await session`
     select set_config('lock_timeout', ${String(limits.lockTimeoutMs)}, ${transaction}),
@@ -200,7 +226,7 @@ async function apply(session: Sql, migration: Migration, transaction: boolean, l
     if (transaction) await session.unsafe(migration.text)
     else for (const statement of statementsOf(migration)) await session.unsafe(statement)
   } catch (error) {
-    throw explained(migration, error, limits, performance.now() - began)
+    throw explained(migration, error, limits, performance.now() - began, state)
   } finally {
     if (!transaction) await session`reset lock_timeout`.then(() => session`reset statement_timeout`).catch(() => {})
   }
@@ -227,10 +253,20 @@ function statementsOf(migration: Migration): string[] {
     .filter(Boolean)
 }
 
-/** `ranMs`: how long the migration ran before it failed. */
-function explained(migration: Migration, error: unknown, limits: MigrationTimeouts, ranMs: number): MigrationError {
+/** `ranMs`: how long the migration ran before it failed; `state`: where the run started, as whom. */
+function explained(migration: Migration, error: unknown, limits: MigrationTimeouts, ranMs: number, state: State): MigrationError {
   const e = error as { code?: string; message?: string }
   const message = e?.message ?? String(error)
+  // insufficient_privilege: the service's own role, allowed only to read and write the tables, at a
+  // boot with migrations pending (a fresh database, or an upgrade whose migrations no one applied).
+  if (e?.code === '42501') {
+    const what =
+      state.current === 0
+        ? `may not create the service's tables in schema ${state.schema} (from PostgreSQL 15 on, only the database's ` +
+          `owner may by default): grant create on schema ${state.schema} to ${state.role}, or run npm run migrate with a DATABASE_URL whose role may`
+        : `may not change the service's tables: run npm run migrate with a DATABASE_URL whose role owns them, then start the service`
+    return new MigrationError(migration.name, `migration ${migration.name} failed: ${message}: role ${state.role} ${what}`, { cause: error })
+  }
   if (e?.code === '55P03') {
     return new MigrationError(
       migration.name,
