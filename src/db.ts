@@ -1,6 +1,5 @@
 /** PostgreSQL connections: one postgres.js pool per process, bigint parsed as number (all amounts fit). */
 import postgres from 'postgres'
-import { firstLine, redactUrl } from './text.ts'
 import { errorFields, type Log } from './log.ts'
 
 export type Sql = postgres.Sql<{ bigint: number }>
@@ -34,9 +33,9 @@ export const silenceGraceMs = 5000
  * reads them wrong); and read committed, which the statements' races are written for (under
  * serializable or repeatable read, racing writes fail as 503 rather than wait: 50 concurrent
  * subscriptions were 49 503s instead of 409s). Sent at startup, they outrank those settings; a pooler
- * may drop one, which reachDatabase refuses.
+ * may drop one, which reachDatabase refuses (reach-database.ts).
  */
-const sessionDefaults = {
+export const sessionDefaults = {
   // The driver's own (it reads and writes UTF-8 only), stated so that another is refused: one in
   // DATABASE_URL (`?client_encoding=LATIN1`) outranks it, and text was stored garbled without an error.
   client_encoding: 'UTF8',
@@ -102,139 +101,6 @@ function parseBytea(text: string): Buffer {
     }
   }
   return bytes.subarray(0, n)
-}
-
-/**
- * Reads, on a connection of its own opened with `options`' startup parameters (those the service's
- * pools send), what a session of the pools is given (readSession), or throws one line naming
- * DATABASE_URL and why (a boot's or a tool's first step: the driver's own errors name only a host, or
- * nothing). A session the service cannot run right in is refused in one line too (sessionRefusal).
- */
-export async function reachDatabase(url: string, options: Pick<SqlOptions, 'statementTimeoutMs' | 'settings'> = {}): Promise<void> {
-  let sql: Sql | undefined
-  let session: Session
-  try {
-    sql = createSql(url, { max: 1, ...options })
-    session = await readSession(sql)
-  } catch (error) {
-    // PgBouncer refuses startup parameters it was not told to ignore, in any pool mode.
-    const hint = /unsupported startup parameter/.test(firstLine(error)) ? ' (behind PgBouncer: add it to ignore_startup_parameters)' : ''
-    throw new Error(`PostgreSQL is not reachable at DATABASE_URL=${redactUrl(url)}: ${firstLine(error)}${hint}`)
-  } finally {
-    await sql?.end({ timeout: 1 }).catch(() => {})
-  }
-  const refusal = sessionRefusal(session)
-  if (refusal) throw new Error(`PostgreSQL at DATABASE_URL=${redactUrl(url)} cannot serve: ${refusal}`)
-}
-
-interface Setting {
-  name: string
-  setting: string
-  /** Where the value comes from (`pg_settings.source`): `user` for `alter role ... set`, `client` for a startup parameter. */
-  source: string
-}
-
-interface Session {
-  /** sessionDefaults and search_path, as the session has them. */
-  settings: Setting[]
-  /** The session's TimeZone keeps UTC's time at every month from 1970 to 2100 (`Etc/UTC`, `GMT`, `Zulu`): as good as UTC. */
-  utcZone: boolean
-  /** Where the migrations create tables: search_path's first schema that exists (null: none). */
-  schema: string | null
-  /** The schemas holding the service's tables (`migrations`, with its `applied_at`, and `conversations`) that this role can read. */
-  tablesIn: string[]
-  role: string
-  database: string
-  /** The database's `server_encoding`. */
-  encoding: string
-}
-
-/** Names come quoted as identifiers, to be compared as such and written into the statement that fixes a setting. */
-async function readSession(sql: Sql): Promise<Session> {
-  const names = [...Object.keys(sessionDefaults), 'search_path']
-  const settings = await sql<Setting[]>`select name, setting, source from pg_settings where name = any(${names})`
-  const [row] = await sql<Omit<Session, 'settings'>[]>`
-    select quote_ident(current_schema()) as schema, quote_ident(current_user) as role, quote_ident(current_database()) as database,
-      current_setting('server_encoding') as encoding,
-      (
-        select bool_and(t at time zone current_setting('TimeZone') = t at time zone 'UTC')
-        from generate_series(timestamptz '1970-01-01 00:00Z', timestamptz '2100-01-01 00:00Z', interval '1 month') as t
-      ) as "utcZone",
-      array(
-        select quote_ident(n.nspname) from pg_namespace n
-        where (
-          select count(*) from pg_class c
-          where c.relnamespace = n.oid and c.relname in ('migrations', 'conversations') and c.relkind = 'r'
-            and has_table_privilege(c.oid, 'select')
-            -- Another application's migrations table (Laravel's, TypeORM's) has no applied_at: not the service's.
-            and (c.relname <> 'migrations' or exists (
-              select from pg_attribute a where a.attrelid = c.oid and a.attname = 'applied_at' and not a.attisdropped
-            ))
-        ) = 2
-        order by 1
-      ) as "tablesIn"
-  `
-  return { settings, ...row! }
-}
-
-/**
- * Why the service must not run in `session`, in one line naming the setting and the statement that
- * fixes it; null when it may. A startup parameter that a pooler drops (PgBouncer, for what its
- * ignore_startup_parameters lists: `default_transaction_isolation`, which it cannot track) leaves the
- * role's or the database's value in force, silently: under serializable, racing subscriptions were
- * 503s behind PgBouncer. A search_path with no schema that exists failed the migrations with `no
- * schema has been selected to create in`; one leading to a schema other than the tables' made the
- * migrations create every table anew there, empty, and the service served from those. A database
- * whose encoding is not UTF8 cannot hold what clients send: LATIN1 refused emoji and CJK as values
- * that "cannot be stored" (400), and SQL_ASCII counts the lengths its checks bound in bytes (a chat
- * message of 500 emoji, within the contract's 500 characters, was a 500).
- */
-function sessionRefusal({ settings, utcZone, schema, tablesIn, role, database, encoding }: Session): string | null {
-  if (encoding !== 'UTF8') {
-    const loss =
-      encoding === 'SQL_ASCII'
-        ? 'it counts lengths in bytes, so text within the limits (500 emoji in a chat message) fails, and it checks nothing it stores'
-        : 'it cannot store every character clients send (emoji, CJK: refused as values that cannot be stored)'
-    return (
-      `the database ${database} has encoding ${encoding}, not UTF8: ${loss}; create one with encoding UTF8 ` +
-      `(createdb -E UTF8 --locale=C -T template0 <name>), move the data there with pg_dump and pg_restore, and point DATABASE_URL to it`
-    )
-  }
-  const levels: Record<string, string> = {
-    user: `alter role ${role}`,
-    database: `alter database ${database}`,
-    'database user': `alter role ${role} in database ${database}`,
-  }
-  // Where the value is set, to reset it or set it there; else (the server's configuration) for the role.
-  const where = (s: Setting) => levels[s.source]
-  const set = (s: Setting, value: string) => `${where(s) ?? `alter role ${role}`} set ${s.name} = ${value}`
-  const said = (s: Setting) => `${s.name} = '${s.setting}' (${where(s) ? `set by ${where(s)}` : `the server's ${s.source}`})`
-  for (const s of settings) {
-    const wanted = sessionDefaults[s.name as keyof typeof sessionDefaults]
-    if (wanted === undefined || s.setting === wanted || (s.name === 'TimeZone' && utcZone)) continue
-    // A startup parameter other than the service's: DATABASE_URL's query (postgres.js sends it, after its own).
-    if (s.source === 'client') return `${s.name} = '${s.setting}' is set in DATABASE_URL, not the '${wanted}' the service needs: remove it from there`
-    return (
-      `the database's sessions have ${said(s)}, not the '${wanted}' the service sends at startup: a pooler drops it ` +
-      `(PgBouncer, as ignore_startup_parameters lists it); ${where(s) ? `${where(s)} reset ${s.name}` : set(s, `'${wanted}'`)}`
-    )
-  }
-  const path = settings.find(s => s.name === 'search_path')!
-  if (schema === null) {
-    const fix = tablesIn[0]
-      ? set(path, tablesIn[0])
-      : where(path)
-        ? `${where(path)} reset search_path`
-        : set(path, '<a schema the role may create in>')
-    return `${said(path)} names no schema that exists, where the migrations create the service's tables: ${fix}`
-  }
-  if (tablesIn.length > 0 && !tablesIn.includes(schema)) {
-    return (
-      `${said(path)} leads to schema ${schema}, but the service's tables are in ${tablesIn.join(', ')} ` +
-      `(the migrations would create them anew, empty, in ${schema}): ${set(path, tablesIn[0]!)}`
-    )
-  }
-  return null
 }
 
 /**

@@ -37,7 +37,7 @@ export async function startEmbeddedPostgres(dataDir: string, log: Log): Promise<
     // Postgres refuses to run as root; the package then runs it as a dedicated system user.
     createPostgresUser: process.getuid?.() === 0,
     // UTF8 whatever the environment's locale: initdb takes the encoding from it, and without LANG (a
-    // container's, a service manager's) made a SQL_ASCII cluster, which the boot refuses (src/db.ts,
+    // container's, a service manager's) made a SQL_ASCII cluster, which the boot refuses (src/reach-database.ts,
     // sessionRefusal). The C locale goes with any encoding and sorts by code point, as C.UTF-8 does.
     initdbFlags: ['--encoding=UTF8', '--locale=C'],
     onLog: message => said(message),

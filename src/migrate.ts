@@ -63,6 +63,34 @@ export function readMigrations(dir = migrationsDir): Migration[] {
   })
 }
 
+/** What the migrations leave in the database, by name: what the service's role must be allowed to use (reachDatabase). */
+export interface ServiceObjects {
+  /** Its tables, `migrations` among them: it reads and writes every one (their sequences go with them). */
+  tables: string[]
+  /** Its functions, called by the tables' defaults, checks and triggers. */
+  functions: string[]
+}
+
+/**
+ * Reads the names from the files' `create table` and `create function` statements, less those a
+ * later file drops (names unquoted and unqualified, as sql/README.md asks;
+ * test/least-privilege.test.ts checks the result against a migrated database).
+ */
+export function serviceObjects(migrations = readMigrations()): ServiceObjects {
+  const named = (text: string, statement: string) =>
+    [...text.matchAll(new RegExp(String.raw`\b${statement}\s+([a-z_][a-z0-9_]*)`, 'gi'))].map(match => match[1]!.toLowerCase())
+  const tables = new Set(['migrations'])
+  const functions = new Set<string>()
+  for (const migration of migrations) {
+    const text = migration.text.replace(/--.*$/gm, '')
+    for (const name of named(text, String.raw`create\s+table(?:\s+if\s+not\s+exists)?`)) tables.add(name)
+    for (const name of named(text, String.raw`drop\s+table(?:\s+if\s+exists)?`)) tables.delete(name)
+    for (const name of named(text, String.raw`create(?:\s+or\s+replace)?\s+function`)) functions.add(name)
+    for (const name of named(text, String.raw`drop\s+function(?:\s+if\s+exists)?`)) functions.delete(name)
+  }
+  return { tables: [...tables], functions: [...functions] }
+}
+
 /** Reads the first line's options: `-- migrate: no-transaction lock-timeout=0 statement-timeout=0`. */
 export function migrationOptions(migration: Migration): MigrationOptions {
   const options: MigrationOptions = { transaction: true }

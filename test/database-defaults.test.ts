@@ -4,7 +4,8 @@
  * `sessionDefaults`), and bytea is read in either output form, so it serves as on a stock server.
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
-import { createSql, reachDatabase } from '../src/db.ts'
+import { createSql } from '../src/db.ts'
+import { reachDatabase } from '../src/reach-database.ts'
 import { createAgent, createTestContext, expectError, signUp, type TestContext, type TestUser } from './helpers/context.ts'
 import { adminUrl, createTestDatabase, type TestDatabase } from './helpers/database.ts'
 

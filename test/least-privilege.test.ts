@@ -2,15 +2,16 @@
  * A database role the operator limited (docs/operations.md, "A role that owns nothing"): the
  * migrations applied by a role that owns the tables, the service run as one allowed only to read and
  * write them, with the grants that section lists; and the one line the boot stops with where the
- * role may not apply the migrations. Roles are the cluster's: named after this file's database,
+ * role may not do what the service does. Roles are the cluster's: named after this file's database,
  * dropped after it.
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { createSql, reachDatabase, type Sql } from '../src/db.ts'
-import { migrate, readMigrations, type Migration } from '../src/migrate.ts'
+import { createSql, type Sql } from '../src/db.ts'
+import { reachDatabase } from '../src/reach-database.ts'
+import { migrate, readMigrations, serviceObjects, type Migration } from '../src/migrate.ts'
 import { adminUrl, databaseUrl } from './helpers/database.ts'
 import { createTestContext, signUp, subscribedPair } from './helpers/context.ts'
 
@@ -26,7 +27,7 @@ function as(role: string): string {
   return url.toString()
 }
 
-/** What a boot does before it serves: reach the database, then migrate. */
+/** What a boot does before it serves: reach the database (refusing what it cannot run in), then migrate. */
 async function boot(role: string, migrations: Migration[] = readMigrations()): Promise<string[]> {
   await reachDatabase(as(role))
   const sql = createSql(as(role), { max: 1 })
@@ -113,4 +114,64 @@ test('a migration pending that the role may not apply (an upgrade whose migrate 
     `migration ${next.name} failed: permission denied for schema public: role ${app} may not change the service's tables: ` +
       'run npm run migrate with a DATABASE_URL whose role owns them, then start the service',
   )
+})
+
+test('a table, sequence or function the role may not use stops the boot naming the grant; the documented grants let it boot', async () => {
+  // A table made without the default privileges (upstream: a boot, then 500s on what needs it).
+  await admin.unsafe(`revoke all on blog_posts from ${app}; revoke usage on sequence outbox_id_seq from ${app}`)
+  await admin.unsafe(`revoke execute on function uuid_v7() from public`)
+  try {
+    const refused = boot(app)
+    await expect(refused).rejects.toThrow(
+      `DATABASE_URL's role ${app} may not use all of the service's objects in schema public (lacking select, insert, update, ` +
+        'delete on table blog_posts; usage on sequence outbox_id_seq; execute on function uuid_v7()): ' +
+        `grant select, insert, update, delete on table blog_posts to ${app}; grant usage on sequence outbox_id_seq to ${app}; ` +
+        `grant execute on function uuid_v7() to ${app}`,
+    )
+  } finally {
+    await admin.unsafe(`grant execute on function uuid_v7() to public`)
+  }
+  await admin.unsafe(documentedGrants()[1]!)
+  expect(await boot(app)).toEqual([])
+})
+
+test('row-level security, read-only sessions or a schema the role may not use stop the boot with one line naming it', async () => {
+  // Upstream: the owner's agents went missing from their list and writes answered 500.
+  await admin`alter table participants enable row level security`
+  try {
+    await expect(boot(app)).rejects.toThrow(
+      `row-level security applies to DATABASE_URL's role ${app} on table participants; the service reads and writes every row ` +
+        `of its tables: alter table participants disable row level security, or alter role ${app} bypassrls`,
+    )
+  } finally {
+    await admin`alter table participants disable row level security`
+  }
+  // A replica's user given by mistake: upstream, a boot with nothing pending served, every write a 503.
+  await admin.unsafe(`alter role ${app} in database ${name} set default_transaction_read_only = on`)
+  try {
+    await expect(boot(app)).rejects.toThrow(
+      `the database's sessions are read-only, default_transaction_read_only = 'on' (set by alter role ${app} in database ${name}), ` +
+        `and the service writes: alter role ${app} in database ${name} reset default_transaction_read_only`,
+    )
+  } finally {
+    await admin.unsafe(`alter role ${app} in database ${name} reset default_transaction_read_only`)
+  }
+  // Upstream: "names no schema that exists", and a search_path to set as it already was.
+  await admin`revoke usage on schema public from public`
+  try {
+    await expect(boot(app)).rejects.toThrow(
+      `DATABASE_URL's role ${app} may not use schema public, which holds the service's tables: grant usage on schema public to ${app}`,
+    )
+  } finally {
+    await admin`grant usage on schema public to public`
+  }
+  expect(await boot(app)).toEqual([])
+})
+
+test('the service’s objects read from the migrations are the tables and functions a migrated database holds', async () => {
+  const tables = await admin<{ name: string }[]>`select relname as name from pg_class where relnamespace = 'public'::regnamespace and relkind = 'r'`
+  const functions = await admin<{ name: string }[]>`select proname as name from pg_proc where pronamespace = 'public'::regnamespace`
+  const objects = serviceObjects()
+  expect(objects.tables.toSorted()).toEqual(tables.map(row => row.name).toSorted())
+  expect(objects.functions.toSorted()).toEqual(functions.map(row => row.name).toSorted())
 })

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Queue } from 'bullmq'
 import { randomBytes } from 'node:crypto'
+import { reachDatabase } from '../src/reach-database.ts'
 import { createSql, watchDatabaseIdentity, type DatabaseIdentity, type Sql } from '../src/db.ts'
 import { createLog } from '../src/log.ts'
 import { createAuthenticator } from '../src/auth/authenticator.ts'
@@ -110,6 +111,9 @@ describe.skipIf(bin === null)('a replica that lagged, promoted while the service
     expect((await proxyCall()).status).toBe(200)
     await countRecordedBefore(ctx.deps.sql, new Date(Date.now() + 60_000), new Date())
     await replica.catchUp()
+    // A boot there stops with one line (it stopped on the migrations' first write, which a boot with
+    // nothing pending no longer makes).
+    await expect(reachDatabase(replica.url('app'))).rejects.toThrow(`DATABASE_URL leads to a server in recovery (a hot standby)`)
     await replica.cutOff()
 
     // What it never gets: that message answered and another, a first one from `late`, the request

@@ -4,7 +4,7 @@ import { withDevSecrets } from '../dev-secrets.ts'
 import { createDeps, forInvoiceRun } from '../deps.ts'
 import { createLog } from '../log.ts'
 import { invoiceSettleMs, runInvoices, runTime } from '../invoices/run.ts'
-import { reachDatabase } from '../db.ts'
+import { reachDatabase } from '../reach-database.ts'
 import { runCli, UsageError } from './run.ts'
 
 const terminal = process.stdout.isTTY === true

@@ -1,6 +1,7 @@
 /** `bun run migrate`: applies pending migrations to DATABASE_URL and prints what it applied. */
 import { loadConfig } from '../config.ts'
-import { createSql, reachDatabase } from '../db.ts'
+import { createSql } from '../db.ts'
+import { reachDatabase } from '../reach-database.ts'
 import { migrate, type LockHolder } from '../migrate.ts'
 import { runCli } from './run.ts'
 
