@@ -7,6 +7,7 @@ import { until } from './helpers/until.ts'
 import { enqueueEvents } from '../src/events/outbox.ts'
 import { relayPass, replayWindowMs, startRelay, type Relay } from '../src/events/relay.ts'
 import { createRedis, deleteByPrefix } from '../src/redis.ts'
+import { createSql } from '../src/db.ts'
 import { keepSchedules, scheduledJobOptions } from '../workers/schedules.ts'
 import { startRedisServer } from './helpers/redis-server.ts'
 
@@ -76,6 +77,30 @@ describe('the outbox relay', () => {
     const rows = await ctx.deps.sql<{ data: string }[]>`select data from outbox where user_id = ${userId} order by id`
     expect(rows.map(row => (JSON.parse(row.data) as { n: number }).n)).toEqual(events.map(e => e.payload.n))
     await ctx.deps.sql`delete from outbox where user_id = ${userId}`
+  })
+
+  test('a backlog is read through the key, not scanned, by a connection that cached its plan while the outbox was empty', async () => {
+    // One connection, so the passes and the explanation share its prepared statement. Its plan, made
+    // while the outbox is empty (as it is most of the time), is what a burst of events then meets.
+    const one = createSql(ctx.database.url, { max: 1 })
+    try {
+      await one`vacuum outbox`
+      for (let pass = 0; pass < 6; pass++) await relayPass({ ...ctx.deps, sql: one }, 500)
+      await one`
+        insert into outbox (user_id, type, data)
+        select gen_random_uuid(), 'context.updated', '{}' from generate_series(1, 5000)
+      `
+      const [prepared] = await one<{ name: string }[]>`
+        select name from pg_prepared_statements
+        where statement like '%from outbox order by id limit%' and statement not like '%pg_prepared_statements%'
+      `
+      const plan = (await one.unsafe(`explain execute "${prepared!.name}"(500)`)).map(row => row['QUERY PLAN']).join('\n')
+      expect(plan).toContain('Index Scan using outbox_pkey')
+      expect(plan).not.toContain('Seq Scan')
+    } finally {
+      await one`delete from outbox`
+      await one.end()
+    }
   })
 
   test('a change that rolls back sends nothing', async () => {
