@@ -1,9 +1,10 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { randomUUID } from 'node:crypto'
 import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
 import { runInvoices } from '../src/invoices/run.ts'
 import { deactivatePlan, findPlan, updatePlan } from '../src/billing/plans/store.ts'
-import { announcePlanChange } from '../src/billing/plans/price-change.ts'
+import { announcePlanChange, planChangeEvents } from '../src/billing/plans/price-change.ts'
 import { insertSubscription } from '../src/billing/subscriptions/store.ts'
 
 let ctx: TestContext
@@ -174,6 +175,41 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
       select period_start as "periodStart", total_cents as "totalCents" from invoices where user_id = ${userId} order by period_start
     `
     ).map(row => [row.periodStart.toISOString(), row.totalCents])
+
+  test('are found through their agent’s index, not by reading every subscription of the marketplace', async () => {
+    // A marketplace's statistics, analysed: 3,000 subscriptions of 100 agents. Subscriptions have no
+    // index by plan; without the agent in the statement, any plan's change read every subscription.
+    const tag = randomUUID().slice(0, 8)
+    await ctx.deps.sql`
+      insert into users (id, provider_id) select md5(${tag} || 'u' || i)::uuid, ${tag} || '-' || i from generate_series(1, 3000) i
+    `
+    await ctx.deps.sql`
+      insert into participants (id, owner_id, name, display_name)
+      select md5(${tag} || 'a' || j)::uuid, ${owner.id}, 'p' || ${tag} || '-' || j, 'Agent' from generate_series(1, 100) j
+    `
+    await ctx.deps.sql`
+      insert into plans (id, participant_id, name, monthly_price_cents, included_proxy_calls, overage_per_call_cents, created_at, updated_at)
+      select md5(${tag} || 'p' || j)::uuid, md5(${tag} || 'a' || j)::uuid, 'Plan', 100, 0, 0, now(), now() from generate_series(1, 100) j
+    `
+    await ctx.deps.sql`
+      insert into subscriptions (user_id, participant_id, plan_id, status, started_at, created_at)
+      select md5(${tag} || 'u' || i)::uuid, md5(${tag} || 'a' || (1 + i % 100))::uuid, md5(${tag} || 'p' || (1 + i % 100))::uuid,
+        'active', now(), now()
+      from generate_series(1, 3000) i
+    `
+    await ctx.deps.sql`analyze subscriptions`
+    const [plan] = await ctx.deps.sql<{ id: string; participantId: string }[]>`
+      select id, participant_id as "participantId" from plans where id = md5(${tag} || 'p1')::uuid
+    `
+    const terms = { monthlyPriceCents: 100, includedProxyCalls: 0, overagePerCallCents: 0 }
+    const change = { previous: terms, terms: { ...terms, monthlyPriceCents: 200 } }
+    const rows = await ctx.deps.sql<{ 'QUERY PLAN': string }[]>`
+      explain ${planChangeEvents(ctx.deps.sql, { ...plan!, name: 'Plan' }, change, new Date())}
+    `
+    const explained = rows.map(row => row['QUERY PLAN']).join('\n')
+    expect(explained).toMatch(/(using|on) subscriptions_by_(participant|agent)/)
+    expect(explained).not.toMatch(/Seq Scan on subscriptions|subscriptions_pkey/)
+  })
 
   test('a rise is billed from the period after the one that follows its notice (plan.changed), a drop from the next', async () => {
     const { plan, a } = await subscribedPlan('2025-01-10T12:00:00.000Z', { monthlyPriceCents: 1000, includedProxyCalls: 0, overagePerCallCents: 0 })

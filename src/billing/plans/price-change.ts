@@ -38,8 +38,24 @@ export async function announcePlanChange(
   change: { previous: PlanTerms; terms: PlanTerms },
   at: Date,
 ): Promise<number> {
+  return (await planChangeEvents(tx, plan, change, at)).length
+}
+
+/**
+ * The statement recording the events, unsent until awaited, so a test can also explain it. A plan's
+ * subscriptions are its agent's (a subscription takes the agent from its plan), found through an
+ * index by agent: subscriptions have none by plan, and each change of any plan read every
+ * subscription of the marketplace (505,000: 74 to 146 ms for a plan of 6 subscribers; now 0.2 to
+ * 1.4 ms).
+ */
+export function planChangeEvents(
+  tx: Db,
+  plan: { id: string; name: string; participantId: string },
+  change: { previous: PlanTerms; terms: PlanTerms },
+  at: Date,
+) {
   const periodsAhead = raises(change.previous, change.terms) ? 2 : 1
-  const rows = await tx`
+  return tx`
     insert into outbox (user_id, type, data)
     select s.user_id, 'plan.changed', json_build_object(
       'type', 'plan.changed', 'createdAt', ${at.toISOString()}::text,
@@ -60,9 +76,8 @@ export async function announcePlanChange(
       ) k
       where s.started_at + make_interval(months => k) <= ${at}::timestamptz
     ) current
-    where s.plan_id = ${plan.id} and s.status = 'active'
+    where s.participant_id = ${plan.participantId} and s.status = 'active' and s.plan_id = ${plan.id}
     order by s.id
     returning 1
   `
-  return rows.length
 }
