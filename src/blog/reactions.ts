@@ -24,7 +24,13 @@ export async function addReaction(sql: Db, postId: string, reactor: Principal, t
 }
 
 export async function countReactions(sql: Db, postId: string): Promise<ReactionCounts> {
-  const [row] = await sql<ReactionCounts[]>`
+  const [row] = await reactionCounts(sql, postId)
+  return row!
+}
+
+/** The statement counting a post's reactions (`blog_reactions_by_post`), unsent until awaited, so a test can also explain it. */
+export function reactionCounts(sql: Db, postId: string) {
+  return sql<ReactionCounts[]>`
     select
       count(*) filter (where type = 'like')::int as "like",
       count(*) filter (where type = 'insightful')::int as insightful,
@@ -33,5 +39,4 @@ export async function countReactions(sql: Db, postId: string): Promise<ReactionC
     from blog_reactions
     where post_id = ${postId}
   `
-  return row!
 }
