@@ -216,6 +216,17 @@ describe('job schedules', () => {
     const queue = new Queue('schedules-test', { connection, prefix: ctx.deps.keys.bullPrefix })
     const exists = async () => (await queue.getJobScheduler('tick')) !== undefined
     const forget = () => deleteByPrefix(ctx.deps.redis, `${ctx.deps.keys.bullPrefix}:schedules-test:`)
+    /** How many of the queue's keys were found and deleted. */
+    const forgetCounted = async () => {
+      let cursor = '0'
+      let deleted = 0
+      do {
+        const [next, found] = await ctx.deps.redis.scan(cursor, 'MATCH', `${ctx.deps.keys.bullPrefix}:schedules-test:*`, 'COUNT', 1000)
+        cursor = next
+        if (found.length > 0) deleted += await ctx.deps.redis.unlink(...found)
+      } while (cursor !== '0')
+      return deleted
+    }
 
     // On reconnect: the timer is an hour away, so only the connection's `ready` can bring it back.
     const onReady = await keepSchedules([{ queue, id: 'tick', job: 'tick', everyMs: 60_000 }], ctx.deps.redis, ctx.deps.log, 3_600_000)
@@ -226,10 +237,11 @@ describe('job schedules', () => {
     await until(exists, 5000)
     onReady.stop()
 
-    // On the timer: Redis emptied without the connection noticing.
+    // On the timer: Redis emptied without the connection noticing. The timer, every 100 ms, may bring
+    // the schedule back before a look could find it gone (on a busy host it did): what shows it was
+    // gone is what the emptying deleted (the part above shows that deleting these keys loses it).
     const onTimer = await keepSchedules([{ queue, id: 'tick', job: 'tick', everyMs: 60_000 }], ctx.deps.redis, ctx.deps.log, 100)
-    await forget()
-    expect(await exists()).toBe(false)
+    expect(await forgetCounted()).toBeGreaterThan(0)
     await until(exists, 5000)
     onTimer.stop()
     await queue.close()
