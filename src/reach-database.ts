@@ -101,9 +101,11 @@ async function readSession(sql: Sql): Promise<Session> {
 /**
  * What the role may not do of what the service does with its objects in the schema the migrations
  * create in (when the service's `migrations` table is there: before, they are not the service's):
- * select, insert, update and delete on every table, usage of their sequences (`bigserial`), execute
- * on its functions (a database that revokes it from PUBLIC), and row-level security, which no
- * policy of the service's expects: reads missed rows, writes were refused.
+ * select, insert, update and delete on every table, usage (or update: either lets nextval) of the
+ * sequences their `bigserial` columns take from, execute on its functions (a database that revokes
+ * it from PUBLIC), and row-level security, which no policy of the service's expects: reads missed
+ * rows, writes were refused. Not asked for what PostgreSQL does not check: an identity column's
+ * sequence, and a trigger's function (execute is checked when the trigger is made, not when it fires).
  */
 async function readRefused(sql: Sql): Promise<Refused[]> {
   const { tables, functions } = serviceObjects()
@@ -120,15 +122,16 @@ async function readRefused(sql: Sql): Promise<Refused[]> {
         array(select p from unnest(array['select', 'insert', 'update', 'delete']) p where not has_table_privilege(oid, p)) as missing
       from ours
       union all
-      select 'sequence', quote_ident(s.relname), false, array(select 'usage' where not has_sequence_privilege(s.oid, 'usage'))
+      select 'sequence', quote_ident(s.relname), false, array(select 'usage' where not has_sequence_privilege(s.oid, 'usage, update'))
       from pg_depend d join pg_class s on s.oid = d.objid and s.relkind = 'S'
-      where d.classid = 'pg_class'::regclass and d.refclassid = 'pg_class'::regclass and d.deptype in ('a', 'i')
+      where d.classid = 'pg_class'::regclass and d.refclassid = 'pg_class'::regclass and d.deptype = 'a'
         and d.refobjid in (select oid from ours)
       union all
       select 'function', format('%I(%s)', p.proname, pg_get_function_identity_arguments(p.oid)), false,
         array(select 'execute' where not has_function_privilege(p.oid, 'execute'))
       from pg_proc p
-      where p.pronamespace = (select oid from pg_namespace where nspname = current_schema()) and p.proname = any(${functions}) and exists (select from ours)
+      where p.pronamespace = (select oid from pg_namespace where nspname = current_schema()) and p.proname = any(${functions})
+        and p.prorettype <> 'trigger'::regtype and exists (select from ours)
     )
     select * from used where cardinality(missing) > 0 or "rowSecurity"
     order by array_position(array['table', 'sequence', 'function'], kind), name
