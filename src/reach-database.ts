@@ -59,7 +59,10 @@ interface Session {
 /** One of the service's objects the role may not use: the privileges it lacks, or row-level security applying to it. */
 interface Refused {
   kind: 'table' | 'sequence' | 'function'
-  /** Quoted as an identifier; a function with its argument types. */
+  /**
+   * Qualified by its schema, as identifiers (the statement that fixes it is run by another role, with
+   * another search_path); a function with its argument types.
+   */
   name: string
   missing: string[]
   rowSecurity: boolean
@@ -118,16 +121,16 @@ async function readRefused(sql: Sql): Promise<Refused[]> {
           where m.relnamespace = c.relnamespace and m.relname = 'migrations' and a.attname = 'applied_at' and not a.attisdropped
         )
     ), used as (
-      select 'table' as kind, quote_ident(relname) as name, row_security_active(oid) as "rowSecurity",
+      select 'table' as kind, format('%I.%I', current_schema(), relname) as name, row_security_active(oid) as "rowSecurity",
         array(select p from unnest(array['select', 'insert', 'update', 'delete']) p where not has_table_privilege(oid, p)) as missing
       from ours
       union all
-      select 'sequence', quote_ident(s.relname), false, array(select 'usage' where not has_sequence_privilege(s.oid, 'usage, update'))
+      select 'sequence', format('%s.%I', s.relnamespace::regnamespace, s.relname), false, array(select 'usage' where not has_sequence_privilege(s.oid, 'usage, update'))
       from pg_depend d join pg_class s on s.oid = d.objid and s.relkind = 'S'
       where d.classid = 'pg_class'::regclass and d.refclassid = 'pg_class'::regclass and d.deptype = 'a'
         and d.refobjid in (select oid from ours)
       union all
-      select 'function', format('%I(%s)', p.proname, pg_get_function_identity_arguments(p.oid)), false,
+      select 'function', format('%I.%I(%s)', current_schema(), p.proname, pg_get_function_identity_arguments(p.oid)), false,
         array(select 'execute' where not has_function_privilege(p.oid, 'execute'))
       from pg_proc p
       where p.pronamespace = (select oid from pg_namespace where nspname = current_schema()) and p.proname = any(${functions})
