@@ -174,26 +174,33 @@ function sessionRefusal(session: Session): string | null {
     'database user': `alter role ${role} in database ${database}`,
   }
   // Where the value is set, to reset it or set it there; else (the server's configuration) for the role.
+  // A startup parameter other than the service's is DATABASE_URL's query (postgres.js sends it, after
+  // its own): no alter outranks it.
   const where = (s: Setting) => levels[s.source]
-  const set = (s: Setting, value: string) => `${where(s) ?? `alter role ${role}`} set ${s.name} = ${value}`
-  const said = (s: Setting) => `${s.name} = '${s.setting}' (${where(s) ? `set by ${where(s)}` : `the server's ${s.source}`})`
+  const inUrl = (s: Setting) => s.source === 'client'
+  const set = (s: Setting, value: string) =>
+    inUrl(s) ? `set ${s.name} = ${value} in DATABASE_URL` : `${where(s) ?? `alter role ${role}`} set ${s.name} = ${value}`
+  const reset = (s: Setting) => (inUrl(s) ? `remove ${s.name} from DATABASE_URL` : where(s) && `${where(s)} reset ${s.name}`)
+  const said = (s: Setting) =>
+    `${s.name} = '${s.setting}' (${inUrl(s) ? 'set in DATABASE_URL' : where(s) ? `set by ${where(s)}` : `the server's ${s.source}`})`
   const readOnly = settings.find(s => s.name === 'default_transaction_read_only')!
   if (readOnly.setting === 'on') {
     return (
       `the database's sessions are read-only, ${said(readOnly)}, and the service writes: ` +
-      (where(readOnly)
-        ? `${where(readOnly)} reset default_transaction_read_only, or give DATABASE_URL a role that may write`
-        : `give DATABASE_URL the primary's address (a fenced old primary or a replica is configured so)`)
+      (inUrl(readOnly)
+        ? reset(readOnly)
+        : where(readOnly)
+          ? `${reset(readOnly)}, or give DATABASE_URL a role that may write`
+          : `give DATABASE_URL the primary's address (a fenced old primary or a replica is configured so)`)
     )
   }
   for (const s of settings) {
     const wanted = sessionDefaults[s.name as keyof typeof sessionDefaults]
     if (wanted === undefined || s.setting === wanted || (s.name === 'TimeZone' && utcZone)) continue
-    // A startup parameter other than the service's: DATABASE_URL's query (postgres.js sends it, after its own).
-    if (s.source === 'client') return `${s.name} = '${s.setting}' is set in DATABASE_URL, not the '${wanted}' the service needs: remove it from there`
+    if (inUrl(s)) return `${s.name} = '${s.setting}' is set in DATABASE_URL, not the '${wanted}' the service needs: remove it from there`
     return (
       `the database's sessions have ${said(s)}, not the '${wanted}' the service sends at startup: a pooler drops it ` +
-      `(PgBouncer, as ignore_startup_parameters lists it); ${where(s) ? `${where(s)} reset ${s.name}` : set(s, `'${wanted}'`)}`
+      `(PgBouncer, as ignore_startup_parameters lists it); ${reset(s) ?? set(s, `'${wanted}'`)}`
     )
   }
   const path = settings.find(s => s.name === 'search_path')!
@@ -201,11 +208,7 @@ function sessionRefusal(session: Session): string | null {
     return `DATABASE_URL's role ${role} may not use schema ${withoutUsage[0]}, which holds the service's tables: grant usage on schema ${withoutUsage[0]} to ${role}`
   }
   if (schema === null) {
-    const fix = tablesIn[0]
-      ? set(path, tablesIn[0])
-      : where(path)
-        ? `${where(path)} reset search_path`
-        : set(path, '<a schema the role may create in>')
+    const fix = tablesIn[0] ? set(path, tablesIn[0]) : (reset(path) ?? set(path, '<a schema the role may create in>'))
     return `${said(path)} names no schema that exists, where the migrations create the service's tables: ${fix}`
   }
   if (tablesIn.length > 0 && !tablesIn.includes(schema)) {

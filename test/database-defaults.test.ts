@@ -124,6 +124,17 @@ test('a database in an encoding other than UTF8 is refused at boot in one line n
   )
 })
 
+test('a read-only session or a search_path set in DATABASE_URL is named as set there, with the fix that outranks it', async () => {
+  // Upstream: "(the server's client)", and an alter role that the URL's value outranks, or a primary to find.
+  await expect(reachDatabase(`${database.url}?default_transaction_read_only=on`)).rejects.toThrow(
+    `default_transaction_read_only = 'on' (set in DATABASE_URL), and the service writes: remove default_transaction_read_only from DATABASE_URL`,
+  )
+  await expect(reachDatabase(`${database.url}?search_path=nowhere`)).rejects.toThrow(
+    `search_path = 'nowhere' (set in DATABASE_URL) names no schema that exists, where the migrations create the service's tables: ` +
+      'set search_path = public in DATABASE_URL',
+  )
+})
+
 test('the database’s own client_encoding is outranked by the driver’s: text is stored as sent', async () => {
   const admin = createSql(adminUrl, { max: 1 })
   try {
