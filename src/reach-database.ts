@@ -107,7 +107,9 @@ async function readSession(sql: Sql): Promise<Session> {
  * select, insert, update and delete on every table, usage (or update: either lets nextval) of the
  * sequences their `bigserial` columns take from, execute on its functions (a database that revokes
  * it from PUBLIC), and row-level security, which no policy of the service's expects: reads missed
- * rows, writes were refused. Not asked for what PostgreSQL does not check: an identity column's
+ * rows, writes were refused. Row-level security is no refusal where a permissive policy for all
+ * commands, `using (true)`, applies to the role and no restrictive one narrows it (as on Supabase,
+ * where every table of an exposed schema has it enabled). Not asked for what PostgreSQL does not check: an identity column's
  * sequence, and a trigger's function (execute is checked when the trigger is made, not when it fires).
  */
 async function readRefused(sql: Sql): Promise<Refused[]> {
@@ -120,8 +122,19 @@ async function readRefused(sql: Sql): Promise<Refused[]> {
           select from pg_class m join pg_attribute a on a.attrelid = m.oid
           where m.relnamespace = c.relnamespace and m.relname = 'migrations' and a.attname = 'applied_at' and not a.attisdropped
         )
+    ), policies as (
+      -- The policies applying to the role, and whether each lets every row through.
+      select p.polrelid, p.polpermissive, p.polcmd = '*' as "everyCommand",
+        pg_get_expr(p.polqual, p.polrelid) = 'true' and coalesce(pg_get_expr(p.polwithcheck, p.polrelid), 'true') = 'true' as open
+      from pg_policy p
+      where p.polrelid in (select oid from ours)
+        and exists (select from unnest(p.polroles) r where case when r = 0 then true else pg_has_role(r, 'usage') end)
     ), used as (
-      select 'table' as kind, format('%I.%I', current_schema(), relname) as name, row_security_active(oid) as "rowSecurity",
+      select 'table' as kind, format('%I.%I', current_schema(), relname) as name,
+        row_security_active(oid) and (
+          not exists (select from policies where polrelid = ours.oid and polpermissive and "everyCommand" and open)
+          or exists (select from policies where polrelid = ours.oid and not polpermissive and not open)
+        ) as "rowSecurity",
         array(select p from unnest(array['select', 'insert', 'update', 'delete']) p where not has_table_privilege(oid, p)) as missing
       from ours
       union all
@@ -231,7 +244,8 @@ function grantsRefusal(role: string, schema: string, refused: Refused[]): string
     return (
       `row-level security applies to DATABASE_URL's role ${role} on table ${secured.join(', ')}; the service reads ` +
       `and writes every row of its tables: alter table ${secured[0]} disable row level security` +
-      `${secured.length > 1 ? ' (and the others)' : ''}, or alter role ${role} bypassrls`
+      `${secured.length > 1 ? ' (and the others)' : ''}, alter role ${role} bypassrls, or give it a policy that lets every ` +
+      `row through and no restrictive one: create policy marketplace on ${secured[0]} for all to ${role} using (true)`
     )
   }
   const lacking = refused.filter(r => r.missing.length > 0)

@@ -180,12 +180,21 @@ test('row-level security, read-only sessions or a schema the role may not use st
   // Upstream: the owner's agents went missing from their list and writes answered 500.
   await admin`alter table participants enable row level security`
   try {
+    const refused = `row-level security applies to DATABASE_URL's role ${app} on table public.participants; the service reads and writes every row `
     await expect(boot(app)).rejects.toThrow(
-      `row-level security applies to DATABASE_URL's role ${app} on table public.participants; the service reads and writes every row ` +
-        `of its tables: alter table public.participants disable row level security, or alter role ${app} bypassrls`,
+      refused +
+        `of its tables: alter table public.participants disable row level security, alter role ${app} bypassrls, or give it a policy ` +
+        `that lets every row through and no restrictive one: create policy marketplace on public.participants for all to ${app} using (true)`,
     )
+    // As on Supabase, where every table of an exposed schema has it: a policy that lets the role see and write every row (upstream: refused).
+    await admin.unsafe(`create policy marketplace on participants for all to ${app} using (true)`)
+    expect(await boot(app)).toEqual([])
+    await admin.unsafe(`create policy narrow on participants as restrictive for all to public using (false)`)
+    await expect(boot(app)).rejects.toThrow(refused)
   } finally {
     await admin`alter table participants disable row level security`
+    await admin`drop policy if exists marketplace on participants`
+    await admin`drop policy if exists narrow on participants`
   }
   // A replica's user given by mistake: upstream, a boot with nothing pending served, every write a 503.
   await admin.unsafe(`alter role ${app} in database ${name} set default_transaction_read_only = on`)
