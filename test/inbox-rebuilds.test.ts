@@ -229,3 +229,49 @@ describe('a rebuild whose take of the actor fails', () => {
     }
   })
 })
+
+describe('a poll while the line of rebuilds is full', () => {
+  test('is refused without reading Redis; a poll of the agent being rebuilt joins its rebuild', async () => {
+    const [rebuilt, other] = [agents[5]!, agents[6]!]
+    // Postgres answers the rebuild only when let through, so it stays under way while the others poll.
+    let letThrough!: () => void
+    const gate = new Promise<void>(resolve => (letThrough = resolve))
+    const held = { statements: 0 }
+    const sql = new Proxy(ctx.deps.sql, {
+      apply(target, self, args) {
+        const query = Reflect.apply(target, self, args) as Promise<unknown>
+        held.statements++
+        return gate.then(() => query)
+      },
+    })
+    // Reads of an inbox from Redis (one MULTI each), counted.
+    const reads = { count: 0 }
+    const redis = new Proxy(ctx.deps.redis, {
+      get(target, name) {
+        const value = Reflect.get(target, name) as unknown
+        if (typeof value !== 'function') return value
+        if (name === 'multi') reads.count++
+        return value.bind(target)
+      },
+    })
+    const reader = await createInboxReader({ ...ctx.deps, sql, redis, ttlMs: 0, rebuilds: 1, waitingRebuilds: 0 })
+    try {
+      for (const agent of [rebuilt, other]) await invalidateInbox(ctx.deps, agent.id)
+      const first = reader.read(rebuilt.id)
+      await until(async () => held.statements > 0)
+      const readsBefore = reads.count
+      const refusal = await reader.read(other.id).catch((error: unknown) => error)
+      expect(refusal).toBeInstanceOf(AppError)
+      expect((refusal as AppError).status).toBe(503)
+      expect((refusal as AppError).headers?.['retry-after']).toBe('1')
+      const again = reader.read(rebuilt.id)
+      letThrough()
+      expect((await first).conversations).toHaveLength(rebuilt.pending ? 1 : 0)
+      expect(await again).toEqual(await first)
+      expect(reads.count).toBe(readsBefore)
+      expect((await reader.read(other.id)).conversations).toHaveLength(other.pending ? 1 : 0)
+    } finally {
+      await reader.close()
+    }
+  })
+})

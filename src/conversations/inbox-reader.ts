@@ -26,7 +26,8 @@ export interface InboxReader {
  * if someone else holds the actor, this poll is answered from Postgres. Rebuilds are bounded:
  * `rebuilds` at once, `waitingRebuilds` more waiting for a turn (polls of one agent share its
  * rebuild); beyond that a poll is 503 with Retry-After, as after Redis lost every inbox and every
- * agent polls at once.
+ * agent polls at once, and while the line is full a poll of an inbox not held here is refused so
+ * without reading Redis.
  */
 export async function createInboxReader(options: {
   sql: Sql
@@ -158,6 +159,13 @@ export async function createInboxReader(options: {
     async read(agentId) {
       const hit = peek(agentId)
       if (hit) return hit
+      // The agent's rebuild under way answers this poll too. With the line full, any other poll is
+      // refused before it reads Redis: after Redis lost every inbox, those reads (most finding the
+      // inbox gone, to be refused all the same) kept a process under full load busy, and its
+      // rebuilds' own calls waited behind them: 15 rebuilds a second (bench/notes.md, 2026-11-28).
+      const underWay = rebuilding.get(agentId)
+      if (underWay) return underWay
+      turns.refuseWhenFull()
       await changes.listen()
       const started = epoch
       const inbox = await fetch(agentId)
@@ -184,10 +192,15 @@ export async function createInboxReader(options: {
 function createTurns(running: number, waiting: number) {
   let active = 0
   const line: (() => void)[] = []
+  /** Throws what `take` would when no turn is free and the line is full, without waiting. */
+  const refuseWhenFull = () => {
+    if (active >= running && line.length >= waiting) throw errors.unavailable('Inboxes are being rebuilt; try again', 1)
+  }
   return {
+    refuseWhenFull,
     async take() {
       if (active < running) return void active++
-      if (line.length >= waiting) throw errors.unavailable('Inboxes are being rebuilt; try again', 1)
+      refuseWhenFull()
       // The turn is handed over by `give`, `active` unchanged.
       await new Promise<void>(resolve => line.push(resolve))
     },
