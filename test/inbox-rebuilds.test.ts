@@ -50,6 +50,21 @@ function counting(sql: Sql) {
   return { sql: counted, seen }
 }
 
+/** The same connections, each statement's answer held back until `letThrough` (counting the statements sent). */
+function holding(sql: Sql) {
+  let letThrough!: () => void
+  const gate = new Promise<void>(resolve => (letThrough = resolve))
+  const held = { statements: 0 }
+  const holdingSql = new Proxy(sql, {
+    apply(target, self, args) {
+      const query = Reflect.apply(target, self, args) as Promise<unknown>
+      held.statements++
+      return gate.then(() => query)
+    },
+  })
+  return { sql: holdingSql, held, letThrough }
+}
+
 describe('inboxes rebuilt after Redis lost them, 1,000 agents polling', () => {
   test('run a few at a time; polls beyond the line are 503 with Retry-After; every inbox comes back as Postgres has it', async () => {
     const { sql, seen } = counting(ctx.deps.sql)
@@ -234,16 +249,7 @@ describe('a poll while the line of rebuilds is full', () => {
   test('is refused without reading Redis; a poll of the agent being rebuilt joins its rebuild', async () => {
     const [rebuilt, other] = [agents[5]!, agents[6]!]
     // Postgres answers the rebuild only when let through, so it stays under way while the others poll.
-    let letThrough!: () => void
-    const gate = new Promise<void>(resolve => (letThrough = resolve))
-    const held = { statements: 0 }
-    const sql = new Proxy(ctx.deps.sql, {
-      apply(target, self, args) {
-        const query = Reflect.apply(target, self, args) as Promise<unknown>
-        held.statements++
-        return gate.then(() => query)
-      },
-    })
+    const { sql, held, letThrough } = holding(ctx.deps.sql)
     // Reads of an inbox from Redis (one MULTI each), counted.
     const reads = { count: 0 }
     const redis = new Proxy(ctx.deps.redis, {
@@ -270,6 +276,36 @@ describe('a poll while the line of rebuilds is full', () => {
       expect(await again).toEqual(await first)
       expect(reads.count).toBe(readsBefore)
       expect((await reader.read(other.id)).conversations).toHaveLength(other.pending ? 1 : 0)
+    } finally {
+      await reader.close()
+    }
+  })
+})
+
+describe('rebuilds at once by default', () => {
+  test('64 run side by side while Postgres is slow to answer; with none waiting, the rest are refused', async () => {
+    const polled = agents.slice(100, 200)
+    const { sql, held, letThrough } = holding(ctx.deps.sql)
+    // Under full load every call of a rebuild waits its turn in a busy process: only many side by
+    // side keep up (8 at once rebuilt 15 to 400 inboxes a second after Redis lost them, bench/notes.md).
+    const reader = await createInboxReader({ ...ctx.deps, sql, ttlMs: 0, waitingRebuilds: 0 })
+    try {
+      for (const agent of polled) await invalidateInbox(ctx.deps, agent.id)
+      let refused = 0
+      const polls = polled.map(agent =>
+        reader.read(agent.id).catch((error: unknown) => {
+          if (!(error instanceof AppError) || error.status !== 503) throw error
+          refused++
+          return null
+        }),
+      )
+      // Each rebuild sends two statements at once (its conversations, its open requests).
+      await until(async () => refused + held.statements / 2 === polled.length)
+      expect(held.statements / 2).toBe(64)
+      expect(refused).toBe(polled.length - 64)
+      letThrough()
+      const answered = (await Promise.all(polls)).filter(inbox => inbox !== null)
+      expect(answered).toHaveLength(64)
     } finally {
       await reader.close()
     }

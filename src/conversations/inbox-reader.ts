@@ -52,7 +52,11 @@ export async function createInboxReader(options: {
   const due = createDue(redis, keys)
   const cache = new Map<string, { inbox: AgentInbox; expires: number }>()
   const rebuilding = new Map<string, Promise<AgentInbox>>()
-  const turns = createTurns(options.rebuilds ?? 8, options.waitingRebuilds ?? 500)
+  // Under full load each of a rebuild's round trips waits a turn of a busy process, so rebuilds
+  // keep up only side by side: 8 at once rebuilt 15 to 400 inboxes a second after Redis lost them
+  // (bench/notes.md, 2026-11-28). Postgres runs no more of their statements at once than the
+  // pool has connections.
+  const turns = createTurns(options.rebuilds ?? 64, options.waitingRebuilds ?? 500)
   // Bumped by every change announcement: a read that overlaps one must not be cached.
   let epoch = 0
 
