@@ -427,12 +427,16 @@ describe('invoices', () => {
 
 describe('an invoice run’s batch', () => {
   test('reads the due periods in an index’s order from where the run got to, and stops at its limit', async () => {
-    // Planned as for a large table (no sequential scan): without an index in the run's order the
-    // plan sorts every due period for each batch, which made a run of a million quadratic; without
-    // the run's cursor in the index condition, each batch steps over the entries of those issued.
+    // Planned as for a large table (no sequential scan, no sort where an index gives the order):
+    // without an index in the run's order the plan sorts every due period for each batch, which made
+    // a run of a million quadratic; without the run's cursor in the index condition, each batch steps
+    // over the entries of those issued. With statistics of these few rows (autovacuum's analyze runs
+    // when it will), PostgreSQL 13 and 14 price sorting them below reading the index.
     const explain = (after?: { periodEnd: Date; subscriptionId: string; periodIndex: number }) =>
       ctx.deps.sql.begin(async tx => {
+        await tx`analyze subscription_periods, subscriptions, plans`
         await tx`set local enable_seqscan = off`
+        await tx`set local enable_sort = off`
         const plan = await tx<{ 'QUERY PLAN': string }[]>`explain ${duePeriods(tx, new Date(), 5000, after)}`
         return plan.map(row => row['QUERY PLAN']).join('\n')
       })
