@@ -33,6 +33,20 @@ afterAll(async () => {
 const hasServerBinaries = postgresBinaries() !== null
 if (!hasServerBinaries) console.warn('postgres-driver: skipping the restart test, initdb and pg_ctl are missing')
 
+/**
+ * Whether the server reports in_hot_standby to its sessions (`off` on a primary): PostgreSQL 14 and
+ * later do, 13 does not, and there a report of `on` with none before it is not a turn (patches/README.md).
+ */
+const reportsHotStandby = await (async () => {
+  const sql = createSql(adminUrl, { max: 1, applicationName: 'am-test-reports-hot-standby' })
+  try {
+    await sql`select 1`
+    return sql.parameters.in_hot_standby !== undefined
+  } finally {
+    await sql.end()
+  }
+})()
+
 /** Settles within `ms` with whether the query answered; a query the driver never settles is false. */
 function answers(query: Promise<unknown>, ms: number): Promise<boolean> {
   return Promise.race([
@@ -381,7 +395,7 @@ describe('the PostgreSQL driver on a server that refuses writes', () => {
     await admin`drop table ${admin(table)}`
   })
 
-  test('a server a pooler reports turning into a hot standby (in_hot_standby on) is left once idle', async () => {
+  test.skipIf(!reportsHotStandby)('a server a pooler reports turning into a hot standby (in_hot_standby on) is left once idle', async () => {
     // PostgreSQL itself reports in_hot_standby only going off (a promotion: demotion restarts it); a
     // pooler that moves a client's session to a standby is what turns it on under the client.
     const proxy = await startHeldProxy(adminUrl)
