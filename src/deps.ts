@@ -113,8 +113,9 @@ export const requestSettings = { jit: 'off' }
 /**
  * The reply writer's connections' planner settings (see createDeps). With sequential scans priced
  * out, a plan that still needs one (a catalog query: postgres.js's first on every connection) costs
- * past `jit_above_cost`, and Postgres spent 200 to 300 ms compiling it: a first reply on a new
- * connection (after a restart, or 30 s idle) took that long. Keyed lookups never gain from JIT.
+ * past `jit_above_cost` (before PostgreSQL 18, which counts disabled nodes apart from the cost), and
+ * Postgres spent 200 to 300 ms compiling it: a first reply on a new connection (after a restart, or
+ * 30 s idle) took that long. Keyed lookups never gain from JIT.
  */
 export const replySettings = { ...requestSettings, enable_seqscan: 'off' }
 

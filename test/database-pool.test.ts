@@ -36,16 +36,17 @@ test('the request pool runs at most DATABASE_POOL_MAX statements at once, and ev
 
 test('the request pool compiles nothing: a plan priced past jit_above_cost runs without JIT', async () => {
   // A page of a user's subscriptions was priced so (their missing periods made first), and compiled
-  // at each read for longer than it ran: 0.8 to 1.5 s for 50 or 100 of them.
+  // at each read for longer than it ran: 0.8 to 1.5 s for 50 or 100 of them. The threshold is brought
+  // down to the plan: PostgreSQL 18 no longer prices a disabled sequential scan past it.
   const explained = await ctx.deps.sql.begin(async tx => {
-    await tx`set local enable_seqscan = off`
+    await tx`set local jit_above_cost = 0`
     return tx.unsafe(
       `explain (analyze, format json) select b.oid, b.typarray from pg_catalog.pg_type a
        left join pg_catalog.pg_type b on b.oid = a.typelem where a.typcategory = 'A' group by b.oid, b.typarray order by b.oid`,
     )
   })
   const [plan] = (explained[0] as unknown as { 'QUERY PLAN': { Plan: { 'Total Cost': number }; JIT?: unknown }[] })['QUERY PLAN']
-  expect(plan!.Plan['Total Cost']).toBeGreaterThan(100_000)
+  expect(plan!.Plan['Total Cost']).toBeGreaterThan(0)
   expect(plan!.JIT).toBeUndefined()
 })
 
