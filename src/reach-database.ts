@@ -13,10 +13,15 @@ import { firstLine, redactUrl } from './text.ts'
  */
 export async function reachDatabase(url: string, options: Pick<SqlOptions, 'statementTimeoutMs' | 'settings'> = {}): Promise<void> {
   let sql: Sql | undefined
-  let session: Session
+  let refusal: string | null
+  let session: Session | undefined
   try {
     sql = createSql(url, { max: 1, ...options })
-    session = await readSession(sql)
+    // First, alone: an older server may not know what readSession asks.
+    const [server] = await sql<{ version: string; number: number }[]>`
+      select current_setting('server_version') as version, current_setting('server_version_num')::int as number`
+    refusal = versionRefusal(server!.number, server!.version)
+    if (!refusal) session = await readSession(sql)
   } catch (error) {
     // PgBouncer refuses startup parameters it was not told to ignore, in any pool mode.
     const hint = /unsupported startup parameter/.test(firstLine(error)) ? ' (behind PgBouncer: add it to ignore_startup_parameters)' : ''
@@ -24,8 +29,20 @@ export async function reachDatabase(url: string, options: Pick<SqlOptions, 'stat
   } finally {
     await sql?.end({ timeout: 1 }).catch(() => {})
   }
-  const refusal = sessionRefusal(session)
+  refusal ??= sessionRefusal(session!)
   if (refusal) throw new Error(`PostgreSQL at DATABASE_URL=${redactUrl(url)} cannot serve: ${refusal}`)
+}
+
+/** The oldest PostgreSQL the service runs on (`server_version_num`): 13 has gen_random_uuid() built in, which the migrations call. */
+export const oldestVersion = 130000
+
+/** A server older than oldestVersion, in one line (`version` as it names itself); null when new enough. */
+export function versionRefusal(number: number, version: string): string | null {
+  if (number >= oldestVersion) return null
+  return (
+    `it is PostgreSQL ${version}, and the service needs ${oldestVersion / 10000} or later (its migrations call gen_random_uuid(), built in from 13 on): ` +
+    `upgrade the server (pg_upgrade) or point DATABASE_URL to a newer one`
+  )
 }
 
 interface Setting {

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { createSql } from '../src/db.ts'
-import { reachDatabase } from '../src/reach-database.ts'
+import { reachDatabase, versionRefusal } from '../src/reach-database.ts'
 import { createAgent, createTestContext, expectError, signUp, type TestContext, type TestUser } from './helpers/context.ts'
 import { adminUrl, createTestDatabase, type TestDatabase } from './helpers/database.ts'
 
@@ -122,6 +122,21 @@ test('a database in an encoding other than UTF8 is refused at boot in one line n
   await expect(reachDatabase(`${database.url}?client_encoding=LATIN1`)).rejects.toThrow(
     `client_encoding = 'LATIN1' is set in DATABASE_URL, not the 'UTF8' the service needs: remove it from there`,
   )
+})
+
+test('a server older than PostgreSQL 13 is refused by the version it names; 13 and later are not', () => {
+  // On 12.22 the boot went on to fail its first migration (`function gen_random_uuid() does not exist`).
+  // The server this suite runs on says it is new enough, which every boot here checks.
+  for (const [number, version] of [
+    [120022, '12.22'],
+    [90624, '9.6.24'],
+    [129999, '12.99 (Debian 12.99-1.pgdg120+1)'],
+  ] as const) {
+    const refused = versionRefusal(number, version)
+    expect(refused).toStartWith(`it is PostgreSQL ${version}, and the service needs 13 or later`)
+    expect(refused).toContain('pg_upgrade')
+  }
+  for (const number of [130000, 130023, 150010, 180004]) expect(versionRefusal(number, 'any')).toBeNull()
 })
 
 test('a read-only session or a search_path set in DATABASE_URL is named as set there, with the fix that outranks it', async () => {
