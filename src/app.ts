@@ -4,6 +4,7 @@ import type { Deps } from './deps.ts'
 import { httpErrors } from './http/error-handler.ts'
 import { registerFormats } from './http/formats.ts'
 import { routeMethods } from './http/route-methods.ts'
+import { crossOrigin } from './http/cors.ts'
 import { authPlugin } from './auth/plugin.ts'
 import { authRoutes } from './auth/routes.ts'
 import { devicePage } from './auth/device-page.ts'
@@ -38,7 +39,7 @@ export function createApp(deps: Deps) {
   // It then looks past `http://`, the only scheme the service listens with (TLS ends at a proxy).
   const app = new Elysia({ normalize: false, handler: { standardHostname: false } })
     .use(timing?.plugin ?? new Elysia({ name: 'http-metrics-off' }))
-    .use(httpErrors(deps.log, routes, deps.lifecycle, timing?.answered))
+    .use(httpErrors(deps.log, routes, deps.lifecycle, crossOrigin(deps.config.corsOrigins), timing?.answered))
     .use(healthRoutes(deps))
     .use(metricsRoutes(deps.metrics, deps.config.metrics.token))
     .use(authRoutes(deps, auth))

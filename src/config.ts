@@ -4,6 +4,7 @@ import { isIP } from 'node:net'
 import { Type as T, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { trustedProxyList } from './http/client-ip.ts'
+import { originList } from './http/cors.ts'
 import { defaultTimeouts, type MigrationTimeouts } from './migrate.ts'
 import { firstLine } from './text.ts'
 
@@ -28,6 +29,7 @@ const Env = T.Object({
   CONNECTIONS_KEY: T.Optional(T.String({ pattern: '^([0-9a-fA-F]{64}|[A-Za-z0-9+/]{43}=)$', expected: '64 hex digits, or 32 bytes in base64' })),
   PROXY_ALLOWED_HOSTS: T.String({ default: '' }),
   TRUSTED_PROXIES: T.String({ default: '' }),
+  CORS_ORIGINS: T.String({ default: '' }),
   NODE_ENV: T.Union([T.Literal('development'), T.Literal('production'), T.Literal('test')], {
     default: 'development',
   }),
@@ -135,6 +137,8 @@ export interface Config {
   proxyAllowedHosts: string[]
   /** Reverse proxies and load balancers (addresses or CIDR ranges) whose X-Forwarded-For is believed. */
   trustedProxies: string[]
+  /** Origins of the pages (a dashboard elsewhere) whose scripts may call the API, or `*` alone for every one; none: no CORS headers. */
+  corsOrigins: string[]
   nodeEnv: NodeEnv
   dataDir: string
   logLevel: 'debug' | 'info' | 'warn' | 'error'
@@ -234,6 +238,17 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     throw new ConfigError(`invalid TRUSTED_PROXIES: ${(error as Error).message}`)
   }
 
+  let corsOrigins: string[]
+  try {
+    corsOrigins = originList(
+      e.CORS_ORIGINS.split(',')
+        .map(entry => entry.trim())
+        .filter(Boolean),
+    )
+  } catch (error) {
+    throw new ConfigError(`invalid CORS_ORIGINS: ${(error as Error).message}`)
+  }
+
   const proxyAllowedHosts = e.PROXY_ALLOWED_HOSTS.split(',')
     .map(host => host.trim().toLowerCase())
     .filter(Boolean)
@@ -275,6 +290,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     connectionsKey: e.CONNECTIONS_KEY ? decodeKey(e.CONNECTIONS_KEY) : undefined,
     proxyAllowedHosts: allowedHosts,
     trustedProxies,
+    corsOrigins,
     nodeEnv: e.NODE_ENV,
     dataDir: e.DATA_DIR,
     logLevel: e.LOG_LEVEL,

@@ -38,6 +38,7 @@ describe('loadConfig', () => {
       connectionsKey: undefined,
       proxyAllowedHosts: [],
       trustedProxies: [],
+      corsOrigins: [],
       nodeEnv: 'development',
       dataDir: '.data',
       logLevel: 'info',
@@ -260,6 +261,32 @@ describe('loadConfig', () => {
     const message = configError({ TRUSTED_PROXIES: `10.0.0.1, ${entry}` }).message
     expect(message).toContain('TRUSTED_PROXIES')
     expect(message).toContain(entry)
+  })
+
+  test('CORS_ORIGINS takes origins as browsers send them, split on commas, or * alone', () => {
+    expect(loadConfig({ CORS_ORIGINS: ' https://app.example.com, http://localhost:5173 ,,http://[::1]:8080' }).corsOrigins).toEqual([
+      'https://app.example.com',
+      'http://localhost:5173',
+      'http://[::1]:8080',
+    ])
+    expect(loadConfig({ CORS_ORIGINS: '*' }).corsOrigins).toEqual(['*'])
+  })
+
+  test.each([
+    ['https://app.example.com/', 'is not an origin as a browser sends it: https://app.example.com'],
+    ['https://App.Example.com', 'is not an origin as a browser sends it: https://app.example.com'],
+    ['https://app.example.com:443', 'is not an origin as a browser sends it: https://app.example.com'],
+    ['https://app.example.com/dashboard', 'is not an origin as a browser sends it: https://app.example.com'],
+    ['app.example.com', 'is not an http:// or https:// origin (scheme://host[:port])'],
+    ['null', 'is not an http:// or https:// origin (scheme://host[:port])'],
+    ['file:///tmp/page.html', 'is not an http:// or https:// origin (scheme://host[:port])'],
+    ['https://*.example.com', 'is a pattern: list each origin (or * alone for every one)'],
+  ])('refuses CORS_ORIGINS with %p in it, saying what it must be', (entry, problem) => {
+    expect(configError({ CORS_ORIGINS: `https://ok.example.com,${entry}` }).message).toBe(`invalid CORS_ORIGINS: "${entry}" ${problem}`)
+  })
+
+  test('refuses * in CORS_ORIGINS beside other origins, which it would make pointless', () => {
+    expect(configError({ CORS_ORIGINS: 'https://app.example.com,*' }).message).toBe('invalid CORS_ORIGINS: "*" (every origin) must stand alone')
   })
 
   test('RATE_LIMITS overrides the named rules and keeps the defaults of the others', () => {

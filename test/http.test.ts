@@ -491,7 +491,7 @@ describe('logs', () => {
     // A bug the types missed: a field of the wrong type.
     const body = () => ({ apiKey: secret, count: 'three' as unknown as number, items: Array.from({ length: 5000 }, (_, i) => `item-${i}`) })
     const response = { 200: t.Object({ apiKey: t.String(), count: t.Number(), items: t.Array(t.String()) }) }
-    const app = new Elysia().use(httpErrors(log, routeMethods(), { draining: false })).get('/broken', body, { response })
+    const app = new Elysia().use(httpErrors(log, routeMethods(), { draining: false }, null)).get('/broken', body, { response })
     const res = await app.handle(new Request('http://test.local/broken'))
     expect([res.status, ((await res.json()) as { error: string }).error]).toEqual([500, 'internal'])
     expect(lines.map(line => JSON.parse(line))).toEqual([

@@ -15,6 +15,7 @@ import { startUpstream, type Upstream } from './helpers/upstream.ts'
 import { meteredSubscriber } from './helpers/usage.ts'
 
 const rounds = roundCounter()
+const dashboard = 'https://app.example.com'
 let postgres: HeldProxy
 let redis: HeldProxy
 let database: TestDatabase
@@ -32,7 +33,8 @@ beforeAll(async () => {
     database: { ...database, url: url.toString() },
     actors: true,
     relay: false,
-    env: { REDIS_URL: redis.url, PROXY_ALLOWED_HOSTS: '127.0.0.1' },
+    // A dashboard on another origin: its answers carry CORS headers, which cost no round.
+    env: { REDIS_URL: redis.url, PROXY_ALLOWED_HOSTS: '127.0.0.1', CORS_ORIGINS: dashboard },
   })
   upstream = startUpstream()
   owner = await signUp(ctx)
@@ -138,6 +140,15 @@ describe('round trips to PostgreSQL and Redis', () => {
     } finally {
       await limited.close()
     }
+  }, 30_000)
+
+  test('a dashboard’s preflight costs none: it is answered before any credential, rate or route', async () => {
+    const headers = { origin: dashboard, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization' }
+    const preflight = () => ctx.call('OPTIONS', '/v1/auth/sse-token', { headers })
+    expect((await preflight()).headers.get('access-control-allow-origin')).toBe(dashboard)
+    const answered = await fewest(preflight)
+    figures['preflight'] = answered.rounds
+    expect(answered).toEqual({ rounds: 0, statuses: [204] })
   }, 30_000)
 
   test('a service request checks the rate, then both agents in one round', async () => {

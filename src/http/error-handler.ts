@@ -8,6 +8,7 @@ import { isStorableText } from '../text.ts'
 import { headTooLarge } from './request-limits.ts'
 import { targetProblem } from './request-target.ts'
 import type { RouteMethods } from './route-methods.ts'
+import type { CrossOrigin } from './cors.ts'
 import type { Answered } from '../metrics/http.ts'
 
 export function renderError(error: AppError): Response {
@@ -118,31 +119,36 @@ function validationDetails(error: ValidationError): ErrorDetail[] {
  * every request schema; its parse failures render as `invalid_json`. `routes` knows which methods
  * each path takes (indexed once every route is registered): OPTIONS is answered from it, and a
  * wrong method is 405. `lifecycle` says when the process drains: its answers then close their
- * connections. `answered` is told of every request this plugin answers, refused at the door or failed
- * (the request's metrics). Its hooks take only the context's fields they use (see metrics/http.ts).
+ * connections. `cors` (CORS_ORIGINS; null: none) adds its headers to every answer, errors and streams
+ * included, and answers preflights here, before any route, credential, Postgres or Redis: a preflight
+ * costs what a 404 does. `answered` is told of every request this plugin answers, refused at the door
+ * or failed (the request's metrics). Its hooks take only the context's fields they use (see metrics/http.ts).
  */
-export function httpErrors(log: Log, routes: RouteMethods, lifecycle: { readonly draining: boolean }, answered?: Answered) {
+export function httpErrors(log: Log, routes: RouteMethods, lifecycle: { readonly draining: boolean }, cors: CrossOrigin | null, answered?: Answered) {
   // While Postgres or Redis is down every request that needs it fails the same way: one record of
   // each failure every 10 s (with how many were held back) tells as much as one per request.
   const outage = throttled(log, 10_000)
   const failed = (code: string | number, error: unknown, path: string, route: string | undefined, request: Request) =>
     toAppError(code, error, log, { method: request.method, path, route, routes }, outage)
+  // What every answer carries, set on the context so that each gets it (a route's, a stream's, an
+  // error's): while a shutdown waits for load balancers to notice (SHUTDOWN_DELAY_MS), a close of its
+  // connection, so that a client's next request opens one elsewhere rather than racing the close;
+  // and the CORS headers for the page that asked, if any.
+  const atTheDoor = (request: Request, set: { headers: Record<string, unknown> }) => {
+    if (lifecycle.draining) set.headers.connection = 'close'
+    if (cors) Object.assign(set.headers, cors.headers(request))
+    return refusalOf(request, routes, cors)
+  }
   return (
     new Elysia({ name: 'http-errors' })
-      // While a shutdown waits for load balancers to notice (SHUTDOWN_DELAY_MS), every answer closes
-      // its connection: a client's next request opens one elsewhere rather than racing the close.
       .onRequest(
         answered
           ? async ({ request, set }) => {
-              if (lifecycle.draining) set.headers.connection = 'close'
-              const refusal = await refusalOf(request, routes)
+              const refusal = await atTheDoor(request, set)
               if (refusal !== undefined) answered(set, undefined, request, refusal.status)
               return refusal
             }
-          : ({ request, set }) => {
-              if (lifecycle.draining) set.headers.connection = 'close'
-              return refusalOf(request, routes)
-            },
+          : ({ request, set }) => atTheDoor(request, set),
       )
       // Postgres stores no NUL character and no lone surrogate, and nothing should recurse through a
       // body nested thousands deep: refuse them at the door, whatever the route. Elysia reads which
@@ -169,13 +175,13 @@ export function httpErrors(log: Log, routes: RouteMethods, lifecycle: { readonly
  * The answer to a request refused before routing (OPTIONS answered; its head or body too large, a
  * URL the routes cannot read as sent, a body not JSON on a route that takes one), or none.
  */
-async function refusalOf(request: Request, routes: RouteMethods): Promise<Response | undefined> {
+async function refusalOf(request: Request, routes: RouteMethods, cors: CrossOrigin | null): Promise<Response | undefined> {
   // Bun lets heads up to 64 KiB through (server-options.ts): over the app's limits, answered here.
   const tooLarge = headTooLarge(request)
   if (tooLarge !== null) return renderError(tooLarge)
   const badTarget = targetProblem(request.url, request.method, routes)
   if (badTarget !== null) return renderError(badTarget)
-  if (request.method === 'OPTIONS') return options(request, routes)
+  if (request.method === 'OPTIONS') return options(request, routes, cors)
   const length = request.headers.get('content-length')
   // A request from the wire has a body only with a length or a transfer coding (RFC 9112, 6.1); one
   // made in process may have one without either. Asking for `request.body` costs more than this
@@ -228,10 +234,15 @@ const pathOf = (url: string) => {
   return query === -1 ? url.slice(start) : url.slice(start, query)
 }
 
-/** OPTIONS on a path the service has: which methods it takes (no route answers OPTIONS itself). */
-function options(request: Request, routes: RouteMethods): Response | undefined {
+/**
+ * OPTIONS on a path the service has: which methods it takes (no route answers OPTIONS itself), and
+ * for a preflight from an allowed page what it may send. A preflight elsewhere (another origin, a
+ * path the service does not have: 404) carries no such header, and the browser sends nothing more.
+ */
+function options(request: Request, routes: RouteMethods, cors: CrossOrigin | null): Response | undefined {
   const allowed = routes.allowed(pathOf(request.url))
-  return allowed ? new Response(null, { status: 204, headers: { allow: allowed.join(', ') } }) : undefined
+  if (!allowed) return undefined
+  return new Response(null, { status: 204, headers: { allow: allowed.join(', '), ...cors?.preflight(request, allowed) } })
 }
 
 /** How deep objects and arrays may nest in a JSON body. */

@@ -18,7 +18,9 @@ const info = (siteUrl: string) => ({
     'that is not percent-encoded UTF-8 text (a `%` not followed by two hex digits, escapes that are not UTF-8, `%00`; a raw `#` anywhere) ' +
     'or such a parameter given twice (others are ignored); ' +
     'a known path asked with another method is 405 `method_not_allowed` ' +
-    'with an `Allow` header, and OPTIONS says which methods a path takes. A client for TypeScript: ' +
+    'with an `Allow` header, and OPTIONS says which methods a path takes. A browser page on another origin may call the API ' +
+    'when the deployment lists that origin (`CORS_ORIGINS`): preflights are answered without a credential, and every answer, ' +
+    'errors included, exposes `Retry-After`, `WWW-Authenticate` and `Allow`. A client for TypeScript: ' +
     `\`npx openapi-typescript ${siteUrl}/swagger/json -o marketplace-api.d.ts\`, used with openapi-fetch.`,
   contact: { name: 'Agent Marketplace', url: siteUrl },
   license: { name: 'Proprietary', identifier: 'LicenseRef-Proprietary' },
