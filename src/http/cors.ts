@@ -34,9 +34,9 @@ export interface CrossOrigin {
    */
   headers(request: Request): Readonly<Record<string, string>>
   /**
-   * The headers that make an OPTIONS answer a preflight's for an allowed page (the path takes
-   * `methods`, the API reads `allowedRequestHeaders`, for `preflightMaxAgeSeconds`), or null for any
-   * other OPTIONS request. The browser compares what its request needs with them and sends it, or
+   * What an OPTIONS answer adds, besides `headers`, to be a preflight's for an allowed page (the path
+   * takes `methods`, the API reads `allowedRequestHeaders`, for `preflightMaxAgeSeconds`), or null for
+   * any other OPTIONS request. The browser compares what its request needs with them and sends it, or
    * refuses it without sending it.
    */
   preflight(request: Request, methods: readonly string[]): Record<string, string> | null
@@ -58,6 +58,8 @@ export function crossOrigin(origins: readonly string[]): CrossOrigin | null {
   const any = origins.includes(anyOrigin)
   const allowed = new Set(origins)
   const expose = exposedResponseHeaders.join(', ')
+  const requestHeaders = allowedRequestHeaders.join(', ')
+  const maxAge = String(preflightMaxAgeSeconds)
   // Answers with `*` do not depend on the origin; the others do, whether or not they allow the page.
   const base: Readonly<Record<string, string>> = any ? {} : { vary: 'Origin' }
   const allow = (origin: string | null) => (origin === null ? null : any ? anyOrigin : allowed.has(origin) ? origin : null)
@@ -70,10 +72,9 @@ export function crossOrigin(origins: readonly string[]): CrossOrigin | null {
     preflight(request, methods) {
       if (!request.headers.has('access-control-request-method') || allow(request.headers.get('origin')) === null) return null
       return {
-        ...headers(request),
         'access-control-allow-methods': methods.join(', '),
-        'access-control-allow-headers': allowedRequestHeaders.join(', '),
-        'access-control-max-age': String(preflightMaxAgeSeconds),
+        'access-control-allow-headers': requestHeaders,
+        'access-control-max-age': maxAge,
       }
     },
   }
