@@ -38,8 +38,9 @@ export function invoiceRoutes({ sql }: Deps, auth: AuthPlugin) {
         summary: 'Invoices you were issued, newest first (default 50, max 100)',
         description:
           'Needs a user credential; lists the invoices the caller pays. Pages with `limit` and `before` (invoices issued ' +
-          'strictly before that time). Subscription periods are invoiced by a worker after they end, config purchases at ' +
-          'once. Invoices are issued, not charged.',
+          'strictly before that time); no two of a payer’s invoices share an `issuedAt` (those issued together are a ' +
+          'millisecond apart), so a page never ends among invoices the next would skip. Subscription periods are ' +
+          'invoiced by a worker after they end, config purchases at once. Invoices are issued, not charged.',
       },
     },
   )

@@ -21,9 +21,10 @@ export interface DueCursor {
  * from the counter (locked until commit, so there are no gaps), the monthly line at the period's
  * terms, an overage line when calls went over the included ones, the period marked, and each payer's
  * `invoice.issued` event recorded. Periods ended by `endedBy` are due; the invoices are dated
- * `issuedAt`. Periods another run is issuing right now are skipped, and (subscription, period) is
- * unique, so none is invoiced twice. Returns how many were issued (0: none was due) and the last
- * period taken, for the next batch to start after.
+ * `issuedAt`, each a millisecond after the payer's newest (`payerTimes`). Periods another run is
+ * issuing right now are skipped, and (subscription, period) is unique, so none is invoiced twice.
+ * Returns how many were issued (0: none was due) and the last period taken, for the next batch to
+ * start after.
  */
 export async function issueDueInvoices(
   sql: Sql,
@@ -32,6 +33,7 @@ export async function issueDueInvoices(
   after?: DueCursor,
 ): Promise<{ issued: number; last: DueCursor | undefined }> {
   const [row] = await sql.begin(async tx => {
+    await lockInvoiceCounter(tx)
     return tx<({ n: number } & DueCursor)[]>`
       with due as (
         ${duePeriods(tx, when.endedBy, limit, after)}
@@ -39,6 +41,7 @@ export async function issueDueInvoices(
       numbered as (
         select due.*, uuid_v7() as invoice_id,
           row_number() over (order by period_end, subscription_id, period_index) as n,
+          row_number() over (partition by user_id order by period_end, subscription_id, period_index) - 1 as payer_rank,
           -- bigint: calls times a price per call can pass 2^31 cents
           greatest(0, proxy_calls - included_proxy_calls)::bigint as overage_calls
         from due
@@ -53,7 +56,8 @@ export async function issueDueInvoices(
           total_cents, issued_at
         )
         select invoice_id, counter.first + n - 1, user_id, participant_id, subscription_id, period_index,
-          period_start, period_end, monthly_price_cents + overage_calls * overage_per_call_cents, ${when.issuedAt}
+          period_start, period_end, monthly_price_cents + overage_calls * overage_per_call_cents,
+          ${payerTime(tx, when.issuedAt, tx`numbered.user_id`)} + payer_rank * interval '1 millisecond'
         from numbered, counter
         returning id, user_id as "userId", number, total_cents as "totalCents"
       ),
@@ -122,17 +126,36 @@ export function duePeriods(sql: Db, endedBy: Date, limit: number, after?: DueCur
   `
 }
 
+/**
+ * Payer times: a payer's invoices are listed newest first and paged by `before` (strictly older), so
+ * no two of one payer's may share a time, or a page ending inside a run's invoices (dated alike)
+ * would hide the rest of them from the next page. Each is dated a millisecond after the payer's
+ * newest invoice when that is not already earlier than its time. Every invoice is issued holding the
+ * counter's row, which the statement that dates it reads after taking (its snapshot sees every invoice
+ * issued before), so this holds for concurrent runs and purchases.
+ */
+async function lockInvoiceCounter(tx: Db): Promise<void> {
+  await tx`select 1 from invoice_counter for no key update`
+}
+
+/** The time of the payer's next invoice issued at `at` (rank 0 of those issued together). */
+function payerTime(sql: Db, at: Date, userId: ReturnType<Db>) {
+  return sql`greatest(${at}::timestamptz, (select max(i.issued_at) from invoices i where i.user_id = ${userId}) + interval '1 millisecond')`
+}
+
 /** The one-line invoice of a config purchase, issued in the purchase's own transaction. */
 export async function issuePurchaseInvoice(
   sql: Db,
   purchase: { purchaseId: string; userId: string; participantId: string; configName: string; priceCents: number; at: Date },
 ): Promise<string> {
+  await lockInvoiceCounter(sql)
   const [invoice] = await sql<{ id: string }[]>`
     with counter as (
       update invoice_counter set next_number = next_number + 1 returning next_number - 1 as number
     )
     insert into invoices (number, user_id, participant_id, purchase_id, total_cents, issued_at)
-    select number, ${purchase.userId}, ${purchase.participantId}, ${purchase.purchaseId}, ${purchase.priceCents}, ${purchase.at}
+    select number, ${purchase.userId}, ${purchase.participantId}, ${purchase.purchaseId}, ${purchase.priceCents},
+      ${payerTime(sql, purchase.at, sql`${purchase.userId}::uuid`)}
     from counter
     returning id
   `
