@@ -120,7 +120,7 @@ describe('the owner’s notification stream', () => {
     // Two actors (the agent, the organization) tell the user; nothing orders one's notifications after
     // the other's (the reply's goes out after its answer).
     expect(forUser.map(e => e.type).sort()).toEqual(['context.updated', 'conversation.reply'])
-    expect(forUser.find(e => e.type === 'context.updated')!.data).toMatchObject({ type: 'goals', key: 'g', version: 1 })
+    expect(forUser.find(e => e.type === 'context.updated')!.data).toMatchObject({ type: 'context.updated', entryType: 'goals', key: 'g', version: 1 })
     const forTarget = await targetStream.waitFor(1, ['service.requested'])
     expect(forTarget[0]!.data).toMatchObject({ requestId: request.body.data.requestId, fromAgentId: other.agent.id })
     const forRequester = await requesterStream.waitFor(1, ['service.completed'])
@@ -415,6 +415,8 @@ describe('world chat', () => {
     const events = await stream.waitFor(2)
     stream.close()
     expect(events.map(e => e.data.text)).toEqual(['hi all', 'beep'])
+    // The event's data is the message as posted, with the event's type.
+    expect(events[0]!.data).toEqual({ type: 'chat.message', ...fromUser.body.data })
     expect(JSON.stringify(events)).not.toContain('@example.com')
     const history = await ctx.call('GET', '/v1/chat/messages?limit=2', { token: user.token })
     expect(history.body.data.map((m: { text: string }) => m.text)).toEqual(['beep', 'hi all'])

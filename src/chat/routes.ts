@@ -48,7 +48,9 @@ export function chatRoutes(deps: Deps, auth: AuthPlugin) {
             author = { kind: 'agent', id: agent.id, name: agent.name }
           }
           const message = await insertChatMessage(tx, { author, text: body.text, at })
-          await enqueueEvents(tx, at, [{ userId: null, type: 'chat.message', payload: { ...message } }])
+          // The event's createdAt (`at`) is the message's.
+          const { id, text } = message
+          await enqueueEvents(tx, at, [{ userId: null, type: 'chat.message', payload: { id, author, text } }])
           return { status: 201, body: ok(message) }
         })
         set.status = outcome.status

@@ -27,7 +27,7 @@ export interface RevertEntry {
  * event needs nothing the insert answers, so both go together, one round trip.
  */
 async function recorded(tx: TxSql, orgId: string, userId: string | undefined, version: NewVersion): Promise<ContextEntry> {
-  const payload = { type: version.type, key: version.key, version: version.version, confidence: version.confidence, author: version.author }
+  const payload = { entryType: version.type, key: version.key, version: version.version, confidence: version.confidence, author: version.author }
   const [entry] = await Promise.all([
     insertVersion(tx, orgId, version),
     userId && enqueueEvents(tx, version.at, [{ userId, type: 'context.updated', payload }]),

@@ -27,8 +27,11 @@ export interface NewEvent {
   /** The recipient; null for world chat. */
   userId: string | null
   type: EventType
-  payload: Record<string, unknown>
+  payload: EventPayload
 }
+
+/** An event's own fields: `type` and `createdAt` are the event's, which a field of the payload would overwrite. */
+export type EventPayload = Record<string, unknown> & { type?: never; createdAt?: never }
 
 /**
  * Not an event for a stream: the hex SHA-256 of a revoked API key, which the relay announces on the
@@ -37,7 +40,7 @@ export interface NewEvent {
 export const keyRevokedType = 'key.revoked'
 
 /** The JSON clients receive: type, createdAt (the change's time), then the payload's fields. */
-export function eventData(type: EventType, at: Date, payload: Record<string, unknown>): string {
+export function eventData(type: EventType, at: Date, payload: EventPayload): string {
   return JSON.stringify({ type, createdAt: at.toISOString(), ...payload })
 }
 
