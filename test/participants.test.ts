@@ -1,12 +1,14 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { createAgent, createTestContext, expectError, signUp, type TestContext, type TestUser } from './helpers/context.ts'
+import { createAgent, createTestContext, expectError, signUp, subscribedPair, type TestContext, type TestUser } from './helpers/context.ts'
+import { until } from './helpers/until.ts'
 
 let ctx: TestContext
 let alice: TestUser
 let bob: TestUser
 
 beforeAll(async () => {
-  ctx = await createTestContext()
+  // The actor runtime runs for the messages and service requests the inbox test sends.
+  ctx = await createTestContext({ actors: true })
   alice = await signUp(ctx, 'alice')
   bob = await signUp(ctx, 'bob')
 })
@@ -176,5 +178,27 @@ describe('changing an agent', () => {
     const [row] = await ctx.deps.sql`select active from participants where id = ${agent.id}`
     expect(row).toEqual({ active: false })
     expectError(await ctx.call('POST', '/v1/participants', { token: bob.token, body: { name: agent.name } }), 409, 'name_taken')
+  })
+
+  test('deactivating forgets the agent’s inbox in Redis: its pending and answered conversations and its open requests', async () => {
+    const { agent, user, planId } = await subscribedPair(ctx, alice)
+    const other = await signUp(ctx)
+    expect((await ctx.call('POST', '/v1/billing/subscriptions', { token: other.token, body: { planId } })).status).toBe(201)
+    const sender = await createAgent(ctx, bob)
+    const message = (from: TestUser) => ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: from.token, body: { text: 'hi' } })
+    expect((await message(user)).status).toBe(201)
+    expect((await ctx.call('GET', '/v1/agent/events', { apiKey: agent.apiKey })).status).toBe(200)
+    const reply = await ctx.call('POST', '/v1/agent/conversation-reply', { apiKey: agent.apiKey, body: { userId: user.id, text: 'hello' } })
+    expect(reply.status).toBe(201)
+    expect((await message(other)).status).toBe(201)
+    const request = { targetAgentId: agent.id, input: 'do it' }
+    expect((await ctx.call('POST', '/v1/agent/service-requests', { apiKey: sender.apiKey, body: request })).status).toBe(201)
+    // The reply's event relayed (its inbox write made), so nothing writes to the inbox after the deactivation.
+    await until(async () => (await ctx.deps.sql`select count(*)::int as n from outbox`)[0]!.n === 0)
+    const k = ctx.deps.keys.agent(agent.id)
+    const inboxKeys = [k.built, k.inbox, k.versions, k.requests]
+    expect(await ctx.deps.redis.exists(...inboxKeys)).toBe(4)
+    expect((await ctx.call('DELETE', `/v1/participants/${agent.id}`, { token: alice.token })).status).toBe(200)
+    expect(await ctx.deps.redis.exists(...inboxKeys)).toBe(0)
   })
 })

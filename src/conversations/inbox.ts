@@ -127,6 +127,17 @@ export async function invalidateInbox(deps: InboxDeps, agentId: string): Promise
   announcedHere(deps, agentId)
 }
 
+/**
+ * Forgets a deactivated agent's inbox, here and in every process: no key of its polls again, and
+ * nothing else reads it (its conversations and requests stay in Postgres). Its versions alone were
+ * about 100 bytes a conversation the agent ever had, kept for good.
+ */
+export async function forgetInbox(deps: InboxDeps, agentId: string): Promise<void> {
+  const k = deps.keys.agent(agentId)
+  await deps.redis.multi().unlink(k.built, k.inbox, k.versions, k.requests).publish(deps.keys.channels.inboxChanged, agentId).exec()
+  announcedHere(deps, agentId)
+}
+
 export async function putOpenRequest(deps: InboxDeps, agentId: string, open: OpenServiceRequest) {
   await request(deps.redis, [deps.keys.agent(agentId).requests], [deps.keys.channels.inboxChanged, agentId, open.requestId, JSON.stringify(open)])
   announcedHere(deps, agentId)
