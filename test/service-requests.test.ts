@@ -1,5 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import Redis from 'ioredis'
 import { createAgent, createTestContext, expectError, signUp, uuidV7, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import { freePort } from './helpers/ports.ts'
+import { runMaintenance } from '../workers/maintenance.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -85,6 +88,27 @@ describe('service requests between agents', () => {
     expect((await get(a, id)).body.data.status).toBe('expired')
     expectError(await respond(target, { requestId: id, output: 'late', success: true }), 404, 'not_found')
     ctx.clock.set(new Date())
+  })
+
+  test('maintenance drops an expired request from the inbox in Redis, on a later run when Redis refused the first', async () => {
+    const target = await createAgent(ctx, await signUp(ctx))
+    const id = (await request(a, { targetAgentId: target.id, input: 'never answered' })).body.data.requestId
+    expect((await requestsOf(target)).length).toBe(1)
+    const requests = ctx.deps.keys.agent(target.id).requests
+    expect(await ctx.deps.redis.hexists(requests, id)).toBe(1)
+    ctx.clock.advance(24 * 3_600_000 + 1000)
+    // A client with no server behind it: every command is refused at once.
+    const away = new Redis(`redis://127.0.0.1:${await freePort()}`, { lazyConnect: true, enableOfflineQueue: false, retryStrategy: () => null })
+    away.on('error', () => {})
+    try {
+      await runMaintenance({ ...ctx.deps, redis: away }).catch(() => undefined)
+      await runMaintenance(ctx.deps)
+    } finally {
+      away.disconnect()
+      ctx.clock.set(new Date())
+    }
+    expect(await ctx.deps.redis.hexists(requests, id)).toBe(0)
+    expect((await get(a, id)).body.data.status).toBe('expired')
   })
 
   test('Idempotency-Key on service-requests creates one request', async () => {

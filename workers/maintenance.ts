@@ -18,16 +18,34 @@ export async function runMaintenance(deps: Deps) {
   const { sql, clock, log } = deps
   const now = clock.now()
   const usage = await countLostUsage(deps, now)
-  const expired = await expireRequests(sql, now)
-  // The inbox entry goes too; an agent's poll already hides expired requests, this only frees memory.
-  for (const request of expired) await removeOpenRequest(deps, request.targetAgentId, request.requestId)
+  const expired = await expireOpenRequests(deps, now)
   const deviceCodes = await purgeDeviceCodes(sql, new Date(now.getTime() - 86_400_000))
   const idempotencyKeys = await purgeIdempotencyKeys(sql, now)
   // Twice the Idempotency-Key window: a retried command must still find its first result.
   const appliedCommands = await purgeAppliedCommands(sql, new Date(now.getTime() - 2 * 86_400_000))
-  const counts = { usageEvents: usage, serviceRequests: expired.length, deviceCodes, idempotencyKeys, appliedCommands }
+  const counts = { usageEvents: usage, serviceRequests: expired, deviceCodes, idempotencyKeys, appliedCommands }
   if (Object.values(counts).some(count => count > 0)) log.info('maintenance', counts)
   return counts
+}
+
+/**
+ * Marks the service requests past their 24 h expired and drops their inbox entries in Redis (an
+ * agent's poll already hides expired requests; this frees the memory). The entries go before the
+ * expiry commits: a Redis refusal midway leaves both to the next run, where an entry dropped after
+ * the commit would stay in the inbox until it is next rebuilt, for good as a rule. A failure is
+ * logged and the rest of maintenance goes on.
+ */
+async function expireOpenRequests(deps: Deps, now: Date): Promise<number> {
+  try {
+    return await deps.sql.begin(async tx => {
+      const expired = await expireRequests(tx, now)
+      for (const request of expired) await removeOpenRequest(deps, request.targetAgentId, request.requestId)
+      return expired.length
+    })
+  } catch (error) {
+    deps.log.warn('expiring service requests failed; the next maintenance run goes on', errorFields(error))
+    return 0
+  }
 }
 
 /**
