@@ -39,7 +39,8 @@ async function expireOpenRequests(deps: Deps, now: Date): Promise<number> {
   try {
     return await deps.sql.begin(async tx => {
       const expired = await expireRequests(tx, now)
-      for (const request of expired) await removeOpenRequest(deps, request.targetAgentId, request.requestId)
+      // All at once, not one round trip after another while the transaction holds their rows.
+      await Promise.all(expired.map(request => removeOpenRequest(deps, request.targetAgentId, request.requestId)))
       return expired.length
     })
   } catch (error) {
