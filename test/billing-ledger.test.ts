@@ -103,20 +103,22 @@ async function connectedUser() {
   return user
 }
 
+const emptyWorld = (owner: TestUser): World => ({
+  owner,
+  agents: [],
+  planIds: [],
+  plans: [],
+  configs: [],
+  inactive: new Set(),
+  users: [],
+  subscriptions: [],
+  purchases: [],
+  runs: [],
+})
+
 async function createWorld(random: Random, agents: number, users: number): Promise<World> {
   const owner = await signUp(ctx)
-  const world: World = {
-    owner,
-    agents: [],
-    planIds: [],
-    plans: [],
-    configs: [],
-    inactive: new Set(),
-    users: [],
-    subscriptions: [],
-    purchases: [],
-    runs: [],
-  }
+  const world = emptyWorld(owner)
   for (let i = 0; i < agents; i++) {
     const agent = await createAgent(ctx, owner)
     const terms = randomTerms(random)
@@ -443,18 +445,7 @@ describe('the edges of periods', () => {
     at(new Date('2019-12-31T23:59:59.999Z'))
     try {
       const owner = await signUp(ctx)
-      const world: World = {
-        owner,
-        agents: [],
-        planIds: [],
-        plans: [],
-        configs: [],
-        inactive: new Set(),
-        users: [],
-        subscriptions: [],
-        purchases: [],
-        runs: [],
-      }
+      const world = emptyWorld(owner)
       const terms: Terms = { monthly: 1000, included: 1, overage: 3 }
       const agent = await createAgent(ctx, owner)
       world.agents.push(agent)
@@ -518,18 +509,7 @@ describe('the extremes of the numbers', () => {
     at(start)
     try {
       const owner = await signUp(ctx)
-      const world: World = {
-        owner,
-        agents: [],
-        planIds: [],
-        plans: [],
-        configs: [],
-        inactive: new Set(),
-        users: [],
-        subscriptions: [],
-        purchases: [],
-        runs: [],
-      }
+      const world = emptyWorld(owner)
       const most: Terms = { monthly: 10_000_000, included: 0, overage: 100_000 }
       const none: Terms = { monthly: 0, included: 0, overage: 0 }
       for (const terms of [most, none]) {
