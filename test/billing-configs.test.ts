@@ -103,6 +103,29 @@ describe('config listings', () => {
 })
 
 describe('purchases', () => {
+  test('purchases made together are dated a millisecond apart, so paging invoices by `before` skips none', async () => {
+    const configs = await Promise.all(Array.from({ length: 6 }, (_, i) => newConfig({ name: `Together ${i}` })))
+    const buyer = await signUp(ctx)
+    // One instant for every purchase: each invoice's time must come from the ones committed before it.
+    ctx.clock.set(new Date())
+    try {
+      const bought = await Promise.all(configs.map(c => ctx.call('POST', `/v1/billing/configs/${c.id}/purchase`, { token: buyer.token })))
+      expect(bought.map(b => b.status)).toEqual(configs.map(() => 201))
+    } finally {
+      ctx.clock.set(new Date())
+    }
+    const seen: string[] = []
+    let before = ''
+    for (;;) {
+      const page = (await ctx.call('GET', `/v1/billing/invoices?limit=1${before}`, { token: buyer.token })).body.data
+      if (page.length === 0) break
+      seen.push(page[0].issuedAt)
+      before = `&before=${encodeURIComponent(page[0].issuedAt)}`
+    }
+    expect(seen.length).toBe(configs.length)
+    expect(new Set(seen).size).toBe(configs.length)
+  })
+
   test('first purchase 201 with content and the price paid; again 200 with the same purchase', async () => {
     const config = await newConfig({ priceCents: 700 })
     const buyer = await signUp(ctx)
