@@ -426,6 +426,25 @@ describe('invoices', () => {
 })
 
 describe('an invoice run’s batch', () => {
+  test('runs at once date a payer’s invoices apart, so paging them by `before` skips none', async () => {
+    ctx.clock.freeze(new Date('2023-01-10T09:00:00.000Z'))
+    const s = await setup({ monthlyPriceCents: 300 })
+    ctx.clock.set(new Date())
+    // Batches of one period, four runs at once: the payer's seven periods are issued by concurrent
+    // statements at one run time, each of which must see the invoices committed before it.
+    const at = new Date('2023-09-01T00:00:00.000Z')
+    await Promise.all(Array.from({ length: 4 }, () => runInvoices(ctx.deps, at, { batchSize: 1 })))
+    const seen: string[] = []
+    let before = ''
+    for (;;) {
+      const page = (await ctx.call('GET', `/v1/billing/invoices?limit=1${before}`, { token: s.user.token })).body.data
+      if (page.length === 0) break
+      seen.push(page[0].periodStart)
+      before = `&before=${encodeURIComponent(page[0].issuedAt)}`
+    }
+    expect(seen.reverse()).toEqual(Array.from({ length: 7 }, (_, i) => `2023-0${i + 1}-10T09:00:00.000Z`))
+  })
+
   test('reads the due periods in an index’s order from where the run got to, and stops at its limit', async () => {
     // Planned as for a large table (no sequential scan, no sort where an index gives the order):
     // without an index in the run's order the plan sorts every due period for each batch, which made
