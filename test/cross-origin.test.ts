@@ -191,9 +191,9 @@ describe('a dashboard on an origin in CORS_ORIGINS', () => {
     expect(await openStream(page, { bearer: owner.token }, 'context.updated')).toMatchObject({ issued: { status: 200 }, state: 'open' })
     const put = await fetchFrom(page, '/v1/context/goals/q4', { method: 'PUT', token: owner.token, body: { data: { revenue: 1 } } })
     expect(put).toMatchObject({ status: 200 })
-    // Heard as `context.updated` (the listener's type); the payload's own `type` is the entry's.
+    // Heard as `context.updated` (the listener's type, and the data's); the entry's type is `entryType`.
     const event = await heard(page)
-    expect(event.data).toMatchObject({ type: 'goals', key: 'q4', version: 1 })
+    expect(event.data).toMatchObject({ type: 'context.updated', entryType: 'goals', key: 'q4', version: 1 })
     expect(event.id).not.toBe('')
     // The token is spent (EventSource's own reconnect would send it again, and give up on the 401):
     // a dashboard reopens with a new one where it left off, and hears what it missed.
