@@ -10,12 +10,23 @@ import { createDue } from '../actors/due.ts'
 import { errors } from '../errors.ts'
 import { openRequests } from '../service-requests/store.ts'
 import { agentConversations, type PendingConversation } from './store.ts'
-import { beginRebuild, builtMark, finishRebuild, rebuildConversations, rebuildPageSize, type AgentInbox, type OpenServiceRequest } from './inbox.ts'
+import {
+  beginRebuild,
+  builtMark,
+  finishRebuild,
+  forgetInbox,
+  rebuildConversations,
+  rebuildPageSize,
+  type AgentInbox,
+  type OpenServiceRequest,
+} from './inbox.ts'
 
 export interface InboxReader {
   read(agentId: string): Promise<AgentInbox>
   /** The inbox if process memory holds it fresh, with no promise: the poll's usual answer. */
   peek(agentId: string): AgentInbox | undefined
+  /** Forgets a deactivated agent's inbox in Redis, here and in every process (inbox.ts's `forgetInbox`). */
+  forget(agentId: string): Promise<void>
   close(): Promise<void>
 }
 
@@ -160,6 +171,7 @@ export async function createInboxReader(options: {
 
   return {
     peek,
+    forget: agentId => forgetInbox({ redis, keys, pubsub }, agentId),
     async read(agentId) {
       const hit = peek(agentId)
       if (hit) return hit

@@ -4,7 +4,6 @@ import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
 import { uniqueViolation } from '../db.ts'
 import { errorFields } from '../log.ts'
-import { forgetInbox } from '../conversations/inbox.ts'
 import { Ok, failures, iso, ok, UuidOf } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import type { Principal } from '../auth/principal.ts'
@@ -177,9 +176,11 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
         })
         await authenticator.keys.revoke(revoked)
         // Its inbox in Redis would stay for good, read by no one: the deactivation stands without it.
-        await forgetInbox(deps, params.id).catch(error =>
-          deps.log.warn('a deactivated agent’s inbox was not forgotten; it stays in Redis', { agentId: params.id, ...errorFields(error) }),
-        )
+        await deps.inboxes
+          .forget(params.id)
+          .catch(error =>
+            deps.log.warn('a deactivated agent’s inbox was not forgotten; it stays in Redis', { agentId: params.id, ...errorFields(error) }),
+          )
         return ok({ id: params.id, active: false as const })
       },
       {
