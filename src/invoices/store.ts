@@ -21,7 +21,7 @@ export interface DueCursor {
  * from the counter (locked until commit, so there are no gaps), the monthly line at the period's
  * terms, an overage line when calls went over the included ones, the period marked, and each payer's
  * `invoice.issued` event recorded. Periods ended by `endedBy` are due; the invoices are dated
- * `issuedAt`, each a millisecond after the payer's newest (`payerTimes`). Periods another run is
+ * `issuedAt`, each a millisecond after the payer's newest (`payerTime`). Periods another run is
  * issuing right now are skipped, and (subscription, period) is unique, so none is invoiced twice.
  * Returns how many were issued (0: none was due) and the last period taken, for the next batch to
  * start after.
