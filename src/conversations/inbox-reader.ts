@@ -1,12 +1,12 @@
 /** Reading an agent's inbox for the poll: from process memory that pub/sub keeps honest, else Redis, else Postgres. */
 import { randomUUID } from 'node:crypto'
-import { watchServerIdentity, type Redis } from '../redis.ts'
+import { watchServerIdentity, type Redis, type ServerIdentity } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { PubSub } from '../pubsub.ts'
 import type { DatabaseIdentity, Sql } from '../db.ts'
 import type { Clock } from '../clock.ts'
-import { createHolder, isHold } from '../actors/hold.ts'
-import { createDue } from '../actors/due.ts'
+import { createHolder, isHold, type Holder } from '../actors/hold.ts'
+import { createDue, type Due } from '../actors/due.ts'
 import { errors } from '../errors.ts'
 import { openRequests } from '../service-requests/store.ts'
 import { agentConversations, type PendingConversation } from './store.ts'
@@ -120,47 +120,9 @@ export async function createInboxReader(options: {
   const rebuild = async (agentId: string): Promise<AgentInbox> => {
     await turns.take()
     try {
-      return await rebuildHeld(agentId)
+      return await rebuildHeld({ sql, redis, keys, clock, database, holder, due, server }, agentId)
     } finally {
       turns.give()
-    }
-  }
-
-  const rebuildHeld = async (agentId: string): Promise<AgentInbox> => {
-    const actor = `agent:${agentId}`
-    const [taken] = await holder.take([{ actor, mail: 0 }])
-    const held = isHold(taken!)
-    // Renewed while the rebuild runs: one of an agent with very many conversations takes seconds.
-    const stopKeeping = isHold(taken!) ? holder.keep([taken]) : () => {}
-    // Lets go; mail that came while the actor was held here is due at once for a runtime.
-    const letGo = async () => {
-      if ((await holder.release(actor, [])) > 0) await due.mark(actor)
-    }
-    // Failed (timed out, say), the take may still land: let go of whatever it took (a release follows it on the connection).
-    if (taken instanceof Error) void letGo().catch(() => {})
-    try {
-      // Written only while still held: a rebuild whose hold ran out (a long pause) answers this poll
-      // from what it read but leaves Redis to the newer holder. Page by page (the agent may have had
-      // a million conversations), keeping only the pending ones. Emptied first, and marked with the
-      // servers known as it began: should either change meanwhile, the next read rebuilds it again.
-      const from = builtMark(await server.runId(), database.current())
-      let writing = held && (await beginRebuild({ redis, keys }, agentId, holder.id))
-      const pending: PendingConversation[] = []
-      const conversations = async () => {
-        for (let afterUserId: string | null = null; ;) {
-          const page = await agentConversations(sql, agentId, { afterUserId, limit: rebuildPageSize })
-          for (const c of page) if (c.pending) pending.push(c.pending)
-          if (writing) writing = await rebuildConversations({ redis, keys }, agentId, holder.id, page)
-          if (page.length < rebuildPageSize) return
-          afterUserId = page[page.length - 1]!.userId
-        }
-      }
-      const [, requests] = await Promise.all([conversations(), openRequests(sql, agentId, clock.now())])
-      if (writing) await finishRebuild({ redis, keys }, agentId, holder.id, from, requests)
-      return { conversations: pending.sort(byTime), requests }
-    } finally {
-      stopKeeping()
-      if (held) await letGo()
     }
   }
 
@@ -202,6 +164,60 @@ export async function createInboxReader(options: {
     },
     close: changes.stop,
   }
+}
+
+/**
+ * Rebuilds an agent's inbox from Postgres holding its actor, so no service request changes meanwhile;
+ * if someone else holds the actor, answers from Postgres and leaves Redis alone.
+ */
+async function rebuildHeld(deps: RebuildDeps, agentId: string): Promise<AgentInbox> {
+  const { sql, redis, keys, clock, database, holder, due, server } = deps
+  const actor = `agent:${agentId}`
+  const [taken] = await holder.take([{ actor, mail: 0 }])
+  const held = isHold(taken!)
+  // Renewed while the rebuild runs: one of an agent with very many conversations takes seconds.
+  const stopKeeping = isHold(taken!) ? holder.keep([taken]) : () => {}
+  // Lets go; mail that came while the actor was held here is due at once for a runtime.
+  const letGo = async () => {
+    if ((await holder.release(actor, [])) > 0) await due.mark(actor)
+  }
+  // Failed (timed out, say), the take may still land: let go of whatever it took (a release follows it on the connection).
+  if (taken instanceof Error) void letGo().catch(() => {})
+  try {
+    // Written only while still held: a rebuild whose hold ran out (a long pause) answers this poll
+    // from what it read but leaves Redis to the newer holder. Page by page (the agent may have had
+    // a million conversations), keeping only the pending ones. Emptied first, and marked with the
+    // servers known as it began: should either change meanwhile, the next read rebuilds it again.
+    const from = builtMark(await server.runId(), database.current())
+    let writing = held && (await beginRebuild({ redis, keys }, agentId, holder.id))
+    const pending: PendingConversation[] = []
+    const conversations = async () => {
+      for (let afterUserId: string | null = null; ;) {
+        const page = await agentConversations(sql, agentId, { afterUserId, limit: rebuildPageSize })
+        for (const c of page) if (c.pending) pending.push(c.pending)
+        if (writing) writing = await rebuildConversations({ redis, keys }, agentId, holder.id, page)
+        if (page.length < rebuildPageSize) return
+        afterUserId = page[page.length - 1]!.userId
+      }
+    }
+    const [, requests] = await Promise.all([conversations(), openRequests(sql, agentId, clock.now())])
+    if (writing) await finishRebuild({ redis, keys }, agentId, holder.id, from, requests)
+    return { conversations: pending.sort(byTime), requests }
+  } finally {
+    stopKeeping()
+    if (held) await letGo()
+  }
+}
+
+interface RebuildDeps {
+  sql: Sql
+  redis: Redis
+  keys: Keys
+  clock: Clock
+  database: Pick<DatabaseIdentity, 'current'>
+  holder: Holder
+  due: Due
+  server: ServerIdentity
 }
 
 /** At most `running` at once and `waiting` more in line; beyond, 503 with Retry-After. */
