@@ -1,12 +1,10 @@
 /**
  * The actor runtime of the workers: claims due actors (due.ts), takes them and works their mail in
  * batches (work.ts), and marks each one again by what is left: drained, due at once, or later (held
- * elsewhere, or failing). An actor whose command failed a batch is then worked alone, one command a
- * turn, until that command is applied, refused as bad input, or moved to the dead-letter stream.
+ * elsewhere, or failing). An actor whose command failed a batch is then worked alone (careful.ts).
  */
 import { randomUUID } from 'node:crypto'
 import type { Sql } from '../db.ts'
-import { isBadInput } from '../db.ts'
 import { commandTimeoutMs, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
@@ -14,7 +12,8 @@ import { errorFields, throttled, type Log } from '../log.ts'
 import type { ActorKinds } from './types.ts'
 import { createHolder, isHold, type Hold, type Holder } from './hold.ts'
 import { createDue } from './due.ts'
-import { isOutage, work, type Finished, type WorkDeps, type Worked } from './work.ts'
+import { isOutage, work, type WorkDeps, type Worked } from './work.ts'
+import { createCareful } from './careful.ts'
 
 export interface ActorRuntimeOptions {
   sql: Sql
@@ -57,8 +56,6 @@ export interface ActorRuntime {
 
 // Commands of one actor read per batch.
 const perActor = 32
-// A command that fails this often for a reason other than an outage goes to the dead-letter stream.
-const maxAttempts = 5
 
 export async function startActorRuntime(options: ActorRuntimeOptions): Promise<ActorRuntime> {
   const { redis, keys, log } = options
@@ -69,8 +66,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   const holders = Array.from({ length: options.batches ?? 2 }, (_, n) => createHolder(redis, keys, `${id}:${n}`, leaseMs))
   const due = createDue(redis, keys)
   const stats: ActorRuntimeStats = { batches: 0, batchedCommands: 0, singleCommands: 0, rolledBack: 0 }
-  /** Actors whose command failed a batch, and the failed attempts of that command worked alone. */
-  const careful = new Map<string, number>()
+  const careful = createCareful(redis, keys, log)
   /** Consecutive outages met by each actor, for its backoff. */
   const failures = new Map<string, number>()
   let running = true
@@ -80,24 +76,6 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   // What repeats every round while Redis or Postgres is away is said once, then once a minute.
   const outage = throttled(log, 60_000)
   const commands = (holds: Hold[]) => holds.reduce((n, h) => n + h.mail.filter(m => m.list !== null).length, 0)
-
-  /** A careful turn's command that failed: refused at once for bad input, else dead-lettered on its last attempt. */
-  const refuse = async (hold: Hold, cause: unknown): Promise<Finished[]> => {
-    const mail = hold.mail.find(m => m.list !== null)!
-    if (!running || isOutage(cause)) return []
-    if (isBadInput(cause)) {
-      careful.delete(hold.actor)
-      return [{ mail, answer: { result: { refused: 'invalid_input' } } }]
-    }
-    const count = (careful.get(hold.actor) ?? 0) + 1
-    careful.set(hold.actor, count)
-    log.warn('actor command failed', { actor: hold.actor, type: mail.fields.type, attempt: count, ...errorFields(cause) })
-    if (count < maxAttempts) return []
-    log.error('actor command moved to the dead-letter stream', { actor: hold.actor, type: mail.fields.type, entryId: mail.entryId })
-    await redis.xadd(keys.actor(hold.actor).dead, '*', ...mail.list!, 'entry', mail.entryId, 'error', String((cause as Error)?.message))
-    careful.delete(hold.actor)
-    return [{ mail, answer: { failed: true } }]
-  }
 
   /**
    * Marks each actor again: its claim taken away once drained, due at once (whoever marked it last)
@@ -143,7 +121,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     if (!failure) Object.assign(stats, { batches: stats.batches + 1, batchedCommands: stats.batchedCommands + commands(holds) })
     else if (failure.culprit && !isOutage(failure.error) && running) {
       stats.rolledBack++
-      careful.set(failure.culprit, 0)
+      careful.begin(failure.culprit)
       log.debug('actor batch rolled back; the actor at fault goes one command at a time', { actor: failure.culprit, ...errorFields(failure.error) })
     }
     await settle(owner, worked, () => failure !== undefined && isOutage(failure.error))
@@ -151,11 +129,11 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
 
   /** A careful actor's one command, in a turn of its own. */
   const alone = async (deps: WorkDeps, hold: Hold, owner: string) => {
-    const worked = await work(deps, [hold], refuse)
+    const worked = await work(deps, [hold], (failed, cause) => careful.refuse(failed, cause, running))
     waitingOut(worked, [hold])
     if (!worked.failure) {
       stats.singleCommands += commands([hold])
-      careful.delete(hold.actor)
+      careful.end(hold.actor)
     }
     await settle(owner, worked, actor => worked.failure !== undefined && careful.has(actor))
   }
