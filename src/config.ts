@@ -27,6 +27,9 @@ const Env = T.Object({
   AUTH_AUDIENCE: T.Optional(T.String({ minLength: 1 })),
   AUTH_MAX_TOKEN_AGE: T.Integer({ minimum: 60, default: 86_400 }),
   CONNECTIONS_KEY: T.Optional(T.String({ pattern: '^([0-9a-fA-F]{64}|[A-Za-z0-9+/]{43}=)$', expected: '64 hex digits, or 32 bytes in base64' })),
+  CONNECTIONS_KEY_PREVIOUS: T.Optional(
+    T.String({ pattern: '^([0-9a-fA-F]{64}|[A-Za-z0-9+/]{43}=)$', expected: '64 hex digits, or 32 bytes in base64' }),
+  ),
   PROXY_ALLOWED_HOSTS: T.String({ default: '' }),
   TRUSTED_PROXIES: T.String({ default: '' }),
   CORS_ORIGINS: T.String({ default: '' }),
@@ -133,7 +136,10 @@ export interface Config {
     /** The longest lifetime (seconds from `iat`, or from now without one, to `exp`) a JWT may have. */
     maxTokenAgeSeconds: number
   }
+  /** Seals new credentials, and opens them. */
   connectionsKey: Buffer | undefined
+  /** A key being rotated out: opens credentials it sealed (until `connections:reseal` has sealed them again), never seals. */
+  connectionsKeyPrevious: Buffer | undefined
   proxyAllowedHosts: string[]
   /** Reverse proxies and load balancers (addresses or CIDR ranges) whose X-Forwarded-For is believed. */
   trustedProxies: string[]
@@ -263,6 +269,13 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     throw new ConfigError(`invalid SHUTDOWN_DELAY_MS: must be less than SHUTDOWN_TIMEOUT_MS (${e.SHUTDOWN_TIMEOUT_MS}), which counts it`)
   }
 
+  // A previous secret or key only ever verifies or opens beside the current one, which alone signs or seals.
+  for (const [previous, current] of [['CONNECTIONS_KEY_PREVIOUS', 'CONNECTIONS_KEY']] as const) {
+    if (e[previous] !== undefined && e[current] === undefined) {
+      throw new ConfigError(`invalid ${previous}: it is accepted beside ${current} during a rotation, so ${current} must be set too`)
+    }
+  }
+
   const auth = {
     jwtSecret: e.AUTH_JWT_SECRET,
     jwksUrl: e.AUTH_JWKS_URL,
@@ -288,6 +301,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     siteUrl: (e.SITE_URL ?? `http://localhost:${e.PORT}`).replace(/\/+$/, ''),
     auth,
     connectionsKey: e.CONNECTIONS_KEY ? decodeKey(e.CONNECTIONS_KEY) : undefined,
+    connectionsKeyPrevious: e.CONNECTIONS_KEY_PREVIOUS ? decodeKey(e.CONNECTIONS_KEY_PREVIOUS) : undefined,
     proxyAllowedHosts: allowedHosts,
     trustedProxies,
     corsOrigins,

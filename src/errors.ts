@@ -149,6 +149,12 @@ export const errors = {
       'The connection’s address is not allowed: it resolves to a private, loopback, link-local or other special-purpose address',
     ),
   unavailable: (message = 'A backing service is unavailable; try again', retryAfterSeconds = 1) => unavailable(message, retryAfterSeconds),
+  // The operator's to fix (the key that sealed it configured again), not the caller's: a 503 to retry.
+  credentialUnreadable: () =>
+    unavailable(
+      'The connected account’s stored credential cannot be read with this server’s keys; the upstream was not called and nothing was metered',
+      60,
+    ),
   notReady: (details: ErrorDetail[]) => unavailable('The service is not ready for traffic', 1, details),
   backingDown: (details: ErrorDetail[]) => unavailable('Postgres or Redis is unreachable', 1, details),
   internal: () => new AppError(500, 'internal', 'Something went wrong on our side'),

@@ -36,6 +36,7 @@ describe('loadConfig', () => {
       siteUrl: 'http://localhost:3000',
       auth: { jwtSecret: undefined, jwksUrl: undefined, issuer: undefined, audience: undefined, maxTokenAgeSeconds: 86_400 },
       connectionsKey: undefined,
+      connectionsKeyPrevious: undefined,
       proxyAllowedHosts: [],
       trustedProxies: [],
       corsOrigins: [],
@@ -219,6 +220,18 @@ describe('loadConfig', () => {
     }
     expect(configError({ CONNECTIONS_KEY: randomBytes(16).toString('hex') }).message).toContain('CONNECTIONS_KEY')
     expect(configError({ CONNECTIONS_KEY: randomBytes(31).toString('base64') }).message).toContain('CONNECTIONS_KEY')
+  })
+
+  test('a _PREVIOUS secret, key or token is read beside its current one only, in the same form', () => {
+    const key = randomBytes(32)
+    const previous = loadConfig({ CONNECTIONS_KEY: randomBytes(32).toString('hex'), CONNECTIONS_KEY_PREVIOUS: key.toString('base64') })
+    expect(previous.connectionsKeyPrevious?.equals(key)).toBe(true)
+    for (const [name, current, value] of [['CONNECTIONS_KEY_PREVIOUS', 'CONNECTIONS_KEY', key.toString('hex')]] as const) {
+      expect(configError({ [name]: value }).message).toBe(
+        `invalid ${name}: it is accepted beside ${current} during a rotation, so ${current} must be set too`,
+      )
+    }
+    expect(configError({ CONNECTIONS_KEY: key.toString('hex'), CONNECTIONS_KEY_PREVIOUS: 'ab' }).message).toContain('CONNECTIONS_KEY_PREVIOUS')
   })
 
   test('AUTH_MAX_TOKEN_AGE is whole seconds, at least 60', () => {

@@ -159,7 +159,7 @@ describe('the service as a process', () => {
       const code = await exitWithin(cli.proc, 20_000)
       return { code, stdout: await cli.stdout, stderr: (await cli.stderr).trimEnd() }
     }
-    for (const tool of ['src/cli/migrate.ts', 'src/cli/token.ts', 'src/cli/invoices-run.ts']) {
+    for (const tool of ['src/cli/migrate.ts', 'src/cli/token.ts', 'src/cli/invoices-run.ts', 'src/cli/connections-reseal.ts']) {
       const help = await run([tool, '--help'])
       expect(help.code, tool).toBe(0)
       expect(help.stdout).toStartWith('usage: npm run ')
@@ -167,8 +167,8 @@ describe('the service as a process', () => {
       expect(wrong.code, tool).toBe(2)
       expect(wrong.stderr.split('\n')).toEqual([expect.stringContaining("Unknown option '--no-such-option' (--help shows the usage)")])
     }
-    for (const tool of ['src/cli/migrate.ts', 'src/cli/invoices-run.ts']) {
-      const away = await run([tool])
+    for (const tool of ['src/cli/migrate.ts', 'src/cli/invoices-run.ts', 'src/cli/connections-reseal.ts']) {
+      const away = await run([tool], { CONNECTIONS_KEY: '0'.repeat(64) })
       expect(away.code, tool).toBe(1)
       expect(away.stderr).not.toContain('\n')
       expect(away.stderr).toContain('PostgreSQL is not reachable at DATABASE_URL=postgres://***@127.0.0.1:1/none')

@@ -40,3 +40,22 @@ export async function findSealedConnection(sql: Db, userId: string, provider: st
   `
   return row
 }
+
+/** A page of sealed credentials in id order, after `afterId` (from the first with null): what a re-seal walks. */
+export async function sealedCredentialsAfter(sql: Db, afterId: string | null, limit: number): Promise<{ id: string; credential: Buffer }[]> {
+  return sql<{ id: string; credential: Buffer }[]>`
+    select id, credential from connections
+    where ${afterId === null ? sql`true` : sql`id > ${afterId}`}
+    order by id
+    limit ${limit}
+  `
+}
+
+/**
+ * Replaces a connection's sealed credential, only if it is still `sealed`: a connection deleted, or
+ * sealed again by another run, meanwhile is left as it is. Whether it was replaced.
+ */
+export async function replaceSealedCredential(sql: Db, id: string, sealed: Buffer, resealed: Buffer): Promise<boolean> {
+  const rows = await sql`update connections set credential = ${resealed} where id = ${id} and credential = ${sealed} returning 1`
+  return rows.length === 1
+}

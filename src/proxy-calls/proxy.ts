@@ -3,11 +3,12 @@ import { createHash } from 'node:crypto'
 import type { Deps } from '../deps.ts'
 import { AppError, errors, inOrder } from '../errors.ts'
 import { newRowId } from '../ids.ts'
+import { throttled, type Log } from '../log.ts'
 import type { CommandIdentity, CommandOptions } from '../idempotency/idempotent.ts'
 import { principalSubject, type AgentPrincipal } from '../auth/principal.ts'
 import { activeSubscription } from '../billing/subscriptions/store.ts'
 import { findSealedConnection } from '../connections/store.ts'
-import { openCredential } from '../connections/credential-box.ts'
+import { connectionKeys, openCredential } from '../connections/credential-box.ts'
 import { upstreamRefusal } from '../connections/address-policy.ts'
 import { meterCall, type Usage } from '../metering/meter.ts'
 import { forward, maxResponseBytes, UpstreamAnswerFailed, upstreamTimeoutMs } from './forward.ts'
@@ -88,7 +89,18 @@ async function callUpstream(deps: Deps, agent: AgentPrincipal, call: ProxyCall, 
     body = typeof call.body === 'string' ? call.body : JSON.stringify(call.body)
     if (typeof call.body !== 'string' && !headers['content-type']) headers['content-type'] = 'application/json'
   }
-  headers.authorization = `Bearer ${openCredential(config.connectionsKey!, connection.credential, connection.id)}`
+  const opened = openCredential(connectionKeys(config), connection.credential, connection.id)
+  if (!opened) {
+    unreadableLog(deps.log)(
+      'error',
+      'credential-unreadable',
+      'a connected account’s credential opens with neither CONNECTIONS_KEY nor CONNECTIONS_KEY_PREVIOUS; its proxy calls answer 503: ' +
+        'set CONNECTIONS_KEY_PREVIOUS to the key that sealed it (then run `npm run connections:reseal`), or, that key lost, the user must delete and add the connection again',
+      { connectionId: connection.id, userId: call.userId },
+    )
+    throw errors.credentialUnreadable()
+  }
+  headers.authorization = `Bearer ${opened.credential}`
 
   // The most a call may buffer is reserved before the upstream is asked, so a refusal (503) leaves
   // nothing done: no upstream reached, nothing metered; a retry under the Idempotency-Key runs it.
@@ -108,6 +120,14 @@ async function callUpstream(deps: Deps, agent: AgentPrincipal, call: ProxyCall, 
   } finally {
     release()
   }
+}
+
+// One record a minute per process for every credential no key opens (each call for one would write one).
+const unreadableLogs = new WeakMap<Log, ReturnType<typeof throttled>>()
+function unreadableLog(log: Log): ReturnType<typeof throttled> {
+  let write = unreadableLogs.get(log)
+  if (!write) unreadableLogs.set(log, (write = throttled(log, 60_000)))
+  return write
 }
 
 /** Failures that came after the request was sent: the upstream has it. */
