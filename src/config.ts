@@ -22,6 +22,7 @@ const Env = T.Object({
   REDIS_PREFIX: T.String({ pattern: '^[A-Za-z0-9:_.-]{0,64}$', default: 'am:', expected: 'at most 64 letters, digits and : _ . -' }),
   SITE_URL: T.Optional(T.String({ pattern: '^https?://[^\\s]+$', expected: 'an http:// or https:// URL without spaces' })),
   AUTH_JWT_SECRET: T.Optional(T.String({ minLength: 32 })),
+  AUTH_JWT_SECRET_PREVIOUS: T.Optional(T.String({ minLength: 32 })),
   AUTH_JWKS_URL: T.Optional(T.String({ pattern: '^https?://', expected: 'an http:// or https:// URL' })),
   AUTH_ISSUER: T.Optional(T.String({ minLength: 1 })),
   AUTH_AUDIENCE: T.Optional(T.String({ minLength: 1 })),
@@ -129,7 +130,10 @@ export interface Config {
   redisPrefix: string
   siteUrl: string
   auth: {
+    /** The HS256 secret: verifies tokens, and signs the `token` CLI's. */
     jwtSecret: string | undefined
+    /** A secret being rotated out: verifies tokens beside `jwtSecret`, never signs. */
+    jwtSecretPrevious: string | undefined
     jwksUrl: string | undefined
     issuer: string | undefined
     audience: string | undefined
@@ -270,7 +274,10 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   }
 
   // A previous secret or key only ever verifies or opens beside the current one, which alone signs or seals.
-  for (const [previous, current] of [['CONNECTIONS_KEY_PREVIOUS', 'CONNECTIONS_KEY']] as const) {
+  for (const [previous, current] of [
+    ['AUTH_JWT_SECRET_PREVIOUS', 'AUTH_JWT_SECRET'],
+    ['CONNECTIONS_KEY_PREVIOUS', 'CONNECTIONS_KEY'],
+  ] as const) {
     if (e[previous] !== undefined && e[current] === undefined) {
       throw new ConfigError(`invalid ${previous}: it is accepted beside ${current} during a rotation, so ${current} must be set too`)
     }
@@ -278,6 +285,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
 
   const auth = {
     jwtSecret: e.AUTH_JWT_SECRET,
+    jwtSecretPrevious: e.AUTH_JWT_SECRET_PREVIOUS,
     jwksUrl: e.AUTH_JWKS_URL,
     issuer: e.AUTH_ISSUER,
     audience: e.AUTH_AUDIENCE,

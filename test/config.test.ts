@@ -34,7 +34,14 @@ describe('loadConfig', () => {
       redisUrl: 'redis://127.0.0.1:6379',
       redisPrefix: 'am:',
       siteUrl: 'http://localhost:3000',
-      auth: { jwtSecret: undefined, jwksUrl: undefined, issuer: undefined, audience: undefined, maxTokenAgeSeconds: 86_400 },
+      auth: {
+        jwtSecret: undefined,
+        jwtSecretPrevious: undefined,
+        jwksUrl: undefined,
+        issuer: undefined,
+        audience: undefined,
+        maxTokenAgeSeconds: 86_400,
+      },
       connectionsKey: undefined,
       connectionsKeyPrevious: undefined,
       proxyAllowedHosts: [],
@@ -224,13 +231,23 @@ describe('loadConfig', () => {
 
   test('a _PREVIOUS secret, key or token is read beside its current one only, in the same form', () => {
     const key = randomBytes(32)
-    const previous = loadConfig({ CONNECTIONS_KEY: randomBytes(32).toString('hex'), CONNECTIONS_KEY_PREVIOUS: key.toString('base64') })
+    const previous = loadConfig({
+      AUTH_JWT_SECRET: secret,
+      AUTH_JWT_SECRET_PREVIOUS: 'p'.repeat(32),
+      CONNECTIONS_KEY: randomBytes(32).toString('hex'),
+      CONNECTIONS_KEY_PREVIOUS: key.toString('base64'),
+    })
+    expect(previous.auth.jwtSecretPrevious).toBe('p'.repeat(32))
     expect(previous.connectionsKeyPrevious?.equals(key)).toBe(true)
-    for (const [name, current, value] of [['CONNECTIONS_KEY_PREVIOUS', 'CONNECTIONS_KEY', key.toString('hex')]] as const) {
+    for (const [name, current, value] of [
+      ['AUTH_JWT_SECRET_PREVIOUS', 'AUTH_JWT_SECRET', 'p'.repeat(32)],
+      ['CONNECTIONS_KEY_PREVIOUS', 'CONNECTIONS_KEY', key.toString('hex')],
+    ] as const) {
       expect(configError({ [name]: value }).message).toBe(
         `invalid ${name}: it is accepted beside ${current} during a rotation, so ${current} must be set too`,
       )
     }
+    expect(configError({ AUTH_JWT_SECRET: secret, AUTH_JWT_SECRET_PREVIOUS: 'short' }).message).toContain('AUTH_JWT_SECRET_PREVIOUS')
     expect(configError({ CONNECTIONS_KEY: key.toString('hex'), CONNECTIONS_KEY_PREVIOUS: 'ab' }).message).toContain('CONNECTIONS_KEY_PREVIOUS')
   })
 

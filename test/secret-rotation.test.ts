@@ -1,14 +1,15 @@
 /**
  * Rotating the service's secrets as docs/operations.md says, old and new processes side by side (each
- * a context of its own configuration on one database and Redis prefix): the connections key, with
- * `connections:reseal` run as a command while the service serves. No credential is lost.
+ * a context of its own configuration on one database and Redis prefix): the HS256 secret, and the
+ * connections key with `connections:reseal` run as a command while the service serves. No token of
+ * either secret is refused while both are in use, no credential is lost.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { createTestContext, expectError, signUp, type TestContext } from './helpers/context.ts'
+import { createTestContext, expectError, signUp, testJwtSecret, userToken, type TestContext, type TestUser } from './helpers/context.ts'
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
 import { meteredSubscriber, type MeteredSubscriber } from './helpers/usage.ts'
 import { exitWithin, processGroup } from './helpers/processes.ts'
@@ -40,6 +41,41 @@ async function processWith(env: Record<string, string>, beside?: TestContext, lo
   contexts.push(ctx)
   return ctx
 }
+
+const me = (ctx: TestContext, token: string) => ctx.call('GET', '/v1/auth/me', { token })
+
+describe('AUTH_JWT_SECRET', () => {
+  test('rotated through AUTH_JWT_SECRET_PREVIOUS: every token of either secret is taken while both are in use, as the same user', async () => {
+    const oldSecret = testJwtSecret
+    const newSecret = randomBytes(24).toString('hex')
+    const before = await processWith({ AUTH_JWT_SECRET: oldSecret })
+    const alice: TestUser = await signUp(before)
+
+    // 1. The rolling restart: the new secret current, the old one previous; the provider still signs with the old.
+    const during = await processWith({ AUTH_JWT_SECRET: newSecret, AUTH_JWT_SECRET_PREVIOUS: oldSecret }, before)
+    const oldToken = await userToken(alice.sub)
+    for (const ctx of [before, during]) expect((await me(ctx, oldToken)).body.data.id).toBe(alice.id)
+
+    // 2. Every process restarted, the provider signs with the new secret: tokens of both arrive.
+    const newToken = await userToken(alice.sub, {}, { secret: newSecret })
+    expect((await me(during, newToken)).body.data.id).toBe(alice.id)
+    expect((await me(during, oldToken)).body.data.id).toBe(alice.id)
+    // A new user's first token, signed with the new secret, creates them; with the old, finds them.
+    const bob = await userToken('bob-after-switch', {}, { secret: newSecret })
+    const bobId = (await me(during, bob)).body.data.id
+    expect((await me(during, await userToken('bob-after-switch'))).body.data.id).toBe(bobId)
+
+    // The previous secret verifies only: a token it signed is held to every other rule, and a third secret is refused.
+    expectError(await me(during, await userToken(alice.sub, {}, { expiresIn: '-2m' })), 401, 'invalid_token')
+    expectError(await me(during, await userToken(alice.sub, {}, { secret: randomBytes(24).toString('hex') })), 401, 'invalid_token')
+
+    // 3. AUTH_MAX_TOKEN_AGE later, the previous secret removed: the new tokens go on, as the same users.
+    const after = await processWith({ AUTH_JWT_SECRET: newSecret }, before)
+    expect((await me(after, newToken)).body.data.id).toBe(alice.id)
+    expect((await me(after, bob)).body.data.id).toBe(bobId)
+    expectError(await me(after, oldToken), 401, 'invalid_token')
+  })
+})
 
 describe('CONNECTIONS_KEY', () => {
   const key = () => randomBytes(32).toString('hex')

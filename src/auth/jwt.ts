@@ -1,5 +1,5 @@
 /** JWT verification with jose: HS256 by shared secret and/or RS256, ES256, EdDSA from a remote JWKS. */
-import { createRemoteJWKSet, decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose'
+import { createRemoteJWKSet, decodeProtectedHeader, errors as joseErrors, jwtVerify, type JWTPayload } from 'jose'
 import type { Config } from '../config.ts'
 import { errors } from '../errors.ts'
 import { isStorableText } from '../text.ts'
@@ -21,14 +21,16 @@ export const clockSkewSeconds = 60
 /**
  * Builds the verifier for the configured algorithms only: a token signed any other way is refused.
  * A token must carry `exp`, and live no longer than `AUTH_MAX_TOKEN_AGE` (from `iat`, or from now
- * without one); `nbf` and `iat` may not be in the future, each within the clock skew.
+ * without one); `nbf` and `iat` may not be in the future, each within the clock skew. An HS256 token
+ * whose signature the secret does not check is tried with `AUTH_JWT_SECRET_PREVIOUS`, when set: while
+ * the identity provider moves to a new secret, tokens signed with either arrive (docs/operations.md).
  *
  * @example
  * const verify = createJwtVerifier(config.auth)
  * const { sub } = await verify(token)
  */
 export function createJwtVerifier(auth: Config['auth']): VerifyJwt {
-  const secret = auth.jwtSecret ? new TextEncoder().encode(auth.jwtSecret) : undefined
+  const secrets = [auth.jwtSecret, auth.jwtSecretPrevious].filter(Boolean).map(text => new TextEncoder().encode(text))
   const jwks = auth.jwksUrl ? createRemoteJWKSet(new URL(auth.jwksUrl), { cooldownDuration: 30_000, cacheMaxAge: 600_000 }) : undefined
   const options = {
     ...(auth.issuer ? { issuer: auth.issuer } : {}),
@@ -46,8 +48,8 @@ export function createJwtVerifier(auth: Config['auth']): VerifyJwt {
     }
     let payload: JWTPayload
     try {
-      if (alg === 'HS256' && secret) {
-        payload = (await jwtVerify(token, secret, { ...options, algorithms: ['HS256'] })).payload
+      if (alg === 'HS256' && secrets.length > 0) {
+        payload = await verifyHs256(token, secrets, { ...options, algorithms: ['HS256'] })
       } else if (alg && asymmetric.includes(alg) && jwks) {
         payload = (await jwtVerify(token, jwks, { ...options, algorithms: asymmetric })).payload
       } else {
@@ -70,6 +72,17 @@ export function createJwtVerifier(auth: Config['auth']): VerifyJwt {
       email: typeof email === 'string' && email.length <= 320 && isStorableText(email) ? email : null,
       // the same rule as PATCH /v1/auth/me: stored in EIP-55 form, a bad mixed-case checksum ignored
       walletAddress: typeof payload.wallet_address === 'string' ? checksumAddress(payload.wallet_address) : null,
+    }
+  }
+}
+
+/** The payload of a token signed with one of `secrets`: the next is tried only when a signature does not match. */
+async function verifyHs256(token: string, secrets: Uint8Array[], options: Parameters<typeof jwtVerify>[2]): Promise<JWTPayload> {
+  for (let i = 0; ; i++) {
+    try {
+      return (await jwtVerify(token, secrets[i]!, options)).payload
+    } catch (error) {
+      if (!(error instanceof joseErrors.JWSSignatureVerificationFailed) || i === secrets.length - 1) throw error
     }
   }
 }
