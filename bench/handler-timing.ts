@@ -19,7 +19,10 @@ await inProcess(async ({ world, deps, app }) => {
   const bare = new Elysia({ normalize: false }).get('/', () => ({ success: true, data: { pendingConversations: [], serviceRequests: [] } }))
   const bareRequests = agents.map(a => new Request('http://bench.local/', { headers: { 'x-api-key': a.key } }))
   // The same app where /metrics is served (behind a token): every request is timed (issue 27).
-  const timed = createApp({ ...deps, config: { ...deps.config, metrics: { port: undefined, token: 'handler-timing-token-of-32-characters' } } })
+  const timed = createApp({
+    ...deps,
+    config: { ...deps.config, metrics: { port: undefined, token: 'handler-timing-token-of-32-characters', tokenPrevious: undefined } },
+  })
   for (const request of polls.slice(0, 100)) await timed.handle(request)
 
   const best = { bare: Infinity, poll: Infinity, timed: Infinity }

@@ -24,7 +24,7 @@ import { blogPages } from './blog/pages.ts'
 import { openApiRoutes } from './openapi/routes.ts'
 import { metricsServed } from './config.ts'
 import { httpMetrics } from './metrics/http.ts'
-import { metricsRoutes } from './metrics/routes.ts'
+import { metricsRoutes, metricsTokens } from './metrics/routes.ts'
 
 export function createApp(deps: Deps) {
   registerFormats()
@@ -41,7 +41,7 @@ export function createApp(deps: Deps) {
     .use(timing?.plugin ?? new Elysia({ name: 'http-metrics-off' }))
     .use(httpErrors(deps.log, routes, deps.lifecycle, crossOrigin(deps.config.corsOrigins), timing?.answered))
     .use(healthRoutes(deps))
-    .use(metricsRoutes(deps.metrics, deps.config.metrics.token))
+    .use(metricsRoutes(deps.metrics, metricsTokens(deps.config.metrics)))
     .use(authRoutes(deps, auth))
     .use(devicePage(deps))
     .use(participantRoutes(deps, auth))

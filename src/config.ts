@@ -59,6 +59,9 @@ const Env = T.Object({
   PROXY_BUFFER_BYTES: T.Integer({ minimum: 1_048_576, default: 67_108_864 }),
   METRICS_PORT: T.Optional(T.Integer({ minimum: 1, maximum: 65535 })),
   METRICS_TOKEN: T.Optional(T.String({ minLength: 32, pattern: '^[\\x21-\\x7e]+$', expected: '32 or more printable ASCII characters, no spaces' })),
+  METRICS_TOKEN_PREVIOUS: T.Optional(
+    T.String({ minLength: 32, pattern: '^[\\x21-\\x7e]+$', expected: '32 or more printable ASCII characters, no spaces' }),
+  ),
   // Postgres refuses every connection given more than maxTimerMs.
   DATABASE_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, maximum: maxTimerMs, default: 30_000 }),
   DATABASE_POOL_MAX: T.Integer({ minimum: 1, maximum: 1000, default: 20 }),
@@ -172,8 +175,11 @@ export interface Config {
     /** Upstream response bytes one process may hold buffered at once, over all its proxy calls. */
     bufferBytes: number
   }
-  /** Where GET /metrics is served: on a port of its own, and/or on the API's port behind a bearer token. */
-  metrics: { port: number | undefined; token: string | undefined }
+  /**
+   * Where GET /metrics is served: on a port of its own, and/or on the API's port behind a bearer token
+   * (`token`, or `tokenPrevious` while the scraper's is rotated).
+   */
+  metrics: { port: number | undefined; token: string | undefined; tokenPrevious: string | undefined }
   /** How long a statement of a request or a worker may run, lock waits included (0: the database role's setting); the invoice run's have no limit. */
   statementTimeoutMs: number
   /** Connections of a process's pool for requests (each process has a few more of its own: docs/operations.md). */
@@ -277,6 +283,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   for (const [previous, current] of [
     ['AUTH_JWT_SECRET_PREVIOUS', 'AUTH_JWT_SECRET'],
     ['CONNECTIONS_KEY_PREVIOUS', 'CONNECTIONS_KEY'],
+    ['METRICS_TOKEN_PREVIOUS', 'METRICS_TOKEN'],
   ] as const) {
     if (e[previous] !== undefined && e[current] === undefined) {
       throw new ConfigError(`invalid ${previous}: it is accepted beside ${current} during a rotation, so ${current} must be set too`)
@@ -325,7 +332,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     serviceRequests: { maxOpen: e.SERVICE_REQUESTS_OPEN_MAX, maxOpenBytes: e.SERVICE_REQUESTS_OPEN_BYTES },
     chatStreamsPerAddress: e.CHAT_STREAMS_PER_ADDRESS,
     proxy: { inFlightPerAgent: e.PROXY_IN_FLIGHT_PER_AGENT, bufferBytes: e.PROXY_BUFFER_BYTES },
-    metrics: { port: e.METRICS_PORT, token: e.METRICS_TOKEN },
+    metrics: { port: e.METRICS_PORT, token: e.METRICS_TOKEN, tokenPrevious: e.METRICS_TOKEN_PREVIOUS },
     statementTimeoutMs: e.DATABASE_STATEMENT_TIMEOUT_MS,
     databasePoolMax: e.DATABASE_POOL_MAX,
     migrationTimeouts: { lockTimeoutMs: e.MIGRATION_LOCK_TIMEOUT_MS, statementTimeoutMs: e.MIGRATION_STATEMENT_TIMEOUT_MS },

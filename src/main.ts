@@ -10,7 +10,7 @@ import { createApp } from './app.ts'
 import { serverOptions } from './http/server-options.ts'
 import type { EmbeddedDatabase } from './embedded-postgres.ts'
 import { startWorkers, type Workers } from '../workers/index.ts'
-import { serveMetrics } from './metrics/routes.ts'
+import { metricsTokens, serveMetrics } from './metrics/routes.ts'
 import { firstLine } from './text.ts'
 
 type Role = 'all' | 'api' | 'workers'
@@ -84,7 +84,7 @@ async function main() {
     // First, so that a process that answers on its API port is already scraped.
     if (config.metrics.port !== undefined) {
       metricsServer = onPort('METRICS_PORT', config.metrics.port, () =>
-        serveMetrics(deps!.metrics, { port: config.metrics.port!, token: config.metrics.token }),
+        serveMetrics(deps!.metrics, { port: config.metrics.port!, tokens: metricsTokens(config.metrics) }),
       )
       log.info('metrics listening', { port: metricsServer.port })
     }

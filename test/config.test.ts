@@ -118,7 +118,7 @@ describe('loadConfig', () => {
 
   test('METRICS_PORT and METRICS_TOKEN say where metrics are served; a short token or a bad port is refused', () => {
     const token = 'm'.repeat(32)
-    expect(loadConfig({ METRICS_PORT: '9464', METRICS_TOKEN: token }).metrics).toEqual({ port: 9464, token })
+    expect(loadConfig({ METRICS_PORT: '9464', METRICS_TOKEN: token }).metrics).toEqual({ port: 9464, token, tokenPrevious: undefined })
     expect(configError({ METRICS_TOKEN: 'short' }).message).toContain('METRICS_TOKEN')
     expect(configError({ METRICS_TOKEN: `${'m'.repeat(32)} x` }).message).toContain('METRICS_TOKEN')
     expect(configError({ METRICS_PORT: '0' }).message).toContain('METRICS_PORT')
@@ -236,12 +236,16 @@ describe('loadConfig', () => {
       AUTH_JWT_SECRET_PREVIOUS: 'p'.repeat(32),
       CONNECTIONS_KEY: randomBytes(32).toString('hex'),
       CONNECTIONS_KEY_PREVIOUS: key.toString('base64'),
+      METRICS_TOKEN: 'm'.repeat(32),
+      METRICS_TOKEN_PREVIOUS: 'n'.repeat(32),
     })
     expect(previous.auth.jwtSecretPrevious).toBe('p'.repeat(32))
     expect(previous.connectionsKeyPrevious?.equals(key)).toBe(true)
+    expect(previous.metrics.tokenPrevious).toBe('n'.repeat(32))
     for (const [name, current, value] of [
       ['AUTH_JWT_SECRET_PREVIOUS', 'AUTH_JWT_SECRET', 'p'.repeat(32)],
       ['CONNECTIONS_KEY_PREVIOUS', 'CONNECTIONS_KEY', key.toString('hex')],
+      ['METRICS_TOKEN_PREVIOUS', 'METRICS_TOKEN', 'n'.repeat(32)],
     ] as const) {
       expect(configError({ [name]: value }).message).toBe(
         `invalid ${name}: it is accepted beside ${current} during a rotation, so ${current} must be set too`,

@@ -212,7 +212,7 @@ describe('the Prometheus naming conventions', () => {
 describe('METRICS_PORT', () => {
   test('serves /metrics alone on its own port, behind the token when one is set', async () => {
     const port = await freePort()
-    const server = serveMetrics(ctx.deps.metrics, { port, token })
+    const server = serveMetrics(ctx.deps.metrics, { port, tokens: [token] })
     try {
       const base = `http://127.0.0.1:${port}`
       expect((await fetch(`${base}/metrics`)).status).toBe(401)

@@ -1,8 +1,8 @@
 /**
  * Rotating the service's secrets as docs/operations.md says, old and new processes side by side (each
- * a context of its own configuration on one database and Redis prefix): the HS256 secret, and the
- * connections key with `connections:reseal` run as a command while the service serves. No token of
- * either secret is refused while both are in use, no credential is lost.
+ * a context of its own configuration on one database and Redis prefix): the HS256 secret, the metrics
+ * token, and the connections key with `connections:reseal` run as a command while the service serves.
+ * No token of either secret is refused while both are in use, no scrape fails, no credential is lost.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
@@ -74,6 +74,20 @@ describe('AUTH_JWT_SECRET', () => {
     expect((await me(after, newToken)).body.data.id).toBe(alice.id)
     expect((await me(after, bob)).body.data.id).toBe(bobId)
     expectError(await me(after, oldToken), 401, 'invalid_token')
+  })
+})
+
+describe('METRICS_TOKEN', () => {
+  test('rotated through METRICS_TOKEN_PREVIOUS: the scraper’s old and new tokens are both taken, nothing else', async () => {
+    const oldToken = randomBytes(24).toString('hex')
+    const newToken = randomBytes(24).toString('hex')
+    const during = await processWith({ METRICS_TOKEN: newToken, METRICS_TOKEN_PREVIOUS: oldToken })
+    for (const token of [oldToken, newToken]) expect((await during.call('GET', '/metrics', { token })).status).toBe(200)
+    expectError(await during.call('GET', '/metrics', { token: randomBytes(24).toString('hex') }), 401, 'invalid_token')
+    expectError(await during.call('GET', '/metrics'), 401, 'unauthorized')
+    const after = await processWith({ METRICS_TOKEN: newToken }, during)
+    expect((await after.call('GET', '/metrics', { token: newToken })).status).toBe(200)
+    expectError(await after.call('GET', '/metrics', { token: oldToken }), 401, 'invalid_token')
   })
 })
 
