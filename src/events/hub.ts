@@ -9,15 +9,20 @@ import type { Keys } from '../keys.ts'
 import type { PubSub } from '../pubsub.ts'
 import type { Log } from '../log.ts'
 import { errors } from '../errors.ts'
+import { noStore } from '../http/caching.ts'
 import { errorFields } from '../log.ts'
 import type { Published } from './relay.ts'
 import { createCatchUp, frame } from './catch-up.ts'
 import { createConnections, type Connection } from './connections.ts'
 
-/** The headers of an event stream's response (and of a HEAD's, which opens none). */
+/**
+ * The headers of an event stream's response (and of a HEAD's, which opens none): stored by no cache,
+ * as every private answer (http/caching.ts), and left as it is by proxies (`no-transform`: not
+ * compressed, so not held back).
+ */
 export const streamHeaders = {
   'content-type': 'text/event-stream; charset=utf-8',
-  'cache-control': 'no-cache, no-transform',
+  'cache-control': `${noStore}, no-transform`,
   connection: 'keep-alive',
   'x-accel-buffering': 'no',
 }

@@ -6,6 +6,7 @@ import { isBadInput, isDatabaseUnavailable, isTransientFailure } from '../db.ts'
 import { isRedisUnavailable } from '../redis.ts'
 import { isStorableText } from '../text.ts'
 import { headTooLarge } from './request-limits.ts'
+import { noStore } from './caching.ts'
 import { targetProblem } from './request-target.ts'
 import type { RouteMethods } from './route-methods.ts'
 import type { CrossOrigin } from './cors.ts'
@@ -131,10 +132,12 @@ export function httpErrors(log: Log, routes: RouteMethods, lifecycle: { readonly
   const failed = (code: string | number, error: unknown, path: string, route: string | undefined, request: Request) =>
     toAppError(code, error, log, { method: request.method, path, route, routes }, outage)
   // What every answer carries, set on the context so that each gets it (a route's, a stream's, an
-  // error's): while a shutdown waits for load balancers to notice (SHUTDOWN_DELAY_MS), a close of its
-  // connection, so that a client's next request opens one elsewhere rather than racing the close;
+  // error's): `Cache-Control: no-store`, unless the answer says otherwise (a public document:
+  // caching.ts); while a shutdown waits for load balancers to notice (SHUTDOWN_DELAY_MS), a close of
+  // its connection, so that a client's next request opens one elsewhere rather than racing the close;
   // and the CORS headers for the page that asked, if any.
   const atTheDoor = (request: Request, set: { headers: Record<string, unknown> }) => {
+    set.headers['cache-control'] = noStore
     if (lifecycle.draining) set.headers.connection = 'close'
     if (cors) Object.assign(set.headers, cors.headers(request))
     return refusalOf(request, routes, cors)

@@ -4,7 +4,7 @@
  * pool. Debian's nginx is installed with apt-get when it is missing (tests run as root here and in
  * CI), as the browser tests install Chromium.
  */
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
@@ -41,12 +41,19 @@ export function nginx(): Promise<string> {
 /**
  * Starts nginx on a spare port in front of `upstreams` (ports on 127.0.0.1), one worker, with an
  * upstream keep-alive pool whose timeout is nginx's default (60 s), configured as documented unless
- * `server` (each upstream server's parameters) or `location` say otherwise.
+ * `server` (each upstream server's parameters) or `location` say otherwise. `cache`: a cache zone
+ * named `api` (`proxy_cache_path`), for a `location` that uses it.
  */
-export async function startNginx(upstreams: number[], options: { server?: string; location?: string } = {}): Promise<Nginx> {
+export async function startNginx(upstreams: number[], options: { server?: string; location?: string; cache?: boolean } = {}): Promise<Nginx> {
   const binary = await nginx()
   const dir = mkdtempSync(join(tmpdir(), 'am-nginx-'))
   mkdirSync(join(dir, 'temp'))
+  if (options.cache) {
+    // nginx's workers (www-data, not root) write the cache's files.
+    chmodSync(dir, 0o755)
+    mkdirSync(join(dir, 'cache'))
+    chmodSync(join(dir, 'cache'), 0o777)
+  }
   const port = await freePort()
   const temp = ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'].map(name => `${name}_temp_path ${dir}/temp/${name};`).join(' ')
   writeFileSync(
@@ -60,6 +67,7 @@ events { worker_connections 1024; }
 http {
   access_log off;
   ${temp}
+  ${options.cache ? `proxy_cache_path ${dir}/cache keys_zone=api:1m;` : ''}
   upstream api {
     ${upstreams.map(upstream => `server 127.0.0.1:${upstream} ${options.server ?? documented.server};`).join('\n    ')}
     keepalive 64;
