@@ -1,11 +1,13 @@
 /**
  * Caches between the API and its callers: nginx's `proxy_cache` in front, as operators configure it
  * (the default key, `proxy_cache_valid 200 1m`, and `any 1m`, which keeps errors too), must never give
- * one caller another's answer; every answer, errors and streams included, says `no-store`.
+ * one caller another's answer; the public blog documents are cached, carry an ETag and are answered
+ * 304 while unchanged; every other answer, errors and streams included, says `no-store`.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, signUp, subscribedPair, type TestContext } from './helpers/context.ts'
 import { documented, startNginx, type Nginx } from './helpers/nginx.ts'
+import { blogAgent, writePost } from './helpers/blog.ts'
 
 const dashboard = 'https://app.example.com'
 let ctx: TestContext
@@ -133,12 +135,36 @@ describe('behind nginx with proxy_cache', () => {
     expect((await get(okCache.url, pollPath)).status).toBe(404)
     expect((await get(anyCache.url, pollPath)).status).toBe(404)
   })
+
+  test('the public blog is cached and revalidated: a poll with its ETag is 304 from nginx, the one post page reaches the API each time', async () => {
+    const owner = await signUp(ctx)
+    const agent = await blogAgent(ctx, owner)
+    await writePost(ctx, agent, { title: 'Cached', publish: true })
+    for (const path of ['/blog/feed.xml', '/blog/feed', `/blog/${agent.name}/rss`, `/blog/${agent.name}/posts`, `/@${agent.name}/blog`]) {
+      const first = await get(okCache.url, path)
+      expect([first.status, first.cache, first.headers.get('cache-control')], path).toEqual([200, 'MISS', 'public, max-age=60'])
+      const again = await get(okCache.url, path)
+      expect([again.status, again.cache, again.text], path).toEqual([200, 'HIT', first.text])
+      const revalidated = await get(okCache.url, path, { 'if-none-match': first.headers.get('etag')! })
+      expect([revalidated.status, revalidated.text], path).toEqual([304, ''])
+    }
+    // A post's page counts a view on each read: no cache answers it without asking the API, which
+    // answers 304 to a browser that has it (nginx, caching, drops the condition and keeps nothing).
+    const page = `/@${agent.name}/blog/cached`
+    const first = await get(okCache.url, page)
+    expect([first.status, first.headers.get('cache-control')]).toEqual([200, 'no-cache'])
+    expect((await get(okCache.url, page)).cache).not.toBe('HIT')
+    expect((await get(apiUrl, page, { 'if-none-match': first.headers.get('etag')! })).status).toBe(304)
+    const post = await ctx.call('GET', `/blog/${agent.name}/posts/cached`)
+    expect(post.body.data.viewCount).toBe(4)
+    expect(post.headers.get('cache-control')).toBe('no-store')
+  })
 })
 
 describe('what every answer says to caches', () => {
   const handle = (path: string, init: RequestInit = {}) => ctx.app.handle(new Request(`http://test.local${path}`, init))
 
-  test('no-store on every answer: a route’s, an error’s, a refusal at the door’s, a stream’s', async () => {
+  test('no-store on every answer but the public documents: a route’s, an error’s, a refusal at the door’s, a stream’s', async () => {
     const owner = await signUp(ctx)
     const agent = await createAgent(ctx, owner)
     const answers: [string, Response][] = [
@@ -165,5 +191,58 @@ describe('what every answer says to caches', () => {
     expect(stream.headers.get('cache-control')).toBe('no-store, no-transform')
     // What the Swagger UI loads is the same for everyone, and says so itself.
     expect((await handle('/swagger/assets/init.js')).headers.get('cache-control')).toBe('public, max-age=3600')
+  })
+
+  test('a public document’s ETag changes with any change to it, and a 304 carries ETag, Cache-Control and Vary, no body and no type', async () => {
+    const owner = await signUp(ctx)
+    const agent = await blogAgent(ctx, owner)
+    const post = await writePost(ctx, agent, { title: 'First', content: 'One.', publish: true })
+    const path = `/blog/${agent.name}/rss`
+    const before = await handle(path)
+    const etag = before.headers.get('etag')!
+    expect(etag).toMatch(/^"[A-Za-z0-9_-]{22}"$/)
+    // An edit of the content alone (the title, the date and the list stay) is a new document.
+    expect((await ctx.call('PATCH', `/blog/posts/${post.id}`, { apiKey: agent.apiKey, body: { content: 'Two.' } })).status).toBe(200)
+    const changed = await handle(path, { headers: { 'if-none-match': etag } })
+    expect(changed.status).toBe(200)
+    expect(await changed.text()).toContain('Two.')
+    const current = changed.headers.get('etag')!
+    expect(current).not.toBe(etag)
+
+    const notModified = await handle(path, { headers: { 'if-none-match': `"other", W/${current}`, origin: dashboard } })
+    expect(notModified.status).toBe(304)
+    expect(await notModified.text()).toBe('')
+    expect(notModified.headers.get('etag')).toBe(current)
+    expect(notModified.headers.get('cache-control')).toBe('public, max-age=60')
+    expect(notModified.headers.get('vary')).toBe('Origin')
+    expect(notModified.headers.get('access-control-allow-origin')).toBe(dashboard)
+    expect(notModified.headers.get('content-type')).toBeNull()
+    expect((await handle(path, { method: 'HEAD', headers: { 'if-none-match': current } })).status).toBe(304)
+    expect((await handle(path, { headers: { 'if-none-match': '*' } })).status).toBe(304)
+    // Unpublished, the document is another; and a 404 is never stored.
+    expect((await ctx.call('PATCH', `/blog/posts/${post.id}`, { apiKey: agent.apiKey, body: { status: 'draft' } })).status).toBe(200)
+    expect((await handle(path, { headers: { 'if-none-match': current } })).status).toBe(200)
+    const gone = await handle(`/@${agent.name}/blog/first`, { headers: { 'if-none-match': '*' } })
+    expect([gone.status, gone.headers.get('cache-control'), gone.headers.get('etag')]).toEqual([404, 'no-store', null])
+  })
+
+  test('the OpenAPI document describes the caching of exactly the documents that are cacheable', async () => {
+    const document = (await ctx.call('GET', '/swagger/json')).body
+    const cacheable: Record<string, string> = {}
+    for (const [path, item] of Object.entries<any>(document.paths)) {
+      for (const operation of Object.values<any>(item)) {
+        if (!operation.responses['304']) continue
+        expect(operation.responses['200'].headers, path).toHaveProperty('ETag')
+        cacheable[operation.operationId] = operation.responses['200'].headers['Cache-Control'].schema.const
+      }
+    }
+    expect(cacheable).toEqual({
+      getBlogFeed: 'public, max-age=60',
+      getBlogFeedRss: 'public, max-age=60',
+      listAgentBlogPosts: 'public, max-age=60',
+      getAgentBlogRss: 'public, max-age=60',
+      getAgentBlogPage: 'public, max-age=60',
+      getAgentBlogPostPage: 'no-cache',
+    })
   })
 })

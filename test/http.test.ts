@@ -545,7 +545,9 @@ describe('OpenAPI document', () => {
       for (const status of statuses) {
         const content = operation.responses[status].content ?? {}
         const types = Object.keys(content)
-        expect(types, `${where} ${status}`).toHaveLength(1)
+        // A 304 (a public document asked with its ETag) has no body.
+        expect(types, `${where} ${status}`).toHaveLength(status === '304' ? 0 : 1)
+        if (status === '304') continue
         const allowed =
           page && (Number(status) < 400 || status === '404')
             ? ['text/html']

@@ -2,8 +2,10 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { Query, queryValue } from '../http/schema.ts'
+import { publicDocument } from '../http/caching.ts'
 import { withHtml } from './render.ts'
 import { findPublicBlog, listPublished, viewPublished } from './store.ts'
+import { publicListing } from './public-routes.ts'
 import { blogIndexPage, htmlResponse, notFoundPage, postPage } from './templates.ts'
 
 const perPage = 20
@@ -17,6 +19,10 @@ const htmlResponses = (summary: string) => ({
     content: { 'text/html': { schema: { type: 'string' as const } } },
   },
 })
+
+// A post's page counts a view on each read: caches may keep it, but ask each time (a 304 while it is
+// unchanged), so that every view reaches the count.
+const postDocument = publicDocument(0)
 
 const namePattern = /^[A-Za-z0-9][A-Za-z0-9-]{1,30}[A-Za-z0-9]$/
 const slugPattern = /^[a-z0-9-]{1,80}$/
@@ -47,7 +53,9 @@ export function blogPages(deps: Deps) {
         params: t.Object({ name: t.String() }),
         // Shared links carry tracking parameters (utm_source, ...): a page ignores what it does not know.
         query: Query({ page: queryValue({ type: 'integer', minimum: 1, maximum: maxPage, default: 1 }, `Page number (${perPage} posts a page)`, 1) }),
+        mapResponse: publicListing.mapResponse,
         detail: {
+          ...publicListing.detail,
           operationId: 'getAgentBlogPage',
           summary: 'An agent’s blog as an HTML page (published posts, newest first)',
           description:
@@ -71,7 +79,9 @@ export function blogPages(deps: Deps) {
       },
       {
         params: t.Object({ name: t.String(), slug: t.String() }),
+        mapResponse: postDocument.mapResponse,
         detail: {
+          ...postDocument.detail,
           operationId: 'getAgentBlogPostPage',
           summary: 'A published post as an HTML page (counts a view); drafts, scheduled and deleted posts are 404',
           description:

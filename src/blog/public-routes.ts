@@ -3,6 +3,7 @@ import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors } from '../errors.ts'
 import { ErrorBody, failures, Ok, ok } from '../http/schema.ts'
+import { publicDocument } from '../http/caching.ts'
 import { AgentIdOrName, feedLimit, feedOffset, Post, PostSummary, PublicListQuery, SlugParam } from './schema.ts'
 import { findPublicBlog, listPublished, listPublishedWithContent, viewPublished } from './store.ts'
 import { withHtml } from './render.ts'
@@ -10,6 +11,14 @@ import { rssFeed, rssResponse } from './rss.ts'
 import { postView, summaryView } from './views.ts'
 
 const AgentParams = t.Object({ agentIdOrName: AgentIdOrName })
+
+/**
+ * The lists and feeds are the same for every caller, and feed readers poll them: caches may keep
+ * them a minute (a post changed, unpublished or deleted shows as it was there that long), and a
+ * poll with the last ETag is answered 304 while nothing changed. A post by slug counts a view and
+ * carries the count: it stays uncached.
+ */
+export const publicListing = publicDocument(60)
 
 /** OpenAPI responses of a feed document; its failures are the JSON error envelope. */
 const rssResponses = (failureStatuses: Record<number, string>) => ({
@@ -41,7 +50,9 @@ export function publicBlogRoutes(deps: Deps) {
       {
         query: PublicListQuery,
         response: { 200: Ok(t.Array(PostSummary)), ...failures(400) },
+        mapResponse: publicListing.mapResponse,
         detail: {
+          ...publicListing.detail,
           operationId: 'getBlogFeed',
           summary: 'Published posts of every agent, newest first, without content (default 20, max 50; offset; tag)',
           description:
@@ -63,7 +74,9 @@ export function publicBlogRoutes(deps: Deps) {
         return rssResponse(rssFeed(channel, posts, site))
       },
       {
+        mapResponse: publicListing.mapResponse,
         detail: {
+          ...publicListing.detail,
           operationId: 'getBlogFeedRss',
           summary: 'RSS 2.0 of the newest 50 published posts of every agent',
           description:
@@ -90,7 +103,9 @@ export function publicBlogRoutes(deps: Deps) {
         params: AgentParams,
         query: PublicListQuery,
         response: { 200: Ok(t.Array(PostSummary)), ...failures(400, 404) },
+        mapResponse: publicListing.mapResponse,
         detail: {
+          ...publicListing.detail,
           operationId: 'listAgentBlogPosts',
           summary: 'An agent’s published posts, newest first, without content (default 20, max 50; offset; tag)',
           description:
@@ -134,7 +149,9 @@ export function publicBlogRoutes(deps: Deps) {
       },
       {
         params: AgentParams,
+        mapResponse: publicListing.mapResponse,
         detail: {
+          ...publicListing.detail,
           operationId: 'getAgentBlogRss',
           summary: 'RSS 2.0 of an agent’s newest 20 published posts',
           description:

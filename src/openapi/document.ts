@@ -4,6 +4,7 @@ import { toOpenAPISchema } from '@elysiajs/openapi'
 import { shownAs } from '../http/schema.ts'
 import { namedSchemas, type Schema } from './components.ts'
 import { addFailures, failureResponses, type Operation } from './failures.ts'
+import { cacheControlExtension } from '../http/caching.ts'
 
 const info = (siteUrl: string) => ({
   title: 'Agent Marketplace API',
@@ -20,7 +21,9 @@ const info = (siteUrl: string) => ({
     'a known path asked with another method is 405 `method_not_allowed` ' +
     'with an `Allow` header, and OPTIONS says which methods a path takes. A browser page on another origin may call the API ' +
     'when the deployment lists that origin (`CORS_ORIGINS`): preflights are answered without a credential, and every answer, ' +
-    'errors included, exposes `Retry-After`, `WWW-Authenticate` and `Allow`. A client for TypeScript: ' +
+    'errors included, exposes `Retry-After`, `WWW-Authenticate` and `Allow`. Every answer carries `Cache-Control: no-store` ' +
+    'but the public blog documents that say otherwise (with an `ETag`, and 304 to a GET whose `If-None-Match` names it). ' +
+    'A client for TypeScript: ' +
     `\`npx openapi-typescript ${siteUrl}/swagger/json -o marketplace-api.d.ts\`, used with openapi-fetch.`,
   contact: { name: 'Agent Marketplace', url: siteUrl },
   license: { name: 'Proprietary', identifier: 'LicenseRef-Proprietary' },
@@ -85,6 +88,7 @@ export function openApiDocument(app: AnyElysia, siteUrl: string) {
     for (const operation of Object.values(item)) {
       referToEnvelope(operation, envelope)
       addFailures(operation)
+      addCaching(operation)
       for (const [status, response] of Object.entries(operation.responses)) {
         if (response.$ref) used.add(response.$ref.slice('#/components/responses/'.length))
         // The plugin's placeholder says nothing a reader does not know: the summary says what comes back.
@@ -101,6 +105,23 @@ export function openApiDocument(app: AnyElysia, siteUrl: string) {
     paths,
     components: { schemas: sorted(components), responses, securitySchemes },
   }
+}
+
+/**
+ * A public document's caching (`publicDocument`, whose mark the route's detail carries): its 200's
+ * ETag and Cache-Control, and the 304 a GET with that ETag in If-None-Match gets.
+ */
+function addCaching(operation: Operation): void {
+  const cacheControl = operation[cacheControlExtension]
+  if (typeof cacheControl !== 'string') return
+  delete operation[cacheControlExtension]
+  const headers = {
+    ETag: { description: 'A hash of the body: sent back in If-None-Match, it gets 304 while the document is unchanged', schema: { type: 'string' } },
+    'Cache-Control': { description: `What caches may do with it: \`${cacheControl}\``, schema: { type: 'string', const: cacheControl } },
+  }
+  const ok = operation.responses['200']
+  if (ok) ok.headers = { ...headers, ...ok.headers }
+  operation.responses['304'] = { description: 'Not modified: If-None-Match named the current ETag (no body)', headers }
 }
 
 /** A query value its route reads from the raw string, shown as what it stands for (`queryValue`). */
