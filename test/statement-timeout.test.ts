@@ -9,6 +9,7 @@ import { createAgent, createTestContext, expectError, signUp, subscribedPair, ty
 import { startWorkers } from '../workers/index.ts'
 import { isTransientFailure } from '../src/db.ts'
 import { forInvoiceRun, forWorkers } from '../src/deps.ts'
+import { createLog } from '../src/log.ts'
 
 let ctx: TestContext
 let alice: TestUser
@@ -100,6 +101,45 @@ describe('a statement timeout', () => {
       expect(await ctx.deps.redis.xlen(ctx.deps.keys.actor(`agent:${agent.id}`).dead)).toBe(0)
     } finally {
       await workers.close()
+    }
+  }, 20_000)
+
+  test('an agent’s reply waiting on its conversation another session holds is 503 with Retry-After, and logged as a timeout', async () => {
+    // A context of its own: the log says a timeout once per 10 s, and another test's may have said it.
+    const records: { msg: string; route?: string; code?: string }[] = []
+    const log = createLog('warn', line => records.push(JSON.parse(line)))
+    const ctx = await createTestContext({ env: { DATABASE_STATEMENT_TIMEOUT_MS: '300' }, log })
+    const workers = await startWorkers(ctx.deps)
+    try {
+      const { agent, user } = await subscribedPair(ctx, await signUp(ctx))
+      expect((await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'hello' } })).status).toBe(201)
+      let letGo!: () => void
+      const released = new Promise<void>(resolve => (letGo = resolve))
+      let locked!: () => void
+      const holding = new Promise<void>(resolve => (locked = resolve))
+      const session = postgres(ctx.database.url, { max: 1, onnotice: () => {} })
+      const held = session.begin(async tx => {
+        await tx`select 1 from conversations where participant_id = ${agent.id} for update`
+        locked()
+        await released
+      })
+      await holding
+      const reply = () => ctx.call('POST', '/v1/agent/conversation-reply', { apiKey: agent.apiKey, body: { userId: user.id, text: 'hi' } })
+      const res = await reply()
+      letGo()
+      await held
+      await session.end()
+      expectError(res, 503, 'unavailable')
+      expect(res.headers.get('retry-after')).toBe('1')
+      // The cause is in the log, as for any request's own statement: a lock wait that said nothing
+      // left an operator with 503s and 30-second replies and no reason.
+      expect(records).toContainEqual(
+        expect.objectContaining({ msg: 'database statement cancelled (statement timeout)', route: '/v1/agent/conversation-reply', code: '57014' }),
+      )
+      expect((await reply()).status).toBe(201)
+    } finally {
+      await workers.close()
+      await ctx.close()
     }
   }, 20_000)
 

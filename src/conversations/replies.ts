@@ -209,7 +209,10 @@ export function inboxAfterReply(deps: InboxDeps): RelayEffect {
 
 function failureOf(error: unknown) {
   if (refusedValue(error)) return errors.validation('The reply holds a value that cannot be stored')
-  if (isTransientFailure(error)) return errors.unavailable('The database is busy; try again')
+  // Rolled back (a statement timeout, a lock wait given up, a deadlock): left as Postgres gave it, so
+  // that the error handler logs it as a request's own statement's (a reply waiting out a lock another
+  // session holds said nothing) and answers 503 with Retry-After.
+  if (isTransientFailure(error)) return error
   if (isConnectionError(error)) return errors.unavailable('The reply could not be stored; it may have been')
   return error
 }
