@@ -125,6 +125,32 @@ describe('GET /metrics on the API port', () => {
     }
   })
 
+  test('reports events waiting in the outbox, and how long each queue’s first job in line has been due', async () => {
+    // No relay and no workers: what a process sees of a workers process that is gone.
+    const alone = await createTestContext({ env: { METRICS_TOKEN: token }, relay: false })
+    try {
+      let text = await scrape(alone)
+      expect(sample(text, 'outbox_events')).toBe(0)
+      expect(sample(text, 'metrics_collector_up{collector="outbox"}')).toBe(1)
+      expect(sample(text, 'queue_oldest_job_seconds{queue="metering"}')).toBe(0)
+      await alone.deps.sql`insert into outbox (user_id, type, data) values (null, 'chat.message', '{}'), (null, 'chat.message', '{}')`
+      const { queues } = alone.deps
+      // Added 5 s ago and waiting; a repeatable run due 9 s ago, never moved to waiting by a worker.
+      await queues.metering.add('usage', {}, { timestamp: Date.now() - 5000 })
+      await queues.invoices.add('invoice-run', {}, { timestamp: Date.now() - 10_000, delay: 1000 })
+      await queues.maintenance.add('maintenance', {}, { delay: 60_000 })
+      text = await scrape(alone)
+      expect(sample(text, 'outbox_events')).toBe(2)
+      expect(sample(text, 'queue_oldest_job_seconds{queue="metering"}')).toBeGreaterThanOrEqual(5)
+      expect(sample(text, 'queue_oldest_job_seconds{queue="invoices"}')).toBeGreaterThanOrEqual(9)
+      expect(sample(text, 'queue_oldest_job_seconds{queue="invoices"}')).toBeLessThan(60)
+      // Delayed, and not yet due.
+      expect(sample(text, 'queue_oldest_job_seconds{queue="maintenance"}')).toBe(0)
+    } finally {
+      await alone.close()
+    }
+  })
+
   test('a Redis that is gone leaves its metrics out and says so, and its connection is not ready', async () => {
     const broken = await createTestContext({ env: { METRICS_TOKEN: token } })
     try {

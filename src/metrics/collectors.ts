@@ -1,11 +1,12 @@
 /**
- * What /metrics reads when scraped: open event streams, actor mailboxes, BullMQ queue depths,
- * Postgres and Redis. Mailboxes and queues live in Redis, so every process reports the same values
- * for them (aggregate with max, not sum). A source that cannot be read within `readMs` leaves its
+ * What /metrics reads when scraped: open event streams, actor mailboxes, BullMQ queue depths and the
+ * age of each queue's oldest due job, the outbox, Postgres and Redis. Mailboxes, queues and the
+ * outbox live in shared stores, so every process reports the same values for them (aggregate with
+ * max, not sum): a process whose workers are gone is seen from the API's scrape. A source that cannot be read within `readMs` leaves its
  * metrics out of that scrape (NaN where a metric has no labels) and says so in `metrics_collector_up`.
  */
 import { Gauge, type Registry } from 'prom-client'
-import type { Queue } from 'bullmq'
+import type { Job, Queue } from 'bullmq'
 import type { Sql } from '../db.ts'
 import type { Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
@@ -34,8 +35,10 @@ export function registerCollectors(registry: Registry, sources: CollectorSources
   const mailboxes = reader(() => readMailboxes(sources.redis, sources.keys))
   const queues = reader(() => readQueues(sources.queues))
   const postgres = reader(() => readPostgres(sources.sql))
+  // Apart from postgres: a large backlog that took long to count is not Postgres being down.
+  const outbox = reader(() => readOutbox(sources.sql))
   const read = async () => {
-    await Promise.all([mailboxes.read(), queues.read(), postgres.read()])
+    await Promise.all([mailboxes.read(), queues.read(), postgres.read(), outbox.read()])
   }
 
   new Gauge({
@@ -47,6 +50,7 @@ export function registerCollectors(registry: Registry, sources: CollectorSources
       this.set({ collector: 'mailboxes' }, mailboxes.last ? 1 : 0)
       this.set({ collector: 'queues' }, queues.last ? 1 : 0)
       this.set({ collector: 'postgres' }, postgres.last ? 1 : 0)
+      this.set({ collector: 'outbox' }, outbox.last === null ? 0 : 1)
     },
   })
   new Gauge({
@@ -81,6 +85,24 @@ export function registerCollectors(registry: Registry, sources: CollectorSources
       for (const { queue, counts } of queues.last ?? []) {
         for (const state of queueStates) this.set({ queue, state }, counts[state] ?? 0)
       }
+    },
+  })
+  new Gauge({
+    name: 'queue_oldest_job_seconds',
+    help: 'How long the job first in line of each queue has been due and not taken: a waiting job since it was added (and its delay ran out), a delayed one since its time came (0: none)',
+    labelNames: ['queue'] as const,
+    registers,
+    collect() {
+      this.reset()
+      for (const { queue, oldestSeconds } of queues.last ?? []) this.set({ queue }, oldestSeconds)
+    },
+  })
+  new Gauge({
+    name: 'outbox_events',
+    help: `Events committed and not yet relayed to Redis (counted up to ${outboxCountedUpTo}; NaN: not read)`,
+    registers,
+    collect() {
+      this.set(outbox.last ?? NaN)
     },
   })
 
@@ -175,8 +197,29 @@ async function readMailboxes(redis: Redis, keys: Keys): Promise<MailboxReading> 
   return { commands, mailboxes, oldestSeconds: Math.max(0, now - oldest) / 1000 }
 }
 
+/**
+ * Each queue's counts, and how long its first job in line has been due: the oldest waiting job, and
+ * the delayed job due first (which only a live worker moves to waiting: with none, it stays there
+ * past its time). A job is due at its time of adding plus its delay (kept in its options: a delayed
+ * job promoted to waiting has its `delay` field zeroed), by the adding process's clock.
+ */
 async function readQueues(queues: Queue[]) {
-  return Promise.all(queues.map(async queue => ({ queue: queue.name, counts: await queue.getJobCounts(...queueStates) })))
+  const now = Date.now()
+  const dueFor = (job: Job | undefined) => (job ? Math.max(0, now - job.timestamp - (job.opts.delay ?? 0)) / 1000 : 0)
+  return Promise.all(
+    queues.map(async queue => {
+      const [counts, [waiting], [delayed]] = await Promise.all([queue.getJobCounts(...queueStates), queue.getWaiting(0, 0), queue.getDelayed(0, 0)])
+      return { queue: queue.name, counts, oldestSeconds: Math.max(dueFor(waiting), dueFor(delayed)) }
+    }),
+  )
+}
+
+/** Rows counted at most: a count through a backlog of millions would take seconds of every scrape. */
+const outboxCountedUpTo = 1_000_000
+
+async function readOutbox(sql: Sql): Promise<number> {
+  const [row] = await sql<{ count: number }[]>`select count(*)::int as count from (select from outbox limit ${outboxCountedUpTo}) as waiting`
+  return row!.count
 }
 
 async function readPostgres(sql: Sql) {
