@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomBytes, randomUUID } from 'node:crypto'
 import { createDue } from '../src/actors/due.ts'
+import postgres from 'postgres'
 import { createTestContext, expectError, signUp, type TestContext } from './helpers/context.ts'
 import { debianPackage } from './helpers/debian.ts'
 import { freePort } from './helpers/ports.ts'
@@ -148,6 +149,37 @@ describe('GET /metrics on the API port', () => {
       expect(sample(text, 'queue_oldest_job_seconds{queue="maintenance"}')).toBe(0)
     } finally {
       await alone.close()
+    }
+  })
+
+  test('reports the service’s connections waiting for a lock, and every session on the server against max_connections', async () => {
+    const other = postgres(ctx.database.url, { max: 2, onnotice: () => {}, connection: { application_name: 'another-application' } })
+    try {
+      await other`create table if not exists hot (id int)`
+      let letGo!: () => void
+      const released = new Promise<void>(resolve => (letGo = resolve))
+      let locked!: () => void
+      const holding = new Promise<void>(resolve => (locked = resolve))
+      const session = other.begin(async tx => {
+        await tx`lock table hot in access exclusive mode`
+        locked()
+        await released
+      })
+      await holding
+      const waiting = ctx.deps.sql`select count(*) from hot`.catch(() => {})
+      let text = ''
+      await until(async () => sample((text = await scrape()), 'postgres_lock_waits') === 1, 5000)
+      const service = [...text.matchAll(/^postgres_connections\{[^}]*\} (\S+)$/gm)].reduce((n, m) => n + Number(m[1]), 0)
+      // The other application's session holding the lock is the server's, not the service's.
+      expect(sample(text, 'postgres_server_connections')).toBeGreaterThan(service)
+      const [row] = await other<{ max: number }[]>`select current_setting('max_connections')::int as max`
+      expect(sample(text, 'postgres_max_connections')).toBe(row!.max)
+      letGo()
+      await session
+      await waiting
+      expect(sample(await scrape(), 'postgres_lock_waits')).toBe(0)
+    } finally {
+      await other.end()
     }
   })
 

@@ -134,6 +134,31 @@ export function registerCollectors(registry: Registry, sources: CollectorSources
   })
 
   new Gauge({
+    name: 'postgres_lock_waits',
+    help: "The service's connections waiting for a lock (pg_stat_activity: every process of the service; NaN: not read)",
+    registers,
+    collect() {
+      this.set(postgres.last?.lockWaits ?? NaN)
+    },
+  })
+  new Gauge({
+    name: 'postgres_server_connections',
+    help: 'Sessions on the database server, of every application and database (pg_stat_activity, background processes left out; NaN: not read)',
+    registers,
+    collect() {
+      this.set(postgres.last?.server.connections ?? NaN)
+    },
+  })
+  new Gauge({
+    name: 'postgres_max_connections',
+    help: "The database server's max_connections (NaN: not read)",
+    registers,
+    collect() {
+      this.set(postgres.last?.server.max ?? NaN)
+    },
+  })
+
+  new Gauge({
     name: 'redis_connection_ready',
     help: "Whether each of the process's Redis connections is ready (1) or down, connecting or closed (0); one never used yet is not shown",
     labelNames: ['connection'] as const,
@@ -226,13 +251,22 @@ async function readPostgres(sql: Sql) {
   const started = performance.now()
   await sql`select 1`
   const probeSeconds = (performance.now() - started) / 1000
-  const connections = await sql<{ state: string; count: number }[]>`
-    select coalesce(state, 'unknown') as state, count(*)::int as count
+  const connections = await sql<{ state: string; count: number; lockWaits: number }[]>`
+    select coalesce(state, 'unknown') as state, count(*)::int as count, (count(*) filter (where wait_event_type = 'Lock'))::int as "lockWaits"
     from pg_stat_activity
     where datname = current_database() and application_name = current_setting('application_name')
     group by 1
   `
-  return { probeSeconds, connections: [...connections] }
+  // Every session on the server, whoever's: another application's may take the slots the service
+  // needs. A role that is not a superuser sees other roles' sessions without their type, so they are
+  // told from background processes by having a user and a database (the logical replication
+  // launcher has a user but no database).
+  const [server] = await sql<{ connections: number; max: number }[]>`
+    select count(*)::int as connections, current_setting('max_connections')::int as max
+    from pg_stat_activity
+    where usesysid is not null and datid is not null
+  `
+  return { probeSeconds, connections: [...connections], lockWaits: connections.reduce((n, c) => n + c.lockWaits, 0), server: server! }
 }
 
 /**
