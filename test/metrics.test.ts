@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomBytes, randomUUID } from 'node:crypto'
 import { createDue } from '../src/actors/due.ts'
 import postgres from 'postgres'
-import { createTestContext, expectError, signUp, type TestContext } from './helpers/context.ts'
+import { createTestContext, expectError, signUp, subscribedPair, type TestContext } from './helpers/context.ts'
 import { debianPackage } from './helpers/debian.ts'
 import { freePort } from './helpers/ports.ts'
 import { until } from './helpers/until.ts'
@@ -229,6 +229,30 @@ describe('the workers', () => {
     } finally {
       await workers?.close()
       workers = undefined
+      await context.close()
+    }
+  }, 30_000)
+})
+
+describe('dead letters', () => {
+  test('each command moved to a dead-letter stream is counted by its type, and logged with its error', async () => {
+    const context = await createTestContext({ env: { METRICS_TOKEN: token }, relay: false })
+    const lines: string[] = []
+    const workers = await startWorkers({ ...context.deps, log: createLog('error', line => lines.push(line)) })
+    try {
+      // Another team's trigger that refuses the service's rows: every attempt fails alike, not an outage.
+      await context.deps.sql.unsafe(`
+        create function refuse() returns trigger language plpgsql as $$ begin raise exception 'refused by a trigger'; end $$;
+        create trigger refuse before insert on messages for each row execute function refuse();
+      `)
+      const { agent, user } = await subscribedPair(context, await signUp(context))
+      const sent = context.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'hello' } })
+      await until(async () => sample(await scrape(context), 'actor_dead_letters_total{type="user.message"}') === 1, 20_000)
+      expect((await sent).status).toBe(503)
+      const records = lines.map(line => JSON.parse(line)).filter(record => record.msg === 'actor command moved to the dead-letter stream')
+      expect(records).toEqual([expect.objectContaining({ type: 'user.message', error: 'refused by a trigger' })])
+    } finally {
+      await workers.close()
       await context.close()
     }
   }, 30_000)

@@ -11,7 +11,8 @@ export function startActors(
   // connection with auto-pipelining they leave in a few writes instead of one write per command.
   const redis = deps.redis.duplicate({ enableAutoPipelining: true, connectionName: 'agent-marketplace:actors' })
   deps.metrics.watchRedis(redis)
-  const runtime = startActorRuntime({ sql, redis, keys, clock, log, kinds: actorKinds({ ...deps, redis }), ...options })
+  const onDeadLetter = (type: string) => deps.metrics.deadLettered(type)
+  const runtime = startActorRuntime({ sql, redis, keys, clock, log, kinds: actorKinds({ ...deps, redis }), onDeadLetter, ...options })
   return runtime.then(
     started => ({
       id: started.id,

@@ -23,7 +23,8 @@ export interface Careful {
   refuse(hold: Hold, cause: unknown, running: boolean): Promise<Finished[]>
 }
 
-export function createCareful(redis: Redis, keys: Keys, log: Log): Careful {
+/** `deadLettered` is told each command moved to a dead-letter stream, by its type (the metrics count them). */
+export function createCareful(redis: Redis, keys: Keys, log: Log, deadLettered: (type: string) => void = () => {}): Careful {
   /** The failed attempts of each careful actor's command. */
   const attempts = new Map<string, number>()
   return {
@@ -41,9 +42,11 @@ export function createCareful(redis: Redis, keys: Keys, log: Log): Careful {
       attempts.set(hold.actor, count)
       log.warn('actor command failed', { actor: hold.actor, type: mail.fields.type, attempt: count, ...errorFields(cause) })
       if (count < maxAttempts) return []
-      log.error('actor command moved to the dead-letter stream', { actor: hold.actor, type: mail.fields.type, entryId: mail.entryId })
+      const error = String((cause as Error)?.message)
+      log.error('actor command moved to the dead-letter stream', { actor: hold.actor, type: mail.fields.type, entryId: mail.entryId, error })
       const dead = keys.actor(hold.actor).dead
-      await redis.xadd(dead, '*', ...mail.list!, 'entry', mail.entryId, 'error', String((cause as Error)?.message))
+      await redis.xadd(dead, '*', ...mail.list!, 'entry', mail.entryId, 'error', error)
+      deadLettered(String(mail.fields.type))
       attempts.delete(hold.actor)
       return [{ mail, answer: { failed: true } }]
     },

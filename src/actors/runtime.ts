@@ -30,6 +30,8 @@ export interface ActorRuntimeOptions {
   batches?: number
   /** How long a runtime that found nothing due waits for the doorbell (due.ts) before it looks again. */
   idleSeconds?: number
+  /** Told each command moved to its actor's dead-letter stream, by its type (careful.ts). */
+  onDeadLetter?: (type: string) => void
   /** Test seam: runs after a command's effect and projection, before it is acknowledged. */
   beforeAck?: (actor: string, commandId: string) => Promise<void> | void
 }
@@ -66,7 +68,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   const holders = Array.from({ length: options.batches ?? 2 }, (_, n) => createHolder(redis, keys, `${id}:${n}`, leaseMs))
   const due = createDue(redis, keys)
   const stats: ActorRuntimeStats = { batches: 0, batchedCommands: 0, singleCommands: 0, rolledBack: 0 }
-  const careful = createCareful(redis, keys, log)
+  const careful = createCareful(redis, keys, log, options.onDeadLetter)
   /** Consecutive outages met by each actor, for its backoff. */
   const failures = new Map<string, number>()
   let running = true

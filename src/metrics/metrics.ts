@@ -76,6 +76,13 @@ export function createMetrics(options: { process: boolean }) {
     registers,
   })
 
+  const deadLetters = new Counter({
+    name: 'actor_dead_letters_total',
+    help: "Actor commands this process moved to their actor's dead-letter stream after failing five times, by command type",
+    labelNames: ['type'] as const,
+    registers,
+  })
+
   const connections = new Set<Redis>()
   const beforeScrape: (() => Promise<void>)[] = []
 
@@ -94,6 +101,10 @@ export function createMetrics(options: { process: boolean }) {
     jobFinished(queue: string, outcome: 'completed' | 'failed', durationMs: number) {
       jobDuration.observe({ queue, outcome }, Math.max(0, durationMs) / 1000)
       if (outcome === 'failed') jobFailures.inc({ queue })
+    },
+    /** A command moved to its actor's dead-letter stream (src/actors/careful.ts); its type is one of the code's command types. */
+    deadLettered(type: string) {
+      deadLetters.inc({ type })
     },
     /** One invoice run: its progress as it goes (runInvoices' onProgress), and its end. */
     invoiceRun() {
