@@ -162,7 +162,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   // 2026-11-27); these connections run nothing else, so they keep to the keyed lookups it picks at scale.
   const replySql = createSql(config.databaseUrl, { max: 2 * replyBatches, statementTimeoutMs, settings: replySettings })
   const replies = createReplyWriter({ sql: replySql, redis: batchRedis, keys, pubsub, clock, log, batches: replyBatches })
-  const dispatcher = await createDispatcher({ redis, pubsub, keys })
+  const dispatcher = await createDispatcher({ redis, pubsub, keys, log })
   const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock, database })
   const queues = createQueues(config, keys, log)
   const events = await createEventHub({ redis, pubsub, keys, log, isKeyLive: async hex => (await keyCache.lookup(hex)) !== null })

@@ -11,6 +11,7 @@ import { enqueueEvents } from '../src/events/outbox.ts'
 import { createTestContext, type TestContext } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
 import { holdActor } from './helpers/hold.ts'
+import { createLog } from '../src/log.ts'
 
 let ctx: TestContext
 const runtimes: ActorRuntime[] = []
@@ -660,6 +661,31 @@ describe('holding an actor', () => {
     expect(await answer).toEqual({ count: 1 })
     expect(Date.now() - released).toBeLessThan(2000)
     await r.stop()
+  })
+
+  test('asks that time out with no runtime to apply them are logged once a minute, saying where their commands wait', async () => {
+    for (const r of runtimes) await r.stop().catch(() => {})
+    const { redis, pubsub, keys } = ctx.deps
+    const lines: string[] = []
+    const dispatcher = await createDispatcher({ redis, pubsub, keys, log: createLog('warn', line => lines.push(line)) })
+    try {
+      const actor = randomUUID()
+      for (const n of [1, 2, 3]) {
+        const failed = await dispatcher.ask(`log:${actor}`, 'append', { n }, { timeoutMs: 50 }).catch(e => e)
+        expect((failed as AppError).code).toBe('unavailable')
+      }
+      // Without it, the 503s of a workers process gone had no cause in the log.
+      expect(lines.map(line => JSON.parse(line))).toEqual([
+        expect.objectContaining({
+          level: 'warn',
+          msg: 'actor command not answered in time; it waits in its mailbox until a workers process applies it',
+          type: 'append',
+          timeoutMs: 50,
+        }),
+      ])
+    } finally {
+      await dispatcher.close()
+    }
   })
 
   test('closing a dispatcher waits for the sends under way and answers what waits 503; the mail stays for a runtime', async () => {

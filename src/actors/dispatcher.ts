@@ -8,6 +8,7 @@ import type { Redis } from '../redis.ts'
 import type { PubSub } from '../pubsub.ts'
 import type { Keys } from '../keys.ts'
 import { errors } from '../errors.ts'
+import { throttled, type Log } from '../log.ts'
 import { createDue } from './due.ts'
 import type { Answer } from './work.ts'
 
@@ -31,6 +32,8 @@ export interface DispatcherOptions {
   redis: Redis
   pubsub: PubSub
   keys: Keys
+  /** Where asks that time out are told, once a minute (none: not logged). */
+  log?: Log
 }
 
 export async function createDispatcher(options: DispatcherOptions): Promise<Dispatcher> {
@@ -41,6 +44,9 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
   const waiting = new Map<string, { resolve(result: unknown): void; reject(error: unknown): void }>()
   const due = createDue(redis, keys)
   const sending = new Set<Promise<unknown>>()
+  // Every ask times out alike while no runtime applies commands (no workers process, or all stuck):
+  // said once a minute, with how many were held back, so that the 503s have a cause in the log.
+  const unanswered = options.log ? throttled(options.log, 60_000) : () => {}
 
   const stopListening = await pubsub.subscribe(replyChannel, message => {
     const { ask, ...reply } = JSON.parse(message) as { ask: string } & Answer
@@ -97,6 +103,10 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
       const result = new Promise<Result>((resolve, reject) => {
         const timer = setTimeout(() => {
           waiting.delete(ask)
+          unanswered('warn', 'unanswered', 'actor command not answered in time; it waits in its mailbox until a workers process applies it', {
+            type,
+            timeoutMs,
+          })
           reject(errors.unavailable('The agent did not answer in time; the command may yet be applied: retry with the same Idempotency-Key'))
         }, timeoutMs)
         const done = () => (clearTimeout(timer), waiting.delete(ask))
