@@ -115,6 +115,10 @@ describe('GET /metrics on the API port', () => {
       expect(sample(text, 'postgres_connections{state="active"}')).toBeGreaterThanOrEqual(1)
       expect(sample(text, 'redis_connection_ready{connection="commands"}')).toBe(1)
       expect(sample(text, 'redis_connection_ready{connection="subscriber"}')).toBe(1)
+      expect(sample(text, 'redis_memory_used_bytes')).toBeGreaterThan(0)
+      const [, maxmemory] = (await ctx.deps.redis.config('GET', 'maxmemory')) as [string, string]
+      expect(sample(text, 'redis_memory_max_bytes')).toBe(Number(maxmemory))
+      expect(sample(text, 'metrics_collector_up{collector="redis"}')).toBe(1)
       expect(sample(text, 'process_resident_memory_bytes')).toBeGreaterThan(0)
       expect(sample(text, 'nodejs_heap_size_used_bytes')).toBeGreaterThan(0)
       // Untrue under Bun (metrics.ts): left out rather than read by someone's alert.
@@ -191,6 +195,8 @@ describe('GET /metrics on the API port', () => {
       expect(sample(text, 'metrics_collector_up{collector="mailboxes"}')).toBe(0)
       expect(sample(text, 'actor_mailbox_commands')).toBeNaN()
       expect(sample(text, 'redis_connection_ready{connection="commands"}')).toBe(0)
+      expect(sample(text, 'metrics_collector_up{collector="redis"}')).toBe(0)
+      expect(sample(text, 'redis_memory_used_bytes')).toBeNaN()
       expect(sample(text, 'postgres_up')).toBe(1)
     } finally {
       await broken.close()

@@ -1,9 +1,10 @@
 /**
  * What /metrics reads when scraped: open event streams, actor mailboxes, BullMQ queue depths and the
- * age of each queue's oldest due job, the outbox, Postgres and Redis. Mailboxes, queues and the
- * outbox live in shared stores, so every process reports the same values for them (aggregate with
- * max, not sum): a process whose workers are gone is seen from the API's scrape. A source that cannot be read within `readMs` leaves its
- * metrics out of that scrape (NaN where a metric has no labels) and says so in `metrics_collector_up`.
+ * age of each queue's oldest due job, the outbox, Postgres and Redis (its memory against its
+ * maxmemory). Mailboxes, queues and the outbox live in shared stores, so every process reports the
+ * same values for them (aggregate with max, not sum): a process whose workers are gone is seen from
+ * the API's scrape. A source that cannot be read within `readMs` leaves its metrics out of that
+ * scrape (NaN where a metric has no labels) and says so in `metrics_collector_up`.
  */
 import { Gauge, type Registry } from 'prom-client'
 import type { Job, Queue } from 'bullmq'
@@ -37,8 +38,9 @@ export function registerCollectors(registry: Registry, sources: CollectorSources
   const postgres = reader(() => readPostgres(sources.sql))
   // Apart from postgres: a large backlog that took long to count is not Postgres being down.
   const outbox = reader(() => readOutbox(sources.sql))
+  const redisMemory = reader(() => readRedisMemory(sources.redis))
   const read = async () => {
-    await Promise.all([mailboxes.read(), queues.read(), postgres.read(), outbox.read()])
+    await Promise.all([mailboxes.read(), queues.read(), postgres.read(), outbox.read(), redisMemory.read()])
   }
 
   new Gauge({
@@ -51,6 +53,7 @@ export function registerCollectors(registry: Registry, sources: CollectorSources
       this.set({ collector: 'queues' }, queues.last ? 1 : 0)
       this.set({ collector: 'postgres' }, postgres.last ? 1 : 0)
       this.set({ collector: 'outbox' }, outbox.last === null ? 0 : 1)
+      this.set({ collector: 'redis' }, redisMemory.last ? 1 : 0)
     },
   })
   new Gauge({
@@ -158,6 +161,23 @@ export function registerCollectors(registry: Registry, sources: CollectorSources
     },
   })
 
+  // A Redis at its maxmemory refuses every write (noeviction, which the service requires): each is 503.
+  new Gauge({
+    name: 'redis_memory_used_bytes',
+    help: "Memory Redis uses (INFO's used_memory; NaN: INFO could not be read or is refused)",
+    registers,
+    collect() {
+      this.set(redisMemory.last?.used ?? NaN)
+    },
+  })
+  new Gauge({
+    name: 'redis_memory_max_bytes',
+    help: "Redis's maxmemory, past which it refuses writes (0: no limit; NaN: INFO could not be read or is refused)",
+    registers,
+    collect() {
+      this.set(redisMemory.last?.max ?? NaN)
+    },
+  })
   new Gauge({
     name: 'redis_connection_ready',
     help: "Whether each of the process's Redis connections is ready (1) or down, connecting or closed (0); one never used yet is not shown",
@@ -237,6 +257,13 @@ async function readQueues(queues: Queue[]) {
       return { queue: queue.name, counts, oldestSeconds: Math.max(dueFor(waiting), dueFor(delayed)) }
     }),
   )
+}
+
+/** INFO's memory section; a Redis that refuses INFO (a managed one may) fails the read, and the metrics are NaN. */
+async function readRedisMemory(redis: Redis): Promise<{ used: number; max: number }> {
+  const info = await redis.info('memory')
+  const field = (name: string) => Number(new RegExp(`^${name}:(\\d+)`, 'm').exec(info)?.[1] ?? NaN)
+  return { used: field('used_memory'), max: field('maxmemory') }
 }
 
 /** Rows counted at most: a count through a backlog of millions would take seconds of every scrape. */
