@@ -142,13 +142,16 @@ export function captureConsole(log: Log): void {
   console.error = as('error')
 }
 
+/** Writes a record of `key` unless one was written within the window (`throttled`). */
+export type Throttled = (at: LogLevel, key: string, msg: string, fields?: Record<string, unknown>) => void
+
 /**
  * A log for what can repeat without end while something is down (every request failing alike, every
  * reconnection attempt): the first record of each key is written, then at most one a `windowMs`,
  * carrying how many were held back since the last. Timed by the monotonic clock: a wall clock stepped
  * back would hold records back for as long.
  */
-export function throttled(log: Log, windowMs: number, now: () => number = () => performance.now()) {
+export function throttled(log: Log, windowMs: number, now: () => number = () => performance.now()): Throttled {
   const last = new Map<string, { at: number; held: number }>()
   return (at: LogLevel, key: string, msg: string, fields: Record<string, unknown> = {}) => {
     const time = now()

@@ -524,6 +524,19 @@ describe('holding an actor', () => {
     await r.stop()
   })
 
+  test('projections failing alike for many actors (Redis away) are logged once, not once an attempt', async () => {
+    const lines: string[] = []
+    const r = await runtime({ log: createLog('warn', line => lines.push(line)) })
+    const actors = [randomUUID(), randomUUID(), randomUUID()]
+    for (const actor of actors) projectionFailures.set(actor, 2)
+    await Promise.all(actors.map(actor => ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 1 })))
+    for (const actor of actors) expect(projected).toContain(`${actor}:1`)
+    const failed = lines.map(line => JSON.parse(line)).filter(record => record.msg === 'actor projection failed')
+    // Six failed attempts: without the throttle, six records (a Redis at its maxmemory wrote one per attempt of every actor).
+    expect(failed).toEqual([expect.objectContaining({ level: 'warn', error: 'Connection is closed.', attempt: 1 })])
+    await r.stop()
+  })
+
   test('a projection given up when the lease is lost is answered, and made by the next holder of the actor', async () => {
     const { redis, keys } = ctx.deps
     const r = await runtime()

@@ -74,9 +74,9 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   let running = true
   let abandoned = false
   let claims = 0
-  const depsOf = (holder: Holder): WorkDeps => ({ ...options, leaseMs, holder, running: () => running, abandoned: () => abandoned })
   // What repeats every round while Redis or Postgres is away is said once, then once a minute.
   const outage = throttled(log, 60_000)
+  const depsOf = (holder: Holder): WorkDeps => ({ ...options, leaseMs, outage, holder, running: () => running, abandoned: () => abandoned })
   const commands = (holds: Hold[]) => holds.reduce((n, h) => n + h.mail.filter(m => m.list !== null).length, 0)
 
   /**

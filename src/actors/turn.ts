@@ -6,7 +6,7 @@
  */
 import type { Sql, TxSql } from '../db.ts'
 import type { Clock } from '../clock.ts'
-import { errorFields, type Log } from '../log.ts'
+import { errorFields, type Log, type Throttled } from '../log.ts'
 import { isRefusal, type ActorKinds, type CommandContext, type CommandHandler } from './types.ts'
 
 export interface BatchCommand {
@@ -53,6 +53,8 @@ export interface TurnDeps {
   clock: Clock
   kinds: ActorKinds
   log: Log
+  /** What repeats while Redis or Postgres is away (a projection failing for every actor), said once a minute. */
+  outage: Throttled
   leaseMs: number
 }
 
@@ -226,7 +228,8 @@ async function project(deps: TurnDeps, applied: Applied[], held: () => boolean):
       return i
     } catch (error) {
       const actor = applied[i]!.context.actor
-      deps.log.warn('actor projection failed', { actor, attempt, ...errorFields(error) })
+      const fields = errorFields(error)
+      deps.outage('warn', `projection:${String(fields.code ?? fields.error)}`, 'actor projection failed', { actor, attempt, ...fields })
       if (attempt < projectionAttempts && held()) {
         await Bun.sleep(Math.min(100 * 2 ** (attempt - 1), deps.leaseMs / 4))
         if (held()) continue

@@ -1,7 +1,7 @@
 /** Renders every failure, ours and the framework's, as the contract's error envelope. */
 import { Elysia, ValidationError } from 'elysia'
 import { AppError, errors, type ErrorDetail } from '../errors.ts'
-import { errorFields, throttled, type Log } from '../log.ts'
+import { errorFields, throttled, type Log, type Throttled } from '../log.ts'
 import { isBadInput, isDatabaseUnavailable, isTransientFailure } from '../db.ts'
 import { isRedisUnavailable } from '../redis.ts'
 import { isStorableText } from '../text.ts'
@@ -38,7 +38,7 @@ export function toAppError(
   error: unknown,
   log: Log,
   request: { method: string; path: string; route: string | undefined; routes: RouteMethods },
-  outage: ReturnType<typeof throttled>,
+  outage: Throttled,
 ): AppError {
   if (error instanceof AppError) return error
   const { path } = request

@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto'
 import type { Deps } from '../deps.ts'
 import { AppError, errors, inOrder } from '../errors.ts'
 import { newRowId } from '../ids.ts'
-import { throttled, type Log } from '../log.ts'
+import { throttled, type Log, type Throttled } from '../log.ts'
 import type { CommandIdentity, CommandOptions } from '../idempotency/idempotent.ts'
 import { principalSubject, type AgentPrincipal } from '../auth/principal.ts'
 import { activeSubscription } from '../billing/subscriptions/store.ts'
@@ -123,8 +123,8 @@ async function callUpstream(deps: Deps, agent: AgentPrincipal, call: ProxyCall, 
 }
 
 // One record a minute per process for every credential no key opens (each call for one would write one).
-const unreadableLogs = new WeakMap<Log, ReturnType<typeof throttled>>()
-function unreadableLog(log: Log): ReturnType<typeof throttled> {
+const unreadableLogs = new WeakMap<Log, Throttled>()
+function unreadableLog(log: Log): Throttled {
   let write = unreadableLogs.get(log)
   if (!write) unreadableLogs.set(log, (write = throttled(log, 60_000)))
   return write
