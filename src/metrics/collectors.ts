@@ -42,6 +42,16 @@ export function registerCollectors(registry: Registry, sources: CollectorSources
   const read = async () => {
     await Promise.all([mailboxes.read(), queues.read(), postgres.read(), outbox.read(), redisMemory.read()])
   }
+  /** A gauge without labels, set at each scrape to `value`, read from the sources' last readings. */
+  const gauge = (name: string, help: string, value: () => number) =>
+    new Gauge({
+      name,
+      help,
+      registers,
+      collect() {
+        this.set(value())
+      },
+    })
 
   new Gauge({
     name: 'metrics_collector_up',
@@ -56,27 +66,25 @@ export function registerCollectors(registry: Registry, sources: CollectorSources
       this.set({ collector: 'redis' }, redisMemory.last ? 1 : 0)
     },
   })
-  new Gauge({
-    name: 'sse_streams_open',
-    help: 'Server-sent event streams open on this process',
-    registers,
-    collect() {
-      this.set(sources.openStreams())
-    },
-  })
+  gauge('sse_streams_open', 'Server-sent event streams open on this process', () => sources.openStreams())
 
-  const fromMailboxes = (name: string, help: string, pick: (reading: MailboxReading) => number) =>
-    new Gauge({
-      name,
-      help: `${help} (NaN: Redis could not be read)`,
-      registers,
-      collect() {
-        this.set(mailboxes.last ? pick(mailboxes.last) : NaN)
-      },
-    })
-  fromMailboxes('actor_mailbox_commands', 'Commands in actor mailboxes not yet applied and acknowledged, all actors', r => r.commands)
-  fromMailboxes('actor_mailboxes_with_mail', 'Actors whose mailbox holds commands', r => r.mailboxes)
-  fromMailboxes('actor_mailbox_oldest_seconds', 'Age of the oldest command not yet applied, in any mailbox (0: none)', r => r.oldestSeconds)
+  // A reading of the mailboxes, NaN when Redis could not be read.
+  const fromMailboxes = (pick: (reading: MailboxReading) => number) => () => (mailboxes.last ? pick(mailboxes.last) : NaN)
+  gauge(
+    'actor_mailbox_commands',
+    'Commands in actor mailboxes not yet applied and acknowledged, all actors (NaN: Redis could not be read)',
+    fromMailboxes(r => r.commands),
+  )
+  gauge(
+    'actor_mailboxes_with_mail',
+    'Actors whose mailbox holds commands (NaN: Redis could not be read)',
+    fromMailboxes(r => r.mailboxes),
+  )
+  gauge(
+    'actor_mailbox_oldest_seconds',
+    'Age of the oldest command not yet applied, in any mailbox (0: none) (NaN: Redis could not be read)',
+    fromMailboxes(r => r.oldestSeconds),
+  )
 
   new Gauge({
     name: 'queue_jobs',
@@ -100,31 +108,18 @@ export function registerCollectors(registry: Registry, sources: CollectorSources
       for (const { queue, oldestSeconds } of queues.last ?? []) this.set({ queue }, oldestSeconds)
     },
   })
-  new Gauge({
-    name: 'outbox_events',
-    help: `Events committed and not yet relayed to Redis (counted up to ${outboxCountedUpTo}; NaN: not read)`,
-    registers,
-    collect() {
-      this.set(outbox.last ?? NaN)
-    },
-  })
+  gauge(
+    'outbox_events',
+    `Events committed and not yet relayed to Redis (counted up to ${outboxCountedUpTo}; NaN: not read)`,
+    () => outbox.last ?? NaN,
+  )
 
-  new Gauge({
-    name: 'postgres_up',
-    help: 'Whether queries through the pool answered within 2 s',
-    registers,
-    collect() {
-      this.set(postgres.last ? 1 : 0)
-    },
-  })
-  new Gauge({
-    name: 'postgres_probe_seconds',
-    help: 'How long `select 1` took through the pool, waiting for a free connection included (NaN: no answer)',
-    registers,
-    collect() {
-      this.set(postgres.last?.probeSeconds ?? NaN)
-    },
-  })
+  gauge('postgres_up', 'Whether queries through the pool answered within 2 s', () => (postgres.last ? 1 : 0))
+  gauge(
+    'postgres_probe_seconds',
+    'How long `select 1` took through the pool, waiting for a free connection included (NaN: no answer)',
+    () => postgres.last?.probeSeconds ?? NaN,
+  )
   new Gauge({
     name: 'postgres_connections',
     help: "The service's connections to its database by state (pg_stat_activity: every process of the service)",
@@ -136,48 +131,29 @@ export function registerCollectors(registry: Registry, sources: CollectorSources
     },
   })
 
-  new Gauge({
-    name: 'postgres_lock_waits',
-    help: "The service's connections waiting for a lock (pg_stat_activity: every process of the service; NaN: not read)",
-    registers,
-    collect() {
-      this.set(postgres.last?.lockWaits ?? NaN)
-    },
-  })
-  new Gauge({
-    name: 'postgres_server_connections',
-    help: 'Sessions on the database server, of every application and database (pg_stat_activity, background processes left out; NaN: not read)',
-    registers,
-    collect() {
-      this.set(postgres.last?.server.connections ?? NaN)
-    },
-  })
-  new Gauge({
-    name: 'postgres_max_connections',
-    help: "The database server's max_connections (NaN: not read)",
-    registers,
-    collect() {
-      this.set(postgres.last?.server.max ?? NaN)
-    },
-  })
+  gauge(
+    'postgres_lock_waits',
+    "The service's connections waiting for a lock (pg_stat_activity: every process of the service; NaN: not read)",
+    () => postgres.last?.lockWaits ?? NaN,
+  )
+  gauge(
+    'postgres_server_connections',
+    'Sessions on the database server, of every application and database (pg_stat_activity, background processes left out; NaN: not read)',
+    () => postgres.last?.server.connections ?? NaN,
+  )
+  gauge('postgres_max_connections', "The database server's max_connections (NaN: not read)", () => postgres.last?.server.max ?? NaN)
 
   // A Redis at its maxmemory refuses every write (noeviction, which the service requires): each is 503.
-  new Gauge({
-    name: 'redis_memory_used_bytes',
-    help: "Memory Redis uses (INFO's used_memory; NaN: INFO could not be read or is refused)",
-    registers,
-    collect() {
-      this.set(redisMemory.last?.used ?? NaN)
-    },
-  })
-  new Gauge({
-    name: 'redis_memory_max_bytes',
-    help: "Redis's maxmemory, past which it refuses writes (0: no limit; NaN: INFO could not be read or is refused)",
-    registers,
-    collect() {
-      this.set(redisMemory.last?.max ?? NaN)
-    },
-  })
+  gauge(
+    'redis_memory_used_bytes',
+    "Memory Redis uses (INFO's used_memory; NaN: INFO could not be read or is refused)",
+    () => redisMemory.last?.used ?? NaN,
+  )
+  gauge(
+    'redis_memory_max_bytes',
+    "Redis's maxmemory, past which it refuses writes (0: no limit; NaN: INFO could not be read or is refused)",
+    () => redisMemory.last?.max ?? NaN,
+  )
   new Gauge({
     name: 'redis_connection_ready',
     help: "Whether each of the process's Redis connections is ready (1) or down, connecting or closed (0); one never used yet is not shown",
