@@ -76,6 +76,8 @@ export interface Deps {
 export interface DepsOptions {
   clock?: Clock
   log?: Log
+  /** How long one post's render may take (2 s; tests on a crowded machine give it more). */
+  renderTimeoutMs?: number
 }
 
 /** Every kind of actor this service has: agents (conversations, service requests) and organizations (context). */
@@ -167,7 +169,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const queues = createQueues(config, keys, log)
   const events = await createEventHub({ redis, pubsub, keys, log, isKeyLive: async hex => (await keyCache.lookup(hex)) !== null })
   const blogQueue = createBlogQueue({ redis, keys, clock, log })
-  const markdown = createMarkdownRenderer({ log })
+  const markdown = createMarkdownRenderer({ log, timeoutMs: options.renderTimeoutMs })
   const metrics = createMetrics({ process: metricsServed(config) })
   for (const connection of [redis, subscriber, batchRedis, queues.connection]) metrics.watchRedis(connection)
   const readSources = registerCollectors(metrics.registry, {

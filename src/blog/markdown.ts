@@ -74,7 +74,7 @@ const paragraphEnd = new RegExp(
  * each block start reads only its own paragraph. Without an underline the rule cannot match and is
  * skipped; with one, marked's own rule decides.
  */
-function mayBeSetextHeading(src: string): boolean {
+export function mayBeSetextHeading(src: string): boolean {
   for (let start = src.indexOf('\n') + 1; start > 0 && start < src.length;) {
     const end = src.indexOf('\n', start)
     const line = src.slice(start, end === -1 ? src.length : end)

@@ -88,12 +88,19 @@ export function testConfig(env: Record<string, string> = {}): Config {
 }
 
 export async function createTestContext(
-  options: { env?: Record<string, string>; database?: TestDatabase; actors?: boolean; relay?: boolean; log?: Log } = {},
+  options: {
+    env?: Record<string, string>
+    database?: TestDatabase
+    actors?: boolean
+    relay?: boolean
+    log?: Log
+    renderTimeoutMs?: number
+  } = {},
 ): Promise<TestContext> {
   const database = options.database ?? (await createTestDatabase())
   const config = { ...testConfig(options.env), databaseUrl: database.url }
   const clock = adjustableClock()
-  const deps = await createDeps(config, { clock, log: options.log ?? createLog(config.logLevel) })
+  const deps = await createDeps(config, { clock, log: options.log ?? createLog(config.logLevel), renderTimeoutMs: options.renderTimeoutMs })
   const app = createApp(deps)
   // The all-in-one process runs an actor runtime beside the API; tests that send commands do too.
   const runtime: ActorRuntime | undefined = options.actors ? await startActors(deps, { leaseMs: 2000 }) : undefined
