@@ -465,6 +465,34 @@ describe('the service as a process', () => {
     45_000,
   )
 
+  test('with Redis gone, SIGTERM closes the workers and the connections and exits 0 within SHUTDOWN_TIMEOUT_MS', async () => {
+    const database = await emptyDatabase()
+    const redis = await startRedisServer()
+    try {
+      const port = await freePort()
+      const shutdownTimeoutMs = 8000
+      const env = environment(database, { PORT: String(port), REDIS_URL: redis.url, SHUTDOWN_TIMEOUT_MS: String(shutdownTimeoutMs) })
+      // API and workers in one process: the BullMQ workers, the actors, the relay and every connection.
+      const service = start(['src/main.ts'], env)
+      await waitForHealth(port, service)
+      // The four BullMQ workers wait for jobs on their blocking connections, as they do between jobs.
+      const admin = new Redis(redis.url)
+      await until(async () => ((await admin.client('LIST')) as string).split('cmd=bzpopmin').length - 1 >= 4, 15_000)
+      admin.disconnect()
+      await redis.down({ keepData: false })
+      // Every connection has noticed and waits to reconnect.
+      await until(async () => (await fetch(`http://127.0.0.1:${port}/health/ready`)).status === 503, 10_000)
+      await Bun.sleep(500)
+      // Unpatched, the workers' connections waiting to reconnect never ended (redis/ioredis#2169), so
+      // each BullMQ worker's close waited for Redis to come back: the drain timed out and exited 1.
+      service.proc.kill('SIGTERM')
+      expect(await exitWithin(service.proc, shutdownTimeoutMs + 5000)).toBe(0)
+      expect(await service.stdout).not.toContain('shutdown timed out')
+    } finally {
+      await redis.close()
+    }
+  }, 45_000)
+
   test('an unreachable Redis stops the boot with one stderr line naming REDIS_URL and how to install Redis', async () => {
     const database = await emptyDatabase()
     const env = environment(database, { PORT: String(await freePort()), REDIS_URL: 'redis://127.0.0.1:1' })

@@ -64,6 +64,10 @@ export async function startWorkers(requestDeps: Deps): Promise<Workers> {
     async close() {
       schedules.stop()
       await actors.stop()
+      // With Redis away, a job's last commands wait in the connection's offline queue for a Redis that
+      // may not come back, and each worker waits for its jobs: ended, they fail, and the workers close
+      // (their jobs are taken again once their locks run out, as after a crash).
+      if (connection.status !== 'ready') connection.disconnect()
       await Promise.all(workers.map(worker => worker.close()))
       await relay.stop()
       await blog.close()
