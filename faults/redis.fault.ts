@@ -4,6 +4,8 @@
  * while it fails over, or an operator before a switch).
  */
 import { Redis } from 'ioredis'
+import { createSql } from '../src/db.ts'
+import { countRecordedBefore } from '../src/metering/count.ts'
 import { describeScenario } from './lib/scenario.ts'
 import { useWorld } from './lib/world.ts'
 
@@ -25,8 +27,18 @@ describeScenario('Redis restarted keeping its data', servers, {
 
 describeScenario('Redis restarted losing its data', servers, {
   slug: 'redis-lost',
-  async fault({ redis }) {
+  async fault({ redis }, deployment) {
     const { downAt, upAt } = await redis.restart({ keepData: false, downMs: 3000 })
+    // A proxy call answered just before the kill may have had its metering job lost with the data
+    // (once in five runs here): its usage, recorded in Postgres before the answer, is maintenance's to count
+    // a minute later. That pass is run here for what was recorded before the kill, rather than waited
+    // for beyond the checks' patience; calls recorded since must be counted by their jobs.
+    const sql = createSql(deployment.databaseUrl, { max: 1 })
+    try {
+      await countRecordedBefore(sql, new Date(downAt), new Date())
+    } finally {
+      await sql.end()
+    }
     return {
       label: 'Redis killed, its data deleted, and started again empty ~3 s later',
       restarted: 'Redis',
