@@ -493,6 +493,39 @@ describe('the service as a process', () => {
     }
   }, 45_000)
 
+  test('with Redis gone and a scrape read through it, SIGTERM of the API closes its queues connection and exits 0', async () => {
+    const database = await emptyDatabase()
+    const redis = await startRedisServer()
+    try {
+      const port = await freePort()
+      const metricsPort = await freePort()
+      const shutdownTimeoutMs = 8000
+      const env = environment(database, {
+        PORT: String(port),
+        METRICS_PORT: String(metricsPort),
+        REDIS_URL: redis.url,
+        SHUTDOWN_TIMEOUT_MS: String(shutdownTimeoutMs),
+      })
+      const service = start(['src/main.ts', '--api'], env)
+      await waitForHealth(port, service)
+      const queuesRead = async () =>
+        /^metrics_collector_up\{collector="queues"\} 1$/m.test(await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text())
+      // The queues (the producers' connection, which waits for Redis) were read once with Redis up.
+      await until(queuesRead, 15_000)
+      await redis.down({ keepData: false })
+      await until(async () => (await fetch(`http://127.0.0.1:${port}/health/ready`)).status === 503, 10_000)
+      // A scrape in the outage gives up on the queues; their commands stay in the connection's offline
+      // queue, where they wait for Redis to come back.
+      expect(await queuesRead()).toBe(false)
+      // Unfixed, the connection's QUIT queued behind them: the drain timed out and exited 1.
+      service.proc.kill('SIGTERM')
+      expect(await exitWithin(service.proc, shutdownTimeoutMs + 5000)).toBe(0)
+      expect(await service.stdout).not.toContain('shutdown timed out')
+    } finally {
+      await redis.close()
+    }
+  }, 45_000)
+
   test('an unreachable Redis stops the boot with one stderr line naming REDIS_URL and how to install Redis', async () => {
     const database = await emptyDatabase()
     const env = environment(database, { PORT: String(await freePort()), REDIS_URL: 'redis://127.0.0.1:1' })
