@@ -1,7 +1,7 @@
 /** The dependencies every slice gets through createApp(deps): connections, caches, clock, log. */
 import { metricsServed, type Config } from './config.ts'
 import { createSql, watchDatabaseIdentity, type DatabaseIdentity, type Sql } from './db.ts'
-import { connectRedis, createRedis, type Redis } from './redis.ts'
+import { closeRedis, connectRedis, createRedis, type Redis } from './redis.ts'
 import { createPubSub, type PubSub } from './pubsub.ts'
 import { createKeys, type Keys } from './keys.ts'
 import { systemClock, type Clock } from './clock.ts'
@@ -214,12 +214,12 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
       await inboxes.close()
       await dispatcher.close()
       await replies.close()
-      await batchRedis.quit().catch(() => batchRedis.disconnect())
+      await closeRedis(batchRedis)
       await replySql.end({ timeout: 5 })
       await keyCache.close()
       database.close()
       await pubsub.close()
-      await redis.quit().catch(() => redis.disconnect())
+      await closeRedis(redis)
       await sql.end({ timeout: 5 })
       await workerSql.end({ timeout: 5 })
       await invoiceSql.end({ timeout: 5 })

@@ -1,5 +1,5 @@
 /** Pub/sub: one subscriber connection per process, fanned out to in-process handlers by channel. */
-import type { Redis } from './redis.ts'
+import { closeRedis, type Redis } from './redis.ts'
 
 export type Handler = (message: string) => void
 
@@ -119,7 +119,7 @@ export function createPubSub(subscriber: Redis): PubSub {
     listening: () => listening,
     async close() {
       handlers.clear()
-      await subscriber.quit().catch(() => subscriber.disconnect())
+      await closeRedis(subscriber)
     },
   }
 }

@@ -3,7 +3,7 @@ import { Queue } from 'bullmq'
 import type { Config } from './config.ts'
 import type { Keys } from './keys.ts'
 import type { Log } from './log.ts'
-import { createRedis, reportQueueErrors, type Redis } from './redis.ts'
+import { closeRedis, createRedis, reportQueueErrors, type Redis } from './redis.ts'
 import { blogQueueName } from './blog/queue.ts'
 
 export const queueNames = { metering: 'metering', invoices: 'invoices', maintenance: 'maintenance' } as const
@@ -39,11 +39,8 @@ export function createQueues(config: Config, keys: Keys, log: Log): Queues {
     connection,
     async close() {
       await Promise.all(all.map(queue => queue.close()))
-      // With Redis away, a QUIT would queue behind the commands waiting in the offline queue (a
-      // scrape's counts, a schedule's upsert), which on BullMQ's kind of connection wait for Redis as
-      // long as it takes: the drain waited out SHUTDOWN_TIMEOUT_MS. Ended, they fail at once.
-      if (connection.status === 'ready') await connection.quit().catch(() => connection.disconnect())
-      else connection.disconnect()
+      // With Redis away its commands (a scrape's counts, a schedule's upsert) wait for it: ended, not QUIT.
+      await closeRedis(connection)
     },
   }
 }

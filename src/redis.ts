@@ -15,6 +15,17 @@ export type { Redis }
  */
 export const commandTimeoutMs = 3000
 
+/**
+ * Closes a connection: QUIT when it is ready (what it has sent is answered first), else ended at once.
+ * With Redis away a QUIT would queue behind the commands waiting for it, which on a BullMQ connection
+ * wait as long as Redis is gone (a process's drain then waited out SHUTDOWN_TIMEOUT_MS); ended, they
+ * fail with "Connection is closed.".
+ */
+export async function closeRedis(redis: Redis): Promise<void> {
+  if (redis.status === 'ready') await redis.quit().catch(() => redis.disconnect())
+  else redis.disconnect()
+}
+
 /** A connection; `name` (the role's by default) tells it apart in the log and in Redis's CLIENT LIST. */
 export function createRedis(url: string, log: Log, role: 'commands' | 'subscriber' | 'bullmq', name: string = role): Redis {
   const redis = new Redis(url, {

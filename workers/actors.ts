@@ -1,6 +1,7 @@
 /** The actor runtime with every kind this service has (`actorKinds` in src/deps.ts). */
 import { actorKinds, type Deps } from '../src/deps.ts'
 import { startActorRuntime, type ActorRuntime, type ActorRuntimeOptions } from '../src/actors/runtime.ts'
+import { closeRedis } from '../src/redis.ts'
 
 export function startActors(
   deps: Deps,
@@ -19,7 +20,7 @@ export function startActors(
       stats: started.stats,
       async stop() {
         await started.stop()
-        await redis.quit().catch(() => redis.disconnect())
+        await closeRedis(redis)
       },
       abandon() {
         started.abandon()

@@ -1,7 +1,7 @@
 /** Starts every BullMQ worker, their repeatable schedules, the outbox relay and the actor runtime; `close` lets running jobs finish. */
 import { Queue, Worker, type Job } from 'bullmq'
 import { forInvoiceRun, forWorkers, relayEffects, type Deps } from '../src/deps.ts'
-import { createRedis, reportQueueErrors } from '../src/redis.ts'
+import { closeRedis, createRedis, reportQueueErrors } from '../src/redis.ts'
 import { errorFields, throttled } from '../src/log.ts'
 import { maintenanceEveryMs, runMaintenance } from './maintenance.ts'
 import { startActors } from './actors.ts'
@@ -71,7 +71,7 @@ export async function startWorkers(requestDeps: Deps): Promise<Workers> {
       await Promise.all(workers.map(worker => worker.close()))
       await relay.stop()
       await blog.close()
-      await connection.quit().catch(() => connection.disconnect())
+      await closeRedis(connection)
     },
   }
 }

@@ -4,7 +4,7 @@
  * published on this process's reply channel by whichever runtime applied it.
  */
 import { randomUUID } from 'node:crypto'
-import type { Redis } from '../redis.ts'
+import { closeRedis, type Redis } from '../redis.ts'
 import type { PubSub } from '../pubsub.ts'
 import type { Keys } from '../keys.ts'
 import { errors } from '../errors.ts'
@@ -120,7 +120,7 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
       for (const waiter of waiting.values()) waiter.reject(errors.unavailable('Shutting down'))
       waiting.clear()
       await stopListening()
-      await redis.quit().catch(() => redis.disconnect())
+      await closeRedis(redis)
     },
   }
 }

@@ -1,6 +1,6 @@
 /** The `blog` BullMQ queue as the API uses it: one delayed job per post publication plan. */
 import { Queue } from 'bullmq'
-import { reportQueueErrors, type Redis } from '../redis.ts'
+import { closeRedis, reportQueueErrors, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
 import type { Log } from '../log.ts'
@@ -63,7 +63,7 @@ export function createBlogQueue(options: { redis: Redis; keys: Keys; clock: Cloc
     },
     async close() {
       await queue.close()
-      await connection.quit().catch(() => connection.disconnect())
+      await closeRedis(connection)
     },
   }
 }
