@@ -106,6 +106,37 @@ function slowRequest(port: number, path: string, token: string, body: string) {
 const hasServerBinaries = postgresBinaries() !== null
 if (!hasServerBinaries) console.warn('process: skipping the PostgreSQL restart test, initdb and pg_ctl are missing')
 
+/**
+ * Starts the service (`roles`) on a Redis of its own, then `up`, stops that Redis, waits until the
+ * service is not ready, then `down`, and sends SIGTERM: the drain must finish within
+ * SHUTDOWN_TIMEOUT_MS and exit 0.
+ */
+async function drainWithRedisGone(
+  roles: string[],
+  extraEnv: Record<string, string>,
+  steps: { up(world: { redis: { url: string } }): Promise<unknown>; down(): Promise<unknown> },
+): Promise<void> {
+  const database = await emptyDatabase()
+  const redis = await startRedisServer()
+  try {
+    const port = await freePort()
+    const shutdownTimeoutMs = 8000
+    const env = environment(database, { PORT: String(port), REDIS_URL: redis.url, SHUTDOWN_TIMEOUT_MS: String(shutdownTimeoutMs), ...extraEnv })
+    const service = start(['src/main.ts', ...roles], env)
+    await waitForHealth(port, service)
+    await steps.up({ redis })
+    await redis.down({ keepData: false })
+    // Every connection has noticed and waits to reconnect.
+    await until(async () => (await fetch(`http://127.0.0.1:${port}/health/ready`)).status === 503, 10_000)
+    await steps.down()
+    service.proc.kill('SIGTERM')
+    expect(await exitWithin(service.proc, shutdownTimeoutMs + 5000)).toBe(0)
+    expect(await service.stdout).not.toContain('shutdown timed out')
+  } finally {
+    await redis.close()
+  }
+}
+
 /** Starts a process of the service that must refuse to boot; returns the one line it wrote on stderr. */
 async function refusedBoot(env: Record<string, string>, role = '--api'): Promise<string> {
   const service = start(['src/main.ts', role], env)
@@ -466,64 +497,40 @@ describe('the service as a process', () => {
   )
 
   test('with Redis gone, SIGTERM closes the workers and the connections and exits 0 within SHUTDOWN_TIMEOUT_MS', async () => {
-    const database = await emptyDatabase()
-    const redis = await startRedisServer()
-    try {
-      const port = await freePort()
-      const shutdownTimeoutMs = 8000
-      const env = environment(database, { PORT: String(port), REDIS_URL: redis.url, SHUTDOWN_TIMEOUT_MS: String(shutdownTimeoutMs) })
-      // API and workers in one process: the BullMQ workers, the actors, the relay and every connection.
-      const service = start(['src/main.ts'], env)
-      await waitForHealth(port, service)
-      // The four BullMQ workers wait for jobs on their blocking connections, as they do between jobs.
-      const admin = new Redis(redis.url)
-      await until(async () => ((await admin.client('LIST')) as string).split('cmd=bzpopmin').length - 1 >= 4, 15_000)
-      admin.disconnect()
-      await redis.down({ keepData: false })
-      // Every connection has noticed and waits to reconnect.
-      await until(async () => (await fetch(`http://127.0.0.1:${port}/health/ready`)).status === 503, 10_000)
-      await Bun.sleep(500)
-      // Unpatched, the workers' connections waiting to reconnect never ended (redis/ioredis#2169), so
-      // each BullMQ worker's close waited for Redis to come back: the drain timed out and exited 1.
-      service.proc.kill('SIGTERM')
-      expect(await exitWithin(service.proc, shutdownTimeoutMs + 5000)).toBe(0)
-      expect(await service.stdout).not.toContain('shutdown timed out')
-    } finally {
-      await redis.close()
-    }
+    // API and workers in one process: the BullMQ workers, the actors, the relay and every connection.
+    await drainWithRedisGone(
+      [],
+      {},
+      {
+        // The four BullMQ workers wait for jobs on their blocking connections, as they do between jobs.
+        async up({ redis }) {
+          const admin = new Redis(redis.url)
+          await until(async () => ((await admin.client('LIST')) as string).split('cmd=bzpopmin').length - 1 >= 4, 15_000)
+          admin.disconnect()
+        },
+        // Unpatched, the workers' connections waiting to reconnect never ended (redis/ioredis#2169), so
+        // each BullMQ worker's close waited for Redis to come back: the drain timed out and exited 1.
+        down: () => Bun.sleep(500),
+      },
+    )
   }, 45_000)
 
   test('with Redis gone and a scrape read through it, SIGTERM of the API closes its queues connection and exits 0', async () => {
-    const database = await emptyDatabase()
-    const redis = await startRedisServer()
-    try {
-      const port = await freePort()
-      const metricsPort = await freePort()
-      const shutdownTimeoutMs = 8000
-      const env = environment(database, {
-        PORT: String(port),
-        METRICS_PORT: String(metricsPort),
-        REDIS_URL: redis.url,
-        SHUTDOWN_TIMEOUT_MS: String(shutdownTimeoutMs),
-      })
-      const service = start(['src/main.ts', '--api'], env)
-      await waitForHealth(port, service)
-      const queuesRead = async () =>
-        /^metrics_collector_up\{collector="queues"\} 1$/m.test(await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text())
-      // The queues (the producers' connection, which waits for Redis) were read once with Redis up.
-      await until(queuesRead, 15_000)
-      await redis.down({ keepData: false })
-      await until(async () => (await fetch(`http://127.0.0.1:${port}/health/ready`)).status === 503, 10_000)
-      // A scrape in the outage gives up on the queues; their commands stay in the connection's offline
-      // queue, where they wait for Redis to come back.
-      expect(await queuesRead()).toBe(false)
-      // Unfixed, the connection's QUIT queued behind them: the drain timed out and exited 1.
-      service.proc.kill('SIGTERM')
-      expect(await exitWithin(service.proc, shutdownTimeoutMs + 5000)).toBe(0)
-      expect(await service.stdout).not.toContain('shutdown timed out')
-    } finally {
-      await redis.close()
-    }
+    const metricsPort = await freePort()
+    const queuesRead = async () =>
+      /^metrics_collector_up\{collector="queues"\} 1$/m.test(await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text())
+    await drainWithRedisGone(
+      ['--api'],
+      { METRICS_PORT: String(metricsPort) },
+      {
+        // The queues (the producers' connection, which waits for Redis) were read once with Redis up.
+        up: () => until(queuesRead, 15_000),
+        // A scrape in the outage gives up on the queues; their commands stay in the connection's offline
+        // queue, where they wait for Redis to come back. Unfixed, the connection's QUIT queued behind
+        // them: the drain timed out and exited 1.
+        down: async () => expect(await queuesRead()).toBe(false),
+      },
+    )
   }, 45_000)
 
   test('an unreachable Redis stops the boot with one stderr line naming REDIS_URL and how to install Redis', async () => {
