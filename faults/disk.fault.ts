@@ -9,8 +9,7 @@
 import { afterAll, beforeAll, describe, test } from 'bun:test'
 import { Redis } from 'ioredis'
 import { createSql } from '../src/db.ts'
-import { countRecordedBefore } from '../src/metering/count.ts'
-import { prepareTemplate, type Deployment } from './lib/deployment.ts'
+import { countUsageRecordedBefore, prepareTemplate, type Deployment } from './lib/deployment.ts'
 import { describeScenario } from './lib/scenario.ts'
 import type { FaultTimes } from './lib/scenario-run.ts'
 import type { World } from './lib/world.ts'
@@ -136,12 +135,7 @@ async function redisTakesWrites(world: World, deployment: Deployment): Promise<n
   } finally {
     redis.disconnect()
   }
-  const sql = createSql(deployment.databaseUrl, { max: 1 })
-  try {
-    await countRecordedBefore(sql, new Date(back), new Date())
-  } finally {
-    await sql.end()
-  }
+  await countUsageRecordedBefore(deployment, back)
   return back
 }
 

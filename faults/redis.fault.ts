@@ -4,8 +4,7 @@
  * while it fails over, or an operator before a switch).
  */
 import { Redis } from 'ioredis'
-import { createSql } from '../src/db.ts'
-import { countRecordedBefore } from '../src/metering/count.ts'
+import { countUsageRecordedBefore } from './lib/deployment.ts'
 import { describeScenario } from './lib/scenario.ts'
 import { useWorld } from './lib/world.ts'
 
@@ -33,12 +32,7 @@ describeScenario('Redis restarted losing its data', servers, {
     // (once in five runs here): its usage, recorded in Postgres before the answer, is maintenance's to count
     // a minute later. That pass is run here for what was recorded before the kill, rather than waited
     // for beyond the checks' patience; calls recorded since must be counted by their jobs.
-    const sql = createSql(deployment.databaseUrl, { max: 1 })
-    try {
-      await countRecordedBefore(sql, new Date(downAt), new Date())
-    } finally {
-      await sql.end()
-    }
+    await countUsageRecordedBefore(deployment, downAt)
     return {
       label: 'Redis killed, its data deleted, and started again empty ~3 s later',
       restarted: 'Redis',

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createSql } from '../../src/db.ts'
 import { migrate } from '../../src/migrate.ts'
+import { countRecordedBefore } from '../../src/metering/count.ts'
 import type { PostgresServer } from '../../test/helpers/postgres-server.ts'
 import type { RedisServer } from '../../test/helpers/redis-server.ts'
 import { freePort } from '../../test/helpers/ports.ts'
@@ -168,4 +169,18 @@ export async function startDeployment(
 /** Removes a deployment's logs (kept when a scenario failed, for reading). */
 export function removeLogs(deployment: Deployment): void {
   rmSync(deployment.logDir, { recursive: true, force: true })
+}
+
+/**
+ * Counts the usage recorded before `before`, as maintenance would a minute later: for a fault that can
+ * lose metering jobs (Redis losing its data, or refusing the job), whose calls the checks would
+ * otherwise wait for past their patience.
+ */
+export async function countUsageRecordedBefore(deployment: Deployment, before: number): Promise<void> {
+  const sql = createSql(deployment.databaseUrl, { max: 1 })
+  try {
+    await countRecordedBefore(sql, new Date(before), new Date())
+  } finally {
+    await sql.end()
+  }
 }
