@@ -72,9 +72,11 @@ async function main() {
     await reachDatabase(config.databaseUrl!, { statementTimeoutMs: config.statementTimeoutMs, settings })
     const migrator = createSql(config.databaseUrl!, { max: 1 })
     try {
-      const applied = await migrate(migrator, undefined, config.migrationTimeouts, holder =>
-        log.warn('waiting for the migration lock, held by another session', { ...holder }),
-      )
+      const applied = await migrate(migrator, undefined, config.migrationTimeouts, {
+        waiting: holder => log.warn('waiting for the migration lock, held by another session', { ...holder }),
+        ahead: names =>
+          log.warn('the database has migrations this code does not: running on its schema as it is (sql/README.md)', { migrations: names }),
+      })
       if (applied.length > 0) log.info('migrations applied', { applied })
     } finally {
       await migrator.end()

@@ -113,7 +113,8 @@ export function migrationOptions(migration: Migration): MigrationOptions {
  * Applies every pending migration. Consecutive migrations that run in a transaction share one: all
  * of them apply, or none. A `no-transaction` migration commits what came before it and runs alone.
  * Two processes starting together both succeed: the second waits for the lock, then finds nothing
- * left to do. The lock is the session's, so it lasts across the transactions of one run.
+ * left to do. The lock is the session's, so it lasts across the transactions of one run. A database
+ * ahead of the code is used as it is (`report.ahead`); one that other code migrated is refused.
  *
  * @example
  * const applied = await migrate(sql)
@@ -122,19 +123,30 @@ export async function migrate(
   sql: Sql,
   migrations = readMigrations(),
   timeouts: MigrationTimeouts = defaultTimeouts,
-  waiting: (holder: LockHolder) => void = () => {},
+  report: MigrationReport = {},
 ): Promise<string[]> {
   const session = await sql.reserve()
   try {
-    await takeLock(session, waiting)
+    await takeLock(session, report.waiting ?? (() => {}))
     try {
-      return await applyPending(session, migrations, timeouts)
+      return await applyPending(session, migrations, timeouts, report.ahead ?? (() => {}))
     } finally {
       await session`select pg_advisory_unlock(${lockId})`.catch(() => {})
     }
   } finally {
     session.release()
   }
+}
+
+/** What a run tells as it goes, besides what it applied. */
+export interface MigrationReport {
+  /** Every 10 s while another session holds the migration lock. */
+  waiting?: (holder: LockHolder) => void
+  /**
+   * The database has migrations after this code's last (newer code applied them: the next release
+   * during a rollout, or the release rolled back from): the code runs on that schema as it is.
+   */
+  ahead?: (names: string[]) => void
 }
 
 /**
@@ -179,17 +191,16 @@ async function lockHolder(session: Sql): Promise<Omit<LockHolder, 'waitedMs'>> {
   return holder ?? { pid: null, application: null, state: null, since: null }
 }
 
-async function applyPending(session: Sql, migrations: Migration[], timeouts: MigrationTimeouts): Promise<string[]> {
+async function applyPending(session: Sql, migrations: Migration[], timeouts: MigrationTimeouts, ahead: (names: string[]) => void): Promise<string[]> {
   await session`begin`
   let inTransaction = true
   try {
     const state = await readState(session)
-    if (state.current > migrations.length) {
-      throw new Error(`database is at migration ${state.current}, newer than this code (${migrations.length})`)
-    }
+    const newer = newerThan(migrations, state.applied)
     const pending = migrations.slice(state.current)
     if (pending.length === 0) {
       await session`commit`
+      if (newer.length > 0) ahead(newer)
       return []
     }
     // Only with something to apply: `create ... if not exists` needs the schema's CREATE even when
@@ -228,18 +239,38 @@ async function applyPending(session: Sql, migrations: Migration[], timeouts: Mig
 interface State {
   /** The last migration applied (0: none, or no `migrations` table). */
   current: number
+  /** What the `migrations` table records, in order. */
+  applied: Pick<Migration, 'id' | 'name'>[]
   role: string
   schema: string | null
 }
 
 async function readState(session: Sql): Promise<State> {
-  const [row] = await session<(Omit<State, 'current'> & { exists: boolean })[]>`
+  const [row] = await session<(Omit<State, 'current' | 'applied'> & { exists: boolean })[]>`
     select quote_ident(current_user) as role, quote_ident(current_schema()) as schema, to_regclass('migrations') is not null as exists
   `
   const { exists, ...who } = row!
-  if (!exists) return { current: 0, ...who }
-  const [applied] = await session<{ max: number }[]>`select coalesce(max(id), 0)::int as max from migrations`
-  return { current: applied!.max, ...who }
+  if (!exists) return { current: 0, applied: [], ...who }
+  const applied = await session<Pick<Migration, 'id' | 'name'>[]>`select id, name from migrations order by id`
+  return { current: applied.at(-1)?.id ?? 0, applied, ...who }
+}
+
+/**
+ * The names of the applied migrations past this code's last. One this code also numbers must be
+ * its file: another name means other code (another branch) migrated the database, and nothing runs.
+ */
+function newerThan(migrations: Migration[], applied: State['applied']): string[] {
+  for (const { id, name } of applied) {
+    const file = migrations[id - 1]
+    if (file && file.name !== name) {
+      throw new MigrationError(
+        file.name,
+        `the database's migration ${id} is ${name}, where this code has ${file.name}: other code migrated it; ` +
+          'deploy the code that did, or restore the database from before it',
+      )
+    }
+  }
+  return applied.filter(({ id }) => id > migrations.length).map(({ name }) => name)
 }
 
 /** Runs one migration and records it: in the open transaction, or statement by statement. */

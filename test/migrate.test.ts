@@ -83,7 +83,7 @@ describe('migrate', () => {
     const [row] = await held<{ pid: number }[]>`select pg_backend_pid() as pid, pg_advisory_lock(1634560359)`
     const pid = row!.pid
     const said: { pid: number | null; application: string | null; waitedMs: number }[] = []
-    const run = migrate(connect(database), undefined, undefined, holder => said.push(holder))
+    const run = migrate(connect(database), undefined, undefined, { waiting: holder => said.push(holder) })
     // The wall clock stepped back meanwhile (NTP correcting the host): the 10 s are the monotonic clock's.
     setSystemTime(new Date(Date.now() - 3_600_000))
     try {
@@ -111,11 +111,33 @@ describe('migrate', () => {
     expect(await tableExists(sql, 'migrations')).toBe(false)
   })
 
-  test('refuses a database that is ahead of the code', async () => {
+  test('a database ahead of the code (the next release migrated it) is used as it is: nothing applied, the newer migrations reported', async () => {
     const sql = connect(await emptyDatabase())
     const dir = folder({ '00001_a.sql': 'create table a (id integer);', '00002_b.sql': 'create table b (id integer);' })
     await migrate(sql, readMigrations(dir))
-    await expect(migrate(sql, readMigrations(dir).slice(0, 1))).rejects.toThrow('newer than this code')
+    const ahead: string[][] = []
+    expect(await migrate(sql, readMigrations(dir).slice(0, 1), undefined, { ahead: names => ahead.push(names) })).toEqual([])
+    expect(ahead).toEqual([['00002_b.sql']])
+    expect(await tableExists(sql, 'b')).toBe(true)
+    // Up to date, it reports nothing.
+    expect(await migrate(sql, readMigrations(dir), undefined, { ahead: names => ahead.push(names) })).toEqual([])
+    expect(ahead).toHaveLength(1)
+  })
+
+  test('refuses a database that other code migrated (a migration of the same number, another name), naming both; nothing applied', async () => {
+    const sql = connect(await emptyDatabase())
+    const ours = { '00001_a.sql': 'create table a (id integer);', '00002_b.sql': 'create table b (id integer);' }
+    await migrate(sql, readMigrations(folder({ ...ours, '00003_theirs.sql': 'create table theirs (id integer);' })))
+    const mine = readMigrations(
+      folder({ ...ours, '00003_mine.sql': 'create table mine (id integer);', '00004_d.sql': 'create table d (id integer);' }),
+    )
+    const failure = await migrate(sql, mine).catch(error => error)
+    expect(failure).toBeInstanceOf(MigrationError)
+    expect(failure.message).toContain("the database's migration 3 is 00003_theirs.sql, where this code has 00003_mine.sql")
+    expect(await tableExists(sql, 'mine')).toBe(false)
+    expect(await tableExists(sql, 'd')).toBe(false)
+    // Code behind it by one, where what it has matches, runs on it.
+    expect(await migrate(sql, readMigrations(folder(ours)))).toEqual([])
   })
 })
 

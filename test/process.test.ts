@@ -231,6 +231,40 @@ describe('the service as a process', () => {
     }
   }, 40_000)
 
+  test('a rollback: a database the next release migrated serves this code, which says so; one other code migrated stops the boot', async () => {
+    const database = await emptyDatabase()
+    const ours = readMigrations()
+    const next = {
+      id: ours.length + 1,
+      name: `${String(ours.length + 1).padStart(5, '0')}_next_release.sql`,
+      text: 'alter table users add column nickname text;',
+    }
+    const sql = createSql(database.url, { max: 1 })
+    try {
+      await migrate(sql, [...ours, next])
+      const port = await freePort()
+      const env = environment(database, { PORT: String(port) })
+      const api = start(['src/main.ts', '--api'], env)
+      await waitForHealth(port, api)
+      expect((await fetch(`http://127.0.0.1:${port}/health/ready`)).status).toBe(200)
+      expect(
+        (await fetch(`http://127.0.0.1:${port}/v1/auth/me`, { headers: { authorization: `Bearer ${await userToken('rollback')}` } })).status,
+      ).toBe(200)
+      api.proc.kill('SIGTERM')
+      expect(await exitWithin(api.proc, 15_000)).toBe(0)
+      const warning = (await api.stdout).split('\n').find(line => line.includes('migrations this code does not'))
+      expect(JSON.parse(warning!)).toMatchObject({ level: 'warn', migrations: [next.name] })
+      const cli = start(['src/cli/migrate.ts'], env)
+      expect(await exitWithin(cli.proc, 20_000)).toBe(0)
+      expect(await cli.stdout).toBe(`migrate: up to date; the database also has ${next.name}, from newer code\n`)
+
+      await sql`update migrations set name = '00002_another_branch.sql' where id = 2`
+      expect(await refusedBoot(env)).toContain(`the database's migration 2 is 00002_another_branch.sql, where this code has ${ours[1]!.name}`)
+    } finally {
+      await sql.end()
+    }
+  }, 60_000)
+
   test('a second API process on a port the first holds stops with one line, rather than sharing its connections', async () => {
     const database = await emptyDatabase()
     const port = await freePort()

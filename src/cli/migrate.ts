@@ -11,10 +11,14 @@ await runCli('migrate', 'usage: npm run migrate (applies the migrations in sql/ 
   await reachDatabase(config.databaseUrl)
   const sql = createSql(config.databaseUrl, { max: 1 })
   try {
-    const applied = await migrate(sql, undefined, config.migrationTimeouts, holder =>
-      console.error(`migrate: waiting ${Math.round(holder.waitedMs / 1000)} s for the migration lock, held by ${describe(holder)}`),
-    )
-    console.log(applied.length === 0 ? 'migrate: up to date' : `migrate: applied ${applied.join(', ')}`)
+    let newer: string[] = []
+    const applied = await migrate(sql, undefined, config.migrationTimeouts, {
+      waiting: holder =>
+        console.error(`migrate: waiting ${Math.round(holder.waitedMs / 1000)} s for the migration lock, held by ${describe(holder)}`),
+      ahead: names => (newer = names),
+    })
+    if (newer.length > 0) console.log(`migrate: up to date; the database also has ${newer.join(', ')}, from newer code`)
+    else console.log(applied.length === 0 ? 'migrate: up to date' : `migrate: applied ${applied.join(', ')}`)
   } finally {
     await sql.end()
   }
