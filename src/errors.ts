@@ -157,7 +157,11 @@ export const errors = {
     ),
   notReady: (details: ErrorDetail[]) => unavailable('The service is not ready for traffic', 1, details),
   backingDown: (details: ErrorDetail[]) => unavailable('Postgres or Redis is unreachable', 1, details),
-  internal: () => new AppError(500, 'internal', 'Something went wrong on our side'),
+  /** With `requestId`, the reference its log record holds, in the message and in `X-Request-Id`. */
+  internal: (requestId?: string) =>
+    requestId === undefined
+      ? new AppError(500, 'internal', 'Something went wrong on our side')
+      : new AppError(500, 'internal', `Something went wrong on our side (request ${requestId})`, undefined, { 'x-request-id': requestId }),
 }
 
 /**

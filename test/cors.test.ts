@@ -69,7 +69,7 @@ describe('CORS_ORIGINS listing the dashboard', () => {
       'access-control-allow-origin': dashboard,
       'access-control-allow-methods': 'OPTIONS, POST',
       'access-control-allow-headers': 'authorization, content-type, idempotency-key, last-event-id, x-api-key',
-      'access-control-expose-headers': 'accept-encoding, allow, retry-after, www-authenticate',
+      'access-control-expose-headers': 'accept-encoding, allow, retry-after, www-authenticate, x-request-id',
       'access-control-max-age': '7200',
     })
     expect(answer.headers.get('access-control-allow-credentials')).toBeNull()

@@ -500,10 +500,40 @@ describe('logs', () => {
         level: 'error',
         msg: 'response failed its own schema',
         route: '/broken',
+        requestId: res.headers.get('x-request-id'),
         issues: [{ path: '/count', message: 'Expected number' }],
       },
     ])
     expect(lines[0]).not.toContain(secret)
+  })
+
+  test('a 500 gives the reference its log record holds: the X-Request-Id a proxy sent, or a new one when it sent none fit to log', async () => {
+    const lines: string[] = []
+    const log = createLog('info', line => lines.push(line))
+    const app = new Elysia().use(httpErrors(log, routeMethods(), { draining: false }, null)).get('/broken', () => {
+      throw new Error('a bug')
+    })
+    const answer = async (headers: Record<string, string>) => {
+      const res = await app.handle(new Request('http://test.local/broken', { headers }))
+      const body = (await res.json()) as { error: string; message: string }
+      const record = JSON.parse(lines.at(-1)!)
+      expect([res.status, body.error, record.msg]).toEqual([500, 'internal', 'unhandled error'])
+      expect(record.requestId).toBe(res.headers.get('x-request-id'))
+      expect(body.message).toBe(`Something went wrong on our side (request ${record.requestId})`)
+      return record.requestId as string
+    }
+    // nginx's $request_id, and a load balancer's own.
+    expect(await answer({ 'x-request-id': '8f3b9c0d2e1a4f5b6c7d8e9f0a1b2c3d' })).toBe('8f3b9c0d2e1a4f5b6c7d8e9f0a1b2c3d')
+    expect(await answer({ 'x-request-id': 'Root=1-67891233:abc.def_9' })).toBe('Root=1-67891233:abc.def_9')
+    // None, or one not fit for a log line (a quote, a space, too long): a UUID of its own, each time another.
+    const made = [
+      await answer({}),
+      await answer({ 'x-request-id': 'a"b' }),
+      await answer({ 'x-request-id': 'a b' }),
+      await answer({ 'x-request-id': 'x'.repeat(129) }),
+    ]
+    for (const id of made) expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+    expect(new Set(made).size).toBe(4)
   })
 })
 

@@ -18,7 +18,7 @@ export const allowedRequestHeaders = ['authorization', 'content-type', 'idempote
  * and such): every other one the API sends a client. Without them a page would see a 429 but not
  * its Retry-After. A test checks every error of the catalogue against this list.
  */
-export const exposedResponseHeaders = ['accept-encoding', 'allow', 'retry-after', 'www-authenticate']
+export const exposedResponseHeaders = ['accept-encoding', 'allow', 'retry-after', 'www-authenticate', 'x-request-id']
 
 /**
  * How long a browser may keep a preflight's answer (per page origin, URL and method): Chromium's

@@ -1,4 +1,5 @@
 /** Renders every failure, ours and the framework's, as the contract's error envelope. */
+import { randomUUID } from 'node:crypto'
 import { Elysia, ValidationError } from 'elysia'
 import { AppError, errors, type ErrorDetail } from '../errors.ts'
 import { errorFields, throttled, type Log, type Throttled } from '../log.ts'
@@ -37,19 +38,22 @@ export function toAppError(
   code: unknown,
   error: unknown,
   log: Log,
-  request: { method: string; path: string; route: string | undefined; routes: RouteMethods },
+  request: { method: string; path: string; route: string | undefined; routes: RouteMethods; headers: Headers },
   outage: Throttled,
 ): AppError {
   if (error instanceof AppError) return error
   const { path } = request
   const route = request.route || 'unmatched'
+  // A 500's reference, in its answer and its log record: the one a proxy in front sent, or a new one.
+  const requestId = () => requestIdOf(request.headers) ?? randomUUID()
   if (error instanceof ValidationError) {
     if (error.type === 'response') {
       // Where it failed and why, never the error itself: Elysia's message (and the stack that
       // repeats it) holds the whole response, which may carry a secret (a new agent's API key) and
       // be megabytes (a listing).
-      log.error('response failed its own schema', { route, issues: validationDetails(error) })
-      return errors.internal()
+      const id = requestId()
+      log.error('response failed its own schema', { route, requestId: id, issues: validationDetails(error) })
+      return errors.internal(id)
     }
     return errors.validation(`The ${parts[error.type] ?? 'request'} ${error.type === 'body' ? 'is' : 'are'} not valid`, validationDetails(error))
   }
@@ -86,8 +90,15 @@ export function toAppError(
     outage('error', errorFields(error).error as string, 'backing service unavailable', { route, ...errorFields(error) })
     return errors.unavailable()
   }
-  log.error('unhandled error', { route, ...errorFields(error) })
-  return errors.internal()
+  const id = requestId()
+  log.error('unhandled error', { route, requestId: id, ...errorFields(error) })
+  return errors.internal(id)
+}
+
+/** A request's `X-Request-Id` (as nginx's `$request_id` or a load balancer sends it) when it is one to log: 1 to 128 letters, digits and `._:=+/-`. */
+export function requestIdOf(headers: Headers): string | null {
+  const id = headers.get('x-request-id')
+  return id !== null && /^[\w.:=+/-]{1,128}$/.test(id) ? id : null
 }
 
 const parts: Record<string, string> = {
@@ -130,7 +141,7 @@ export function httpErrors(log: Log, routes: RouteMethods, lifecycle: { readonly
   // each failure every 10 s (with how many were held back) tells as much as one per request.
   const outage = throttled(log, 10_000)
   const failed = (code: string | number, error: unknown, path: string, route: string | undefined, request: Request) =>
-    toAppError(code, error, log, { method: request.method, path, route, routes }, outage)
+    toAppError(code, error, log, { method: request.method, path, route, routes, headers: request.headers }, outage)
   // What every answer carries, set on the context so that each gets it (a route's, a stream's, an
   // error's): `Cache-Control: no-store`, unless the answer says otherwise (a public document:
   // caching.ts); while a shutdown waits for load balancers to notice (SHUTDOWN_DELAY_MS), a close of

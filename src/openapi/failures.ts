@@ -43,7 +43,15 @@ export const failureResponses: Record<string, Response> = {
     'unsupported_media_type: a body must be JSON in UTF-8, sent with Content-Type: application/json and no Content-Encoding',
   ),
   HeadersTooLarge: failure('headers_too_large: the request line and headers are over 16 KiB'),
-  Internal: failure('internal: something went wrong on our side'),
+  Internal: {
+    ...failure('internal: something went wrong on our side; the message and X-Request-Id give the reference our log holds'),
+    headers: {
+      'X-Request-Id': {
+        description: 'The request’s own X-Request-Id (1 to 128 letters, digits and ._:=+/-), as a proxy in front sends it, or one made for it',
+        schema: { type: 'string' },
+      },
+    },
+  },
   Unavailable: {
     ...failure('unavailable: PostgreSQL or Redis cannot be reached, or the service is too busy, right now; retry'),
     headers: { 'Retry-After': { description: 'Seconds to wait before trying again', schema: { type: 'integer', minimum: 0 } } },
