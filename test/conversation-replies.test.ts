@@ -17,7 +17,10 @@ import { agentConversations, insertUserMessage, storeChosenReplies, storeFreshRe
 import { actorKinds } from '../src/deps.ts'
 import { holdActor } from './helpers/hold.ts'
 import { createSql, type Db, type Sql } from '../src/db.ts'
+import { createApp, type App } from '../src/app.ts'
+import { createLog } from '../src/log.ts'
 import {
+  callApp,
   createTestContext,
   expectError,
   redisUrl,
@@ -55,6 +58,8 @@ const anotherSubscriber = async (pair: Subscribed) => {
 }
 const send = (user: TestUser, agent: TestAgent, text: string) =>
   ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text } })
+const replyThrough = (app: App, { agent, user }: Subscribed, text: string) =>
+  callApp(app, 'POST', '/v1/agent/conversation-reply', { apiKey: agent.apiKey, body: { userId: user.id, text } })
 const reply = (agent: TestAgent, userId: string, text: string, headers?: Record<string, string>) =>
   ctx.call('POST', '/v1/agent/conversation-reply', { apiKey: agent.apiKey, body: { userId, text }, headers })
 const history = async ({ agent, user }: Subscribed) =>
@@ -660,6 +665,37 @@ describe('the reply writer', () => {
       redis?.disconnect()
       await sql?.end()
       await proxy?.close()
+    }
+  }, 20_000)
+})
+
+describe('a reply while Postgres is out of reach', () => {
+  test('is 503 and logs the outage as any request does (once per 10 s), naming the route', async () => {
+    const pair = await subscribedPair()
+    expect((await send(pair.user, pair.agent, 'anyone?')).status).toBe(201)
+    // The reply writer's own pool, through a proxy that then stops: its connection drops and new ones are refused.
+    const proxy = await startHeldProxy(ctx.database.url)
+    const through = new URL(ctx.database.url)
+    through.port = new URL(proxy.url).port
+    const sql = createSql(through.toString(), { max: 1 })
+    const writer = createReplyWriter({ ...ctx.deps, sql })
+    const lines: string[] = []
+    const app = createApp({ ...ctx.deps, replies: writer, log: createLog('info', line => lines.push(line)) })
+    try {
+      await sql`select 1`
+      await proxy.stop()
+      const answers = [await replyThrough(app, pair, 'one'), await replyThrough(app, pair, 'two')]
+      for (const answer of answers) expectError(answer, 503, 'unavailable')
+      const records = lines.map(line => JSON.parse(line))
+      expect(records.map(record => [record.level, record.msg, record.route])).toEqual([
+        ['error', 'backing service unavailable', '/v1/agent/conversation-reply'],
+      ])
+      expect(records[0].code).toBeString()
+      expect((await history(pair)).map(message => message.text)).toEqual(['anyone?'])
+    } finally {
+      await writer.close()
+      await sql.end()
+      await proxy.close()
     }
   }, 20_000)
 })

@@ -10,7 +10,6 @@
  */
 import postgres from 'postgres'
 import type { Sql } from '../db.ts'
-import { isConnectionError, isTransientFailure } from '../db.ts'
 import { errors } from '../errors.ts'
 import { errorFields, type Log } from '../log.ts'
 import type { Redis } from '../redis.ts'
@@ -209,10 +208,9 @@ export function inboxAfterReply(deps: InboxDeps): RelayEffect {
 
 function failureOf(error: unknown) {
   if (refusedValue(error)) return errors.validation('The reply holds a value that cannot be stored')
-  // Rolled back (a statement timeout, a lock wait given up, a deadlock): left as Postgres gave it, so
-  // that the error handler logs it as a request's own statement's (a reply waiting out a lock another
-  // session holds said nothing) and answers 503 with Retry-After.
-  if (isTransientFailure(error)) return error
-  if (isConnectionError(error)) return errors.unavailable('The reply could not be stored; it may have been')
+  // Rolled back (a statement timeout, a lock wait given up, a deadlock) or cut off (the statement may
+  // have committed): left as Postgres or the driver gave it, so that the error handler logs it as it
+  // does any request's (a reply waiting out a lock, or one cut off, said nothing) and answers 503
+  // with Retry-After, which a retry under the Idempotency-Key makes safe.
   return error
 }
