@@ -63,6 +63,25 @@ export function readMigrations(dir = migrationsDir): Migration[] {
   })
 }
 
+/** The last migration the database has applied (0: none, or no `migrations` table yet). */
+export async function lastApplied(sql: Sql): Promise<number> {
+  try {
+    const [row] = await sql<{ max: number }[]>`select coalesce(max(id), 0)::int as max from migrations`
+    return row!.max
+  } catch (error) {
+    if ((error as { code?: string }).code === '42P01') return 0
+    throw error
+  }
+}
+
+/** For a tool that needs the service's tables: throws one line saying to migrate when the database lacks some of this code's migrations. */
+export async function requireMigrated(sql: Sql, migrations = readMigrations()): Promise<void> {
+  const applied = await lastApplied(sql)
+  if (applied < migrations.length) {
+    throw new Error(`the database at DATABASE_URL has ${applied} of this code's ${migrations.length} migrations: run \`npm run migrate\` first`)
+  }
+}
+
 /** What the migrations leave in the database, by name: what the service's role must be allowed to use (reachDatabase). */
 export interface ServiceObjects {
   /** Its tables, `migrations` among them: it reads and writes every one (their sequences go with them). */

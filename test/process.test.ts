@@ -209,6 +209,18 @@ describe('the service as a process', () => {
     }
   }, 60_000)
 
+  test('a tool that needs the tables, on a database not migrated, says to migrate first in one line', async () => {
+    const env = environment(await emptyDatabase(), { CONNECTIONS_KEY: '0'.repeat(64) })
+    for (const tool of ['src/cli/invoices-run.ts', 'src/cli/connections-reseal.ts']) {
+      const cli = start([tool], env)
+      expect(await exitWithin(cli.proc, 20_000), tool).toBe(1)
+      const count = readMigrations().length
+      expect((await cli.stderr).trimEnd().split('\n')).toEqual([
+        expect.stringMatching(new RegExp(`: the database at DATABASE_URL has 0 of this code's ${count} migrations: run \`npm run migrate\` first$`)),
+      ])
+    }
+  }, 40_000)
+
   test('migrate waiting for the lock says on stderr which session holds it, then applies once it is let go', async () => {
     const database = await emptyDatabase()
     const stray = createSql(database.url, { max: 1 })

@@ -2,6 +2,7 @@
 import { loadConfig } from '../config.ts'
 import { createSql } from '../db.ts'
 import { reachDatabase } from '../reach-database.ts'
+import { requireMigrated } from '../migrate.ts'
 import { connectionKeys } from '../connections/credential-box.ts'
 import { resealConnections } from '../connections/reseal.ts'
 import { runCli } from './run.ts'
@@ -17,6 +18,7 @@ await runCli('connections:reseal', usage, {}, async () => {
   await reachDatabase(config.databaseUrl)
   const sql = createSql(config.databaseUrl, { max: 1 })
   try {
+    await requireMigrated(sql)
     const { resealed, current, unreadable } = await resealConnections(sql, connectionKeys(config))
     console.log(`connections:reseal: ${resealed} sealed again with CONNECTIONS_KEY, ${current} already were, ${unreadable.length} unreadable`)
     if (unreadable.length > 0) {

@@ -5,6 +5,7 @@ import { createDeps, forInvoiceRun } from '../deps.ts'
 import { createLog } from '../log.ts'
 import { invoiceSettleMs, runInvoices, runTime } from '../invoices/run.ts'
 import { reachDatabase } from '../reach-database.ts'
+import { requireMigrated } from '../migrate.ts'
 import { runCli, UsageError } from './run.ts'
 
 const terminal = process.stdout.isTTY === true
@@ -29,6 +30,7 @@ await runCli('invoices:run', usage, { at: { type: 'string' } }, async values => 
   // As the worker does: no statement timeout (the run's first statement reads every subscription).
   const deps = forInvoiceRun(await createDeps(config, { log: createLog('warn') }))
   try {
+    await requireMigrated(deps.sql)
     // Dated by the database's clock when this machine's is ahead of it (src/invoices/run.ts).
     const at = await runTime(deps.sql, requested)
     if (!at) throw new UsageError('--at must not be more than a minute ahead of the database’s clock')

@@ -9,7 +9,7 @@ import type { Deps } from '../deps.ts'
 import type { Sql } from '../db.ts'
 import { errors, type ErrorDetail } from '../errors.ts'
 import { failures, Ok, ok } from '../http/schema.ts'
-import { readMigrations } from '../migrate.ts'
+import { lastApplied, readMigrations } from '../migrate.ts'
 
 const Status = t.Union([t.Literal('ok'), t.Literal('down')])
 const Health = t.Object(
@@ -36,14 +36,11 @@ const reachable = (check: Promise<unknown>) =>
   )
 
 /** How far the database's migrations are: `down` when Postgres cannot be asked. */
-async function migrationState(sql: Sql, expected: number): Promise<'applied' | 'pending' | 'down'> {
-  try {
-    const [row] = await within(sql<{ max: number }[]>`select coalesce(max(id), 0)::int as max from migrations`, checkMs)
-    return row!.max >= expected ? 'applied' : 'pending'
-  } catch (error) {
-    // No migrations table yet: reachable, nothing applied. Anything else: Postgres cannot be asked.
-    return (error as { code?: string }).code === '42P01' ? 'pending' : 'down'
-  }
+function migrationState(sql: Sql, expected: number): Promise<'applied' | 'pending' | 'down'> {
+  return within(lastApplied(sql), checkMs).then(
+    applied => (applied >= expected ? 'applied' : 'pending'),
+    () => 'down',
+  )
 }
 
 export function healthRoutes({ sql, redis, lifecycle }: Deps) {
