@@ -308,3 +308,49 @@ describe('readMigrations', () => {
     expect(files.map(file => file.id)).toEqual(files.map((_, index) => index + 1))
   })
 })
+
+/**
+ * The statements of a migration that take away what the previous release may still read or write
+ * without (sql/README.md, "Two releases on one schema"), unless the file says on a line of its own
+ * `-- contracts: <why no running release needs it>`: a table, column or function dropped or renamed,
+ * a column made `not null`, given another type, or added `not null` without a default, a constraint added.
+ */
+function unmarkedContractions(migration: { text: string }): string[] {
+  if (/^-- contracts: \S/m.test(migration.text)) return []
+  const body = migration.text.replace(/--.*$/gm, '')
+  const contracting =
+    /\b(drop\s+(table|column|function)\b|rename\s+(to|column)\b|alter\s+column\s+\S+\s+(set\s+not\s+null|(set\s+data\s+)?type)\b|add\s+constraint\b|add\s+column\s+(if\s+not\s+exists\s+)?\S+\s+(?![^,;]*\bdefault\b)[^,;]*\bnot\s+null\b)/gi
+  return [...body.matchAll(contracting)].map(match => match[0].replace(/\s+/g, ' ').toLowerCase())
+}
+
+/** The last file shipped before the rule: the service had never been deployed, so no release ran on an older schema. */
+const lastBeforeTheRule = 21
+
+describe('migrations keep the previous release working', () => {
+  test('each file after the rule adds only, or says what it contracts and why no running release needs it', () => {
+    const files = readMigrations().filter(migration => migration.id > lastBeforeTheRule)
+    const unmarked = files.map(file => ({ file: file.name, found: unmarkedContractions(file) })).filter(({ found }) => found.length > 0)
+    expect(unmarked).toEqual([])
+  })
+
+  test('the check finds what a rollback would trip on, and takes a file that says why', () => {
+    const found = (text: string) => unmarkedContractions({ text })
+    expect(found('alter table users add column nickname text;')).toEqual([])
+    expect(found("alter table users add column tier text not null default 'free';")).toEqual([])
+    expect(found('create table notes (id uuid primary key, body text not null);')).toEqual([])
+    expect(found('create index concurrently notes_by_time on notes (created_at);')).toEqual([])
+    expect(found('alter table users drop column nickname;')).toEqual(['drop column'])
+    expect(found('ALTER TABLE users RENAME COLUMN email TO mail;')).toEqual(['rename column'])
+    expect(found('alter table users rename to people;')).toEqual(['rename to'])
+    expect(found('drop table notes;\ndrop function uuid_v7();')).toEqual(['drop table', 'drop function'])
+    expect(found('alter table users alter column email set not null;')).toEqual(['alter column email set not null'])
+    expect(found('alter table users alter column email type citext;')).toEqual(['alter column email type'])
+    expect(found('alter table users add column tier text not null;')).toEqual(['add column tier text not null'])
+    expect(found('alter table users add constraint email_lower check (email = lower(email));')).toEqual(['add constraint'])
+    // Said in a comment, it is not a statement.
+    expect(found('-- before: alter table users drop column nickname;\nselect 1;')).toEqual([])
+    expect(
+      found('-- contracts: 00022 stopped reading nickname, and 00022 is the oldest release running\nalter table users drop column nickname;'),
+    ).toEqual([])
+  })
+})
