@@ -8,6 +8,8 @@ import { createLog } from '../src/log.ts'
 import { Elysia, t } from 'elysia'
 import { httpErrors } from '../src/http/error-handler.ts'
 import { routeMethods } from '../src/http/route-methods.ts'
+import { serverOptions } from '../src/http/server-options.ts'
+import { accepted } from '../src/actors/refusal.ts'
 
 let ctx: TestContext
 let alice: TestUser
@@ -534,6 +536,31 @@ describe('logs', () => {
     ]
     for (const id of made) expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
     expect(new Set(made).size).toBe(4)
+  })
+
+  test('every 500 gives a reference its log record holds: a refusal no error maps, a failure that escapes the app', async () => {
+    const lines: string[] = []
+    const log = createLog('info', line => lines.push(line))
+    const app = new Elysia().use(httpErrors(log, routeMethods(), { draining: false }, null)).get('/refused', () => {
+      accepted({ refused: 'unheard_of' })
+    })
+    const answers = [
+      await app.handle(new Request('http://test.local/refused', { headers: { 'x-request-id': 'edge-1' } })),
+      serverOptions(log).error(new Error('escaped the app')),
+    ]
+    const records = lines.map(line => JSON.parse(line))
+    expect(records.map(record => [record.level, record.msg])).toEqual([
+      ['error', 'unhandled error'],
+      ['error', 'unhandled server error'],
+    ])
+    expect(answers[0]!.headers.get('x-request-id')).toBe('edge-1')
+    for (const [i, res] of answers.entries()) {
+      const body = (await res.json()) as { error: string; message: string }
+      expect([res.status, body.error]).toEqual([500, 'internal'])
+      expect(records[i].requestId).toBeString()
+      expect(res.headers.get('x-request-id')).toBe(records[i].requestId)
+      expect(body.message).toBe(`Something went wrong on our side (request ${records[i].requestId})`)
+    }
   })
 })
 

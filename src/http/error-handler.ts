@@ -41,7 +41,8 @@ export function toAppError(
   request: { method: string; path: string; route: string | undefined; routes: RouteMethods; headers: Headers },
   outage: Throttled,
 ): AppError {
-  if (error instanceof AppError) return error
+  // A 500 of the catalogue (a refusal no error maps) is a bug as any other is: logged, with its reference.
+  if (error instanceof AppError && error.status !== 500) return error
   const { path } = request
   const route = request.route || 'unmatched'
   // A 500's reference, in its answer and its log record: the one a proxy in front sent, or a new one.

@@ -1,4 +1,5 @@
 /** Options for `listen` (Bun.serve), so that the app sees, and answers in the envelope, what Bun would refuse bare. */
+import { randomUUID } from 'node:crypto'
 import http from 'node:http'
 import type { ErrorLike } from 'bun'
 import { errors } from '../errors.ts'
@@ -26,8 +27,10 @@ export function serverOptions(log: Log) {
     reusePort: false,
     maxRequestBodySize: Number.MAX_SAFE_INTEGER,
     error(error: ErrorLike) {
-      log.error('unhandled server error', errorFields(error))
-      return renderError(errors.internal())
+      // No request here to take an X-Request-Id from: a reference of its own, in the answer and the log.
+      const requestId = randomUUID()
+      log.error('unhandled server error', { requestId, ...errorFields(error) })
+      return renderError(errors.internal(requestId))
     },
   }
 }
