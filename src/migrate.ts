@@ -277,9 +277,18 @@ async function readState(session: Sql): Promise<State> {
 /**
  * The names of the applied migrations past this code's last. One this code also numbers must be
  * its file: another name means other code (another branch) migrated the database, and nothing runs.
+ * Nor does it on a gap (a row deleted by hand): the run starts after the last row, so a missing one
+ * would never apply, and code behind the database would take it for the schema it expects.
  */
 function newerThan(migrations: Migration[], applied: State['applied']): string[] {
-  for (const { id, name } of applied) {
+  for (const [index, { id, name }] of applied.entries()) {
+    if (id !== index + 1) {
+      throw new MigrationError(
+        name,
+        `the database's migrations table has no migration ${index + 1}, though it has ${name}: apply that migration ` +
+          'by hand and record it, or restore the database',
+      )
+    }
     const file = migrations[id - 1]
     if (file && file.name !== name) {
       throw new MigrationError(

@@ -139,6 +139,18 @@ describe('migrate', () => {
     // Code behind it by one, where what it has matches, runs on it.
     expect(await migrate(sql, readMigrations(folder(ours)))).toEqual([])
   })
+
+  test('refuses a database whose migrations table lacks one before its last (a row deleted), behind the code or ahead of it', async () => {
+    const sql = connect(await emptyDatabase())
+    const files = { '00001_a.sql': 'create table a (id integer);', '00002_b.sql': 'create table b (id integer);', '00003_c.sql': 'select 1;' }
+    await migrate(sql, readMigrations(folder(files)))
+    await sql`delete from migrations where id = 2`
+    for (const code of [readMigrations(folder(files)), readMigrations(folder(files)).slice(0, 1)]) {
+      const failure = await migrate(sql, code).catch(error => error)
+      expect(failure).toBeInstanceOf(MigrationError)
+      expect(failure.message).toContain("the database's migrations table has no migration 2, though it has 00003_c.sql")
+    }
+  })
 })
 
 /** Waits until a session of the database waits for a lock (pg_stat_activity), and returns its query. */
