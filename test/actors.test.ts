@@ -6,6 +6,7 @@ import type { ActorKinds } from '../src/actors/types.ts'
 import { createHolder, isHold, type Hold } from '../src/actors/hold.ts'
 import { createDue } from '../src/actors/due.ts'
 import { createDispatcher } from '../src/actors/dispatcher.ts'
+import { readDeadLetters, sendAgain } from '../src/actors/dead-letters.ts'
 import { AppError } from '../src/errors.ts'
 import { enqueueEvents } from '../src/events/outbox.ts'
 import { createTestContext, type TestContext } from './helpers/context.ts'
@@ -71,6 +72,13 @@ const kinds: ActorKinds = {
         repaired.push(id)
       },
     },
+    // A type a newer release added: the runtimes of `olderRelease` have no handler for it.
+    added: {
+      async apply(tx, _payload, { id }) {
+        await tx`insert into actor_log (actor, n) values (${id}, 42)`
+        return { added: true }
+      },
+    },
     // Fails once, after waiting for the test to let it (to fail a batch at a chosen moment).
     stall: {
       async apply(tx, _payload, { id }) {
@@ -86,6 +94,9 @@ const kinds: ActorKinds = {
     },
   },
 }
+
+/** The kinds as the release before knew them: without the `added` type. */
+const olderRelease: ActorKinds = { log: Object.fromEntries(Object.entries(kinds.log!).filter(([type]) => type !== 'added')) }
 
 async function runtime(options: Partial<Parameters<typeof startActorRuntime>[0]> = {}) {
   const { sql, redis, keys, clock, log } = ctx.deps
@@ -185,6 +196,32 @@ describe('actor runtime', () => {
     expect(dead[0]![1]).toContain('poison')
     await r.stop()
   }, 30_000)
+
+  test('a type an older release has no handler for is dead-lettered there; sent again where it has one, it is applied once', async () => {
+    const older = await runtime({ kinds: olderRelease })
+    const actor = randomUUID()
+    const failed = await ctx.deps.dispatcher.ask(`log:${actor}`, 'added', {}, { timeoutMs: 20_000 }).catch(e => e)
+    expect((failed as AppError).code).toBe('unavailable')
+    const letters = (await readDeadLetters(ctx.deps.redis, ctx.deps.keys)).filter(letter => letter.actor === `log:${actor}`)
+    expect(letters.map(({ type, error }) => ({ type, error }))).toEqual([{ type: 'added', error: 'no handler for log command added' }])
+    await older.stop()
+
+    // Sent to its mailbox and marked due, for a runtime that is not looking at the actor otherwise.
+    const { redis, keys } = ctx.deps
+    await redis.zrem(keys.actorsDue, `log:${actor}`)
+    await sendAgain(redis, keys, letters[0]!)
+    expect(await redis.xlen(keys.actor(`log:${actor}`).mailbox)).toBe(1)
+    expect(await redis.zscore(keys.actorsDue, `log:${actor}`)).not.toBeNull()
+    const newer = await runtime()
+    await until(async () => (await appended(actor)).includes(42))
+    expect(await ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${actor}`).dead)).toBe(0)
+    // Sent again (a run cut off between its send and its delete): the command is known, and not applied twice.
+    await sendAgain(ctx.deps.redis, ctx.deps.keys, letters[0]!)
+    await ctx.deps.dispatcher.tell(`log:${actor}`, 'append', { n: 43 })
+    await until(async () => (await appended(actor)).includes(43))
+    expect(await appended(actor)).toEqual([42, 43])
+    await newer.stop()
+  }, 40_000)
 
   test('a command whose projection keeps failing is answered once applied, and the actor’s Redis state repaired', async () => {
     const r = await runtime()

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Redis } from 'ioredis'
 import { createSql } from '../src/db.ts'
+import { createKeys } from '../src/keys.ts'
 import { migrate, readMigrations } from '../src/migrate.ts'
 import { deleteKeys, randomPrefix, userToken } from './helpers/context.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
@@ -190,7 +191,13 @@ describe('the service as a process', () => {
       const code = await exitWithin(cli.proc, 20_000)
       return { code, stdout: await cli.stdout, stderr: (await cli.stderr).trimEnd() }
     }
-    for (const tool of ['src/cli/migrate.ts', 'src/cli/token.ts', 'src/cli/invoices-run.ts', 'src/cli/connections-reseal.ts']) {
+    for (const tool of [
+      'src/cli/migrate.ts',
+      'src/cli/token.ts',
+      'src/cli/invoices-run.ts',
+      'src/cli/connections-reseal.ts',
+      'src/cli/actors-dead-letters.ts',
+    ]) {
       const help = await run([tool, '--help'])
       expect(help.code, tool).toBe(0)
       expect(help.stdout).toStartWith('usage: npm run ')
@@ -218,6 +225,38 @@ describe('the service as a process', () => {
       expect((await cli.stderr).trimEnd().split('\n')).toEqual([
         expect.stringMatching(new RegExp(`: the database at DATABASE_URL has 0 of this code's ${count} migrations: run \`npm run migrate\` first$`)),
       ])
+    }
+  }, 40_000)
+
+  test('actors:dead-letters lists the dead letters with their errors; --send-again puts each back in its mailbox, marked due', async () => {
+    const env = environment({ url: 'postgres://unused@127.0.0.1/unused' })
+    const keys = createKeys(env.REDIS_PREFIX!)
+    const redis = new Redis(env.REDIS_URL!)
+    try {
+      // As careful.ts moves one: the mailbox entry's fields, its id there, and the error.
+      const fields = ['type', 'user.message', 'payload', '{"text":"hi"}', 'command', 'c-1', 'repeatable', '', 'hash', '', 'reply', 'r', 'ask', 'a']
+      await redis.xadd(keys.actor('agent:a1').dead, '*', ...fields, 'entry', '1-0', 'error', 'no handler for agent command user.message')
+      await redis.xadd(keys.actor('org:o1').dead, '*', 'type', 'org.rename', 'payload', '{}', 'command', '', 'entry', '2-0', 'error', 'a bug')
+      const run = async (args: string[]) => {
+        const cli = start(['src/cli/actors-dead-letters.ts', ...args], env)
+        expect(await exitWithin(cli.proc, 20_000)).toBe(0)
+        return (await cli.stdout).trimEnd().split('\n')
+      }
+      const listed = await run([])
+      expect(listed).toEqual([
+        expect.stringMatching(/^\d{4}-\d\d-\d\dT.* agent:a1 user\.message: no handler for agent command user\.message$/),
+        expect.stringMatching(/ org:o1 org\.rename: a bug$/),
+        'actors:dead-letters: 2 dead letters',
+      ])
+      expect((await run(['--send-again', '--type', 'org.rename'])).at(-1)).toBe('actors:dead-letters: sent 1 again')
+      expect(await redis.xlen(keys.actor('org:o1').dead)).toBe(0)
+      const [[, resent]] = (await redis.xrange(keys.actor('org:o1').mailbox, '-', '+')) as [[string, string[]]]
+      // No command id of its own: the entry's id stands for it, as the runtime read it.
+      expect(resent).toEqual(['type', 'org.rename', 'payload', '{}', 'command', '2-0', 'repeatable', '1', 'hash', '', 'reply', '', 'ask', ''])
+      expect(await redis.zscore(keys.actorsDue, 'org:o1')).not.toBeNull()
+      expect(await run([])).toEqual([expect.stringMatching(/ agent:a1 user\.message: /), 'actors:dead-letters: 1 dead letter'])
+    } finally {
+      redis.disconnect()
     }
   }, 40_000)
 
