@@ -46,5 +46,7 @@ export function createKeys(prefix: string) {
       built: `${prefix}{actor:agent:${agentId}}:inbox-built`,
     }),
     bullPrefix: `${prefix}bull`,
+    // Which deployment's database the prefix serves (redis-prefix.ts).
+    deployment: `${prefix}deployment`,
   }
 }

@@ -316,6 +316,37 @@ describe('the service as a process', () => {
     }
   }, 60_000)
 
+  test('a REDIS_PREFIX another deployment’s database claimed stops the boot with one line; its own serves, however often it boots', async () => {
+    const [ours, theirs] = [await emptyDatabase(), await emptyDatabase()]
+    const port = await freePort()
+    const env = environment(ours, { PORT: String(port) })
+    const first = start(['src/main.ts', '--api'], env)
+    await waitForHealth(port, first)
+    first.proc.kill('SIGTERM')
+    expect(await exitWithin(first.proc, 15_000)).toBe(0)
+    // Booted again on its own prefix: still its own.
+    const again = start(['src/main.ts', '--api'], env)
+    await waitForHealth(port, again)
+    again.proc.kill('SIGTERM')
+    expect(await exitWithin(again.proc, 15_000)).toBe(0)
+
+    // Staging beside production: another database, the same Redis and prefix.
+    const sql = createSql(ours.url, { max: 1 })
+    const [deployment] = await sql<{ id: string }[]>`select id from deployment`.finally(() => sql.end())
+    const line = await refusedBoot({ ...env, DATABASE_URL: theirs.url })
+    expect(line).toContain(
+      `REDIS_PREFIX=${env.REDIS_PREFIX} holds the Redis state of another deployment (its database's deployment id is ${deployment!.id}`,
+    )
+    expect(line).toContain('give each deployment a REDIS_PREFIX of its own')
+    const why = (record: string) => JSON.parse(record).error as string
+    expect(why(await refusedBoot({ ...env, DATABASE_URL: theirs.url }, '--workers'))).toBe(why(line))
+    // With a prefix of its own it serves.
+    const own = start(['src/main.ts', '--api'], environment(theirs, { PORT: String(port) }))
+    await waitForHealth(port, own)
+    own.proc.kill('SIGTERM')
+    expect(await exitWithin(own.proc, 15_000)).toBe(0)
+  }, 60_000)
+
   test('a second API process on a port the first holds stops with one line, rather than sharing its connections', async () => {
     const database = await emptyDatabase()
     const port = await freePort()

@@ -6,6 +6,7 @@ import { createLog } from '../log.ts'
 import { invoiceSettleMs, runInvoices, runTime } from '../invoices/run.ts'
 import { reachDatabase } from '../reach-database.ts'
 import { requireMigrated } from '../migrate.ts'
+import { claimRedisPrefix } from '../redis-prefix.ts'
 import { runCli, UsageError } from './run.ts'
 
 const terminal = process.stdout.isTTY === true
@@ -31,6 +32,7 @@ await runCli('invoices:run', usage, { at: { type: 'string' } }, async values => 
   const deps = forInvoiceRun(await createDeps(config, { log: createLog('warn') }))
   try {
     await requireMigrated(deps.sql)
+    await claimRedisPrefix(deps.sql, deps.redis, deps.keys)
     // Dated by the database's clock when this machine's is ahead of it (src/invoices/run.ts).
     const at = await runTime(deps.sql, requested)
     if (!at) throw new UsageError('--at must not be more than a minute ahead of the database’s clock')

@@ -1,0 +1,29 @@
+/**
+ * One REDIS_PREFIX, one deployment. Everything the service keeps in Redis lives under the prefix: the
+ * actors' mailboxes and due set, the queues, the event streams, world chat. Two deployments on one
+ * Redis under one prefix (staging beside production, both on the default) would apply each other's
+ * commands to the wrong database and show each other's chat: each process claims the prefix for its
+ * database's deployment id (migration 00022, kept through a dump, a restore or a failover) as it
+ * boots, and refuses a prefix another deployment claimed.
+ */
+import type { Sql } from './db.ts'
+import type { Redis } from './redis.ts'
+import type { Keys } from './keys.ts'
+
+/** Claims the prefix, or throws one line naming REDIS_PREFIX, both deployments and the way out. */
+export async function claimRedisPrefix(sql: Sql, redis: Redis, keys: Keys): Promise<void> {
+  const [row] = await sql<{ id: string }[]>`select id from deployment`
+  const ours = row!.id
+  let claimed: string | null = null
+  // Unclaimed, or claimed by this deployment: done. (A claim deleted between the two asks is asked again.)
+  while (claimed === null) {
+    if ((await redis.set(keys.deployment, ours, 'NX')) === 'OK') return
+    claimed = await redis.get(keys.deployment)
+  }
+  if (claimed === ours) return
+  throw new Error(
+    `REDIS_PREFIX=${keys.prefix} holds the Redis state of another deployment (its database's deployment id is ${claimed}; this one's is ${ours}): ` +
+      `give each deployment a REDIS_PREFIX of its own, or, that deployment gone for good, delete its keys ` +
+      `(redis-cli --scan --pattern '${keys.prefix}*' | xargs -r redis-cli unlink) and start again`,
+  )
+}
