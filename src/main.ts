@@ -120,9 +120,16 @@ async function main() {
     log.error(reason, fields)
     void Promise.race([stopDatabase().catch(() => {}), Bun.sleep(5000)]).finally(() => exitFlushed(1))
   }
+  let firstSignal: { signal: string; at: number } | undefined
   const shutdown = async (signal: string) => {
-    // A second signal (Ctrl-C again) will not wait for the drain.
-    if (stopping) return abort(`${signal} while shutting down; exiting without waiting`)
+    if (stopping) {
+      // The same signal within a second is the same stop delivered twice (a process group signalled,
+      // as systemd's default KillMode does: Bun gets it, and npm passes it on), not Ctrl-C again.
+      if (signal === firstSignal?.signal && performance.now() - firstSignal.at < 1000) return
+      // A second signal (Ctrl-C again) will not wait for the drain.
+      return abort(`${signal} while shutting down; exiting without waiting`)
+    }
+    firstSignal = { signal, at: performance.now() }
     stopping = true
     log.info('shutting down', { signal })
     deps?.lifecycle.drain()

@@ -105,6 +105,23 @@ describe('the service started through npm start', () => {
     await startAndTerminate(database.url, 20_000)
   }, 40_000)
 
+  test('SIGTERM to npm’s whole process group (systemd’s default KillMode) drains once and exits 0, though Bun gets it twice', async () => {
+    const database = await createTestDatabase()
+    databases.push(database)
+    const port = await freePort()
+    // A group of its own, as a service manager gives it: npm leads it.
+    const npm = start(['npm', 'start'], environment(port, database.url, { SHUTDOWN_DELAY_MS: '500', LOG_LEVEL: 'info' }), ['setsid'])
+    await waitForReady(port, npm, 20_000)
+    const tree = descendants(npm.proc.pid)
+    for (const { pid } of tree) seen.add(pid)
+    process.kill(-npm.proc.pid, 'SIGTERM')
+    expect(await exitWithin(npm.proc, 20_000)).toBe(0)
+    const stdout = await npm.stdout
+    expect(stdout).not.toContain('while shutting down')
+    expect(stdout).toContain('"msg":"stopped"')
+    expect(tree.filter(({ pid }) => isRunning(pid))).toEqual([])
+  }, 40_000)
+
   test('with the embedded PostgreSQL, SIGTERM to npm stops the database too', async () => {
     const { tree } = await startAndTerminate(undefined, 60_000)
     const postgres = postmasters(tree)
