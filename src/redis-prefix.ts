@@ -13,7 +13,8 @@ import type { Keys } from './keys.ts'
 /** Claims the prefix, or throws one line naming REDIS_PREFIX, both deployments and the way out. */
 export async function claimRedisPrefix(sql: Sql, redis: Redis, keys: Keys): Promise<void> {
   const [row] = await sql<{ id: string }[]>`select id from deployment`
-  const ours = row!.id
+  if (!row) throw new Error('the table deployment has no row (migration 00022 draws it): insert one, `insert into deployment default values`')
+  const ours = row.id
   let claimed: string | null = null
   // Unclaimed, or claimed by this deployment: done. (A claim deleted between the two asks is asked again.)
   while (claimed === null) {

@@ -49,23 +49,16 @@ export async function readDeadLetters(redis: Redis, keys: Keys): Promise<DeadLet
  */
 export async function sendAgain(redis: Redis, keys: Keys, letter: DeadLetter): Promise<void> {
   const { type, payload, command, hash, entry } = letter.fields
-  const fields = [
-    'type',
-    type,
-    'payload',
-    payload ?? 'null',
-    'command',
-    command || entry,
-    'repeatable',
-    '1',
-    'hash',
-    hash ?? '',
-    'reply',
-    '',
-    'ask',
-    '',
-  ]
-  await redis.xadd(keys.actor(letter.actor).mailbox, '*', ...fields.map(field => field ?? ''))
+  const entryFields = {
+    type: type ?? '',
+    payload: payload ?? 'null',
+    command: command || entry || '',
+    repeatable: '1',
+    hash: hash ?? '',
+    reply: '',
+    ask: '',
+  }
+  await redis.xadd(keys.actor(letter.actor).mailbox, '*', ...Object.entries(entryFields).flat())
   await createDue(redis, keys).mark(letter.actor)
   await redis.xdel(letter.stream, letter.id)
 }
