@@ -24,7 +24,8 @@ export async function claimRedisPrefix(sql: Sql, redis: Redis, keys: Keys): Prom
   if (claimed === ours) return
   throw new Error(
     `REDIS_PREFIX=${keys.prefix} holds the Redis state of another deployment (its database's deployment id is ${claimed}; this one's is ${ours}): ` +
-      `give each deployment a REDIS_PREFIX of its own, or, that deployment gone for good, delete its keys ` +
-      `(redis-cli --scan --pattern '${keys.prefix}*' | xargs -r redis-cli unlink) and start again`,
+      `give each deployment a REDIS_PREFIX of its own. Where both ran on it before (its keys are this one's too), move the other ` +
+      `to its own, then delete only the claim (redis-cli unlink '${keys.deployment}'); where only that one ran on it and is gone ` +
+      `for good, delete its keys (redis-cli --scan --pattern '${keys.prefix}*' | xargs -r redis-cli unlink); then start again`,
   )
 }

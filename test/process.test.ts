@@ -340,6 +340,23 @@ describe('the service as a process', () => {
     expect(line).toContain('give each deployment a REDIS_PREFIX of its own')
     const why = (record: string) => JSON.parse(record).error as string
     expect(why(await refusedBoot({ ...env, DATABASE_URL: theirs.url }, '--workers'))).toBe(why(line))
+    // Both ran on the prefix before the claim (staging upgraded first, production refused): the way
+    // out the line gives deletes the claim alone, not the mailboxes and queues the two share.
+    const keys = createKeys(env.REDIS_PREFIX!)
+    const redis = new Redis(env.REDIS_URL!)
+    try {
+      await redis.xadd(keys.actor('org:shared').mailbox, '*', 'type', 'org.rename', 'payload', '{}')
+      const claim = why(line).match(/move the other to its own, then delete only the claim \(redis-cli unlink '([^']+)'\)/)?.[1]
+      expect(claim).toBe(keys.deployment)
+      await redis.unlink(claim!)
+      const shared = start(['src/main.ts', '--api'], { ...env, DATABASE_URL: theirs.url })
+      await waitForHealth(port, shared)
+      shared.proc.kill('SIGTERM')
+      expect(await exitWithin(shared.proc, 15_000)).toBe(0)
+      expect(await redis.xlen(keys.actor('org:shared').mailbox)).toBe(1)
+    } finally {
+      redis.disconnect()
+    }
     // With a prefix of its own it serves.
     const own = start(['src/main.ts', '--api'], environment(theirs, { PORT: String(port) }))
     await waitForHealth(port, own)
