@@ -21,6 +21,8 @@ let failOnce = new Set<string>()
 const outages = new Map<string, number>()
 const projected: string[] = []
 const repaired: string[] = []
+// How often the `added` type's handler ran, committed or not.
+let addedRuns = 0
 const stalls: { entered(): void; released: Promise<void> }[] = []
 /** Actors whose next projections fail this many times (as with Redis away). */
 const projectionFailures = new Map<string, number>()
@@ -75,6 +77,7 @@ const kinds: ActorKinds = {
     // A type a newer release added: the runtimes of `olderRelease` have no handler for it.
     added: {
       async apply(tx, _payload, { id }) {
+        addedRuns++
         await tx`insert into actor_log (actor, n) values (${id}, 42)`
         return { added: true }
       },
@@ -220,6 +223,9 @@ describe('actor runtime', () => {
     await ctx.deps.dispatcher.tell(`log:${actor}`, 'append', { n: 43 })
     await until(async () => (await appended(actor)).includes(43))
     expect(await appended(actor)).toEqual([42, 43])
+    // Found as applied before it was run: not run again in a transaction that the applied id's
+    // primary key then rolls back.
+    expect(addedRuns).toBe(1)
     await newer.stop()
   }, 40_000)
 
