@@ -25,7 +25,7 @@ export async function claimRedisPrefix(sql: Sql, redis: Redis, keys: Keys): Prom
   throw new Error(
     `REDIS_PREFIX=${keys.prefix} holds the Redis state of another deployment (its database's deployment id is ${claimed}; this one's is ${ours}): ` +
       `give each deployment a REDIS_PREFIX of its own. Where both ran on it before (its keys are this one's too), move the other ` +
-      `to its own, then delete only the claim (redis-cli unlink '${keys.deployment}'); where only that one ran on it and is gone ` +
-      `for good, delete its keys (redis-cli --scan --pattern '${keys.prefix}*' | xargs -r redis-cli unlink); then start again`,
+      `to its own, then delete only the claim (redis-cli -u "$REDIS_URL" unlink '${keys.deployment}'); where only that one ran on it and is gone ` +
+      `for good, delete its keys (redis-cli -u "$REDIS_URL" --scan --pattern '${keys.prefix}*' | xargs -r redis-cli -u "$REDIS_URL" unlink); then start again`,
   )
 }

@@ -236,10 +236,13 @@ describe('the service as a process', () => {
       // As careful.ts moves one: the mailbox entry's fields, its id there, and the error.
       const fields = ['type', 'user.message', 'payload', '{"text":"hi"}', 'command', 'c-1', 'repeatable', '', 'hash', '', 'reply', 'r', 'ask', 'a']
       await redis.xadd(keys.actor('agent:a1').dead, '*', ...fields, 'entry', '1-0', 'error', 'no handler for agent command user.message')
-      await redis.xadd(keys.actor('org:o1').dead, '*', 'type', 'org.rename', 'payload', '{}', 'command', '', 'entry', '2-0', 'error', 'a bug')
+      // Moved long ago (its id's time: 1970), past the two days applied commands are remembered.
+      await redis.xadd(keys.actor('org:o1').dead, '1000-0', 'type', 'org.rename', 'payload', '{}', 'command', '', 'entry', '2-0', 'error', 'a bug')
+      let stderr = ''
       const run = async (args: string[]) => {
         const cli = start(['src/cli/actors-dead-letters.ts', ...args], env)
         expect(await exitWithin(cli.proc, 20_000)).toBe(0)
+        stderr = await cli.stderr
         return (await cli.stdout).trimEnd().split('\n')
       }
       const listed = await run([])
@@ -248,7 +251,9 @@ describe('the service as a process', () => {
         expect.stringMatching(/ org:o1 org\.rename: a bug$/),
         'actors:dead-letters: 2 dead letters',
       ])
+      expect(stderr).toBe('')
       expect((await run(['--send-again', '--type', 'org.rename'])).at(-1)).toBe('actors:dead-letters: sent 1 again')
+      expect(stderr).toStartWith('actors:dead-letters: 1 of them moved over two days ago, past the time their command ids are remembered')
       expect(await redis.xlen(keys.actor('org:o1').dead)).toBe(0)
       const [[, resent]] = (await redis.xrange(keys.actor('org:o1').mailbox, '-', '+')) as [[string, string[]]]
       // No command id of its own: the entry's id stands for it, as the runtime read it.
@@ -346,7 +351,7 @@ describe('the service as a process', () => {
     const redis = new Redis(env.REDIS_URL!)
     try {
       await redis.xadd(keys.actor('org:shared').mailbox, '*', 'type', 'org.rename', 'payload', '{}')
-      const claim = why(line).match(/move the other to its own, then delete only the claim \(redis-cli unlink '([^']+)'\)/)?.[1]
+      const claim = why(line).match(/move the other to its own, then delete only the claim \(redis-cli -u "\$REDIS_URL" unlink '([^']+)'\)/)?.[1]
       expect(claim).toBe(keys.deployment)
       await redis.unlink(claim!)
       const shared = start(['src/main.ts', '--api'], { ...env, DATABASE_URL: theirs.url })

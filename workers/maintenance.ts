@@ -7,7 +7,7 @@ import type { Deps } from '../src/deps.ts'
 import { errorFields } from '../src/log.ts'
 import { purgeDeviceCodes } from '../src/auth/device-store.ts'
 import { purgeIdempotencyKeys } from '../src/idempotency/idempotent.ts'
-import { purgeAppliedCommands } from '../src/actors/store.ts'
+import { appliedCommandsKeptMs, purgeAppliedCommands } from '../src/actors/store.ts'
 import { expireRequests } from '../src/service-requests/store.ts'
 import { removeOpenRequest } from '../src/conversations/inbox.ts'
 import { countRecordedBefore } from '../src/metering/count.ts'
@@ -21,8 +21,7 @@ export async function runMaintenance(deps: Deps) {
   const expired = await expireOpenRequests(deps, now)
   const deviceCodes = await purgeDeviceCodes(sql, new Date(now.getTime() - 86_400_000))
   const idempotencyKeys = await purgeIdempotencyKeys(sql, now)
-  // Twice the Idempotency-Key window: a retried command must still find its first result.
-  const appliedCommands = await purgeAppliedCommands(sql, new Date(now.getTime() - 2 * 86_400_000))
+  const appliedCommands = await purgeAppliedCommands(sql, new Date(now.getTime() - appliedCommandsKeptMs))
   const counts = { usageEvents: usage, serviceRequests: expired, deviceCodes, idempotencyKeys, appliedCommands }
   if (Object.values(counts).some(count => count > 0)) log.info('maintenance', counts)
   return counts

@@ -4,6 +4,7 @@ import { connectRedis, closeRedis, createRedis } from '../redis.ts'
 import { createKeys } from '../keys.ts'
 import { createLog } from '../log.ts'
 import { readDeadLetters, sendAgain, type DeadLetter } from '../actors/dead-letters.ts'
+import { appliedCommandsKeptMs } from '../actors/store.ts'
 import { runCli } from './run.ts'
 
 const usage =
@@ -28,6 +29,14 @@ await runCli('actors:dead-letters', usage, { 'send-again': { type: 'boolean' }, 
     }
     for (const letter of letters) await sendAgain(redis, keys, letter)
     console.log(`actors:dead-letters: sent ${letters.length} again`)
+    // Past the two days applied commands are remembered, a sender's retry since may have applied one.
+    const old = letters.filter(letter => Date.now() - Number(letter.id.split('-')[0]) > appliedCommandsKeptMs).length
+    if (old > 0) {
+      console.error(
+        `actors:dead-letters: ${old} of them moved over two days ago, past the time their command ids are remembered: ` +
+          'one its sender sent again since (under the same Idempotency-Key) may be applied twice',
+      )
+    }
   } finally {
     await closeRedis(redis)
   }
