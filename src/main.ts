@@ -5,7 +5,7 @@ import { captureConsole, createLog, errorFields, stdoutFlushed, toStderr } from 
 import { createSql } from './db.ts'
 import { reachDatabase } from './reach-database.ts'
 import { migrate } from './migrate.ts'
-import { claimRedisPrefix } from './redis-prefix.ts'
+import { holdRedisPrefix } from './redis-prefix.ts'
 import { createDeps, replySettings, requestSettings, type Deps } from './deps.ts'
 import { createApp } from './app.ts'
 import { serverOptions } from './http/server-options.ts'
@@ -84,7 +84,7 @@ async function main() {
     }
 
     deps = await createDeps(config, { log })
-    await claimRedisPrefix(deps.sql, deps.redis, deps.keys)
+    await holdRedisPrefix(deps.sql, deps.redis, deps.keys, log)
     // First, so that a process that answers on its API port is already scraped.
     if (config.metrics.port !== undefined) {
       metricsServer = onPort('METRICS_PORT', config.metrics.port, () =>

@@ -9,12 +9,34 @@
 import type { Sql } from './db.ts'
 import type { Redis } from './redis.ts'
 import type { Keys } from './keys.ts'
+import { errorFields, type Log } from './log.ts'
+
+/**
+ * Claims the prefix (or throws), and claims it again each time the connection is back: a Redis that
+ * came back without its data (restarted empty, a replica that lagged promoted) is claimed at once by
+ * the processes running on it, not by whichever deployment boots next. Found claimed by another
+ * then, the process logs it and serves on (stopping would take the rightful deployment down).
+ */
+export async function holdRedisPrefix(sql: Sql, redis: Redis, keys: Keys, log: Log): Promise<void> {
+  const ours = await deploymentId(sql)
+  await claim(redis, keys, ours)
+  redis.on('ready', () => {
+    claim(redis, keys, ours).catch(error => log.error('redis prefix not claimed again', errorFields(error)))
+  })
+}
 
 /** Claims the prefix, or throws one line naming REDIS_PREFIX, both deployments and the way out. */
 export async function claimRedisPrefix(sql: Sql, redis: Redis, keys: Keys): Promise<void> {
+  await claim(redis, keys, await deploymentId(sql))
+}
+
+async function deploymentId(sql: Sql): Promise<string> {
   const [row] = await sql<{ id: string }[]>`select id from deployment`
   if (!row) throw new Error('the table deployment has no row (migration 00022 draws it): insert one, `insert into deployment default values`')
-  const ours = row.id
+  return row.id
+}
+
+async function claim(redis: Redis, keys: Keys, ours: string): Promise<void> {
   let claimed: string | null = null
   // Unclaimed, or claimed by this deployment: done. (A claim deleted between the two asks is asked again.)
   while (claimed === null) {

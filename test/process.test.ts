@@ -369,6 +369,35 @@ describe('the service as a process', () => {
     expect(await exitWithin(own.proc, 15_000)).toBe(0)
   }, 60_000)
 
+  test('a Redis back without its data is claimed again at once by the processes running on it; found claimed by another, they say so and serve on', async () => {
+    const database = await emptyDatabase()
+    const redis = await startRedisServer()
+    const client = new Redis(redis.url)
+    try {
+      const port = await freePort()
+      const env = environment(database, { PORT: String(port), REDIS_URL: redis.url })
+      const claimKey = createKeys(env.REDIS_PREFIX!).deployment
+      const service = start(['src/main.ts'], env)
+      await waitForHealth(port, service)
+      const ours = await client.get(claimKey)
+      expect(ours).toMatch(/^[0-9a-f-]{36}$/)
+      await redis.down({ keepData: false })
+      await redis.up()
+      await until(async () => (await client.get(claimKey).catch(() => null)) === ours, 10_000)
+      // Another deployment's claim, then the connections cut: each reconnection finds it, and says so.
+      await client.set(claimKey, 'another-deployment')
+      await client.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
+      await until(async () => (await fetch(`http://127.0.0.1:${port}/health`)).status === 200, 10_000)
+      service.proc.kill('SIGTERM')
+      expect(await exitWithin(service.proc, 15_000)).toBe(0)
+      expect(await service.stdout).toContain('"msg":"redis prefix not claimed again"')
+      expect(await client.get(claimKey)).toBe('another-deployment')
+    } finally {
+      client.disconnect()
+      await redis.close()
+    }
+  }, 60_000)
+
   test('a second API process on a port the first holds stops with one line, rather than sharing its connections', async () => {
     const database = await emptyDatabase()
     const port = await freePort()
