@@ -138,6 +138,14 @@ async function drainWithRedisGone(
   }
 }
 
+/** Boots an API process on `env`'s PORT, waits until it is healthy, then drains it with SIGTERM (exit 0). */
+async function servesThenDrains(env: Record<string, string>): Promise<void> {
+  const api = start(['src/main.ts', '--api'], env)
+  await waitForHealth(Number(env.PORT), api)
+  api.proc.kill('SIGTERM')
+  expect(await exitWithin(api.proc, 15_000)).toBe(0)
+}
+
 /** Starts a process of the service that must refuse to boot; returns the one line it wrote on stderr. */
 async function refusedBoot(env: Record<string, string>, role = '--api'): Promise<string> {
   const service = start(['src/main.ts', role], env)
@@ -325,15 +333,9 @@ describe('the service as a process', () => {
     const [ours, theirs] = [await emptyDatabase(), await emptyDatabase()]
     const port = await freePort()
     const env = environment(ours, { PORT: String(port) })
-    const first = start(['src/main.ts', '--api'], env)
-    await waitForHealth(port, first)
-    first.proc.kill('SIGTERM')
-    expect(await exitWithin(first.proc, 15_000)).toBe(0)
+    await servesThenDrains(env)
     // Booted again on its own prefix: still its own.
-    const again = start(['src/main.ts', '--api'], env)
-    await waitForHealth(port, again)
-    again.proc.kill('SIGTERM')
-    expect(await exitWithin(again.proc, 15_000)).toBe(0)
+    await servesThenDrains(env)
 
     // Staging beside production: another database, the same Redis and prefix.
     const sql = createSql(ours.url, { max: 1 })
@@ -354,19 +356,13 @@ describe('the service as a process', () => {
       const claim = why(line).match(/move the other to its own, then delete only the claim \(redis-cli -u "\$REDIS_URL" unlink '([^']+)'\)/)?.[1]
       expect(claim).toBe(keys.deployment)
       await redis.unlink(claim!)
-      const shared = start(['src/main.ts', '--api'], { ...env, DATABASE_URL: theirs.url })
-      await waitForHealth(port, shared)
-      shared.proc.kill('SIGTERM')
-      expect(await exitWithin(shared.proc, 15_000)).toBe(0)
+      await servesThenDrains({ ...env, DATABASE_URL: theirs.url })
       expect(await redis.xlen(keys.actor('org:shared').mailbox)).toBe(1)
     } finally {
       redis.disconnect()
     }
     // With a prefix of its own it serves.
-    const own = start(['src/main.ts', '--api'], environment(theirs, { PORT: String(port) }))
-    await waitForHealth(port, own)
-    own.proc.kill('SIGTERM')
-    expect(await exitWithin(own.proc, 15_000)).toBe(0)
+    await servesThenDrains(environment(theirs, { PORT: String(port) }))
   }, 60_000)
 
   test('a Redis back without its data is claimed again at once by the processes running on it; found claimed by another, they say so and serve on', async () => {
