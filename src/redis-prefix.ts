@@ -21,7 +21,10 @@ export async function holdRedisPrefix(sql: Sql, redis: Redis, keys: Keys, log: L
   const ours = await deploymentId(sql)
   await claim(redis, keys, ours)
   redis.on('ready', () => {
-    claim(redis, keys, ours).catch(error => log.error('redis prefix not claimed again', errorFields(error)))
+    // Only another's claim is said: a claim Redis did not answer (paused, far) waits for the next reconnection.
+    claim(redis, keys, ours).catch(error => {
+      if (error instanceof PrefixClaimed) log.error('redis prefix not claimed again', errorFields(error))
+    })
   })
 }
 
@@ -44,10 +47,13 @@ async function claim(redis: Redis, keys: Keys, ours: string): Promise<void> {
     claimed = await redis.get(keys.deployment)
   }
   if (claimed === ours) return
-  throw new Error(
+  throw new PrefixClaimed(
     `REDIS_PREFIX=${keys.prefix} holds the Redis state of another deployment (its database's deployment id is ${claimed}; this one's is ${ours}): ` +
       `give each deployment a REDIS_PREFIX of its own. Where both ran on it before (its keys are this one's too), move the other ` +
       `to its own, then delete only the claim (redis-cli -u "$REDIS_URL" unlink '${keys.deployment}'); where only that one ran on it and is gone ` +
       `for good, delete its keys (redis-cli -u "$REDIS_URL" --scan --pattern '${keys.prefix}*' | xargs -r redis-cli -u "$REDIS_URL" unlink); then start again`,
   )
 }
+
+/** The prefix is another deployment's. */
+class PrefixClaimed extends Error {}

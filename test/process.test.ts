@@ -380,13 +380,23 @@ describe('the service as a process', () => {
       await redis.down({ keepData: false })
       await redis.up()
       await until(async () => (await client.get(claimKey).catch(() => null)) === ours, 10_000)
+      // Reconnected while Redis holds writes (CLIENT PAUSE): the claim times out, which is no other's claim.
+      await client.client('PAUSE', '4000', 'WRITE')
+      await client.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
+      await until(
+        async () => (await fetch(`http://127.0.0.1:${port}/health/ready`)).status === 200 && (await client.set(`${claimKey}:probe`, '1')) === 'OK',
+        15_000,
+      )
       // Another deployment's claim, then the connections cut: each reconnection finds it, and says so.
       await client.set(claimKey, 'another-deployment')
       await client.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
       await until(async () => (await fetch(`http://127.0.0.1:${port}/health`)).status === 200, 10_000)
       service.proc.kill('SIGTERM')
       expect(await exitWithin(service.proc, 15_000)).toBe(0)
-      expect(await service.stdout).toContain('"msg":"redis prefix not claimed again"')
+      const records = (await service.stdout).split('\n').filter(line => line.includes('"msg":"redis prefix not claimed again"'))
+      expect(records.length).toBeGreaterThan(0)
+      for (const record of records)
+        expect(JSON.parse(record).error).toStartWith(`REDIS_PREFIX=${env.REDIS_PREFIX} holds the Redis state of another deployment`)
       expect(await client.get(claimKey)).toBe('another-deployment')
     } finally {
       client.disconnect()
