@@ -229,6 +229,37 @@ describe('actor runtime', () => {
     await newer.stop()
   }, 40_000)
 
+  test('a claim applied in Redis whose reply was lost hides its actors for a moment, not for a lease', async () => {
+    const { redis, keys } = ctx.deps
+    let lost = 0
+    // The runtime's connection, but the first claim's reply is lost (a timeout under a latency spike):
+    // Redis ran the script, marking the actor claimed; the runtime saw an error.
+    const lossy = new Proxy(redis, {
+      get(target, name, receiver) {
+        if (name !== 'evalsha') {
+          const value = Reflect.get(target, name, receiver)
+          return typeof value === 'function' ? value.bind(target) : value
+        }
+        return async (...args: unknown[]) => {
+          const result = await (target.evalsha as (...a: unknown[]) => Promise<unknown>)(...args)
+          if (args[2] === keys.actorsDue && args[3] === keys.actorsDueBy && Array.isArray(result) && result.length > 0 && lost === 0) {
+            lost++
+            throw new Error('Command timed out')
+          }
+          return result
+        }
+      },
+    })
+    const r = await runtime({ redis: lossy, leaseMs: 10_000 })
+    try {
+      const actor = randomUUID()
+      expect(await ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 1 }, { timeoutMs: 6000 })).toEqual({ count: 1 })
+      expect(lost).toBe(1)
+    } finally {
+      await r.stop()
+    }
+  }, 20_000)
+
   test('a command whose projection keeps failing is answered once applied, and the actor’s Redis state repaired', async () => {
     const r = await runtime()
     const actor = randomUUID()

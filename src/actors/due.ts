@@ -3,7 +3,7 @@
  * they are due (Redis's clock), beside a hash of who marked each one last. Whoever leaves mail behind
  * marks its actor due at once: a sender as it appends (the mark behind the entry on one connection,
  * so it lands after it), and a holder that lets go with mail left. A runtime claims due actors
- * (marking them again, due when its hold would have run out) and takes a mark away or puts it off only
+ * (marking them again, due a moment later, for the time it takes their leases) and takes a mark away or puts it off only
  * while it is still its own: one made since, by anyone, stays. So mail never waits unmarked, and a
  * process that dies leaves marks that come due for the others. A mark also rings a doorbell, a short
  * list an idle runtime waits on, so it looks at once rather than at its next round (every second

@@ -62,6 +62,10 @@ const perActor = 32
 export async function startActorRuntime(options: ActorRuntimeOptions): Promise<ActorRuntime> {
   const { redis, keys, log } = options
   const leaseMs = options.leaseMs ?? 10_000
+  // How long a claim keeps its actors from the others before they come due again: long enough to take
+  // their leases (which hold them then), short enough that a claim whose reply was lost (a timeout,
+  // a connection dropped) or whose runtime died before the take hides them only a moment.
+  const claimMs = Math.min(leaseMs, 2000)
   const id = randomUUID()
   // A holder per loop: a loop whose take failed lets go of what that take may have taken, which must
   // not be a lease its other loop holds (it is claimed again whenever a command marks it due).
@@ -185,7 +189,7 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
     const deps = depsOf(holder)
     while (running) {
       const owner = `${id}:${++claims}`
-      const actors = await due.claim(options.batchActors ?? 64, leaseMs, owner).catch(error => {
+      const actors = await due.claim(options.batchActors ?? 64, claimMs, owner).catch(error => {
         outage('warn', 'claim', 'actor claim failed; retrying', errorFields(error))
         return null
       })
