@@ -109,7 +109,6 @@ async function main() {
     throw error
   }
 
-  let stopping = false
   let force: ReturnType<typeof setTimeout> | undefined
   // One stop of the embedded database (if any), shared by the drain and an abort that cuts it short.
   let databaseStopped: Promise<void> | undefined
@@ -120,17 +119,17 @@ async function main() {
     log.error(reason, fields)
     void Promise.race([stopDatabase().catch(() => {}), Bun.sleep(5000)]).finally(() => exitFlushed(1))
   }
-  let firstSignal: { signal: string; at: number } | undefined
+  // The signal that began the shutdown, and when (undefined: serving).
+  let stopping: { signal: string; at: number } | undefined
   const shutdown = async (signal: string) => {
     if (stopping) {
       // The same signal within a second is the same stop delivered twice (a process group signalled,
       // as systemd's default KillMode does: Bun gets it, and npm passes it on), not Ctrl-C again.
-      if (signal === firstSignal?.signal && performance.now() - firstSignal.at < 1000) return
+      if (signal === stopping.signal && performance.now() - stopping.at < 1000) return
       // A second signal (Ctrl-C again) will not wait for the drain.
       return abort(`${signal} while shutting down; exiting without waiting`)
     }
-    firstSignal = { signal, at: performance.now() }
-    stopping = true
+    stopping = { signal, at: performance.now() }
     log.info('shutting down', { signal })
     deps?.lifecycle.drain()
     force = setTimeout(() => abort('shutdown timed out; exiting'), config.shutdownTimeoutMs)

@@ -8,9 +8,11 @@ import type { Keys } from '../keys.ts'
 import { createDue } from './due.ts'
 
 export interface DeadLetter {
-  /** Its dead-letter stream, and its id there (when it was moved: the id's milliseconds). */
+  /** Its dead-letter stream, and its id there. */
   stream: string
   id: string
+  /** When it was moved there (its id's milliseconds). */
+  movedAt: Date
   actor: string
   type: string
   error: string
@@ -35,7 +37,7 @@ export async function readDeadLetters(redis: Redis, keys: Keys): Promise<DeadLet
     for (const [id, list] of await redis.xrange(stream, '-', '+')) {
       const fields: Record<string, string> = {}
       for (let i = 0; i + 1 < list.length; i += 2) fields[list[i]!] = list[i + 1]!
-      letters.push({ stream, id, actor, type: fields.type ?? '', error: fields.error ?? '', fields })
+      letters.push({ stream, id, movedAt: new Date(Number(id.split('-')[0])), actor, type: fields.type ?? '', error: fields.error ?? '', fields })
     }
   }
   return letters

@@ -30,7 +30,7 @@ await runCli('actors:dead-letters', usage, { 'send-again': { type: 'boolean' }, 
     for (const letter of letters) await sendAgain(redis, keys, letter)
     console.log(`actors:dead-letters: sent ${letters.length} again`)
     // Past the two days applied commands are remembered, a sender's retry since may have applied one.
-    const old = letters.filter(letter => Date.now() - Number(letter.id.split('-')[0]) > appliedCommandsKeptMs).length
+    const old = letters.filter(letter => Date.now() - letter.movedAt.getTime() > appliedCommandsKeptMs).length
     if (old > 0) {
       console.error(
         `actors:dead-letters: ${old} of them moved over two days ago, past the time their command ids are remembered: ` +
@@ -42,6 +42,6 @@ await runCli('actors:dead-letters', usage, { 'send-again': { type: 'boolean' }, 
   }
 })
 
-function describe({ actor, type, id, error }: DeadLetter): string {
-  return `${new Date(Number(id.split('-')[0])).toISOString()} ${actor} ${type}: ${error}`
+function describe({ actor, type, movedAt, error }: DeadLetter): string {
+  return `${movedAt.toISOString()} ${actor} ${type}: ${error}`
 }
