@@ -10,6 +10,8 @@ import { createJwtVerifier } from './auth/jwt.ts'
 import { createKeyCache } from './auth/key-cache.ts'
 import { createAuthenticator, type Authenticator } from './auth/authenticator.ts'
 import { createRateLimiter, type RateLimiter } from './rate-limit/token-bucket.ts'
+import { createUnknownKeyLimit } from './auth/unknown-keys.ts'
+import { clientIpResolver } from './http/client-ip.ts'
 import { createInFlightLimiter, type InFlightLimiter } from './rate-limit/in-flight.ts'
 import { createBufferBudget, type BufferBudget } from './proxy-calls/buffer-budget.ts'
 import { createDispatcher, type Dispatcher } from './actors/dispatcher.ts'
@@ -150,8 +152,15 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
     }),
   )
   const keyCache = await createKeyCache({ sql, redis, pubsub, channel: keys.channels.keyRevoked, clock, log, database })
-  const authenticator = createAuthenticator(sql, createJwtVerifier(config.auth), keyCache, database)
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
+  const authenticator = createAuthenticator({
+    sql,
+    verifyJwt: createJwtVerifier(config.auth),
+    keys: keyCache,
+    database,
+    clientIp: clientIpResolver(config.trustedProxies),
+    unknownKeys: createUnknownKeyLimit(rateLimiter, config.rateLimits.apiKeyMisses, clock),
+  })
   const inFlight = createInFlightLimiter(redis, keys, clock)
   const proxyBuffers = createBufferBudget(config.proxy.bufferBytes)
   // Agents' replies run in batches with Postgres connections of their own, so a batch never waits

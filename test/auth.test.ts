@@ -4,6 +4,7 @@ import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from 'j
 import { startRedisServer } from './helpers/redis-server.ts'
 import { until } from './helpers/until.ts'
 import { touchKeys } from '../src/auth/store.ts'
+import { generateKey } from '../src/auth/api-key.ts'
 import {
   createAgent,
   createTestContext,
@@ -694,4 +695,64 @@ describe('revocation when Redis cannot take the eviction', () => {
       await redis.close()
     }
   }, 30_000)
+})
+
+describe('unknown keys per address', () => {
+  // Three unknown keys a minute per address; every other limit as the other tests have them.
+  const limited = { TRUSTED_PROXIES: '127.0.0.1', RATE_LIMITS: JSON.stringify({ apiKeyMisses: { capacity: 3, perSeconds: 60 } }) }
+  let c: TestContext
+  let server: ReturnType<TestContext['app']['listen']>
+  let owner: TestUser
+
+  beforeAll(async () => {
+    c = await createTestContext({ env: limited })
+    server = c.app.listen({ port: 0, hostname: '127.0.0.1' })
+    owner = await signUp(c)
+  })
+  afterAll(async () => {
+    await server.stop()
+    await c.close()
+  })
+
+  /** An agent's status, asked with `key` by a client at `address` behind the proxy at 127.0.0.1. */
+  const status = (key: string, address: string) =>
+    fetch(`http://127.0.0.1:${server.server!.port}/v1/agent/status`, { headers: { 'x-api-key': key, 'x-forwarded-for': address } })
+  /** A well-formed key, checksum and all, that was never issued: what anyone can make. */
+  const forged = () => generateKey('agent').key
+
+  test('past the rule an address is 429 for keys the process has not seen, valid ones too, with no lookup', async () => {
+    const [fresh, cached] = [await createAgent(c, owner), await createAgent(c, owner)]
+    expect((await status(cached.apiKey, '203.0.113.10')).status).toBe(200)
+    for (let i = 0; i < 3; i++) expect((await status(forged(), '203.0.113.10')).status).toBe(401)
+    // The fourth finds the bucket empty; the count is taken after its 401, so the refusal follows it.
+    await until(async () => (await status(forged(), '203.0.113.10')).status === 429, 5000)
+
+    const refused = await status(fresh.apiKey, '203.0.113.10')
+    expect(refused.status).toBe(429)
+    expect(((await refused.json()) as { error: string }).error).toBe('rate_limited')
+    const seconds = Number(refused.headers.get('retry-after'))
+    expect(seconds).toBeGreaterThan(50)
+    expect(seconds).toBeLessThanOrEqual(60)
+    // A key the process holds costs nothing, and passes; another address is not refused.
+    expect((await status(cached.apiKey, '203.0.113.10')).status).toBe(200)
+    expect((await status(forged(), '203.0.113.11')).status).toBe(401)
+    expect((await status(fresh.apiKey, '203.0.113.11')).status).toBe(200)
+
+    // Once the window has passed, the address's unknown keys are looked up again.
+    c.clock.advance(60_000)
+    expect((await status(forged(), '203.0.113.10')).status).toBe(401)
+  })
+
+  test('the same unknown key sent again is remembered, not counted again', async () => {
+    const key = forged()
+    for (let i = 0; i < 10; i++) expect((await status(key, '203.0.113.20')).status).toBe(401)
+    const agent = await createAgent(c, owner)
+    expect((await status(agent.apiKey, '203.0.113.20')).status).toBe(200)
+  })
+
+  test('keys with a bad checksum cost no lookup and are not counted', async () => {
+    const agent = await createAgent(c, owner)
+    for (let i = 0; i < 10; i++) expect((await status(corrupt(forged()), '203.0.113.30')).status).toBe(401)
+    expect((await status(agent.apiKey, '203.0.113.30')).status).toBe(200)
+  })
 })

@@ -223,6 +223,9 @@ describe('failures', () => {
         expect(statuses, where).toContain('401')
         expect(operation.responses['401'].headers, where).toHaveProperty('WWW-Authenticate')
       }
+      // An API key the process has not cached may be refused by address (rule apiKeyMisses).
+      if (operation.security.some((requirement: object) => 'bearer' in requirement || 'apiKey' in requirement))
+        expect(statuses, where).toContain('429')
       if (operation.responses['429']) expect(operation.responses['429'].headers, where).toHaveProperty('Retry-After')
       if (operation.responses['503']) expect(operation.responses['503'].headers, where).toHaveProperty('Retry-After')
     }

@@ -14,6 +14,7 @@ import { createSql, watchDatabaseIdentity, type DatabaseIdentity, type Sql } fro
 import { createLog } from '../src/log.ts'
 import { createAuthenticator } from '../src/auth/authenticator.ts'
 import type { KeyCache } from '../src/auth/key-cache.ts'
+import type { UnknownKeyLimit } from '../src/auth/unknown-keys.ts'
 import type { Principal } from '../src/auth/principal.ts'
 import { migrate } from '../src/migrate.ts'
 import { countRecordedBefore } from '../src/metering/count.ts'
@@ -287,9 +288,16 @@ describe('a sign-in under way as another database is noticed', () => {
     const sql = createSql(database.url, { max: 4 })
     let changed: ((identity: string, previous: string) => void) | undefined
     const claims = { sub: `sub-${randomBytes(4).toString('hex')}`, email: null, walletAddress: null }
-    // Only JWTs are used here: the key cache is never asked.
-    const authenticator = createAuthenticator(sql, async () => claims, {} as KeyCache, { onChange: listener => void (changed = listener) })
-    const headers = new Headers({ authorization: 'Bearer any.jwt.here' })
+    // Only JWTs are used here: neither the key cache nor the unknown keys' limit is asked.
+    const authenticator = createAuthenticator({
+      sql,
+      verifyJwt: async () => claims,
+      keys: {} as KeyCache,
+      database: { onChange: listener => void (changed = listener) },
+      clientIp: () => 'local',
+      unknownKeys: {} as UnknownKeyLimit,
+    })
+    const request = new Request('http://test.local/', { headers: { authorization: 'Bearer any.jwt.here' } })
     try {
       // The change is noticed while the sign-in's statement runs: held behind another's insert of the user.
       let rollBack!: () => void
@@ -301,7 +309,7 @@ describe('a sign-in under way as another database is noticed', () => {
         })
         .catch(() => {})
       await until(async () => rollBack !== undefined)
-      const signingIn = authenticator.authenticate(headers)
+      const signingIn = authenticator.authenticate(request, null)
       await until(async () => (await sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`).length > 0)
       changed!('new', 'old')
       rollBack()
@@ -309,7 +317,7 @@ describe('a sign-in under way as another database is noticed', () => {
       const first = userOf(await signingIn)
       // The database it now reaches does not have the user.
       await sql`delete from users where provider_id = ${claims.sub}`
-      const next = userOf(await authenticator.authenticate(headers))
+      const next = userOf(await authenticator.authenticate(request, null))
       expect(next).not.toBe(first)
       expect((await sql`select id from users where id = ${next}`).length).toBe(1)
     } finally {

@@ -1,22 +1,41 @@
 /** Turns request headers into a principal: Bearer JWT, Bearer sk_ key, or X-API-Key agent key. */
+import type { Server } from 'bun'
 import type { DatabaseIdentity, Sql } from '../db.ts'
 import { errors } from '../errors.ts'
+import { addressBucket, type ClientIp } from '../http/client-ip.ts'
 import { hashKeyHex, keyKind } from './api-key.ts'
 import type { VerifyJwt } from './jwt.ts'
 import type { KeyCache } from './key-cache.ts'
 import type { Principal } from './principal.ts'
 import { upsertUser } from './store.ts'
+import type { UnknownKeyLimit } from './unknown-keys.ts'
 
 export interface Authenticator {
   /**
    * The caller, or null when no credential was sent; throws 401 `invalid_token` for a bad one.
    * `prefer` picks which header wins when both are sent (agent routes read X-API-Key first).
    */
-  authenticate(headers: Headers, prefer?: 'user' | 'agent'): Promise<Principal | null>
+  authenticate(request: Request, server: Server<unknown> | null | undefined, prefer?: 'user' | 'agent'): Promise<Principal | null>
   keys: KeyCache
 }
 
+export interface AuthenticatorOptions {
+  sql: Sql
+  verifyJwt: VerifyJwt
+  keys: KeyCache
+  database: Pick<DatabaseIdentity, 'onChange'>
+  /** Who sent a request, for what keys it does not know may cost (`unknownKeys`). */
+  clientIp: ClientIp
+  unknownKeys: UnknownKeyLimit
+}
+
 const userTtlMs = 60_000
+
+/** A request as far as its sender's address goes. */
+interface Sender {
+  request: Request
+  server: Server<unknown> | null | undefined
+}
 
 /** The token of an `Authorization: Bearer <token>` header; throws 401 for any other form. */
 function bearerToken(header: string): string {
@@ -36,7 +55,8 @@ export function userKeyHash(headers: Headers): string | null {
   return token.startsWith('sk_') ? hashKeyHex(token) : null
 }
 
-export function createAuthenticator(sql: Sql, verifyJwt: VerifyJwt, keys: KeyCache, database: Pick<DatabaseIdentity, 'onChange'>): Authenticator {
+export function createAuthenticator(options: AuthenticatorOptions): Authenticator {
+  const { sql, verifyJwt, keys, database, clientIp, unknownKeys } = options
   // JWT subject -> user id, so a signed-in user costs one signature check, not a query, per call.
   // Emptied when the pools reach another Postgres, which may not have the user (their writes failed
   // on its foreign keys): their next call signs them in there. A sign-in under way as that is noticed
@@ -49,15 +69,19 @@ export function createAuthenticator(sql: Sql, verifyJwt: VerifyJwt, keys: KeyCac
   })
 
   // Synchronous when the cache answers: this is every poll's path. A hash the cache knows as live is
-  // that issued key (so its checksum is good); any other key has its checksum checked before the query.
-  const fromKey = (key: string): Principal | Promise<Principal> => {
+  // that issued key (so its checksum is good); any other key has its checksum checked before the query,
+  // and its address what unknown keys it has sent (only then is the address read).
+  const fromKey = (key: string, from: Sender): Principal | Promise<Principal> => {
     const hex = hashKeyHex(key)
     const cached = keys.peek(hex)
     if (cached) return cached
     if (cached === null || !keyKind(key)) throw errors.invalidToken()
+    const subject = `ip:${addressBucket(clientIp(from.server, from.request))}`
+    unknownKeys.admit(subject)
     return keys.lookup(hex).then(principal => {
-      if (!principal) throw errors.invalidToken()
-      return principal
+      if (principal) return principal
+      unknownKeys.missed(subject)
+      throw errors.invalidToken()
     })
   }
 
@@ -73,24 +97,25 @@ export function createAuthenticator(sql: Sql, verifyJwt: VerifyJwt, keys: KeyCac
     return { kind: 'user', userId: id, keyId: null }
   }
 
-  const fromBearer = (header: string): Principal | Promise<Principal> => {
+  const fromBearer = (header: string, from: Sender): Principal | Promise<Principal> => {
     const token = bearerToken(header)
-    return token.startsWith('sk_') ? fromKey(token) : fromJwt(token)
+    return token.startsWith('sk_') ? fromKey(token, from) : fromJwt(token)
   }
 
-  const fromApiKey = (key: string): Principal | Promise<Principal> => {
+  const fromApiKey = (key: string, from: Sender): Principal | Promise<Principal> => {
     if (!key.startsWith('sk_agt_')) throw errors.invalidToken('X-API-Key takes an agent key (sk_agt_...)')
-    return fromKey(key)
+    return fromKey(key, from)
   }
 
   return {
     keys,
-    async authenticate(headers, prefer = 'user') {
-      const authorization = headers.get('authorization')
-      const apiKey = headers.get('x-api-key')
-      if (prefer === 'agent' && apiKey) return fromApiKey(apiKey.trim())
-      if (authorization) return fromBearer(authorization)
-      if (apiKey) return fromApiKey(apiKey.trim())
+    async authenticate(request, server, prefer = 'user') {
+      const from = { request, server }
+      const authorization = request.headers.get('authorization')
+      const apiKey = request.headers.get('x-api-key')
+      if (prefer === 'agent' && apiKey) return fromApiKey(apiKey.trim(), from)
+      if (authorization) return fromBearer(authorization, from)
+      if (apiKey) return fromApiKey(apiKey.trim(), from)
       return null
     },
   }

@@ -19,8 +19,8 @@ export function authPlugin(authenticator: Authenticator) {
     /** A user (JWT or sk_usr_ key); an agent key is 403. */
     user: {
       detail: { security: bearer },
-      async resolve({ request }) {
-        const principal = await authenticator.authenticate(request.headers)
+      async resolve({ request, server }) {
+        const principal = await authenticator.authenticate(request, server)
         if (!principal) throw errors.unauthorized()
         if (principal.kind !== 'user') throw errors.userOnly()
         return { user: principal as UserPrincipal }
@@ -29,8 +29,8 @@ export function authPlugin(authenticator: Authenticator) {
     /** An agent, by X-API-Key or Bearer sk_agt_; a user credential is 403. */
     agent: {
       detail: { security: agentKey },
-      async resolve({ request }) {
-        const principal = await authenticator.authenticate(request.headers, 'agent')
+      async resolve({ request, server }) {
+        const principal = await authenticator.authenticate(request, server, 'agent')
         if (!principal) throw errors.unauthorized()
         if (principal.kind !== 'agent') throw errors.agentOnly()
         return { agent: principal as AgentPrincipal }
@@ -39,8 +39,8 @@ export function authPlugin(authenticator: Authenticator) {
     /** A user or an agent. */
     caller: {
       detail: { security: anyCredential },
-      async resolve({ request }) {
-        const principal = await authenticator.authenticate(request.headers)
+      async resolve({ request, server }) {
+        const principal = await authenticator.authenticate(request, server)
         if (!principal) throw errors.unauthorized()
         return { caller: principal as Principal }
       },
@@ -48,8 +48,8 @@ export function authPlugin(authenticator: Authenticator) {
     /** Public, but a credential, when sent, must be valid and shows more (e.g. to an owner). */
     viewer: {
       detail: { security: optionalBearer },
-      async resolve({ request }) {
-        return { viewer: (await authenticator.authenticate(request.headers)) as Principal | null }
+      async resolve({ request, server }) {
+        return { viewer: (await authenticator.authenticate(request, server)) as Principal | null }
       },
     },
   })

@@ -49,7 +49,7 @@ export function eventRoutes(deps: Deps) {
           userId = spent.userId
           keyHash = spent.keyHash
         } else {
-          const principal = await authenticator.authenticate(request.headers)
+          const principal = await authenticator.authenticate(request, server)
           if (!principal) throw errors.unauthorized()
           if (principal.kind !== 'user') throw errors.userOnly()
           userId = principal.userId

@@ -21,6 +21,7 @@ export interface Response {
 }
 
 const envelope = { $ref: '#/components/schemas/ErrorEnvelope' }
+const retryAfter = { description: 'Seconds to wait before trying again', schema: { type: 'integer', minimum: 0 } }
 
 /** What the HTTP layer answers, shared by the operations as `components.responses`. */
 export const failureResponses: Record<string, Response> = {
@@ -43,6 +44,12 @@ export const failureResponses: Record<string, Response> = {
     'unsupported_media_type: a body must be JSON in UTF-8, sent with Content-Type: application/json and no Content-Encoding',
   ),
   HeadersTooLarge: failure('headers_too_large: the request line and headers are over 16 KiB'),
+  TooManyRequests: {
+    ...failure(
+      'rate_limited: a rate limit is spent; retry after Retry-After. Any route that takes an API key: the client address sent too many keys that are no live key (rule apiKeyMisses)',
+    ),
+    headers: { 'Retry-After': retryAfter },
+  },
   Internal: {
     ...failure('internal: something went wrong on our side; the message and X-Request-Id give the reference our log holds'),
     headers: {
@@ -54,14 +61,12 @@ export const failureResponses: Record<string, Response> = {
   },
   Unavailable: {
     ...failure('unavailable: PostgreSQL or Redis cannot be reached, or the service is too busy, right now; retry'),
-    headers: { 'Retry-After': { description: 'Seconds to wait before trying again', schema: { type: 'integer', minimum: 0 } } },
+    headers: { 'Retry-After': retryAfter },
   },
 }
 
 /** Operations that reach neither PostgreSQL nor Redis, so are never 503. */
 const offline = new Set(['devicePage'])
-
-const retryAfter = { description: 'Seconds to wait before trying again', schema: { type: 'integer', minimum: 0 } }
 
 /** Adds the failures the HTTP layer can answer with to one operation, and the headers its own failures carry. */
 export function addFailures(operation: Operation): void {
@@ -72,6 +77,8 @@ export function addFailures(operation: Operation): void {
   // Every route: its URL is checked at the door (src/http/request-target.ts).
   add(400, 'BadRequest')
   if (operation.security?.some(requirement => Object.keys(requirement).length > 0)) add(401, 'Unauthorized')
+  // An API key (sk_, as a bearer token or X-API-Key) the process has not cached may be refused by address.
+  if (operation.security?.some(requirement => 'bearer' in requirement || 'apiKey' in requirement)) add(429, 'TooManyRequests')
   if (operation.parameters?.some(parameter => parameter.in === 'header' && parameter.name === 'idempotency-key')) add(409, 'Conflict')
   add(413, 'PayloadTooLarge')
   add(414, 'UriTooLong')

@@ -62,6 +62,7 @@ export function testConfig(env: Record<string, string> = {}): Config {
       deviceCodeCreate: { capacity: 10000, perSeconds: 1 },
       deviceCodePoll: { capacity: 10000, perSeconds: 1 },
       deviceCodeApprove: { capacity: 10000, perSeconds: 1 },
+      apiKeyMisses: { capacity: 10000, perSeconds: 1 },
       apiKeyCreate: { capacity: 10000, perSeconds: 1 },
       participantCreate: { capacity: 10000, perSeconds: 1 },
       chatPost: { capacity: 10000, perSeconds: 1 },

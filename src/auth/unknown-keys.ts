@@ -1,0 +1,45 @@
+/**
+ * What an address may make the service spend on API keys it does not know. A well-formed key (its
+ * checksum is public) that no process has seen costs a Postgres lookup, and the answer takes a place
+ * in the key cache; forged keys sent by the thousand would cost as many queries and push live keys
+ * out. So each unknown key an address sends is counted in the `apiKeyMisses` bucket (Redis, shared by
+ * every process); once a process finds it empty, it answers that address 429 for any key it has not
+ * cached, with no query, for the rule's window. Keys it has cached, and other credentials, still pass.
+ */
+import type { Clock } from '../clock.ts'
+import type { RateRule } from '../config.ts'
+import { AppError, errors } from '../errors.ts'
+import type { RateLimiter } from '../rate-limit/token-bucket.ts'
+
+export interface UnknownKeyLimit {
+  /** Throws 429 while this process refuses the address unknown keys. */
+  admit(subject: string): void
+  /** Counts an unknown key; once the bucket is empty, refuses the address here for the rule's window. */
+  missed(subject: string): void
+}
+
+/** Addresses refused at once, past which the oldest is let go: a bound on memory, not a limit of its own. */
+const maxRefused = 100_000
+
+export function createUnknownKeyLimit(rateLimiter: RateLimiter, rule: RateRule, clock: Clock): UnknownKeyLimit {
+  // Address -> until when (clock ms) it is refused.
+  const refused = new Map<string, number>()
+  return {
+    admit(subject) {
+      const until = refused.get(subject)
+      if (until === undefined) return
+      const left = until - clock.now().getTime()
+      if (left > 0) throw errors.rateLimited(Math.ceil(left / 1000))
+      refused.delete(subject)
+    },
+    missed(subject) {
+      // Not awaited: the request is answered 401 either way, and a Redis that cannot count (down,
+      // paused) leaves the address unrefused rather than delay the answer.
+      rateLimiter.take('apiKeyMisses', subject).catch((error: unknown) => {
+        if (!(error instanceof AppError && error.status === 429)) return
+        if (refused.size >= maxRefused) refused.delete(refused.keys().next().value!)
+        refused.set(subject, clock.now().getTime() + rule.perSeconds * 1000)
+      })
+    },
+  }
+}
