@@ -5,8 +5,11 @@
 import { afterAll, afterEach, beforeAll, expect, setSystemTime, test } from 'bun:test'
 import { hashKeyHex } from '../src/auth/api-key.ts'
 import { createKeyCache } from '../src/auth/key-cache.ts'
+import { createUnknownKeyLimit } from '../src/auth/unknown-keys.ts'
+import { createRateLimiter } from '../src/rate-limit/token-bucket.ts'
 import { createInboxReader } from '../src/conversations/inbox-reader.ts'
 import { createLog, throttled } from '../src/log.ts'
+import { until } from './helpers/until.ts'
 import { createAgent, createTestContext, signUp, type TestContext } from './helpers/context.ts'
 
 const hourMs = 3_600_000
@@ -53,6 +56,27 @@ test('an agent’s inbox is read from Redis again once its copy in memory is due
   } finally {
     await reader.close()
   }
+})
+
+test('an address refused unknown API keys is let through once the window has passed, the clock an hour back meanwhile', async () => {
+  const { redis, keys, clock, config } = ctx.deps
+  // One unknown key a second: the second within it empties the bucket.
+  const rule = { capacity: 1, perSeconds: 1 }
+  const limit = createUnknownKeyLimit(createRateLimiter(redis, keys, clock, { ...config.rateLimits, apiKeyMisses: rule }), rule, clock)
+  const subject = `ip:clock-${Math.random()}`
+  limit.missed(subject)
+  limit.missed(subject)
+  await until(async () => {
+    try {
+      limit.admit(subject)
+      return false
+    } catch {
+      return true
+    }
+  }, 5000)
+  setSystemTime(new Date(Date.now() - hourMs))
+  await Bun.sleep(1100)
+  expect(() => limit.admit(subject)).not.toThrow()
 })
 
 test('a throttled log writes again once its window has passed, the clock an hour back meanwhile', async () => {

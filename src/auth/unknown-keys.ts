@@ -22,13 +22,15 @@ export interface UnknownKeyLimit {
 const maxRefused = 100_000
 
 export function createUnknownKeyLimit(rateLimiter: RateLimiter, rule: RateRule, clock: Clock): UnknownKeyLimit {
-  // Address -> until when (clock ms) it is refused.
-  const refused = new Map<string, number>()
+  const windowMs = rule.perSeconds * 1000
+  // Address -> when its refusal began, by `clock` (which tests move on) and by the monotonic clock; it
+  // ends when either has gone the window: a wall clock stepped back (NTP, a VM resumed) would hold it longer.
+  const refused = new Map<string, { at: number; monotonicAt: number }>()
   return {
     admit(subject) {
-      const until = refused.get(subject)
-      if (until === undefined) return
-      const left = until - clock.now().getTime()
+      const since = refused.get(subject)
+      if (since === undefined) return
+      const left = windowMs - Math.max(clock.now().getTime() - since.at, performance.now() - since.monotonicAt)
       if (left > 0) throw errors.rateLimited(Math.ceil(left / 1000))
       refused.delete(subject)
     },
@@ -38,7 +40,7 @@ export function createUnknownKeyLimit(rateLimiter: RateLimiter, rule: RateRule, 
       rateLimiter.take('apiKeyMisses', subject).catch((error: unknown) => {
         if (!(error instanceof AppError && error.status === 429)) return
         if (refused.size >= maxRefused) refused.delete(refused.keys().next().value!)
-        refused.set(subject, clock.now().getTime() + rule.perSeconds * 1000)
+        refused.set(subject, { at: clock.now().getTime(), monotonicAt: performance.now() })
       })
     },
   }
