@@ -756,3 +756,43 @@ describe('unknown keys per address', () => {
     expect((await status(agent.apiKey, '203.0.113.30')).status).toBe(200)
   })
 })
+
+describe('unknown keys per address while Redis cannot count them', () => {
+  test('paused or down, Redis holds no answer back and refuses nothing: keys are looked up in Postgres as before', async () => {
+    const redis = await startRedisServer()
+    const c = await createTestContext({
+      env: { REDIS_URL: redis.url, TRUSTED_PROXIES: '127.0.0.1', RATE_LIMITS: JSON.stringify({ apiKeyMisses: { capacity: 3, perSeconds: 60 } }) },
+    })
+    const server = c.app.listen({ port: 0, hostname: '127.0.0.1' })
+    try {
+      const owner = await signUp(c)
+      const newKey = async (name: string) =>
+        (await c.call('POST', '/v1/auth/api-keys', { token: owner.token, body: { name } })).body.data.key as string
+      // Neither has been used: this process has not cached them.
+      const [whilePaused, whileDown] = [await newKey('paused'), await newKey('down')]
+      /** The caller, asked with `key` by a client at `address` behind the proxy at 127.0.0.1. */
+      const me = (key: string, address: string) =>
+        fetch(`http://127.0.0.1:${server.server!.port}/v1/auth/me`, { headers: { authorization: `Bearer ${key}`, 'x-forwarded-for': address } })
+
+      // Paused: each count waits on Redis, the answers do not (a wait would end in 503 at the command's
+      // timeout). The counts land once it resumes: the next address is another.
+      redis.pause()
+      try {
+        for (let i = 0; i < 6; i++) expect((await me(generateKey('user').key, '203.0.113.40')).status).toBe(401)
+        expect((await me(whilePaused, '203.0.113.40')).status).toBe(200)
+      } finally {
+        redis.resume()
+      }
+
+      // Down: nothing is counted, and every key is checked in Postgres (the cache cannot hear evictions).
+      await redis.down({ keepData: false })
+      await until(async () => !c.deps.pubsub.listening(), 5000)
+      for (let i = 0; i < 6; i++) expect((await me(generateKey('user').key, '203.0.113.41')).status).toBe(401)
+      expect((await me(whileDown, '203.0.113.41')).status).toBe(200)
+    } finally {
+      await server.stop()
+      await c.close()
+      await redis.close()
+    }
+  }, 60_000)
+})
