@@ -85,8 +85,8 @@ export const defaultRateLimits = {
   deviceCodePoll: { capacity: 60, perSeconds: 60 },
   deviceCodeApprove: { capacity: 30, perSeconds: 60 },
   deviceCodeMisses: { capacity: 10, perSeconds: 3600 },
-  // well-formed API keys one address sends that are no live key (each costs a query): a revoked key
-  // still polling costs one a process every 30 s; past it, keys a process has not cached are 429
+  // well-formed API keys one address sends that were never issued (each costs a query; revoked ones
+  // are not counted); past it, keys a process has not cached are 429 for the window
   apiKeyMisses: { capacity: 100, perSeconds: 60 },
   apiKeyCreate: { capacity: 20, perSeconds: 3600 },
   participantCreate: { capacity: 20, perSeconds: 3600 },

@@ -176,7 +176,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const dispatcher = await createDispatcher({ redis, pubsub, keys, log })
   const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock, database })
   const queues = createQueues(config, keys, log)
-  const events = await createEventHub({ redis, pubsub, keys, log, isKeyLive: async hex => (await keyCache.lookup(hex)) !== null })
+  const events = await createEventHub({ redis, pubsub, keys, log, isKeyLive: async hex => typeof (await keyCache.lookup(hex)) === 'object' })
   const blogQueue = createBlogQueue({ redis, keys, clock, log })
   const markdown = createMarkdownRenderer({ log, timeoutMs: options.renderTimeoutMs })
   const metrics = createMetrics({ process: metricsServed(config) })

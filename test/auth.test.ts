@@ -750,6 +750,24 @@ describe('unknown keys per address', () => {
     expect((await status(agent.apiKey, '203.0.113.20')).status).toBe(200)
   })
 
+  test('keys once issued (rotated out, or of a deactivated agent) are refused but not counted: agents polling on with them cost their address nothing', async () => {
+    const someone = await signUp(c)
+    const stale: string[] = []
+    for (let i = 0; i < 4; i++) {
+      const agent = await createAgent(c, someone)
+      expect((await c.call('POST', `/v1/participants/${agent.id}/api-key`, { token: someone.token })).status).toBe(201)
+      stale.push(agent.apiKey)
+    }
+    const deactivated = await createAgent(c, someone)
+    expect((await c.call('DELETE', `/v1/participants/${deactivated.id}`, { token: someone.token })).status).toBe(200)
+    stale.push(deactivated.apiKey)
+    for (const key of stale) expect((await status(key, '203.0.113.40')).status).toBe(401)
+    // Past the rule's three, had they counted; a made-up key still counts, once.
+    expect((await status(forged(), '203.0.113.40')).status).toBe(401)
+    const agent = await createAgent(c, someone)
+    expect((await status(agent.apiKey, '203.0.113.40')).status).toBe(200)
+  })
+
   test('keys with a bad checksum cost no lookup and are not counted', async () => {
     const agent = await createAgent(c, owner)
     for (let i = 0; i < 10; i++) expect((await status(corrupt(forged()), '203.0.113.30')).status).toBe(401)

@@ -36,7 +36,7 @@ test('an API key revoked behind the cache’s back is refused once its entry’s
     setSystemTime(new Date(Date.now() - hourMs))
     await Bun.sleep(300)
     expect(cache.peek(hex)).toBeUndefined()
-    expect(await cache.lookup(hex)).toBeNull()
+    expect(await cache.lookup(hex)).toBe('revoked')
   } finally {
     await cache.close()
   }

@@ -70,17 +70,18 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
 
   // Synchronous when the cache answers: this is every poll's path. A hash the cache knows as live is
   // that issued key (so its checksum is good); any other key has its checksum checked before the query,
-  // and its address what unknown keys it has sent (only then is the address read).
+  // and its address what made-up keys it has sent (only then is the address read). A key once issued
+  // (revoked, rotated out) is not counted: agents that poll on with one cost their address nothing.
   const fromKey = (key: string, from: Sender): Principal | Promise<Principal> => {
     const hex = hashKeyHex(key)
     const cached = keys.peek(hex)
-    if (cached) return cached
-    if (cached === null || !keyKind(key)) throw errors.invalidToken()
+    if (typeof cached === 'object') return cached
+    if (cached !== undefined || !keyKind(key)) throw errors.invalidToken()
     const subject = `ip:${addressBucket(clientIp(from.server, from.request))}`
     unknownKeys.admit(subject)
-    return keys.lookup(hex).then(principal => {
-      if (principal) return principal
-      unknownKeys.missed(subject)
+    return keys.lookup(hex).then(status => {
+      if (typeof status === 'object') return status
+      if (status === 'unknown') unknownKeys.missed(subject)
       throw errors.invalidToken()
     })
   }

@@ -12,17 +12,17 @@ import type { PubSub } from '../pubsub.ts'
 import type { Log } from '../log.ts'
 import type { Clock } from '../clock.ts'
 import { errorFields } from '../log.ts'
-import { findKeyPrincipal, touchKeys } from './store.ts'
-import type { Principal } from './principal.ts'
+import { findKeyStatus, touchKeys } from './store.ts'
+import type { KeyStatus } from './principal.ts'
 
 export interface KeyCache {
-  /** The principal of a live key by its hex SHA-256, or null; from memory when possible, else one query. */
-  lookup(hashHex: string): Promise<Principal | null>
+  /** What a key is by its hex SHA-256 (a live key's principal); from memory when possible, else one query. */
+  lookup(hashHex: string): Promise<KeyStatus>
   /**
-   * What memory holds, with no query: the principal, null for a key known not to be live, or
-   * undefined when only `lookup` can tell. Counts as a use of the key, as `lookup` does.
+   * What memory holds, with no query: the key's status, or undefined when only `lookup` can tell.
+   * Counts as a use of the key, as `lookup` does.
    */
-  peek(hashHex: string): Principal | null | undefined
+  peek(hashHex: string): KeyStatus | undefined
   /**
    * Evicts keys here and, through Redis, at once on every other instance; a failed publish is logged
    * (the outbox relay announces the revocation again). Call after the revoking commit.
@@ -55,8 +55,8 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
   // A key's use is written once a flush: with 100,000 agents polling, every 15 s cost Postgres 1.5
   // to 2.2 s of CPU each time (bench/notes.md); once a minute costs a quarter of that.
   const flushEveryMs = options.flushEveryMs ?? 60_000
-  const entries = new Map<string, { principal: Principal | null; expires: number; usedIn: number }>()
-  const pending = new Map<string, Promise<Principal | null>>()
+  const entries = new Map<string, { status: KeyStatus; expires: number; usedIn: number }>()
+  const pending = new Map<string, Promise<KeyStatus>>()
   const used = new Set<string>()
   // Bumped by every flush: an entry records its key's use once per flush, so that a poll touches only
   // the entry it already read, not `used` as well.
@@ -82,7 +82,7 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
 
   const load = async (hex: string) => {
     const started = epoch
-    const principal = await findKeyPrincipal(sql, Buffer.from(hex, 'hex'))
+    const status = await findKeyStatus(sql, Buffer.from(hex, 'hex'))
     if (epoch === started && pubsub.listening()) {
       // A refreshed entry moves to the end; only a new one makes room, taking out the longest held.
       if (!entries.delete(hex) && entries.size >= maxEntries) {
@@ -90,9 +90,9 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
         if (oldest !== undefined) entries.delete(oldest)
       }
       // Timed by the monotonic clock: a wall clock stepped back (NTP, a VM resumed) would keep it longer.
-      entries.set(hex, { principal, expires: performance.now() + (principal ? ttlMs : negativeTtlMs), usedIn: -1 })
+      entries.set(hex, { status, expires: performance.now() + (typeof status === 'object' ? ttlMs : negativeTtlMs), usedIn: -1 })
     }
-    return principal
+    return status
   }
 
   const flushUsage = async () => {
@@ -114,31 +114,31 @@ export async function createKeyCache(options: KeyCacheOptions): Promise<KeyCache
       if (!hit || hit.expires <= performance.now()) return undefined
       if (hit.usedIn !== usageRound) {
         hit.usedIn = usageRound
-        if (hit.principal?.keyId) used.add(hit.principal.keyId)
+        if (typeof hit.status === 'object' && hit.status.keyId) used.add(hit.status.keyId)
       }
-      return hit.principal
+      return hit.status
     },
     async lookup(hex) {
       const hit = entries.get(hex)
-      let principal: Principal | null
+      let status: KeyStatus
       if (!pubsub.listening()) {
         // Evictions cannot reach this process now: what memory holds may have been revoked since.
-        principal = await findKeyPrincipal(sql, Buffer.from(hex, 'hex'))
+        status = await findKeyStatus(sql, Buffer.from(hex, 'hex'))
       } else if (hit && hit.expires > performance.now()) {
-        principal = hit.principal
+        status = hit.status
       } else {
         let inflight = pending.get(hex)
         if (!inflight) {
-          const started: Promise<Principal | null> = load(hex).finally(() => {
+          const started: Promise<KeyStatus> = load(hex).finally(() => {
             if (pending.get(hex) === started) pending.delete(hex)
           })
           inflight = started
           pending.set(hex, started)
         }
-        principal = await inflight
+        status = await inflight
       }
-      if (principal?.keyId) used.add(principal.keyId)
-      return principal
+      if (typeof status === 'object' && status.keyId) used.add(status.keyId)
+      return status
     },
     async revoke(hashes) {
       const hexes = hashes.map(hash => hash.toString('hex'))

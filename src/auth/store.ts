@@ -2,7 +2,7 @@
 import type { Db } from '../db.ts'
 import type { KeyKind } from './api-key.ts'
 import type { TokenClaims } from './jwt.ts'
-import type { Principal } from './principal.ts'
+import type { KeyStatus } from './principal.ts'
 import { keyRevokedType } from '../events/outbox.ts'
 
 export interface UserRow {
@@ -111,17 +111,19 @@ export async function revokeAgentKeys(sql: Db, participantId: string): Promise<B
   return rows.map(row => row.keyHash)
 }
 
-/** The principal a live key acts as; agent keys of deactivated agents act as nobody. */
-export async function findKeyPrincipal(sql: Db, hash: Buffer): Promise<Principal | null> {
-  const [row] = await sql<{ id: string; kind: KeyKind; userId: string | null; participantId: string | null; ownerId: string | null }[]>`
-    select k.id, k.kind, k.user_id as "userId", k.participant_id as "participantId", p.owner_id as "ownerId"
+/** The principal a live key acts as; agent keys of deactivated agents act as nobody (`revoked`). */
+export async function findKeyStatus(sql: Db, hash: Buffer): Promise<KeyStatus> {
+  const [row] = await sql<
+    { id: string; kind: KeyKind; userId: string | null; participantId: string | null; ownerId: string | null; live: boolean }[]
+  >`
+    select k.id, k.kind, k.user_id as "userId", k.participant_id as "participantId", p.owner_id as "ownerId",
+      k.revoked_at is null and (k.kind = 'user' or p.active) as live
     from api_keys k
     left join participants p on p.id = k.participant_id
     where k.key_hash = ${hash}
-      and k.revoked_at is null
-      and (k.kind = 'user' or p.active)
   `
-  if (!row) return null
+  if (!row) return 'unknown'
+  if (!row.live) return 'revoked'
   if (row.kind === 'user') return { kind: 'user', userId: row.userId!, keyId: row.id }
   return { kind: 'agent', participantId: row.participantId!, ownerId: row.ownerId!, keyId: row.id }
 }

@@ -1,10 +1,12 @@
 /**
- * What an address may make the service spend on API keys it does not know. A well-formed key (its
- * checksum is public) that no process has seen costs a Postgres lookup, and the answer takes a place
- * in the key cache; forged keys sent by the thousand would cost as many queries and push live keys
- * out. So each unknown key an address sends is counted in the `apiKeyMisses` bucket (Redis, shared by
- * every process); once a process finds it empty, it answers that address 429 for any key it has not
- * cached, with no query, for the rule's window. Keys it has cached, and other credentials, still pass.
+ * What an address may make the service spend on API keys that were never issued. A well-formed key
+ * (its checksum is public) that no process has seen costs a Postgres lookup, and the answer takes a
+ * place in the key cache; forged keys sent by the thousand would cost as many queries and push live
+ * keys out. So each made-up key an address sends is counted in the `apiKeyMisses` bucket (Redis,
+ * shared by every process); once a process finds it empty, it answers that address 429 for any key
+ * it has not cached, with no query, for the rule's window. Keys it has cached, and other credentials,
+ * still pass. Keys once issued (revoked, rotated out) are not counted: agents behind one address that
+ * poll on with them are not mistaken for a flood.
  */
 import type { Clock } from '../clock.ts'
 import type { RateRule } from '../config.ts'

@@ -46,7 +46,7 @@ export const failureResponses: Record<string, Response> = {
   HeadersTooLarge: failure('headers_too_large: the request line and headers are over 16 KiB'),
   TooManyRequests: {
     ...failure(
-      'rate_limited: a rate limit is spent; retry after Retry-After. Any route that takes an API key: the client address sent too many keys that are no live key (rule apiKeyMisses)',
+      'rate_limited: a rate limit is spent; retry after Retry-After. Any route that takes an API key: the client address sent too many keys that were never issued (rule apiKeyMisses)',
     ),
     headers: { 'Retry-After': retryAfter },
   },
