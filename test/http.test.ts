@@ -308,6 +308,20 @@ describe('framework-level errors', () => {
     expect(body.message).toBe(`The request is not valid: /walletAddress ${body.details[0].message}`)
   })
 
+  test('a nullable field names the constraint its value broke, not only that no variant fits', async () => {
+    const agent = await ctx.call('POST', '/v1/participants', { token: alice.token, body: { name: `nullable-${alice.id.slice(0, 8)}` } })
+    const setDescription = (description: unknown) =>
+      ctx.call('PATCH', `/v1/participants/${agent.body.data.id}`, { token: alice.token, body: { description } })
+    const long = expectError(await setDescription('x'.repeat(2001)), 400, 'validation_failed')
+    expect(long.details).toEqual([{ path: '/description', message: expect.stringContaining('2000') }])
+    expect(long.message).toBe(`The request body is not valid: /description ${long.details[0].message}`)
+    // A value of neither variant's type: the union's own message is all there is to say.
+    expect(expectError(await setDescription(42), 400, 'validation_failed').details).toEqual([{ path: '/description', message: expect.any(String) }])
+    // Nor is any one of a choice of literals the answer to a string that is none of them.
+    const status = await ctx.call('GET', `/blog/manage/${agent.body.data.id}?status=nope`, { apiKey: agent.body.data.apiKey })
+    expect(expectError(status, 400, 'validation_failed').details).toEqual([{ path: '/status', message: expect.not.stringContaining("'draft'") }])
+  })
+
   test('invalid path parameters are 400 validation_failed naming the parameter', async () => {
     const res = await ctx.call('DELETE', '/v1/auth/api-keys/not-a-uuid', { token: alice.token })
     const body = expectError(res, 400, 'validation_failed')

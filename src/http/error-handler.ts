@@ -113,7 +113,7 @@ const parts: Record<string, string> = {
 function validationDetails(error: ValidationError): ErrorDetail[] {
   const seen = new Set<string>()
   const details: ErrorDetail[] = []
-  for (const issue of error.all) {
+  for (const issue of error.all.map(narrowed)) {
     const path = 'path' in issue && typeof issue.path === 'string' ? issue.path : ''
     const message = 'message' in issue && typeof issue.message === 'string' ? issue.message : 'is not valid'
     const line = `${path}\u0000${message}`
@@ -123,6 +123,30 @@ function validationDetails(error: ValidationError): ErrorDetail[] {
     if (details.length === 20) break
   }
   return details
+}
+
+/**
+ * A union's failure (a nullable field's, mostly) says only `Expected union value`. When exactly one
+ * variant is of the value's own JSON type and refused it at the same place, by a constraint of its
+ * own (a string's pattern or length, a number's range), that variant's message says why instead. A
+ * value of no variant's type, or of several (a choice of literals), keeps the union's message.
+ */
+function narrowed<Issue extends object>(issue: Issue): Issue {
+  if (!('errors' in issue) || !Array.isArray(issue.errors)) return issue
+  const path = 'path' in issue ? issue.path : undefined
+  // TypeBox ValueErrors: what the reader above takes from an issue (path, message) they have too.
+  const firsts = (issue.errors as { First?: () => unknown }[]).map(
+    variant => variant?.First?.() as (Issue & { path?: unknown; value?: unknown; schema?: { type?: unknown } }) | undefined,
+  )
+  const own = firsts.filter(first => first && first.path === path && first.schema?.type === jsonType(first.value))
+  return own.length === 1 ? narrowed(own[0]!) : issue
+}
+
+function jsonType(value: unknown): string {
+  if (value === null) return 'null'
+  if (Array.isArray(value)) return 'array'
+  if (typeof value === 'number') return Number.isInteger(value) ? 'integer' : 'number'
+  return typeof value
 }
 
 /**
