@@ -31,7 +31,8 @@ export function bodyText(spec: Spec): string | undefined {
   return text
 }
 
-const pathOf = (spec: Spec) => spec.path.replace(/\{([^}]+)\}/g, (_, name: string) => spec.params[name] ?? '')
+/** The path as sent: the parameters' raw values in their places. */
+export const pathOf = (spec: Spec) => spec.path.replace(/\{([^}]+)\}/g, (_, name: string) => spec.params[name] ?? '')
 
 /**
  * Whether the request still goes to its operation's path: a parameter left empty, an empty segment
