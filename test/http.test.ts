@@ -315,6 +315,9 @@ describe('framework-level errors', () => {
     const long = expectError(await setDescription('x'.repeat(2001)), 400, 'validation_failed')
     expect(long.details).toEqual([{ path: '/description', message: expect.stringContaining('2000') }])
     expect(long.message).toBe(`The request body is not valid: /description ${long.details[0].message}`)
+    // A wallet address's shape is the schema's (so the OpenAPI document shows it); its checksum, the route's.
+    const wallet = await ctx.call('PATCH', '/v1/auth/me', { token: alice.token, body: { walletAddress: '0x1234' } })
+    expect(expectError(wallet, 400, 'validation_failed').details).toEqual([{ path: '/walletAddress', message: expect.stringContaining('{40}') }])
     // A value of neither variant's type: the union's own message is all there is to say.
     expect(expectError(await setDescription(42), 400, 'validation_failed').details).toEqual([{ path: '/description', message: expect.any(String) }])
     // Nor is any one of a choice of literals the answer to a string that is none of them.

@@ -2,12 +2,15 @@
 import { t } from 'elysia'
 import { Int, NullableTimestamp, Timestamp, Uuid } from '../http/schema.ts'
 
+/** A wallet address's shape, as the users table's check has it; the EIP-55 checksum is checked in code (wallet.ts). */
+const walletAddressPattern = '^0x[0-9a-fA-F]{40}$'
+
 export const UserProfile = t.Object(
   {
     id: Uuid,
     providerId: t.String(),
     email: t.Union([t.String(), t.Null()]),
-    walletAddress: t.Union([t.String(), t.Null()], { description: 'EIP-55 checksummed; null until set' }),
+    walletAddress: t.Union([t.String({ pattern: walletAddressPattern }), t.Null()], { description: 'EIP-55 checksummed; null until set' }),
     createdAt: Timestamp,
   },
   {
@@ -27,7 +30,10 @@ export const UserProfile = t.Object(
 
 export const UpdateProfile = t.Object(
   {
-    walletAddress: t.Union([t.String({ description: '0x and 40 hex digits; EIP-55 checksum checked when mixed case' }), t.Null()]),
+    walletAddress: t.Union([
+      t.String({ pattern: walletAddressPattern, description: '0x and 40 hex digits; EIP-55 checksum checked when mixed case' }),
+      t.Null(),
+    ]),
   },
   { $id: 'UpdateProfile', description: 'The wallet address to set, or null to clear it', additionalProperties: false },
 )
