@@ -159,7 +159,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
     keys: keyCache,
     database,
     clientIp: clientIpResolver(config.trustedProxies),
-    unknownKeys: createUnknownKeyLimit(rateLimiter, config.rateLimits.apiKeyMisses, clock),
+    unknownKeys: createUnknownKeyLimit(rateLimiter, config.rateLimits.apiKeyMisses, clock, log),
   })
   const inFlight = createInFlightLimiter(redis, keys, clock)
   const proxyBuffers = createBufferBudget(config.proxy.bufferBytes)

@@ -5,6 +5,7 @@ import { startRedisServer } from './helpers/redis-server.ts'
 import { until } from './helpers/until.ts'
 import { touchKeys } from '../src/auth/store.ts'
 import { generateKey } from '../src/auth/api-key.ts'
+import { createLog } from '../src/log.ts'
 import {
   createAgent,
   createTestContext,
@@ -704,8 +705,10 @@ describe('unknown keys per address', () => {
   let server: ReturnType<TestContext['app']['listen']>
   let owner: TestUser
 
+  const logged: string[] = []
+
   beforeAll(async () => {
-    c = await createTestContext({ env: limited })
+    c = await createTestContext({ env: limited, log: createLog('warn', line => logged.push(line)) })
     server = c.app.listen({ port: 0, hostname: '127.0.0.1' })
     owner = await signUp(c)
   })
@@ -729,6 +732,9 @@ describe('unknown keys per address', () => {
 
     const refused = await status(fresh.apiKey, '203.0.113.10')
     expect(refused.status).toBe(429)
+    // The operator is told, once, which address.
+    const told = logged.map(line => JSON.parse(line)).filter(line => line.msg.startsWith('an address sent too many made-up API keys'))
+    expect(told).toEqual([expect.objectContaining({ level: 'warn', address: '203.0.113.10', seconds: 60 })])
     expect(((await refused.json()) as { error: string }).error).toBe('rate_limited')
     const seconds = Number(refused.headers.get('retry-after'))
     expect(seconds).toBeGreaterThan(50)

@@ -59,10 +59,10 @@ test('an agent’s inbox is read from Redis again once its copy in memory is due
 })
 
 test('an address refused unknown API keys is let through once the window has passed, the clock an hour back meanwhile', async () => {
-  const { redis, keys, clock, config } = ctx.deps
+  const { redis, keys, clock, config, log } = ctx.deps
   // One unknown key a second: the second within it empties the bucket.
   const rule = { capacity: 1, perSeconds: 1 }
-  const limit = createUnknownKeyLimit(createRateLimiter(redis, keys, clock, { ...config.rateLimits, apiKeyMisses: rule }), rule, clock)
+  const limit = createUnknownKeyLimit(createRateLimiter(redis, keys, clock, { ...config.rateLimits, apiKeyMisses: rule }), rule, clock, log)
   const subject = `ip:clock-${Math.random()}`
   limit.missed(subject)
   limit.missed(subject)

@@ -11,6 +11,7 @@
 import type { Clock } from '../clock.ts'
 import type { RateRule } from '../config.ts'
 import { AppError, errors } from '../errors.ts'
+import { throttled, type Log } from '../log.ts'
 import type { RateLimiter } from '../rate-limit/token-bucket.ts'
 
 export interface UnknownKeyLimit {
@@ -23,8 +24,11 @@ export interface UnknownKeyLimit {
 /** Addresses refused at once, past which the oldest is let go: a bound on memory, not a limit of its own. */
 const maxRefused = 100_000
 
-export function createUnknownKeyLimit(rateLimiter: RateLimiter, rule: RateRule, clock: Clock): UnknownKeyLimit {
+export function createUnknownKeyLimit(rateLimiter: RateLimiter, rule: RateRule, clock: Clock, log: Log): UnknownKeyLimit {
   const windowMs = rule.perSeconds * 1000
+  // A refusal is told, the first of them and then once a minute with how many more there were: a
+  // flood from many addresses writes a line a minute, not one an address.
+  const said = throttled(log, 60_000)
   // Address -> when its refusal began, by `clock` (which tests move on) and by the monotonic clock; it
   // ends when either has gone the window: a wall clock stepped back (NTP, a VM resumed) would hold it longer.
   const refused = new Map<string, { at: number; monotonicAt: number }>()
@@ -43,6 +47,10 @@ export function createUnknownKeyLimit(rateLimiter: RateLimiter, rule: RateRule, 
         if (!(error instanceof AppError && error.status === 429)) return
         if (refused.size >= maxRefused) refused.delete(refused.keys().next().value!)
         refused.set(subject, { at: clock.now().getTime(), monotonicAt: performance.now() })
+        said('warn', 'refused', 'an address sent too many made-up API keys: keys not cached are refused to it', {
+          address: subject.replace(/^ip:/, ''),
+          seconds: rule.perSeconds,
+        })
       })
     },
   }
