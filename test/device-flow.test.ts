@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { connect } from 'node:net'
 import { createSql } from '../src/db.ts'
 import { createAgent, createTestContext, expectError, signUp, type CallResult, type TestContext, type TestUser } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
@@ -193,6 +194,40 @@ describe('approving', () => {
     const user = await signUp(ctx)
     const { deviceCode, userCode } = await start()
     expect((await decide(user, userCode, { action: 'approve' })).body.data).toEqual({ status: 'approved' })
+    expect((await poll(deviceCode)).body.data.status).toBe('approved')
+  })
+
+  test('an empty JSON body approves as no body does, however it comes: with a length of 0, chunked, or in process', async () => {
+    // Clients that stream a body send an empty one chunked: Elysia read its nothing as JSON (400 invalid_json).
+    const server = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: request => ctx.app.handle(request) })
+    const onTheWire = (path: string, token: string, framing: string, body: string) =>
+      new Promise<string>((resolve, reject) => {
+        const head = `PATCH ${path} HTTP/1.1\r\nHost: test.local\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\n`
+        const socket = connect(server.port!, '127.0.0.1', () => socket.write(`${head}${framing}Connection: close\r\n\r\n${body}`))
+        let answer = ''
+        socket.on('data', chunk => (answer += chunk.toString()))
+        socket.on('end', () => resolve(answer))
+        socket.on('error', reject)
+      })
+    try {
+      for (const [framing, body] of [
+        ['Content-Length: 0\r\n', ''],
+        ['Transfer-Encoding: chunked\r\n', '0\r\n\r\n'],
+      ]) {
+        const user = await signUp(ctx)
+        const { deviceCode, userCode } = await start()
+        const answer = await onTheWire(`/v1/auth/device-codes/${userCode}`, user.token, framing!, body!)
+        expect(answer.split('\r\n')[0]).toBe('HTTP/1.1 200 OK')
+        expect(answer.slice(answer.indexOf('\r\n\r\n') + 4)).toBe(JSON.stringify({ success: true, data: { status: 'approved' } }))
+        expect((await poll(deviceCode)).body.data.status).toBe('approved')
+      }
+    } finally {
+      server.stop(true)
+    }
+    const user = await signUp(ctx)
+    const { deviceCode, userCode } = await start()
+    const inProcess = await ctx.call('PATCH', `/v1/auth/device-codes/${userCode}`, { token: user.token, rawBody: '' })
+    expect(inProcess.body).toEqual({ success: true, data: { status: 'approved' } })
     expect((await poll(deviceCode)).body.data.status).toBe('approved')
   })
 

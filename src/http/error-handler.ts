@@ -233,7 +233,6 @@ async function refusalOf(request: Request, routes: RouteMethods, cors: CrossOrig
   if (type !== null && !type.startsWith('application/json') && isJson(type)) {
     request.headers.set('content-type', `application/json${type.slice('application/json'.length)}`)
   }
-  if (length === '0') return undefined
   const limit = bodyLimit(request)
   // Without a length (chunked), measure a copy, no further than the limit.
   const size = length !== null ? Number(length) : await chunkedSize(request, limit)
@@ -241,10 +240,18 @@ async function refusalOf(request: Request, routes: RouteMethods, cors: CrossOrig
   // Bun reads and drops the body the app did not read, so that the connection serves the next
   // request; a body declared past `drainBytes`, or chunked (no end in sight), closes it instead.
   if (size > limit) return renderError(errors.payloadTooLarge(limit, length === null || size > drainBytes))
+  // An empty body is no body, however it came: Bun hands one of length 0 over as none, but one that
+  // came chunked (or one made in process) as an empty stream, which Elysia would parse as JSON and
+  // answer `invalid_json` where the route needs no body (a device decision, a purchase). Without its
+  // media type Elysia reads none.
+  if (size === 0) {
+    request.headers.delete('content-type')
+    return undefined
+  }
   // On a route that takes a body, anything but JSON is refused unread (elsewhere the router's 404
   // or 405 says more, or the body is not read): a form would be read as one, and a body without a
   // media type not at all, so it would pass for none (a device decision of "deny" sent so would approve).
-  if (size === 0 || !routes.takesBody(request.method, pathOf(request.url))) return undefined
+  if (!routes.takesBody(request.method, pathOf(request.url))) return undefined
   const refused = unreadable(type, request.headers.get('content-encoding'))
   return refused === null ? undefined : renderError(refused)
 }
