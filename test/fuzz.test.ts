@@ -11,11 +11,12 @@
  * FUZZ_SEED replays a run (the seed is printed); FUZZ_ITERATIONS sets the random rounds per operation
  * (a longer hunt: 40 take about a minute); FUZZ_SNAPSHOTS the share of refused writes read back;
  * FUZZ_WIRE=1 sends over a socket to the app listening; FUZZ_VERBOSE=1 prints each operation's count
+ * of requests and of successes (an operation that seldom succeeds is seldom tested past its checks)
  * and what the service refuses that the document allows.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import SwaggerParser from '@apidevtools/swagger-parser'
-import { createTestContext, signUp, type TestContext } from './helpers/context.ts'
+import { createTestContext, signUp, testRateLimits, type TestContext } from './helpers/context.ts'
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
 import { documentOracle } from './helpers/fuzz-oracle.ts'
 import type { Mutation } from './helpers/fuzz-mutations.ts'
@@ -37,7 +38,9 @@ let credentials: Mutation[]
 let origin: string | undefined
 
 beforeAll(async () => {
-  ctx = await createTestContext({ actors: true, env: { PROXY_ALLOWED_HOSTS: '127.0.0.1' } })
+  // A user's misses of device codes are limited (10 an hour): the fuzzer's odd codes would spend them, and refuse every later decision.
+  const rateLimits = JSON.stringify({ ...testRateLimits, deviceCodeMisses: { capacity: 10000, perSeconds: 1 } })
+  ctx = await createTestContext({ actors: true, env: { PROXY_ALLOWED_HOSTS: '127.0.0.1', RATE_LIMITS: rateLimits } })
   upstream = startUpstream()
   w = await buildWorld(ctx, upstream)
   oracle = documentOracle(await SwaggerParser.dereference((await ctx.call('GET', '/swagger/json')).body))
@@ -196,7 +199,13 @@ describe('the API under schema-driven fuzzing', () => {
     const where = origin ? `over the wire to ${origin}` : 'in process'
     console.log(`fuzz: seed ${seed} (replay with FUZZ_SEED=${seed}), ${iterations} random rounds per operation, ${where}`)
     const run = { ctx, oracle, world: w, cases, credentials, random: seeded(seed), iterations, snapshotShare, origin }
-    const outcome = await fuzzAll(run, verbose ? (operationId, sent) => console.log(`${operationId}: ${sent} requests`) : undefined)
+    const outcome = await fuzzAll(
+      run,
+      verbose
+        ? (operationId, { sent, succeeded, random }) =>
+            console.log(`${operationId}: ${sent} requests, ${succeeded} succeeded; random valid bodies ${random.succeeded} of ${random.sent}`)
+        : undefined,
+    )
     if (verbose) console.log(`refused though the document allows them:\n${[...outcome.stricter].join('\n')}`)
     console.log(`fuzz: ${outcome.sent} requests to ${oracle.operations.length} operations, ${outcome.findings.length} findings`)
     expect(report(outcome.findings)).toEqual([])

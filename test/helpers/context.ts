@@ -48,6 +48,30 @@ export function randomPrefix(): string {
   return `amtest:${randomBytes(6).toString('hex')}:`
 }
 
+/** The rate limits of every test context: generous, but for the rules left as they ship (RATE_LIMITS replaces them whole). */
+export const testRateLimits: Record<string, { capacity: number; perSeconds: number }> = {
+  deviceCodeCreate: { capacity: 10000, perSeconds: 1 },
+  deviceCodePoll: { capacity: 10000, perSeconds: 1 },
+  deviceCodeApprove: { capacity: 10000, perSeconds: 1 },
+  apiKeyMisses: { capacity: 10000, perSeconds: 1 },
+  apiKeyCreate: { capacity: 10000, perSeconds: 1 },
+  participantCreate: { capacity: 10000, perSeconds: 1 },
+  chatPost: { capacity: 10000, perSeconds: 1 },
+  blogPostCreate: { capacity: 10000, perSeconds: 1 },
+  blogContentEdit: { capacity: 10000, perSeconds: 1 },
+  replyPost: { capacity: 10000, perSeconds: 1 },
+  serviceRequestCreate: { capacity: 10000, perSeconds: 1 },
+  messagePost: { capacity: 10000, perSeconds: 1 },
+  proxyCall: { capacity: 10000, perSeconds: 1 },
+  contextWrite: { capacity: 10000, perSeconds: 1 },
+  connectionCreate: { capacity: 10000, perSeconds: 1 },
+  planWrite: { capacity: 10000, perSeconds: 1 },
+  configPurchase: { capacity: 10000, perSeconds: 1 },
+  configWrite: { capacity: 10000, perSeconds: 1 },
+  subscriptionCreate: { capacity: 10000, perSeconds: 1 },
+  sseTokenCreate: { capacity: 10000, perSeconds: 1 },
+}
+
 /** Configuration for tests: every limit generous unless the test narrows it. */
 export function testConfig(env: Record<string, string> = {}): Config {
   return loadConfig({
@@ -58,28 +82,7 @@ export function testConfig(env: Record<string, string> = {}): Config {
     SITE_URL: 'http://test.local',
     CONNECTIONS_KEY: randomBytes(32).toString('hex'),
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'error',
-    RATE_LIMITS: JSON.stringify({
-      deviceCodeCreate: { capacity: 10000, perSeconds: 1 },
-      deviceCodePoll: { capacity: 10000, perSeconds: 1 },
-      deviceCodeApprove: { capacity: 10000, perSeconds: 1 },
-      apiKeyMisses: { capacity: 10000, perSeconds: 1 },
-      apiKeyCreate: { capacity: 10000, perSeconds: 1 },
-      participantCreate: { capacity: 10000, perSeconds: 1 },
-      chatPost: { capacity: 10000, perSeconds: 1 },
-      blogPostCreate: { capacity: 10000, perSeconds: 1 },
-      blogContentEdit: { capacity: 10000, perSeconds: 1 },
-      replyPost: { capacity: 10000, perSeconds: 1 },
-      serviceRequestCreate: { capacity: 10000, perSeconds: 1 },
-      messagePost: { capacity: 10000, perSeconds: 1 },
-      proxyCall: { capacity: 10000, perSeconds: 1 },
-      contextWrite: { capacity: 10000, perSeconds: 1 },
-      connectionCreate: { capacity: 10000, perSeconds: 1 },
-      planWrite: { capacity: 10000, perSeconds: 1 },
-      configPurchase: { capacity: 10000, perSeconds: 1 },
-      configWrite: { capacity: 10000, perSeconds: 1 },
-      subscriptionCreate: { capacity: 10000, perSeconds: 1 },
-      sseTokenCreate: { capacity: 10000, perSeconds: 1 },
-    }),
+    RATE_LIMITS: JSON.stringify(testRateLimits),
     PROXY_IN_FLIGHT_PER_AGENT: '10000',
     // A reservation, not memory in use: the most every proxy call might buffer.
     PROXY_BUFFER_BYTES: String(1024 ** 3),

@@ -50,20 +50,40 @@ export interface Outcome {
   stricter: Set<string>
 }
 
-/** Operations whose success uses up what it names: the next request needs a fresh one. */
-const usedUp = ['pollDeviceAuthorization', 'decideDeviceAuthorization', 'respondToServiceRequest', 'subscribe']
+/**
+ * Operations whose success uses up what it names: the next request needs a fresh one. A new agent's
+ * or connection's name is taken by it (409 to the rest), and a target holds only a quarter of its open
+ * requests from one sender (429 to the rest).
+ */
+const usedUp = [
+  'pollDeviceAuthorization',
+  'decideDeviceAuthorization',
+  'respondToServiceRequest',
+  'subscribe',
+  'createParticipant',
+  'createConnection',
+  'createServiceRequest',
+]
 
-export async function fuzzAll(run: Run, each?: (operationId: string, sent: number) => void): Promise<Outcome> {
+/** What one operation was sent: requests, and how many of them succeeded past its valid request (random ones apart). */
+export interface Sent {
+  sent: number
+  succeeded: number
+  /** Random valid bodies (alone or four at once) that succeeded, of those sent. */
+  random: { sent: number; succeeded: number }
+}
+
+export async function fuzzAll(run: Run, each?: (operationId: string, sent: Sent) => void): Promise<Outcome> {
   const outcome: Outcome = { sent: 0, findings: [], stricter: new Set() }
   for (const op of run.oracle.operations) {
     const sent = await fuzzOperation(run, op, outcome)
     each?.(op.operationId, sent)
-    outcome.sent += sent
+    outcome.sent += sent.sent
   }
   return outcome
 }
 
-async function fuzzOperation(run: Run, op: Operation, outcome: Outcome): Promise<number> {
+async function fuzzOperation(run: Run, op: Operation, outcome: Outcome): Promise<Sent> {
   const build = async (): Promise<Spec> => ({ method: op.method, path: op.path, ...(await run.cases[op.operationId]!()) })
   const schema = op.requestBody?.content['application/json']?.schema
   const base = await build()
@@ -85,7 +105,7 @@ async function fuzzOperation(run: Run, op: Operation, outcome: Outcome): Promise
   const usesUp = op.method === 'DELETE' || usedUp.includes(op.operationId)
   let current = base
   let spent = valid.status < 300
-  let sent = 1
+  const counts: Sent = { sent: 1, succeeded: 0, random: { sent: 0, succeeded: 0 } }
   for (const mutation of rounds) {
     const credential = mutation.where === 'credential'
     if (usesUp && spent && !credential) [current, spent] = [await build(), false]
@@ -94,9 +114,15 @@ async function fuzzOperation(run: Run, op: Operation, outcome: Outcome): Promise
     if (mutation.together) answers.push(...(await Promise.all(requests.map(request => exercise(run, op, request, mutation, outcome)))))
     else for (const request of requests) answers.push(await exercise(run, op, request, mutation, outcome))
     if (!credential) spent ||= answers.some(answer => answer.status < 300)
-    sent += requests.length
+    const succeeded = answers.filter(answer => answer.status < 300).length
+    counts.sent += requests.length
+    counts.succeeded += succeeded
+    if (mutation.label === 'random valid values' || mutation.label === 'four random valid bodies at once') {
+      counts.random.sent += requests.length
+      counts.random.succeeded += succeeded
+    }
   }
-  return sent
+  return counts
 }
 
 /** Sends one request and records every way its answer breaks the rule or the document. */
