@@ -8,7 +8,7 @@ export interface Mutation {
   label: string
   /** The requests to send, in order (an Idempotency-Key reused takes two). */
   apply(spec: Spec): Spec[]
-  /** What it changes: a refused write's effect on the tables is sampled for all but credentials. */
+  /** What it changes: a refused write's effect on the tables is sampled for all but credentials that may be accepted. */
   where: 'body' | 'path' | 'query' | 'header' | 'credential' | 'random'
   /** A credential no operation that needs one may accept. */
   refused?: boolean
@@ -81,6 +81,8 @@ export function bodyMutations(schema: Schema | undefined): Mutation[] {
     raw('body invalid UTF-8 escape', '{"a":"\\ud83d\\ude00\\u"}'),
     raw('body 200,000 deep', `${'['.repeat(200_000)}${']'.repeat(200_000)}`),
     raw('body over 2 MiB', `{"a":"${'x'.repeat(2 * 1024 * 1024 + 10)}"}`),
+    one('body chunked', 'body', spec => (spec.chunked = true)),
+    one('body empty, chunked', 'body', spec => ((spec.raw = ''), delete spec.body, (spec.chunked = true))),
   )
   for (const [label, change] of [
     ['body with a BOM', (text: string) => `\ufeff${text}`],
@@ -123,7 +125,9 @@ export function strayBodyMutations(operation: Operation): Mutation[] {
     ['a NUL in JSON', '{"a":"\\u0000"}'],
     ['JSON 200,000 deep', `${'['.repeat(200_000)}${']'.repeat(200_000)}`],
     ['over 1 MiB', `"${'x'.repeat(1024 * 1024 + 10)}"`],
-  ].map(([label, text]) => one(`stray body ${label}`, 'body', spec => (spec.raw = text)))
+  ]
+    .map(([label, text]) => one(`stray body ${label}`, 'body', spec => (spec.raw = text)))
+    .concat(one('stray body empty, chunked', 'body', spec => ((spec.raw = ''), (spec.chunked = true))))
 }
 
 /** The same request sent several times at once: races between them must end in a documented answer. */
@@ -230,6 +234,17 @@ const queryShapes: [string, string][] = [
   ['a date-time far away', '%2B275760-09-13T00%3A00%3A00.000Z'],
 ]
 
+/** Times on the edges of what a lenient reading takes: days that do not exist, years out of range once offset. */
+const timeShapes: [string, string][] = [
+  ['February 30', '2026-02-30T00%3A00%3A00Z'],
+  ['hour 24', '2026-01-01T24%3A00%3A00Z'],
+  ['year 0', '0000-01-01T00%3A00%3A00Z'],
+  ['year 1 offset into year 0', '0001-01-01T00%3A00%3A00%2B00%3A01'],
+  ['year 9999 offset into year 10000', '9999-12-31T23%3A59%3A59-00%3A01'],
+  ['a space for the T, no offset', '2026-01-01%2000%3A00'],
+  ['offset +24:00', '2026-01-01T00%3A00%3A00%2B24%3A00'],
+]
+
 export function queryMutations(operation: Operation): Mutation[] {
   const params = (operation.parameters ?? []).filter(p => p.in === 'query')
   const out: Mutation[] = []
@@ -239,6 +254,11 @@ export function queryMutations(operation: Operation): Mutation[] {
     const shapes = [...queryShapes]
     if (schema.maximum !== undefined) shapes.push(['max', String(schema.maximum)], ['max+1', String(schema.maximum + 1)])
     if (schema.minimum !== undefined) shapes.push(['min-1', String(schema.minimum - 1)])
+    if (schema.enum)
+      shapes.push(['enum upper case', encodeURIComponent(String(schema.enum[0]).toUpperCase())], ['enum with a space', `${schema.enum[0]}%20`])
+    if (schema.format === 'uuid')
+      shapes.push(['upper-case uuid', '3F2504E0-4F89-11D3-9A0C-0305E82C3301'], ['uuid without hyphens', '3f2504e04f8911d39a0c0305e82c3301'])
+    if (schema.format === 'date-time') shapes.push(...timeShapes)
     for (const [label, value] of shapes)
       out.push(one(`query ${name} ${label}`, 'query', spec => (without(spec, name), spec.query.push([name, value]))))
     out.push(

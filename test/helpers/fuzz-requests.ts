@@ -17,6 +17,8 @@ export interface Spec {
   splices?: string[]
   /** undefined: application/json with a body; null: no Content-Type at all. */
   contentType?: string | null
+  /** The body sent as a stream of unknown length (chunked on the wire), as clients that stream send it. */
+  chunked?: boolean
 }
 
 /** The string standing in a body for its i-th spliced JSON text. */
@@ -41,8 +43,11 @@ export const pathOf = (spec: Spec) => spec.path.replace(/\{([^}]+)\}/g, (_, name
  */
 export function onRoute(spec: Spec): boolean {
   const path = pathOf(spec)
-  return !Object.values(spec.params).includes('') && !path.includes('//') && new URL(`http://test.local${path}`).pathname === path
+  return !Object.values(spec.params).includes('') && !path.includes('//') && resolvedPath(spec) === path
 }
+
+/** The path as a URL resolves it: dot segments (`..`, `%2e%2e`) take the segment before them away. */
+export const resolvedPath = (spec: Spec) => new URL(`http://test.local${pathOf(spec)}`).pathname
 
 /** The request of a spec, for `app.handle` (or, with the origin of a listening server, for `fetch`). */
 export function toRequest(spec: Spec, origin = 'http://test.local'): Request {
@@ -52,8 +57,16 @@ export function toRequest(spec: Spec, origin = 'http://test.local'): Request {
   const body = bodyText(spec)
   if (body !== undefined && spec.contentType !== null) headers.set('content-type', spec.contentType ?? 'application/json')
   // As on the wire: an empty body comes with its length (in process, Request leaves it out).
-  if (body === '') headers.set('content-length', '0')
-  return new Request(`${origin}${path}${query ? `?${query}` : ''}`, { method: spec.method, headers, body })
+  if (body === '' && !spec.chunked) headers.set('content-length', '0')
+  const stream = (text: string) =>
+    new ReadableStream({
+      start(controller) {
+        if (text !== '') controller.enqueue(new TextEncoder().encode(text))
+        controller.close()
+      },
+    })
+  const sent = spec.chunked && body !== undefined ? stream(body) : body
+  return new Request(`${origin}${path}${query ? `?${query}` : ''}`, { method: spec.method, headers, body: sent })
 }
 
 /**

@@ -128,7 +128,9 @@ async function fuzzOperation(run: Run, op: Operation, outcome: Outcome): Promise
 /** Sends one request and records every way its answer breaks the rule or the document. */
 async function exercise(run: Run, op: Operation, request: Spec, mutation: Mutation | undefined, outcome: Outcome): Promise<Answer> {
   const label = mutation?.label ?? 'valid'
-  const sampled = mutation && !mutation.together && mutation.where !== 'credential' && op.method !== 'GET' && run.random.chance(run.snapshotShare)
+  // Of credentials, those every operation must refuse (one that is accepted may make its user, as a first token does).
+  const credential = mutation?.where === 'credential' && !mutation.refused
+  const sampled = mutation && !mutation.together && !credential && op.method !== 'GET' && run.random.chance(run.snapshotShare)
   const before = sampled ? await readBack(run) : undefined
   const answer = await send(run.ctx.app, request, run.origin)
   const routed = onRoute(request)
@@ -140,6 +142,9 @@ async function exercise(run: Run, op: Operation, request: Spec, mutation: Mutati
     problems.push(`answered ${answer.status} to a URL refused at the door (${door[0]})`)
   if (routed && mutation?.refused && needsCredential(op)) invalid.push('a bad credential')
   if (invalid.length > 0 && answer.status < 300) problems.push(`accepted what the document refuses (${invalid[0]})`)
+  // A body the document takes (JSON, or none where none is needed) is never "not JSON".
+  const error = (answer.body as { error?: unknown } | null)?.error
+  if (routed && invalid.length === 0 && answer.status === 400 && error === 'invalid_json') problems.push('a body of the document called not JSON')
   if (routed && invalid.length === 0 && answer.status === 400 && mutation?.where !== 'credential') {
     outcome.stricter.add(`${op.operationId} ${label}: ${(answer.body as { message?: string }).message}`)
   }

@@ -1,14 +1,15 @@
 /** Whether the OpenAPI document calls a request invalid: then no answer to it may be a success. */
 import type { documentOracle, Operation } from './fuzz-oracle.ts'
-import { bodyText, pathOf, type Spec } from './fuzz-requests.ts'
+import { bodyText, resolvedPath, type Spec } from './fuzz-requests.ts'
 import { objectSchema } from './fuzz-values.ts'
 
 const jsonType = /^application\/json\s*(;\s*charset\s*=\s*"?utf-?8"?\s*)?;?$/i
 
 /**
  * Why the document refuses the request: its body (not JSON, not of the schema, missing), a path
- * parameter or a documented header not of its schema, or a query integer out of its range. Query
- * times are left out: the service reads them leniently on purpose (a space for the T, no offset).
+ * parameter, a documented header or a query parameter not of its schema (a query integer out of its
+ * range). Query times are left out: the service reads them leniently on purpose (a space for the T,
+ * no offset).
  */
 export function requestProblems(oracle: ReturnType<typeof documentOracle>, op: Operation, spec: Spec): string[] {
   const problems: string[] = []
@@ -43,7 +44,7 @@ export function requestProblems(oracle: ReturnType<typeof documentOracle>, op: O
     if (parameter.in === 'query' && parameter.schema.type === 'integer') {
       const { minimum = -Infinity, maximum = Infinity } = parameter.schema
       if (!/^\d+$/.test(value) || Number(value) < minimum || Number(value) > maximum) problems.push(`query ${parameter.name} out of range`)
-    } else if (parameter.in !== 'query') {
+    } else if (parameter.in !== 'query' || parameter.schema.format !== 'date-time') {
       problems.push(...oracle.errorsOf(parameter.schema, value).map(e => `${parameter.in} ${parameter.name} ${e}`))
     }
   }
@@ -52,17 +53,19 @@ export function requestProblems(oracle: ReturnType<typeof documentOracle>, op: O
 
 /**
  * Why the service must refuse the request at the door, whatever its route: a 400 (src/http/request-target.ts,
- * the document's 400 `BadRequest`), unless a limit answers first (414, 431). A path parameter that is
- * not percent-encoded UTF-8 text without NUL; on its route, a query parameter of the operation whose
- * value is not, or that is given twice. Off its route, the path as Bun resolves it (a `%2e%2e` in
- * one parameter takes away the segment before it, and what that held).
+ * the document's 400 `BadRequest`), unless a limit answers first (414, 431). A path segment (once dot
+ * segments are resolved) that is not percent-encoded UTF-8 text without NUL; on its route, a query
+ * parameter of the operation whose value is not, or that is given twice.
  */
 export function doorProblems(op: Operation, spec: Spec, routed: boolean): string[] {
   const problems: string[] = []
-  if (routed) {
-    if (text(spec.path.replace(/\{[^}]+\}/g, '')) === null) problems.push('path not decodable')
-    for (const [name, raw] of Object.entries(spec.params)) if (text(raw) === null) problems.push(`path ${name} not decodable`)
-  } else if (text(new URL(`http://test.local${pathOf(spec)}`).pathname) === null) problems.push('path not decodable')
+  // The path as it arrives: a dot segment after a segment that is not text takes that segment away.
+  if (
+    resolvedPath(spec)
+      .split('/')
+      .some(segment => text(segment) === null)
+  )
+    problems.push('path not decodable')
   // Of the query, only the operation's parameters: the others are ignored, whatever they hold.
   const reads = new Set(((routed && op.parameters) || []).filter(parameter => parameter.in === 'query').map(parameter => parameter.name))
   const counts = new Map<string, number>()
@@ -93,7 +96,8 @@ function text(raw: string): string | null {
 function valueOf(spec: Spec, where: string, name: string): string | undefined | null | false {
   const decode = (raw: string) => text(where === 'query' ? raw.replace(/\+/g, ' ') : raw)
   if (where === 'path') return spec.params[name] === undefined ? undefined : decode(spec.params[name]!)
-  if (where === 'header') return spec.headers[name]
+  // A header's value arrives without the spaces and tabs around it (Fetch and HTTP drop them).
+  if (where === 'header') return spec.headers[name]?.replace(/^[\t ]+|[\t ]+$/g, '')
   const values = spec.query.filter(([n]) => text(n.replace(/\+/g, ' ')) === name)
   return values.length === 0 ? undefined : values.length === 1 ? decode(values[0]![1]) : false
 }
