@@ -114,6 +114,14 @@ export function bodyMutations(schema: Schema | undefined): Mutation[] {
 export const headMutations = (operation: Operation): Mutation[] =>
   operation.method === 'GET' ? [one('as HEAD', 'header', spec => (spec.method = 'HEAD'))] : []
 
+/** The operation's path asked with each method none of its operations takes: refused (405 naming those it does; 404 the contract allows). */
+export function methodMutations(operation: Operation, operations: Operation[]): Mutation[] {
+  const taken = new Set(operations.filter(other => other.path === operation.path).map(other => other.method))
+  return ['GET', 'POST', 'PUT', 'PATCH', 'DELETE']
+    .filter(method => !taken.has(method))
+    .map(method => one(`as ${method}`, 'header', spec => (spec.method = method)))
+}
+
 /** A body sent to a route that takes none (Elysia parses JSON wherever it comes). */
 export function strayBodyMutations(operation: Operation): Mutation[] {
   if (operation.requestBody || operation.method === 'GET') return []

@@ -6,6 +6,7 @@ import {
   combined,
   concurrentMutations,
   headMutations,
+  methodMutations,
   headerMutations,
   pathMutations,
   positiveMutation,
@@ -94,6 +95,7 @@ async function fuzzOperation(run: Run, op: Operation, outcome: Outcome): Promise
     ...bodyMutations(schema),
     ...strayBodyMutations(op),
     ...headMutations(op),
+    ...methodMutations(op, run.oracle.operations),
     ...pathMutations(op),
     ...queryMutations(op),
     ...headerMutations(op, run.random),
@@ -133,8 +135,15 @@ async function exercise(run: Run, op: Operation, request: Spec, mutation: Mutati
   const sampled = mutation && !mutation.together && !credential && op.method !== 'GET' && run.random.chance(run.snapshotShare)
   const before = sampled ? await readBack(run) : undefined
   const answer = await send(run.ctx.app, request, run.origin)
-  const routed = onRoute(request)
+  // Another method than the operation's (a HEAD is its GET's): no operation's, so only the rule holds.
+  const otherMethod = request.method !== op.method && request.method !== 'HEAD'
+  const routed = onRoute(request) && !otherMethod
   const problems = run.oracle.violations(op, answer, routed, request.method === 'HEAD')
+  if (otherMethod && onRoute(request)) {
+    if (answer.status < 400) problems.push(`answered ${answer.status} to a method no operation of the path takes`)
+    const allow = (answer.headers.get('allow') ?? '').split(/\s*,\s*/)
+    if (answer.status === 405 && !allow.includes(op.method)) problems.push(`405 whose Allow does not name ${op.method}`)
+  }
   const invalid = routed ? requestProblems(run.oracle, op, request) : []
   // Refused at the door on any path (a limit may answer first): never read as something else, such as a 404 of a name with the escape in it.
   const door = doorProblems(op, request, routed)
