@@ -2,11 +2,13 @@
  * A schema-driven fuzzer of the whole HTTP API, from the service's own OpenAPI document: every
  * operation is sent a valid request and its mutations (each body property missing, null, of the wrong
  * type, on and past its limits, odd strings and numbers; odd path parameters, query parameters and
- * headers; odd credentials; bodies where none is taken; the same request several times at once;
- * random valid values; several mutations at once). Each answer must be under 500, a documented
- * status, a 4xx in the contract's envelope with a code of its status's family, a 2xx body of its
- * documented schema; a request the document calls invalid must not succeed; and a sample of refused
- * writes must leave every table, and the agents' inboxes, as they were.
+ * headers; odd credentials; bodies where none is taken, and bodies sent chunked; the path under
+ * methods it does not take; the same request several times at once; random valid values; several
+ * mutations at once). Each answer must be under 500, a documented status, a 4xx in the contract's
+ * envelope with a code of its status's family, a 2xx body of its documented schema; a request the
+ * document calls invalid must not succeed, nor one it calls valid be refused as not JSON; a wrong
+ * method must be refused; and a sample of refused writes must leave every table, and the agents'
+ * inboxes, as they were.
  *
  * FUZZ_SEED replays a run (the seed is printed); FUZZ_ITERATIONS sets the random rounds per operation
  * (a longer hunt: 40 take about a minute); FUZZ_SNAPSHOTS the share of refused writes read back;
