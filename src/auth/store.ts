@@ -111,7 +111,7 @@ export async function revokeAgentKeys(sql: Db, participantId: string): Promise<B
   return rows.map(row => row.keyHash)
 }
 
-/** The principal a live key acts as; agent keys of deactivated agents act as nobody (`revoked`). */
+/** What a key's hash stands for: the principal a live key acts as, `revoked` (agent keys of deactivated agents too), or `unknown`. */
 export async function findKeyStatus(sql: Db, hash: Buffer): Promise<KeyStatus> {
   const [row] = await sql<
     { id: string; kind: KeyKind; userId: string | null; participantId: string | null; ownerId: string | null; live: boolean }[]
