@@ -13,6 +13,10 @@ import { createTestContext, type TestContext } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
 import { holdActor } from './helpers/hold.ts'
 import { createLog } from '../src/log.ts'
+import { connectRedis, createRedis } from '../src/redis.ts'
+import { createPubSub } from '../src/pubsub.ts'
+import { startHeldProxy } from './helpers/held-proxy.ts'
+import { redisUrl } from './helpers/context.ts'
 
 let ctx: TestContext
 const runtimes: ActorRuntime[] = []
@@ -570,6 +574,35 @@ describe('actor runtime', () => {
     expect(Number(await ctx.deps.redis.get(ctx.deps.keys.actor(`log:${actor}`).fence))).toBeGreaterThan(1000)
     await r.stop()
   })
+
+  test('an answer lost while the asker’s subscriber was away from Redis is asked for again once it listens: answered, applied once', async () => {
+    // The asking process's subscriber reaches Redis through a proxy the test stops; it sends and the runtime works directly.
+    const proxy = await startHeldProxy(redisUrl)
+    const subscriber = createRedis(proxy.url, ctx.deps.log, 'subscriber', 'lost-answers')
+    await connectRedis(subscriber, proxy.url)
+    const pubsub = createPubSub(subscriber)
+    const dispatcher = await createDispatcher({ redis: ctx.deps.redis, pubsub, keys: ctx.deps.keys })
+    const r = await runtime()
+    try {
+      const actor = randomUUID()
+      const open = gate(21)
+      // A random command id, as a message without an Idempotency-Key has.
+      const answer = dispatcher.ask(`log:${actor}`, 'append', { n: 21 }, { timeoutMs: 15_000 })
+      await proxy.stop()
+      await until(async () => !pubsub.listening())
+      // Applied, and its answer published and its entry acknowledged, while no one listened.
+      open()
+      await until(async () => (await appended(actor)).length === 1 && !(await mailed(actor)))
+      await proxy.restart()
+      expect(await answer).toEqual({ count: 1 })
+      expect(await appended(actor)).toEqual([21])
+    } finally {
+      await r.stop()
+      await dispatcher.close()
+      await pubsub.close()
+      await proxy.close()
+    }
+  }, 30_000)
 
   test('an ask nobody answers in time is 503 unavailable, and the command is still applied once later', async () => {
     for (const r of runtimes) await r.stop().catch(() => {})

@@ -41,7 +41,7 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
   // Commands go out on a connection of their own with auto-pipelining: concurrent requests share writes.
   const redis = options.redis.duplicate({ enableAutoPipelining: true, connectionName: 'agent-marketplace:dispatch' })
   const replyChannel = keys.channels.actorReplies(randomUUID())
-  const waiting = new Map<string, { resolve(result: unknown): void; reject(error: unknown): void }>()
+  const waiting = new Map<string, { resolve(result: unknown): void; reject(error: unknown): void; sendAgain(): Promise<unknown> }>()
   const due = createDue(redis, keys)
   const sending = new Set<Promise<unknown>>()
   // Every ask times out alike while no runtime applies commands (no workers process, or all stuck):
@@ -54,6 +54,13 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
     if (!waiter) return
     if ('failed' in reply) waiter.reject(errors.unavailable('The command could not be applied'))
     else waiter.resolve(reply.result)
+  })
+  // An answer published while this process's subscriber was away from Redis is lost, and its ask
+  // would wait out its timeout though the command was applied. Once listening again, each ask still
+  // waiting is sent again under its command id, as one that may repeat: the runtime answers it once
+  // more (with the first result, if it was applied) and applies it at most once.
+  pubsub.onReconnect(() => {
+    for (const waiter of waiting.values()) waiter.sendAgain().catch(() => {})
   })
 
   /**
@@ -73,14 +80,14 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
     if (added.status === 'rejected' || !again) throw errors.unavailable('The command could not be sent; it may have been')
   }
 
-  const send = async (actor: string, type: string, payload: unknown, sendOptions: SendOptions, ask: string) => {
-    const command = sendOptions.commandId ?? randomUUID()
+  const send = async (actor: string, type: string, payload: unknown, sendOptions: SendOptions, ask: string, command: string, again = false) => {
     const entry = {
       type,
       payload: JSON.stringify(payload),
       command,
-      // A chosen id may come again (a retried Idempotency-Key); a random one never does.
-      repeatable: sendOptions.commandId ? '1' : '',
+      // A chosen id may come again (a retried Idempotency-Key), and so may one sent again after its
+      // answer was lost; a random one sent once never does.
+      repeatable: sendOptions.commandId || again ? '1' : '',
       hash: sendOptions.requestHash?.toString('hex') ?? '',
       reply: ask ? replyChannel : '',
       ask,
@@ -96,9 +103,10 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
   }
 
   return {
-    tell: (actor, type, payload, sendOptions = {}) => send(actor, type, payload, sendOptions, ''),
+    tell: (actor, type, payload, sendOptions = {}) => send(actor, type, payload, sendOptions, '', sendOptions.commandId ?? randomUUID()),
     async ask<Result>(actor: string, type: string, payload: unknown, sendOptions: SendOptions & { timeoutMs?: number } = {}) {
       const ask = randomUUID()
+      const command = sendOptions.commandId ?? randomUUID()
       const timeoutMs = sendOptions.timeoutMs ?? 10_000
       const result = new Promise<Result>((resolve, reject) => {
         const timer = setTimeout(() => {
@@ -110,9 +118,13 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
           reject(errors.unavailable('The agent did not answer in time; the command may yet be applied: retry with the same Idempotency-Key'))
         }, timeoutMs)
         const done = () => (clearTimeout(timer), waiting.delete(ask))
-        waiting.set(ask, { resolve: value => (done(), resolve(value as Result)), reject: error => (done(), reject(error)) })
+        waiting.set(ask, {
+          resolve: value => (done(), resolve(value as Result)),
+          reject: error => (done(), reject(error)),
+          sendAgain: () => send(actor, type, payload, sendOptions, ask, command, true),
+        })
       })
-      send(actor, type, payload, sendOptions, ask).catch(error => waiting.get(ask)?.reject(error))
+      send(actor, type, payload, sendOptions, ask, command).catch(error => waiting.get(ask)?.reject(error))
       return result
     },
     async close() {
