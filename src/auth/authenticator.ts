@@ -1,5 +1,4 @@
 /** Turns request headers into a principal: Bearer JWT, Bearer sk_ key, or X-API-Key agent key. */
-import type { Server } from 'bun'
 import type { DatabaseIdentity, Sql } from '../db.ts'
 import { errors } from '../errors.ts'
 import { addressBucket, type ClientIp } from '../http/client-ip.ts'
@@ -15,7 +14,7 @@ export interface Authenticator {
    * The caller, or null when no credential was sent; throws 401 `invalid_token` for a bad one.
    * `prefer` picks which header wins when both are sent (agent routes read X-API-Key first).
    */
-  authenticate(request: Request, server: Server<unknown> | null | undefined, prefer?: 'user' | 'agent'): Promise<Principal | null>
+  authenticate(request: Request, server: RequestServer, prefer?: 'user' | 'agent'): Promise<Principal | null>
   keys: KeyCache
 }
 
@@ -31,11 +30,8 @@ export interface AuthenticatorOptions {
 
 const userTtlMs = 60_000
 
-/** A request as far as its sender's address goes. */
-interface Sender {
-  request: Request
-  server: Server<unknown> | null | undefined
-}
+/** The server a request came through: what its sender's address is read from. */
+type RequestServer = Parameters<ClientIp>[0]
 
 /** The token of an `Authorization: Bearer <token>` header; throws 401 for any other form. */
 function bearerToken(header: string): string {
@@ -72,12 +68,12 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
   // that issued key (so its checksum is good); any other key has its checksum checked before the query,
   // and its address what made-up keys it has sent (only then is the address read). A key once issued
   // (revoked, rotated out) is not counted: agents that poll on with one cost their address nothing.
-  const fromKey = (key: string, from: Sender): Principal | Promise<Principal> => {
+  const fromKey = (key: string, request: Request, server: RequestServer): Principal | Promise<Principal> => {
     const hex = hashKeyHex(key)
     const cached = keys.peek(hex)
     if (typeof cached === 'object') return cached
     if (cached !== undefined || !keyKind(key)) throw errors.invalidToken()
-    const subject = `ip:${addressBucket(clientIp(from.server, from.request))}`
+    const subject = `ip:${addressBucket(clientIp(server, request))}`
     unknownKeys.admit(subject)
     return keys.lookup(hex).then(status => {
       if (typeof status === 'object') return status
@@ -98,25 +94,24 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
     return { kind: 'user', userId: id, keyId: null }
   }
 
-  const fromBearer = (header: string, from: Sender): Principal | Promise<Principal> => {
+  const fromBearer = (header: string, request: Request, server: RequestServer): Principal | Promise<Principal> => {
     const token = bearerToken(header)
-    return token.startsWith('sk_') ? fromKey(token, from) : fromJwt(token)
+    return token.startsWith('sk_') ? fromKey(token, request, server) : fromJwt(token)
   }
 
-  const fromApiKey = (key: string, from: Sender): Principal | Promise<Principal> => {
+  const fromApiKey = (key: string, request: Request, server: RequestServer): Principal | Promise<Principal> => {
     if (!key.startsWith('sk_agt_')) throw errors.invalidToken('X-API-Key takes an agent key (sk_agt_...)')
-    return fromKey(key, from)
+    return fromKey(key, request, server)
   }
 
   return {
     keys,
     async authenticate(request, server, prefer = 'user') {
-      const from = { request, server }
       const authorization = request.headers.get('authorization')
       const apiKey = request.headers.get('x-api-key')
-      if (prefer === 'agent' && apiKey) return fromApiKey(apiKey.trim(), from)
-      if (authorization) return fromBearer(authorization, from)
-      if (apiKey) return fromApiKey(apiKey.trim(), from)
+      if (prefer === 'agent' && apiKey) return fromApiKey(apiKey.trim(), request, server)
+      if (authorization) return fromBearer(authorization, request, server)
+      if (apiKey) return fromApiKey(apiKey.trim(), request, server)
       return null
     },
   }
