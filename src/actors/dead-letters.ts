@@ -6,6 +6,7 @@
 import type { Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import { createDue } from './due.ts'
+import { mailboxEntry } from './dispatcher.ts'
 
 export interface DeadLetter {
   /** Its dead-letter stream, and its id there. */
@@ -51,16 +52,16 @@ export async function readDeadLetters(redis: Redis, keys: Keys): Promise<DeadLet
  */
 export async function sendAgain(redis: Redis, keys: Keys, letter: DeadLetter): Promise<void> {
   const { type, payload, command, hash, entry } = letter.fields
-  const entryFields = {
+  const again = mailboxEntry({
     type: type ?? '',
     payload: payload ?? 'null',
     command: command || entry || '',
-    repeatable: '1',
+    repeatable: true,
     hash: hash ?? '',
     reply: '',
     ask: '',
-  }
-  await redis.xadd(keys.actor(letter.actor).mailbox, '*', ...Object.entries(entryFields).flat())
+  })
+  await redis.xadd(keys.actor(letter.actor).mailbox, '*', ...again)
   await createDue(redis, keys).mark(letter.actor)
   await redis.xdel(letter.stream, letter.id)
 }

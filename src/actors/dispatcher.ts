@@ -28,6 +28,26 @@ export interface Dispatcher {
   close(): Promise<void>
 }
 
+/** A command as its actor's mailbox holds it, and a runtime reads it (work.ts). */
+export interface MailboxCommand {
+  type: string
+  /** The payload as JSON. */
+  payload: string
+  command: string
+  /** Whether the command id may have been applied before (a chosen id, a command sent again). */
+  repeatable: boolean
+  /** The request's fingerprint in hex, or ''. */
+  hash: string
+  /** Where the answer goes, and the ask it answers ('' for none). */
+  reply: string
+  ask: string
+}
+
+/** The fields of a mailbox entry: every command goes in in this one form. */
+export function mailboxEntry(command: MailboxCommand): string[] {
+  return Object.entries({ ...command, repeatable: command.repeatable ? '1' : '' }).flat()
+}
+
 export interface DispatcherOptions {
   redis: Redis
   pubsub: PubSub
@@ -81,18 +101,18 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
   }
 
   const send = async (actor: string, type: string, payload: unknown, sendOptions: SendOptions, ask: string, command: string, again = false) => {
-    const entry = {
+    const entry = mailboxEntry({
       type,
       payload: JSON.stringify(payload),
       command,
       // A chosen id may come again (a retried Idempotency-Key), and so may one sent again after its
       // answer was lost; a random one sent once never does.
-      repeatable: sendOptions.commandId || again ? '1' : '',
+      repeatable: Boolean(sendOptions.commandId) || again,
       hash: sendOptions.requestHash?.toString('hex') ?? '',
       reply: ask ? replyChannel : '',
       ask,
-    }
-    const sent = append(actor, Object.entries(entry).flat())
+    })
+    const sent = append(actor, entry)
     sending.add(sent)
     try {
       await sent
