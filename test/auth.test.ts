@@ -698,9 +698,10 @@ describe('revocation when Redis cannot take the eviction', () => {
   }, 30_000)
 })
 
+// Three unknown keys a minute per address, counted behind a proxy at 127.0.0.1; every other limit as the other tests have them.
+const limited = { TRUSTED_PROXIES: '127.0.0.1', RATE_LIMITS: JSON.stringify({ apiKeyMisses: { capacity: 3, perSeconds: 60 } }) }
+
 describe('unknown keys per address', () => {
-  // Three unknown keys a minute per address; every other limit as the other tests have them.
-  const limited = { TRUSTED_PROXIES: '127.0.0.1', RATE_LIMITS: JSON.stringify({ apiKeyMisses: { capacity: 3, perSeconds: 60 } }) }
   let c: TestContext
   let server: ReturnType<TestContext['app']['listen']>
   let owner: TestUser
@@ -785,7 +786,7 @@ describe('unknown keys per address while Redis cannot count them', () => {
   test('paused or down, Redis holds no answer back and refuses nothing: keys are looked up in Postgres as before', async () => {
     const redis = await startRedisServer()
     const c = await createTestContext({
-      env: { REDIS_URL: redis.url, TRUSTED_PROXIES: '127.0.0.1', RATE_LIMITS: JSON.stringify({ apiKeyMisses: { capacity: 3, perSeconds: 60 } }) },
+      env: { ...limited, REDIS_URL: redis.url },
     })
     const server = c.app.listen({ port: 0, hostname: '127.0.0.1' })
     try {
