@@ -5,6 +5,7 @@ import { createTestContext, type TestContext } from './helpers/context.ts'
 import { idempotentCommand, type CommandOptions } from '../src/idempotency/idempotent.ts'
 import { errors } from '../src/errors.ts'
 import { createSql } from '../src/db.ts'
+import { createLog } from '../src/log.ts'
 import { startHeldProxy } from './helpers/held-proxy.ts'
 
 let ctx: TestContext
@@ -209,5 +210,33 @@ describe('a leased request whose end could not be written (PostgreSQL away)', ()
     })
     expect(repeat).toEqual({ status: 200, body: 'by the repeat', replayed: false })
     expect(ran).toBe(2)
+  })
+
+  test('an end still unwritten when the lease lapses is logged: a repeat may run the call again', async () => {
+    const proxy = await startHeldProxy(ctx.config.databaseUrl!)
+    const through = new URL(ctx.config.databaseUrl!)
+    through.port = new URL(proxy.url).port
+    const sql = createSql(through.toString(), { max: 2 })
+    const lines: Record<string, unknown>[] = []
+    const log = createLog('info', line => lines.push(JSON.parse(line)))
+    const given = (msg: string) => lines.find(line => line.msg === msg)
+    try {
+      const first = idempotentCommand(
+        { sql, clock: ctx.clock, log },
+        request('away-past-lease'),
+        async () => {
+          await proxy.stop()
+          return { status: 200, body: 'by the first' }
+        },
+        { inFlight: 'refuse', leaseMs: 300 },
+      )
+      await expect(first).rejects.toThrow()
+      const warned = 'an Idempotency-Key’s outcome could not be stored within its lease; a repeat may run the call again'
+      await until(async () => given(warned) !== undefined, 5000)
+      expect(given(warned)).toMatchObject({ level: 'warn', subject: 'test:caller', key: 'away-past-lease' })
+    } finally {
+      await sql.end({ timeout: 0 })
+      await proxy.close()
+    }
   })
 })

@@ -4,6 +4,7 @@ import { t } from 'elysia'
 import { deleteOlderThan, type Sql, type TxSql } from '../db.ts'
 import type { Clock } from '../clock.ts'
 import { AppError, errors } from '../errors.ts'
+import { errorFields, type Log } from '../log.ts'
 
 export const idempotencyWindowMs = 24 * 3_600_000
 
@@ -100,7 +101,7 @@ export interface CommandIdentity {
 }
 
 export async function idempotentCommand(
-  { sql, clock }: { sql: Sql; clock: Clock },
+  { sql, clock, log }: { sql: Sql; clock: Clock; log?: Log },
   request: IdempotentRequest,
   send: (identity: CommandIdentity) => Promise<Outcome>,
   options: CommandOptions = { inFlight: 'resend' },
@@ -119,6 +120,7 @@ export async function idempotentCommand(
   const commandId = createHash('sha256')
     .update(JSON.stringify([request.subject, key, reservation]))
     .digest('hex')
+  const settle = (write: () => Promise<unknown>) => settleReservation(write, options.leaseMs, log, { subject: request.subject, key })
   const lease =
     options.inFlight === 'refuse' && options.leaseMs !== undefined
       ? keepLease({ sql, clock }, request.subject, key, mine, options.leaseMs)
@@ -129,7 +131,7 @@ export async function idempotentCommand(
   } catch (error) {
     await lease?.stop()
     if (error instanceof AppError && options.keepFailure?.(error)) {
-      await settle(() => complete(sql, request.subject, key, mine, { status: error.status, body: errorBody(error) }), options.leaseMs)
+      await settle(() => complete(sql, request.subject, key, mine, { status: error.status, body: errorBody(error) }))
     } else if (options.inFlight === 'resend' && (!own || !(error instanceof AppError && error.status < 500))) {
       // Not answered, but it may still be applied (an actor that did not reply in time): the
       // reservation stays, so a retry sends the same command id again and it is applied once. A
@@ -146,7 +148,6 @@ export async function idempotentCommand(
           where subject = ${request.subject} and key = ${key} and response_status is null
             and created_at = ${mine.at} and reservation = ${reservation}
         `,
-        options.leaseMs,
       ).catch(() => {})
     } else {
       // Refused, so nothing happened: the key is free again, also for a corrected request. Only
@@ -157,13 +158,12 @@ export async function idempotentCommand(
           where subject = ${request.subject} and key = ${key} and response_status is null
             and created_at = ${mine.at} and reservation = ${reservation}
         `,
-        options.leaseMs,
       ).catch(() => {})
     }
     throw error
   }
   await lease?.stop()
-  await settle(() => complete(sql, request.subject, key, mine, outcome), options.leaseMs)
+  await settle(() => complete(sql, request.subject, key, mine, outcome))
   return { ...outcome, replayed: false }
 }
 
@@ -268,27 +268,45 @@ function keepLease(
  * twentieth of it until it lands or the lease has lapsed anyway: repeats meanwhile are refused as in
  * progress, and then replay the stored outcome (the upstream is not called twice) or take the key
  * over at once, rather than waiting out the lease. Each write touches only this caller's reservation,
- * so a late one changes nothing once the key was taken over.
+ * so a late one changes nothing once the key was taken over. Given up, it is logged: a repeat now
+ * takes the key over and may do the work (call the upstream) a second time.
  */
-async function settle(write: () => Promise<unknown>, leaseMs: number | undefined): Promise<void> {
+async function settleReservation(
+  write: () => Promise<unknown>,
+  leaseMs: number | undefined,
+  log: Log | undefined,
+  fields: { subject: string; key: string },
+): Promise<void> {
   try {
     await write()
   } catch (error) {
-    if (leaseMs !== undefined) void retryUntilLanded(write, leaseMs / 20, performance.now() + leaseMs)
+    if (leaseMs !== undefined) {
+      void retryUntilLanded(write, leaseMs / 20, performance.now() + leaseMs).then(last => {
+        if (last === undefined) return
+        log?.warn('an Idempotency-Key’s outcome could not be stored within its lease; a repeat may run the call again', {
+          ...fields,
+          ...errorFields(last),
+        })
+      })
+    }
     throw error
   }
 }
 
-async function retryUntilLanded(write: () => Promise<unknown>, everyMs: number, untilMs: number): Promise<void> {
+/** Undefined once the write landed; else the last failure, once `untilMs` has passed. */
+async function retryUntilLanded(write: () => Promise<unknown>, everyMs: number, untilMs: number): Promise<unknown> {
+  let last: unknown = new Error('not tried')
   while (performance.now() < untilMs) {
     await new Promise(resolve => setTimeout(resolve, everyMs).unref())
     try {
       await write()
-      return
-    } catch {
+      return undefined
+    } catch (error) {
       // Still away: again at the next tick.
+      last = error
     }
   }
+  return last
 }
 
 /** Stores the outcome of the reservation this caller holds (made, taken over or last renewed at `at`); one taken over or made anew since is left alone. */
