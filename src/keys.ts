@@ -7,7 +7,8 @@ export function createKeys(prefix: string) {
     prefix,
     rateLimit: (rule: string, subject: string) => `${prefix}rl:${rule}:${subject}`,
     inFlight: (rule: string, subject: string) => `${prefix}inflight:${rule}:${subject}`,
-    devicePoll: (deviceCode: string) => `${prefix}device:poll:${deviceCode}`,
+    // By the device code's SHA-256 (hex), never the code itself: a bearer secret (device-flow.ts).
+    devicePoll: (codeHashHex: string) => `${prefix}device:poll:${codeHashHex}`,
     sseToken: (token: string) => `${prefix}sse:${token}`,
     channels: {
       keyRevoked: `${prefix}auth:key-revoked`,

@@ -1,6 +1,9 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { connect } from 'node:net'
-import { createSql } from '../src/db.ts'
+import { hashDeviceCode } from '../src/auth/device-flow.ts'
+import { createSql, type Sql } from '../src/db.ts'
+import { migrate, readMigrations } from '../src/migrate.ts'
+import { createTestDatabase } from './helpers/database.ts'
 import { createAgent, createTestContext, expectError, signUp, type CallResult, type TestContext, type TestUser } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
 
@@ -347,7 +350,7 @@ describe('polls of codes that do not exist', () => {
   test('a poll of a code that exists is still gated: polling it again at once is slow_down', async () => {
     const { deviceCode } = await start()
     expect((await poll(deviceCode)).status).toBe(200)
-    expect(await ctx.deps.redis.exists(ctx.deps.keys.devicePoll(deviceCode))).toBe(1)
+    expect(await ctx.deps.redis.exists(ctx.deps.keys.devicePoll(hashDeviceCode(deviceCode).toString('hex')))).toBe(1)
     expectError(await poll(deviceCode), 429, 'slow_down')
   })
 })
@@ -442,7 +445,7 @@ describe('approval misses', () => {
     let clicks: CallResult[]
     try {
       await lock`begin`
-      await lock`select 1 from device_codes where device_code = ${deviceCode} for update`
+      await lock`select 1 from device_codes where device_code_hash = ${hashDeviceCode(deviceCode)} for update`
       // 20 at once: 10 are let through and wait for the row, 10 are told to retry.
       send(20)
       // While those 10 are in flight, 10 more are all told to retry.
@@ -580,6 +583,114 @@ describe('creation rate limit behind a load balancer', () => {
       expect((await post('203.0.113.7')).status).toBe(429)
     } finally {
       await close()
+    }
+  })
+})
+
+/** The tables of the database whose rows, written as text, hold `needle`, with how many such rows each. */
+async function tablesHolding(sql: Sql, needle: string): Promise<Record<string, number>> {
+  const tables = await sql<{ name: string }[]>`select tablename as name from pg_tables where schemaname = 'public'`
+  const found: Record<string, number> = {}
+  for (const { name } of tables) {
+    const [row] = await sql<{ n: number }[]>`select count(*)::int as n from ${sql(name)} t where strpos(t::text, ${needle}) > 0`
+    if (row!.n > 0) found[name] = row!.n
+  }
+  return found
+}
+
+/** Every key under a test's Redis prefix, with what it holds as text (names, members, fields and values). */
+async function redisDump(c: TestContext): Promise<string> {
+  const { redis } = c.deps
+  const out: string[] = []
+  for (const key of await redis.keys(`${c.config.redisPrefix}*`)) {
+    const type = await redis.type(key)
+    const value =
+      type === 'string'
+        ? await redis.get(key)
+        : type === 'hash'
+          ? await redis.hgetall(key)
+          : type === 'list'
+            ? await redis.lrange(key, 0, -1)
+            : type === 'set'
+              ? await redis.smembers(key)
+              : type === 'zset'
+                ? await redis.zrange(key, 0, -1)
+                : type === 'stream'
+                  ? await redis.xrange(key, '-', '+')
+                  : null
+    out.push(key, JSON.stringify(value))
+  }
+  return out.join('\n')
+}
+
+describe('device codes at rest', () => {
+  test('neither Postgres nor Redis holds a device code after a start, a poll and an approval; the device still gets its key', async () => {
+    const user = await signUp(ctx)
+    const { deviceCode, userCode } = await start()
+    expect((await poll(deviceCode)).body.data).toEqual({ status: 'pending' })
+    expect((await decide(user, userCode)).status).toBe(200)
+    // Approved and not yet collected: the moment a code read from storage would be worth a key.
+    // As written (lower case, hyphens), and as hex without them (a uuid kept as bytes reads so).
+    for (const spelling of [deviceCode, deviceCode.replace(/-/g, '')]) {
+      expect(await tablesHolding(ctx.deps.sql, spelling)).toEqual({})
+      expect(await redisDump(ctx)).not.toContain(spelling)
+    }
+    // The previous release's lookup (by device_code) finds nothing to deliver.
+    expect(await ctx.deps.sql`select 1 from device_codes where device_code = ${deviceCode}`).toHaveLength(0)
+
+    const delivered = await pollLater(deviceCode)
+    expect(delivered.body.data).toMatchObject({ status: 'approved', user: { id: user.id } })
+    expect((await ctx.call('GET', '/v1/auth/me', { token: delivered.body.data.apiKey })).body.data.id).toBe(user.id)
+    expectError(await pollLater(deviceCode), 404, 'not_found')
+  })
+})
+
+describe('device codes from before their hashing (migration 00023)', () => {
+  const hashing = readMigrations().find(file => file.name === '00023_device_codes_by_hash.sql')!
+
+  /** Starts an authorization as the previous release does: the code is the column's default, returned. */
+  async function startAsBefore(sql: Sql, userCode: string): Promise<string> {
+    const now = new Date()
+    const [row] = await sql<{ deviceCode: string }[]>`
+      insert into device_codes (user_code, created_at, expires_at)
+      values (${userCode}, ${now}, ${new Date(now.getTime() + 900_000)})
+      returning device_code as "deviceCode"`
+    return row!.deviceCode
+  }
+
+  test('a code pending as the migration runs, and one the previous release starts after it, are polled and approved', async () => {
+    const database = await createTestDatabase({ empty: true })
+    const sql = createSql(database.url, { max: 1 })
+    let c: TestContext | undefined
+    try {
+      await migrate(
+        sql,
+        readMigrations().filter(file => file.id < hashing.id),
+      )
+      const pendingBefore = await startAsBefore(sql, 'BBBBCCCC')
+      expect(await migrate(sql)).toContain(hashing.name)
+      // Converted in place: the code is no longer there as it was handed out.
+      expect(await tablesHolding(sql, pendingBefore)).toEqual({})
+      // A process of the previous release still serving (a rolling deploy, a rollback) starts one.
+      const startedAfter = await startAsBefore(sql, 'DDDDFFFF')
+
+      c = await createTestContext({ database })
+      const user = await signUp(c)
+      for (const [deviceCode, userCode] of [
+        [pendingBefore, 'BBBB-CCCC'],
+        [startedAfter, 'DDDD-FFFF'],
+      ] as const) {
+        expect((await poll(deviceCode, c)).body.data).toEqual({ status: 'pending' })
+        expect((await decide(user, userCode, undefined, c)).status).toBe(200)
+        const delivered = await pollLater(deviceCode, c)
+        expect(delivered.body.data).toMatchObject({ status: 'approved', user: { id: user.id } })
+        expect((await c.call('GET', '/v1/auth/me', { token: delivered.body.data.apiKey })).body.data.id).toBe(user.id)
+        expectError(await pollLater(deviceCode, c), 404, 'not_found')
+      }
+    } finally {
+      await c?.close()
+      await sql.end()
+      await database.drop()
     }
   })
 })

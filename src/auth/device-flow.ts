@@ -1,5 +1,5 @@
 /** The device authorization flow (after RFC 8628): start, poll, approve or deny. */
-import { randomBytes } from 'node:crypto'
+import { createHash, randomBytes, randomUUID } from 'node:crypto'
 import type { Sql } from '../db.ts'
 import type { Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
@@ -33,8 +33,8 @@ export async function startDeviceAuthorization({ sql, clock, siteUrl }: DeviceFl
   const expiresAt = new Date(createdAt.getTime() + deviceCodeTtlSeconds * 1000)
   for (let attempt = 0; attempt < 5; attempt++) {
     const code = randomUserCode()
-    const deviceCode = await insertDeviceCode(sql, { userCode: code, createdAt, expiresAt })
-    if (!deviceCode) continue
+    const deviceCode = randomUUID()
+    if (!(await insertDeviceCode(sql, { codeHash: hashDeviceCode(deviceCode), userCode: code, createdAt, expiresAt }))) continue
     const userCode = `${code.slice(0, 4)}-${code.slice(4)}`
     return {
       deviceCode,
@@ -62,10 +62,11 @@ export async function pollDeviceAuthorization(
   const code = deviceCode.toLowerCase()
   if (!isUuid(code)) throw errors.notFound('Device code')
   const now = clock.now()
+  const codeHash = hashDeviceCode(code)
   // Read before anything is written: a poll of a code that does not exist (a guess) leaves no trace.
-  const row = await findDeviceCode(sql, code)
+  const row = await findDeviceCode(sql, codeHash)
   if (!row || row.status === 'delivered') throw errors.notFound('Device code')
-  if (deliver) await gatePoll(deps, code, now)
+  if (deliver) await gatePoll(deps, codeHash, now)
   if (row.status === 'denied') return { status: 'denied' }
   // An approval is collected within the code's lifetime or not at all (RFC 8628 3.5, expired_token).
   if (row.expiresAt <= now) return { status: 'expired' }
@@ -73,7 +74,7 @@ export async function pollDeviceAuthorization(
   if (!deliver) return null
 
   return sql.begin(async tx => {
-    const userId = await markDelivered(tx, deviceCode, now)
+    const userId = await markDelivered(tx, codeHash, now)
     if (!userId) throw errors.notFound('Device code')
     const { key, hash, prefix } = generateKey('user')
     const name = `Device authorization ${now.toISOString().slice(0, 10)}`
@@ -97,10 +98,24 @@ export async function decideDeviceAuthorization(
   return decided ? status : null
 }
 
+/**
+ * What a device code is stored and looked up by: its SHA-256, of the lower-case text the device holds.
+ * The code itself, a bearer secret, is kept nowhere: not in Postgres, not in a Redis key's name.
+ */
+export function hashDeviceCode(deviceCode: string): Buffer {
+  return createHash('sha256').update(deviceCode).digest()
+}
+
 /** Records this poll of an existing code; 429 `slow_down` when the previous one was under 4 s ago. */
-async function gatePoll({ redis, keys }: DeviceFlowDeps, deviceCode: string, now: Date): Promise<void> {
-  const previous = (await redis.call('set', keys.devicePoll(deviceCode), String(now.getTime()), 'PX', String(deviceCodeTtlSeconds * 1000), 'GET')) as
-    string | null
+async function gatePoll({ redis, keys }: DeviceFlowDeps, codeHash: Buffer, now: Date): Promise<void> {
+  const previous = (await redis.call(
+    'set',
+    keys.devicePoll(codeHash.toString('hex')),
+    String(now.getTime()),
+    'PX',
+    String(deviceCodeTtlSeconds * 1000),
+    'GET',
+  )) as string | null
   if (previous !== null && now.getTime() - Number(previous) < minPollGapMs) throw errors.slowDown(pollIntervalSeconds)
 }
 

@@ -4,37 +4,40 @@ import { deleteOlderThan, type Db, type Sql } from '../db.ts'
 export type DeviceStatus = 'pending' | 'approved' | 'denied' | 'delivered'
 
 export interface DeviceCodeRow {
-  deviceCode: string
   status: DeviceStatus
   userId: string | null
   expiresAt: Date
 }
 
-/** Inserts a pending authorization; undefined when the user code is already pending elsewhere. */
-export async function insertDeviceCode(sql: Db, row: { userCode: string; createdAt: Date; expiresAt: Date }): Promise<string | undefined> {
-  const [inserted] = await sql<{ deviceCode: string }[]>`
-    insert into device_codes (user_code, created_at, expires_at)
-    values (${row.userCode}, ${row.createdAt}, ${row.expiresAt})
+/**
+ * Inserts a pending authorization, known by its device code's hash alone; false when the user code
+ * is already pending elsewhere. device_code is written null: its default (a code as the previous
+ * release handed it out) would be one that release's polls accept.
+ */
+export async function insertDeviceCode(sql: Db, row: { codeHash: Buffer; userCode: string; createdAt: Date; expiresAt: Date }): Promise<boolean> {
+  const inserted = await sql`
+    insert into device_codes (device_code, device_code_hash, user_code, created_at, expires_at)
+    values (null, ${row.codeHash}, ${row.userCode}, ${row.createdAt}, ${row.expiresAt})
     on conflict (user_code) where status = 'pending' do nothing
-    returning device_code as "deviceCode"
+    returning 1
   `
-  return inserted?.deviceCode
+  return inserted.length === 1
 }
 
-export async function findDeviceCode(sql: Db, deviceCode: string): Promise<DeviceCodeRow | undefined> {
+export async function findDeviceCode(sql: Db, codeHash: Buffer): Promise<DeviceCodeRow | undefined> {
   const [row] = await sql<DeviceCodeRow[]>`
-    select device_code as "deviceCode", status, user_id as "userId", expires_at as "expiresAt"
+    select status, user_id as "userId", expires_at as "expiresAt"
     from device_codes
-    where device_code = ${deviceCode}
+    where device_code_hash = ${codeHash}
   `
   return row
 }
 
 /** Marks an approved authorization delivered, once; returns who approved it. */
-export async function markDelivered(sql: Db, deviceCode: string, at: Date): Promise<string | undefined> {
+export async function markDelivered(sql: Db, codeHash: Buffer, at: Date): Promise<string | undefined> {
   const [row] = await sql<{ userId: string }[]>`
     update device_codes set status = 'delivered', delivered_at = ${at}
-    where device_code = ${deviceCode} and status = 'approved'
+    where device_code_hash = ${codeHash} and status = 'approved'
     returning user_id as "userId"
   `
   return row?.userId
