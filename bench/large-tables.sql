@@ -174,8 +174,8 @@ select 'user', pg_temp.u('u' || case when n <= 1000 then 2 else 1 + n % 20000 en
   sha256(('ku' || n)::bytea), now() - n * interval '1 minute', case when n % 20 = 0 then now() end
 from generate_series(1, 50000) n;
 
-insert into device_codes (device_code, user_code, status, user_id, created_at, expires_at, decided_at, delivered_at)
-select gen_random_uuid(), translate(upper(substr(md5('d' || n), 1, 8)), '0123456789AEIOUY', 'BCDFGHJKLMNPQRST'),
+insert into device_codes (device_code, device_code_hash, user_code, status, user_id, created_at, expires_at, decided_at, delivered_at)
+select null, sha256(('dc' || n)::bytea), translate(upper(substr(md5('d' || n), 1, 8)), '0123456789AEIOUY', 'BCDFGHJKLMNPQRST'),
   case when n % 1000 = 0 then 'pending' else 'delivered' end,
   case when n % 1000 = 0 then null else pg_temp.u('u' || (1 + n % 250000)) end,
   now() - (n % 14400) * interval '1 minute', now() - (n % 14400) * interval '1 minute' + interval '15 minutes',
