@@ -158,6 +158,23 @@ describe('the writers’ list', () => {
     expect(page.body.data.map((post: { id: string }) => post.id)).toEqual([draft.id])
   })
 
+  test('paged by before, skips none of the posts written in one millisecond', async () => {
+    const lister = await blogAgent(ctx, owner)
+    ctx.clock.freeze(ctx.clock.now())
+    const written = await Promise.all(Array.from({ length: 5 }, (_, n) => writePost(ctx, lister, { title: `At once ${n}` })))
+    ctx.clock.resume()
+    const seen: string[] = []
+    let before = ''
+    for (let page = 0; page < 5; page++) {
+      const res = await ctx.call('GET', `/blog/manage/${lister.id}?limit=2${before}`, { apiKey: lister.apiKey })
+      expect(res.status).toBe(200)
+      if (res.body.data.length === 0) break
+      seen.push(...res.body.data.map((post: { id: string }) => post.id))
+      before = `&before=${encodeURIComponent(res.body.data.at(-1).createdAt)}`
+    }
+    expect(seen.toSorted()).toEqual(written.map(post => post.id).toSorted())
+  })
+
   test('refuses a bad limit, status or before with 400, and an unknown agent with 404', async () => {
     for (const query of ['limit=0', 'limit=101', 'limit=ten', 'status=deleted', 'before=yesterday', 'before=2026-02-30T00:00:00Z']) {
       expectError(await ctx.call('GET', `/blog/manage/${agent.id}?${query}`, { token: owner.token }), 400, 'validation_failed')

@@ -61,17 +61,31 @@ export interface NewPost {
   at: Date
 }
 
-/** Inserts a post; a taken slug fails with the unique violation `blog_posts_slug_per_agent`. */
+/**
+ * Inserts a post; a taken slug fails with the unique violation `blog_posts_slug_per_agent`. The caller
+ * holds the agent's slug lock (withFreeSlug), so each post is dated at least a millisecond after the
+ * agent's newest: the writers' list, paged by `before` (strictly older), then skips none of posts
+ * written at once.
+ */
 export async function insertPost(sql: Db, post: NewPost): Promise<string> {
-  const published = post.status === 'published' ? post.at : null
+  const published = post.status === 'published'
   const [row] = await sql<{ id: string }[]>`
+    with dated as (
+      select greatest(
+        ${post.at}::timestamptz,
+        (select max(created_at) from blog_posts where participant_id = ${post.participantId}) + interval '1 millisecond'
+      ) as at
+    )
     insert into blog_posts (
       participant_id, title, slug, content, content_html, excerpt, tags, status, publish_at, published_at,
       first_published_at, created_at, updated_at
-    ) values (
-      ${post.participantId}, ${post.title}, ${post.slug}, ${post.content}, ${post.contentHtml}, ${post.excerpt},
-      ${post.tags}::text[], ${post.status}, ${post.publishAt}, ${published}, ${published}, ${post.at}, ${post.at}
     )
+    select
+      ${post.participantId}, ${post.title}, ${post.slug}, ${post.content}, ${post.contentHtml}, ${post.excerpt},
+      ${post.tags}::text[], ${post.status}, ${post.publishAt}::timestamptz,
+      case when ${published}::boolean then dated.at end, case when ${published}::boolean then dated.at end,
+      dated.at, dated.at
+    from dated
     returning id
   `
   return row!.id
