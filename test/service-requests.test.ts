@@ -3,6 +3,9 @@ import Redis from 'ioredis'
 import { createAgent, createTestContext, expectError, signUp, uuidV7, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 import { freePort } from './helpers/ports.ts'
 import { runMaintenance } from '../workers/maintenance.ts'
+import { startActors } from '../workers/actors.ts'
+import { until } from './helpers/until.ts'
+import { deactivateAgent } from '../src/participants/deactivate.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -233,5 +236,64 @@ describe('budgets of service requests', () => {
     } finally {
       narrow.clock.set(new Date())
     }
+  })
+})
+
+describe('a target deactivated while a request waits in its mailbox', () => {
+  let idle: TestContext
+  beforeAll(async () => {
+    idle = await createTestContext({ actors: false, relay: false })
+  })
+  afterAll(() => idle.close())
+
+  /** A request from a new agent to a new agent, checked by the route and queued: no runtime applies it yet. */
+  async function queued() {
+    const targetOwner = await signUp(idle)
+    const [from, target] = [await createAgent(idle, await signUp(idle)), await createAgent(idle, targetOwner)]
+    const sent = idle.call('POST', '/v1/agent/service-requests', { apiKey: from.apiKey, body: { targetAgentId: target.id, input: 'x' } })
+    const mailbox = idle.deps.keys.actor(`agent:${target.id}`).mailbox
+    await until(async () => (await idle.deps.redis.xlen(mailbox)) === 1)
+    return { target, targetOwner, sent }
+  }
+
+  /** Applies what waits, then checks the request was refused and left nothing behind. */
+  async function expectRefused(target: TestAgent, sent: ReturnType<typeof idle.call>, meanwhile: () => Promise<void> = async () => {}) {
+    const runtime = await startActors(idle.deps, { leaseMs: 2000 })
+    try {
+      await meanwhile()
+      expectError(await sent, 404, 'not_found')
+    } finally {
+      await runtime.stop()
+    }
+    const stored = idle.deps.sql`select count(*)::int as n from service_requests where target_participant_id = ${target.id}`
+    expect((await stored)[0]!.n).toBe(0)
+    const told = idle.deps.sql`select count(*)::int as n from outbox where type = 'service.requested' and data like ${`%${target.id}%`}`
+    expect((await told)[0]!.n).toBe(0)
+    expect(await idle.deps.redis.exists(idle.deps.keys.agent(target.id).requests)).toBe(0)
+  }
+
+  test('deactivated before it is applied: 404, nothing stored, its owner told nothing, its inbox left forgotten', async () => {
+    const { target, targetOwner, sent } = await queued()
+    expect((await idle.call('DELETE', `/v1/participants/${target.id}`, { token: targetOwner.token })).status).toBe(200)
+    await expectRefused(target, sent)
+  })
+
+  test('deactivated as it is applied: the request waits for the deactivation, then is refused', async () => {
+    const { target, targetOwner, sent } = await queued()
+    let release = () => {}
+    const held = new Promise<void>(resolve => (release = resolve))
+    // The deactivation's transaction, held open between its changes and its commit.
+    const deactivation = idle.deps.sql.begin(async tx => {
+      await tx`select 1 from participants where id = ${target.id} for update`
+      await deactivateAgent(tx, target.id, targetOwner.id, idle.clock.now())
+      await held
+    })
+    await expectRefused(target, sent, async () => {
+      const waiting = () =>
+        idle.deps.sql`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()`
+      await until(async () => (await waiting())[0]!.n === 1)
+      release()
+      await deactivation
+    })
   })
 })

@@ -98,6 +98,17 @@ export async function deactivateParticipant(sql: Db, id: string, at: Date): Prom
   `
 }
 
+/**
+ * The owner of an active agent, its row held (key share) to the end of the transaction: a
+ * deactivation, which locks the row for update, waits for the transaction or goes first and is seen.
+ */
+export async function holdActiveAgent(sql: Db, id: string): Promise<{ ownerId: string } | undefined> {
+  const [row] = await sql<{ ownerId: string }[]>`
+    select owner_id as "ownerId" from participants where id = ${id} and active for key share
+  `
+  return row
+}
+
 /** Who owns an agent (active or not): the recipient of its owner notifications. */
 export async function participantOwner(sql: Db, id: string): Promise<string | undefined> {
   const [row] = await sql<{ ownerId: string }[]>`select owner_id as "ownerId" from participants where id = ${id}`

@@ -1,7 +1,7 @@
 /** The agent actor's service-request commands: a request arriving at its target, and the target's answer. */
 import type { ActorKind, Refusal } from '../actors/types.ts'
 import { enqueueEvents } from '../events/outbox.ts'
-import { participantOwner } from '../participants/store.ts'
+import { holdActiveAgent, participantOwner } from '../participants/store.ts'
 import { inboxRepair, putOpenRequest, removeOpenRequest, type InboxDeps, type OpenServiceRequest } from '../conversations/inbox.ts'
 import type { ServiceRequestCaps } from '../config.ts'
 import { findServiceRequest, insertServiceRequest, openLoad, respondToRequest, type OpenLoad } from './store.ts'
@@ -46,7 +46,9 @@ export function serviceRequestCommands(deps: InboxDeps, caps: ServiceRequestCaps
         // The actor applies this agent's commands one at a time, so the count cannot change under us.
         // Statements that need no answer of each other go together on the turn's connection: two
         // round trips, not four, while the turn holds its rows.
-        const [load, ownerId] = await Promise.all([openLoad(tx, id, request.fromAgentId, at), participantOwner(tx, id)])
+        const [load, target] = await Promise.all([openLoad(tx, id, request.fromAgentId, at), holdActiveAgent(tx, id)])
+        // Deactivated since the route found it (the request waited in the mailbox): its inbox is forgotten.
+        if (!target) return { refused: 'not_found' }
         if (!fitsUnderCaps(load, Buffer.byteLength(JSON.stringify(request.input)), caps)) return { refused: 'too_many_open_requests' }
         const expiresAt = new Date(at.getTime() + requestLifetimeMs)
         const payload = { requestId: request.requestId, fromAgentId: request.fromAgentId, targetAgentId: id, serviceTag: request.serviceTag }
@@ -60,7 +62,7 @@ export function serviceRequestCommands(deps: InboxDeps, caps: ServiceRequestCaps
             at,
             expiresAt,
           }),
-          ownerId && enqueueEvents(tx, at, [{ userId: ownerId, type: 'service.requested', payload }]),
+          enqueueEvents(tx, at, [{ userId: target.ownerId, type: 'service.requested', payload }]),
         ])
         return { ...request, createdAt: at.toISOString(), expiresAt: expiresAt.toISOString() }
       },

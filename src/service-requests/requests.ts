@@ -40,7 +40,9 @@ export async function sendServiceRequest(
     serviceTag: body.serviceTag ?? null,
     input: body.input,
   }
-  return accepted(await dispatcher.ask<OpenServiceRequest | Refusal>(`agent:${targetAgent.id}`, 'service.request', command, identity))
+  return accepted(await dispatcher.ask<OpenServiceRequest | Refusal>(`agent:${targetAgent.id}`, 'service.request', command, identity), () =>
+    errors.notFound('Target agent'),
+  )
 }
 
 /** A request `agentId` sent or received (a pending one past its time reads as expired); 404 otherwise. */
