@@ -34,6 +34,8 @@ import {
 } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
 import { startHeldProxy } from './helpers/held-proxy.ts'
+import { startActors } from '../workers/actors.ts'
+import { deactivateAgent } from '../src/participants/deactivate.ts'
 
 /** The rest of a rebuild as the inbox reader makes one, after it emptied the inbox and read: the conversations, then the requests and the mark. */
 const rebuildInbox = async (deps: TestContext['deps'], agentId: string, holder: string, conversations: StoredConversation[]) =>
@@ -328,7 +330,7 @@ describe('the reply statement and a user’s message on one conversation', () =>
       const question = await asked.result
       const answer = (await answering).get(id)!
       expect(answer).toMatchObject({ stored: true, wasPending: true })
-      expect(answer.createdAt.getTime()).toBeGreaterThan(question.createdAt.getTime())
+      expect(answer.createdAt.getTime()).toBeGreaterThan(question!.createdAt.getTime())
       expect((await conversationRow(pair.agent.id, pair.user.id)).pendingCount).toBe(0)
       expect((await history(pair)).map(m => m.text)).toEqual(['answer two', 'question two', 'answer one', 'question one'])
     } finally {
@@ -850,5 +852,65 @@ describe('a process’s own inbox changes', () => {
       await pubsub.close()
       await sql.end()
     }
+  })
+})
+
+describe('an agent deactivated while a user’s message waits in its mailbox', () => {
+  let idle: TestContext
+  beforeAll(async () => {
+    idle = await createTestContext({ actors: false, relay: false })
+  })
+  afterAll(() => idle.close())
+
+  /** A message checked by the route and queued: no runtime applies it yet. */
+  async function queued() {
+    const agentOwner = await signUp(idle)
+    const pair = await newPair(idle, agentOwner)
+    const sent = idle.call('POST', `/v1/conversations/${pair.agent.id}/messages`, { token: pair.user.token, body: { text: 'are you there?' } })
+    const mailbox = idle.deps.keys.actor(`agent:${pair.agent.id}`).mailbox
+    await until(async () => (await idle.deps.redis.xlen(mailbox)) === 1)
+    return { pair, agentOwner, sent }
+  }
+
+  /** Applies what waits, then checks the message was refused and left nothing behind. */
+  async function expectRefused({ agent }: Subscribed, sent: ReturnType<typeof idle.call>, meanwhile: () => Promise<void> = async () => {}) {
+    const runtime = await startActors(idle.deps, { leaseMs: 2000 })
+    try {
+      await meanwhile()
+      expectError(await sent, 404, 'not_found')
+    } finally {
+      await runtime.stop()
+    }
+    const stored = await idle.deps.sql`select count(*)::int as n from messages where participant_id = ${agent.id}`
+    expect(stored[0]!.n).toBe(0)
+    const told = await idle.deps.sql`select count(*)::int as n from outbox where type = 'conversation.message' and data like ${`%${agent.id}%`}`
+    expect(told[0]!.n).toBe(0)
+    expect(await idle.deps.redis.exists(idle.deps.keys.agent(agent.id).inbox)).toBe(0)
+  }
+
+  test('deactivated before it is applied: 404, nothing stored, its owner told nothing, its inbox left forgotten', async () => {
+    const { pair, agentOwner, sent } = await queued()
+    expect((await idle.call('DELETE', `/v1/participants/${pair.agent.id}`, { token: agentOwner.token })).status).toBe(200)
+    await expectRefused(pair, sent)
+  })
+
+  test('deactivated as it is applied: the message waits for the deactivation, then is refused', async () => {
+    const { pair, agentOwner, sent } = await queued()
+    let release = () => {}
+    const held = new Promise<void>(resolve => (release = resolve))
+    // The deactivation's transaction, held open between its changes and its commit.
+    const deactivation = idle.deps.sql.begin(async tx => {
+      await tx`select 1 from participants where id = ${pair.agent.id} for update`
+      await deactivateAgent(tx, pair.agent.id, agentOwner.id, idle.clock.now())
+      await held
+    })
+    await expectRefused(pair, sent, async () => {
+      // The turn waits on the agent's row before the deactivation commits.
+      const waiting = () =>
+        idle.deps.sql`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()`
+      await until(async () => (await waiting())[0]!.n === 1)
+      release()
+      await deactivation
+    })
   })
 })

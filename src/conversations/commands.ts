@@ -1,5 +1,5 @@
 /** The agent actor's conversation command: a user's message. */
-import type { ActorKind } from '../actors/types.ts'
+import type { ActorKind, Refusal } from '../actors/types.ts'
 import { enqueueEvents } from '../events/outbox.ts'
 import { participantOwner } from '../participants/store.ts'
 import { inboxRepair, type InboxDeps, writeConversation } from './inbox.ts'
@@ -24,12 +24,14 @@ export interface MessageApplied {
 export function conversationCommands(deps: InboxDeps): ActorKind {
   return {
     'user.message': {
-      async apply(tx, message: UserMessage, { id, at }): Promise<MessageApplied> {
+      async apply(tx, message: UserMessage, { id, at }): Promise<MessageApplied | Refusal> {
         // Sent together on the turn's connection: one round trip, not two, while the turn holds its rows.
         const [stored, ownerId] = await Promise.all([
           insertUserMessage(tx, { id: message.messageId, participantId: id, userId: message.userId, text: message.text, at }),
           participantOwner(tx, id),
         ])
+        // Deactivated since the route found it (the message waited in the mailbox): nothing stored.
+        if (!stored) return { refused: 'not_found' }
         if (ownerId) {
           const payload = { participantId: id, userId: message.userId, messageId: message.messageId, text: message.text }
           await enqueueEvents(tx, at, [{ userId: ownerId, type: 'conversation.message', payload }])

@@ -44,7 +44,9 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
           const [, subscribed] = await inOrder([activeAgent(params.agentId), hasActiveSubscription(sql, user.userId, params.agentId)] as const)
           if (!subscribed) throw errors.notSubscribed()
           const command: UserMessage = { messageId: newRowId(), userId: user.userId, text: body.text }
-          const result = accepted(await dispatcher.ask<MessageApplied | Refusal>(`agent:${params.agentId}`, 'user.message', command, identity))
+          const answer = await dispatcher.ask<MessageApplied | Refusal>(`agent:${params.agentId}`, 'user.message', command, identity)
+          // Refused when the agent was deactivated since it was found above.
+          const result = accepted(answer, () => errors.notFound('Agent'))
           return { status: 201, body: ok({ id: result.messageId, role: 'user' as const, text: result.text, createdAt: result.createdAt }) }
         })
         set.status = outcome.status

@@ -30,12 +30,16 @@ export interface UserMessageStored {
 export async function insertUserMessage(
   sql: Db,
   message: { id: string; participantId: string; userId: string; text: string; at: Date },
-): Promise<UserMessageStored> {
+): Promise<UserMessageStored | undefined> {
   // One statement (one round trip): the message takes the time the conversation's upsert gave it.
+  // Only to an active agent, its row held (key share) to the end of the turn: a deactivation (which
+  // locks it for update) in flight is waited for and then seen; one after waits for the turn.
   const [row] = await sql<UserMessageStored[]>`
     with conversation as (
       insert into conversations (participant_id, user_id, latest_user_message, latest_user_message_at, pending_count, version)
-      values (${message.participantId}, ${message.userId}, ${message.text}, ${message.at}, 1, 1)
+      select id, ${message.userId}, ${message.text}, ${message.at}::timestamptz, 1, 1
+      from participants where id = ${message.participantId} and active
+      for key share
       on conflict (participant_id, user_id) do update
         set latest_user_message = excluded.latest_user_message,
             latest_user_message_at = greatest(excluded.latest_user_message_at,
@@ -50,7 +54,7 @@ export async function insertUserMessage(
     )
     select pending_count as "pendingCount", version, latest_user_message_at as "createdAt" from conversation
   `
-  return row!
+  return row
 }
 
 export interface NewReply {
