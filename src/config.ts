@@ -64,6 +64,7 @@ const Env = T.Object({
   ),
   // Postgres refuses every connection given more than maxTimerMs.
   DATABASE_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, maximum: maxTimerMs, default: 30_000 }),
+  DATABASE_LOCK_TIMEOUT_MS: T.Integer({ minimum: 0, maximum: maxTimerMs, default: 2000 }),
   DATABASE_POOL_MAX: T.Integer({ minimum: 1, maximum: 1000, default: 20 }),
   MIGRATION_LOCK_TIMEOUT_MS: T.Integer({ minimum: 0, maximum: maxTimerMs, default: defaultTimeouts.lockTimeoutMs }),
   MIGRATION_STATEMENT_TIMEOUT_MS: T.Integer({ minimum: 0, maximum: maxTimerMs, default: defaultTimeouts.statementTimeoutMs }),
@@ -185,6 +186,12 @@ export interface Config {
   metrics: { port: number | undefined; token: string | undefined; tokenPrevious: string | undefined }
   /** How long a statement of a request or a worker may run, lock waits included (0: the database role's setting); the invoice run's have no limit. */
   statementTimeoutMs: number
+  /**
+   * How long a statement of a request or a worker may wait for a lock (0: the database role's
+   * setting); the invoice run's wait as long as the lock is held. Shorter than the statement timeout,
+   * so that a table an operator locks holds each pool connection that touches it this long, not that.
+   */
+  lockTimeoutMs: number
   /** Connections of a process's pool for requests (each process has a few more of its own: docs/operations.md). */
   databasePoolMax: number
   /** The lock_timeout and statement_timeout of each migration (0: none), unless its file sets its own. */
@@ -337,6 +344,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     proxy: { inFlightPerAgent: e.PROXY_IN_FLIGHT_PER_AGENT, bufferBytes: e.PROXY_BUFFER_BYTES },
     metrics: { port: e.METRICS_PORT, token: e.METRICS_TOKEN, tokenPrevious: e.METRICS_TOKEN_PREVIOUS },
     statementTimeoutMs: e.DATABASE_STATEMENT_TIMEOUT_MS,
+    lockTimeoutMs: e.DATABASE_LOCK_TIMEOUT_MS,
     databasePoolMax: e.DATABASE_POOL_MAX,
     migrationTimeouts: { lockTimeoutMs: e.MIGRATION_LOCK_TIMEOUT_MS, statementTimeoutMs: e.MIGRATION_STATEMENT_TIMEOUT_MS },
   }

@@ -17,6 +17,12 @@ export interface SqlOptions {
    * role's setting). Set, it bounds the wait on a server gone silent too (`silenceGraceMs` past it).
    */
   statementTimeoutMs?: number
+  /**
+   * How long one statement may wait for a lock (a row another transaction holds, a table an operator's
+   * `alter table` or `lock table` holds) before Postgres gives it up with 55P03, a transient failure
+   * (0 or unset: the role's setting).
+   */
+  lockTimeoutMs?: number
 }
 
 /**
@@ -59,6 +65,7 @@ export function createSql(url: string, options: SqlOptions = {}): Sql {
       application_name: options.applicationName ?? 'agent-marketplace',
       ...sessionDefaults,
       ...(options.statementTimeoutMs ? { statement_timeout: options.statementTimeoutMs } : {}),
+      ...(options.lockTimeoutMs ? { lock_timeout: options.lockTimeoutMs } : {}),
       ...options.settings,
     },
     types: {

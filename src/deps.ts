@@ -33,13 +33,13 @@ import { registerCollectors } from './metrics/collectors.ts'
 
 export interface Deps {
   config: Config
-  /** Connections for requests: a statement past DATABASE_STATEMENT_TIMEOUT_MS is cancelled. */
+  /** Connections for requests: a statement past DATABASE_STATEMENT_TIMEOUT_MS, or a lock wait past DATABASE_LOCK_TIMEOUT_MS, is given up. */
   sql: Sql
-  /** Connections for the workers (jobs, relay, actor runtime), with the requests' statement timeout. Opened on first use. */
+  /** Connections for the workers (jobs, relay, actor runtime), with the requests' statement and lock timeouts. Opened on first use. */
   workerSql: Sql
   /**
-   * Connections for the invoice run (the workers' job and the CLI), with no statement timeout: its
-   * statements (the first one reads every subscription) grow with the data. Opened on first use.
+   * Connections for the invoice run (the workers' job and the CLI), with no statement or lock timeout:
+   * its statements (the first one reads every subscription) grow with the data. Opened on first use.
    */
   invoiceSql: Sql
   /** Which Postgres the pools reach: what was derived from another (a backup restored, a replica promoted) is dropped. */
@@ -138,10 +138,17 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const subscriber = createRedis(config.redisUrl, log, 'subscriber')
   await connectRedis(subscriber, config.redisUrl)
   const pubsub = createPubSub(subscriber)
-  const statementTimeoutMs = config.statementTimeoutMs
-  const sql = createSql(config.databaseUrl, { max: config.databasePoolMax, statementTimeoutMs, settings: requestSettings })
-  const workerSql = createSql(config.databaseUrl, { max: 10, statementTimeoutMs, settings: requestSettings })
-  // The invoice run's statements run one after another.
+  // A lock wait shorter than a statement: a table an operator locks (`alter table`, `vacuum full`, an
+  // open `lock table`) holds each connection whose statement touches it this long, not the statement
+  // timeout, so the pool is not all waiting on that table while routes on others queue behind it.
+  const { statementTimeoutMs, lockTimeoutMs } = config
+  const sql = createSql(config.databaseUrl, { max: config.databasePoolMax, statementTimeoutMs, lockTimeoutMs, settings: requestSettings })
+  const workerSql = createSql(config.databaseUrl, { max: 10, statementTimeoutMs, lockTimeoutMs, settings: requestSettings })
+  // The invoice run's statements run one after another. They wait for locks as long as they are held,
+  // deliberately: on these connections of its own a wait holds no request's or worker's connection;
+  // its last counting pass waits, by design, for the periods the metering workers hold; and a run
+  // given up would leave the invoices late for as long as the lock is held all the same. A purchase
+  // that waits behind the run (invoice_counter) has its own lock timeout.
   const invoiceSql = createSql(config.databaseUrl, { max: 2 })
 
   const database = await watchDatabaseIdentity(sql, log)
@@ -171,7 +178,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   // rows) the planner, taking the JSON input for 100 rows, hash-joins it against a scan of the whole
   // table instead (replies to waiting conversations cost Postgres 8 to 10 times the CPU in the bench,
   // 2026-11-27); these connections run nothing else, so they keep to the keyed lookups it picks at scale.
-  const replySql = createSql(config.databaseUrl, { max: 2 * replyBatches, statementTimeoutMs, settings: replySettings })
+  const replySql = createSql(config.databaseUrl, { max: 2 * replyBatches, statementTimeoutMs, lockTimeoutMs, settings: replySettings })
   const replies = createReplyWriter({ sql: replySql, redis: batchRedis, keys, pubsub, clock, log, batches: replyBatches })
   const dispatcher = await createDispatcher({ redis, pubsub, keys, log })
   const inboxes = await createInboxReader({ sql, redis, keys, pubsub, clock, database })

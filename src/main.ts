@@ -75,7 +75,7 @@ async function main() {
   try {
     // With the startup parameters this role's pools send: a pooler that refuses one stops the boot here.
     const settings = role === 'workers' ? requestSettings : replySettings
-    await reachDatabase(config.databaseUrl!, { statementTimeoutMs: config.statementTimeoutMs, settings })
+    await reachDatabase(config.databaseUrl!, { statementTimeoutMs: config.statementTimeoutMs, lockTimeoutMs: config.lockTimeoutMs, settings })
     const migrator = createSql(config.databaseUrl!, { max: 1 })
     try {
       const applied = await migrate(migrator, undefined, config.migrationTimeouts, {

@@ -11,7 +11,7 @@ import { firstLine, redactUrl } from './text.ts'
  * settings it cannot run under, a server that takes no writes, and a role that may not use all of
  * the service's tables, which the boot passed before and the requests met as 500s.
  */
-export async function reachDatabase(url: string, options: Pick<SqlOptions, 'statementTimeoutMs' | 'settings'> = {}): Promise<void> {
+export async function reachDatabase(url: string, options: Pick<SqlOptions, 'statementTimeoutMs' | 'lockTimeoutMs' | 'settings'> = {}): Promise<void> {
   let sql: Sql | undefined
   let refusal: string | null
   let session: Session | undefined

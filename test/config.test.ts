@@ -107,6 +107,7 @@ describe('loadConfig', () => {
       'QUEUE_LOCK_MS',
       'MIGRATION_LOCK_TIMEOUT_MS',
       'MIGRATION_STATEMENT_TIMEOUT_MS',
+      'DATABASE_LOCK_TIMEOUT_MS',
     ]
     for (const name of timers) {
       expect(configError({ SHUTDOWN_TIMEOUT_MS: '2147483647', [name]: '2147483648' }).message).toBe(
@@ -143,6 +144,13 @@ describe('loadConfig', () => {
     expect(loadConfig({ DATABASE_STATEMENT_TIMEOUT_MS: '0' }).statementTimeoutMs).toBe(0)
     expect(configError({ DATABASE_STATEMENT_TIMEOUT_MS: '-1' }).message).toContain('DATABASE_STATEMENT_TIMEOUT_MS')
     expect(configError({ DATABASE_STATEMENT_TIMEOUT_MS: '30s' }).message).toContain('DATABASE_STATEMENT_TIMEOUT_MS')
+  })
+
+  test('DATABASE_LOCK_TIMEOUT_MS is whole milliseconds, 2 s by default, 0 for the role’s own', () => {
+    expect(loadConfig({}).lockTimeoutMs).toBe(2000)
+    expect(loadConfig({ DATABASE_LOCK_TIMEOUT_MS: '0' }).lockTimeoutMs).toBe(0)
+    expect(loadConfig({ DATABASE_LOCK_TIMEOUT_MS: '500' }).lockTimeoutMs).toBe(500)
+    for (const bad of ['-1', '2s', '1.5']) expect(configError({ DATABASE_LOCK_TIMEOUT_MS: bad }).message).toContain('DATABASE_LOCK_TIMEOUT_MS')
   })
 
   test('REDIS_URL must parse, with a numeric port and a database number as its path, if any', () => {

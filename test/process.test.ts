@@ -421,15 +421,19 @@ describe('the service as a process', () => {
 
   test('a DATABASE_URL whose far end closes each connection, or refuses the pools’ startup parameters, stops the boot with one line', async () => {
     // A proxy whose database is away: upstream, the driver tried again for ever and the boot hung in
-    // silence. A PgBouncer not told to ignore statement_timeout answers every startup with an error.
-    const refusal = errorResponse('08P01', 'unsupported startup parameter: statement_timeout')
+    // silence. A PgBouncer not told to ignore statement_timeout (or lock_timeout) answers every startup with an error.
+    // Refused only where the startup sends it: the boot's first connection must send the pools' parameters.
+    const refusing = (parameter: string): [(socket: Socket) => void, string] => [
+      socket =>
+        socket.once('data', startup =>
+          startup.includes(parameter) ? socket.end(errorResponse('08P01', `unsupported startup parameter: ${parameter}`)) : socket.end(),
+        ),
+      `${parameter} (behind PgBouncer: add it to ignore_startup_parameters)`,
+    ]
     const cases: [(socket: Socket) => void, string][] = [
       [socket => socket.end(), 'CONNECTION_CLOSED'],
-      [
-        // Refused only where the startup sends it: the boot's first connection must send the pools' parameters.
-        socket => socket.once('data', startup => (startup.includes('statement_timeout') ? socket.end(refusal) : socket.end())),
-        'statement_timeout (behind PgBouncer: add it to ignore_startup_parameters)',
-      ],
+      refusing('statement_timeout'),
+      refusing('lock_timeout'),
     ]
     for (const [serve, says] of cases) {
       const proxy = createServer(serve).listen(0, '127.0.0.1')

@@ -15,7 +15,7 @@ import { freePort } from './ports.ts'
 export const pgbouncerPath = '/usr/sbin/pgbouncer'
 
 /** What docs/operations.md says to ignore: the startup parameters the service sends that PgBouncer does not track. */
-export const documentedIgnored = 'enable_seqscan,jit,statement_timeout,default_transaction_isolation'
+export const documentedIgnored = 'enable_seqscan,jit,statement_timeout,lock_timeout,default_transaction_isolation'
 
 export interface PgBouncer {
   port: number
