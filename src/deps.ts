@@ -147,8 +147,8 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   // The invoice run's statements run one after another. They wait for locks as long as they are held,
   // deliberately: on these connections of its own a wait holds no request's or worker's connection;
   // its last counting pass waits, by design, for the periods the metering workers hold; and a run
-  // given up would leave the invoices late for as long as the lock is held all the same. A purchase
-  // that waits behind the run (invoice_counter) has its own lock timeout.
+  // given up would leave the invoices late for as long as the lock is held all the same. (A purchase
+  // waits for invoice_counter behind the run's batches within its statement timeout: issuePurchaseInvoice.)
   const invoiceSql = createSql(config.databaseUrl, { max: 2 })
 
   const database = await watchDatabaseIdentity(sql, log)

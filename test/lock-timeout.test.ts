@@ -146,6 +146,28 @@ describe('a lock timeout', () => {
     }
   }, 40_000)
 
+  test('a purchase waits out an invoice batch holding the invoice counter longer than the lock timeout', async () => {
+    const agent = await createAgent(ctx, alice)
+    const listing = { participantId: agent.id, name: 'Rules', priceCents: 499, fileType: '.cursorrules', content: 'SECRET' }
+    const config = await ctx.call('POST', '/v1/billing/configs', { token: alice.token, body: listing })
+    expect(config.status).toBe(201)
+    const buyer = await signUp(ctx)
+    // As the run's batch holds it until it commits (2.6 s measured), here two and a half lock timeouts.
+    const held = await hold('select 1 from invoice_counter for no key update', 2500)
+    const bought = await ctx.call('POST', `/v1/billing/configs/${config.body.data.id}/purchase`, { token: buyer.token })
+    await held.ended
+    expect(bought.status).toBe(201)
+    expect(bought.body.data.invoiceId).toMatch(/^[0-9a-f-]{36}$/)
+    // The wait is the counter's alone: the purchase's statements after it give up as any request's.
+    const other = await ctx.call('POST', '/v1/billing/configs', { token: alice.token, body: { ...listing, name: 'Other' } })
+    const lines = await hold('lock table invoice_lines in access exclusive mode')
+    const refused = await ctx.call('POST', `/v1/billing/configs/${other.body.data.id}/purchase`, { token: buyer.token })
+    lines.release()
+    await lines.ended
+    expectError(refused, 503, 'unavailable')
+    expect((await ctx.call('POST', `/v1/billing/configs/${other.body.data.id}/purchase`, { token: buyer.token })).status).toBe(201)
+  }, 40_000)
+
   test('an agent’s reply waiting on its locked conversation is 503 with Retry-After, and stored when sent again', async () => {
     // A context of its own: the log says a lock wait given up once per 10 s, and another test's may have said it.
     const replies: typeof records = []

@@ -148,8 +148,15 @@ export async function issuePurchaseInvoice(
   sql: Db,
   purchase: { purchaseId: string; userId: string; participantId: string; configName: string; priceCents: number; at: Date },
 ): Promise<string> {
-  await lockInvoiceCounter(sql)
-  const [invoice] = await sql<{ id: string }[]>`
+  // An invoice run holds the counter for each of its batches (up to 2.6 s measured: docs/limits.md),
+  // longer than a request's lock timeout (DATABASE_LOCK_TIMEOUT_MS, 2 s): this one wait is bounded by
+  // the statement timeout instead, as the batch bounds it, so a purchase during a run is not a 503.
+  // Each setting goes with a statement, pipelined: no round trip of its own (`execute`: sent before
+  // the statement after it, which a query not yet awaited is not).
+  await Promise.all([sql`set local lock_timeout = 0`.execute(), lockInvoiceCounter(sql)])
+  const [, [invoice]] = await Promise.all([
+    sql`set local lock_timeout to default`,
+    sql<{ id: string }[]>`
     with counter as (
       update invoice_counter set next_number = next_number + 1 returning next_number - 1 as number
     )
@@ -158,7 +165,8 @@ export async function issuePurchaseInvoice(
       ${payerTime(sql, purchase.at, sql`${purchase.userId}::uuid`)}
     from counter
     returning id
-  `
+  `,
+  ])
   await sql`
     insert into invoice_lines (invoice_id, line_number, kind, description, quantity, unit_price_cents, amount_cents)
     values (${invoice!.id}, 1, 'config_purchase', ${`Config: ${purchase.configName}`}, 1, ${purchase.priceCents}, ${purchase.priceCents})
