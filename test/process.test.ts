@@ -617,9 +617,10 @@ describe('the service as a process', () => {
       servers.push(server)
       const port = await freePort()
       const shutdownTimeoutMs = 5000
+      // No lock timeout: the sign-ins below wait on the lock until the restart, however long it takes to come.
       const api = start(
         ['src/main.ts', '--api'],
-        environment({ url: server.url() }, { PORT: String(port), SHUTDOWN_TIMEOUT_MS: String(shutdownTimeoutMs) }),
+        environment({ url: server.url() }, { PORT: String(port), SHUTDOWN_TIMEOUT_MS: String(shutdownTimeoutMs), DATABASE_LOCK_TIMEOUT_MS: '0' }),
       )
       await waitForHealth(port, api)
 
