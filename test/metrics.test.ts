@@ -170,7 +170,13 @@ describe('GET /metrics on the API port', () => {
         await released
       })
       await holding
-      const waiting = ctx.deps.sql`select count(*) from hot`.catch(() => {})
+      // Waiting for as long as the lock is held, not the pool's lock timeout: the scrape may be slow to see it.
+      const waiting = ctx.deps.sql
+        .begin(async tx => {
+          await tx`set local lock_timeout = 0`
+          await tx`select count(*) from hot`
+        })
+        .catch(() => {})
       let text = ''
       await until(async () => sample((text = await scrape()), 'postgres_lock_waits') === 1, 5000)
       const service = [...text.matchAll(/^postgres_connections\{[^}]*\} (\S+)$/gm)].reduce((n, m) => n + Number(m[1]), 0)
