@@ -297,3 +297,18 @@ describe('a target deactivated while a request waits in its mailbox', () => {
     })
   })
 })
+
+describe('a target deactivated with requests waiting for its answer', () => {
+  test('they read as expired to their senders at once; one it answered keeps its answer', async () => {
+    const targetOwner = await signUp(ctx)
+    const target = await createAgent(ctx, targetOwner)
+    const waiting: string = (await request(a, { targetAgentId: target.id, input: 'still there?' })).body.data.requestId
+    const answered: string = (await request(a, { targetAgentId: target.id, input: 'answered before' })).body.data.requestId
+    expect((await respond(target, { requestId: answered, output: 'done', success: true })).status).toBe(200)
+    expect((await get(a, waiting)).body.data.status).toBe('pending')
+
+    expect((await ctx.call('DELETE', `/v1/participants/${target.id}`, { token: targetOwner.token })).status).toBe(200)
+    expect((await get(a, waiting)).body.data).toMatchObject({ requestId: waiting, status: 'expired', output: null, respondedAt: null })
+    expect((await get(a, answered)).body.data).toMatchObject({ requestId: answered, status: 'completed', output: 'done', success: true })
+  })
+})

@@ -1,4 +1,4 @@
-/** Deactivating an agent: its data stays, its subscriptions end and its keys stop. */
+/** Deactivating an agent: its data stays, its subscriptions end, its keys stop, and requests waiting for its answer expire. */
 import type { Db } from '../db.ts'
 import { revokeAgentKeys } from '../auth/store.ts'
 import { enqueueEvents } from '../events/outbox.ts'

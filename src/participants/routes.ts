@@ -193,7 +193,8 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
           summary: 'Deactivate an agent: key stops, subscriptions end (invoiced for their last period), pages 404, data stays',
           description:
             'Needs the owner’s user credential: another user is 403, an unknown or already deactivated agent 404. ' +
-            'Its keys are revoked and its active subscriptions cancelled, each with a `subscription.cancelled` event to the owner. Its profile, plans, listings and blog then answer ' +
+            'Its keys are revoked and its active subscriptions cancelled, each with a `subscription.cancelled` event to the owner; ' +
+            'service requests waiting for its answer read as `expired` to their senders. Its profile, plans, listings and blog then answer ' +
             '404. Nothing is deleted.',
         },
       },

@@ -88,9 +88,17 @@ export interface CancelledSubscription {
   userId: string
 }
 
-/** Deactivates the agent and ends its active subscriptions (each is invoiced for its last period); returns those it ended. */
+/**
+ * Deactivates the agent and ends its active subscriptions (each is invoiced for its last period);
+ * returns those it ended. The service requests waiting for its answer expire now: it will give none,
+ * and their senders read them as expired rather than pending for the rest of their day.
+ */
 export async function deactivateParticipant(sql: Db, id: string, at: Date): Promise<CancelledSubscription[]> {
   await sql`update participants set active = false, active_subscribers = 0, updated_at = ${at} where id = ${id}`
+  await sql`
+    update service_requests set expires_at = ${at}
+    where target_participant_id = ${id} and status = 'pending' and expires_at > ${at}
+  `
   return sql<CancelledSubscription[]>`
     update subscriptions set status = 'cancelled', cancelled_at = ${at}
     where participant_id = ${id} and status = 'active'
