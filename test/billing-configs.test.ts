@@ -1,6 +1,9 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { listConfigs } from '../src/billing/configs/store.ts'
+import { deactivateAgent } from '../src/participants/deactivate.ts'
+import { requireOwnedParticipant } from '../src/participants/ownership.ts'
 import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import { until } from './helpers/until.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -177,6 +180,41 @@ describe('purchases', () => {
     expect((await ctx.call('POST', `/v1/billing/configs/${config.id}/purchase`, { token: buyer.token })).status).toBe(200)
     expectError(await ctx.call('POST', '/v1/billing/configs/00000000-0000-4000-8000-000000000000/purchase', { token: late.token }), 404, 'not_found')
     expect((await ctx.call('GET', '/v1/billing/my-configs', { token: late.token })).body.data).toEqual([])
+  })
+
+  test('a purchase that waited for its agent’s deactivation is refused (404): nothing sold or invoiced', async () => {
+    const mine = await createAgent(ctx, owner)
+    const res = await ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: listing({ participantId: mine.id }) })
+    const buyer = await signUp(ctx)
+    let release!: () => void
+    const held = new Promise<void>(resolve => (release = resolve))
+    let locked!: () => void
+    const lockedNow = new Promise<void>(resolve => (locked = resolve))
+    // A deactivation as DELETE /v1/participants/{id} makes it, held open before its commit.
+    const deactivating = ctx.deps.sql.begin(async tx => {
+      await requireOwnedParticipant(tx, mine.id, owner.id, { lock: true })
+      await deactivateAgent(tx, mine.id, owner.id, new Date())
+      locked()
+      await held
+    })
+    let buying: ReturnType<typeof ctx.call> | undefined
+    try {
+      await lockedNow
+      buying = ctx.call('POST', `/v1/billing/configs/${res.body.data.id}/purchase`, { token: buyer.token })
+      await until(
+        async () => (await ctx.deps.sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`).length > 0,
+        5000,
+      )
+    } finally {
+      release()
+      await deactivating
+    }
+    expectError(await buying!, 404, 'not_found')
+    const [nothing] = await ctx.deps.sql`
+      select (select count(*)::int from config_purchases where user_id = ${buyer.id}) as purchases,
+        (select count(*)::int from invoices where participant_id = ${mine.id}) as invoices
+    `
+    expect(nothing).toEqual({ purchases: 0, invoices: 0 })
   })
 
   test('50 concurrent purchases of one config by one user create one purchase', async () => {

@@ -15,7 +15,7 @@ export async function buyConfig(
   purchase: { configId: string; userId: string; expectedPriceCents: number | undefined; at: Date },
 ): Promise<{ created: boolean; row: PurchaseRow }> {
   const { userId, expectedPriceCents, at } = purchase
-  const config = await findConfig(tx, purchase.configId, userId)
+  const config = await findConfig(tx, purchase.configId, userId, { holdAgent: true })
   if (!config) throw errors.notFound('Config')
   const bought = await findPurchase(tx, config.id, userId)
   if (bought) return { created: false, row: bought }

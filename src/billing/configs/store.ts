@@ -49,11 +49,16 @@ export async function insertConfig(sql: Db, config: CreateConfig, at: Date): Pro
   return row!.id
 }
 
-/** A listing of an active agent. */
-export async function findConfig(sql: Db, id: string, reader: string | null): Promise<ConfigRow | undefined> {
+/**
+ * A listing of an active agent. With `holdAgent` (buying), the agent's row is held (key share) to
+ * the end of the transaction: a deactivation (which locks it for update) in flight is waited for and
+ * then seen, so no listing is sold after its agent is gone; one begun after waits for the purchase.
+ */
+export async function findConfig(sql: Db, id: string, reader: string | null, options: { holdAgent?: boolean } = {}): Promise<ConfigRow | undefined> {
   const [row] = await sql<ConfigRow[]>`
     ${listingsAs(sql, reader)}
     where c.id = ${id} and a.active
+    ${options.holdAgent ? sql`for key share of a` : sql``}
   `
   return row
 }
