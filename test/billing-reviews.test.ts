@@ -137,4 +137,38 @@ describe('listing reviews', () => {
     expectError(await ctx.call('GET', `/v1/billing/reviews/${fresh.id}`), 401, 'unauthorized')
     expectError(await ctx.call('GET', '/v1/billing/reviews/00000000-0000-4000-8000-000000000000', { token: reader.token }), 404, 'not_found')
   })
+
+  test('reviews written at once are dated a millisecond apart, so paging them by `before` skips none', async () => {
+    const fresh = await createAgent(ctx, owner)
+    const plan = await ctx.call('POST', '/v1/billing/plans', {
+      token: owner.token,
+      body: { participantId: fresh.id, name: 'P', monthlyPriceCents: 1, includedProxyCalls: 1, overagePerCallCents: 1 },
+    })
+    const users: TestUser[] = []
+    for (let i = 0; i < 5; i++) {
+      const u = await signUp(ctx)
+      await ctx.call('POST', '/v1/billing/subscriptions', { token: u.token, body: { planId: plan.body.data.id } })
+      users.push(u)
+    }
+    ctx.clock.freeze(new Date())
+    let written: string[]
+    try {
+      const results = await Promise.all(
+        users.map(u => ctx.call('POST', '/v1/billing/reviews', { token: u.token, body: { participantId: fresh.id, rating: 4 } })),
+      )
+      written = results.map(r => r.body.data.id)
+    } finally {
+      ctx.clock.resume()
+    }
+    const seen: string[] = []
+    let before = ''
+    for (let pages = 0; pages < 5; pages++) {
+      const query = before ? `?limit=2&before=${encodeURIComponent(before)}` : '?limit=2'
+      const page = (await ctx.call('GET', `/v1/billing/reviews/${fresh.id}${query}`, { token: owner.token })).body.data
+      if (page.length === 0) break
+      seen.push(...page.map((r: { id: string }) => r.id))
+      before = page[page.length - 1].createdAt
+    }
+    expect(seen.sort()).toEqual(written.sort())
+  })
 })

@@ -81,7 +81,8 @@ export function reviewRoutes(deps: Deps, auth: AuthPlugin) {
           summary: 'An agent’s reviews, newest first (default 20, max 100)',
           description:
             'Any credential: a user’s or an agent’s key. Pages with `limit` and `before`, by when each review was first ' +
-            'written (an update keeps its place). Reviewers are shown by user id only. ' +
+            'written (an update keeps its place); no two of an agent’s reviews share a time, so a page never ends among ' +
+            'reviews the next would skip. Reviewers are shown by user id only. ' +
             'An unknown or deactivated agent is 404.',
         },
       },

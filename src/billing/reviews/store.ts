@@ -23,14 +23,26 @@ export async function findReview(sql: Db, participantId: string, userId: string)
   return row
 }
 
+/**
+ * Inserts the review and adds it to the agent's aggregate. The caller holds the agent's row, so each
+ * review is dated at least a millisecond after the agent's newest: the list, paged by `before`
+ * (strictly older), then skips none of reviews written at once.
+ */
 export async function insertReview(
   sql: Db,
   review: { participantId: string; userId: string; rating: number; comment: string | null },
   at: Date,
 ): Promise<ReviewRow> {
   const [row] = await sql<ReviewRow[]>`
+    with dated as (
+      select greatest(
+        ${at}::timestamptz,
+        (select max(created_at) from reviews where participant_id = ${review.participantId}) + interval '1 millisecond'
+      ) as at
+    )
     insert into reviews (participant_id, user_id, rating, comment, created_at, updated_at)
-    values (${review.participantId}, ${review.userId}, ${review.rating}, ${review.comment}, ${at}, ${at})
+    select ${review.participantId}, ${review.userId}, ${review.rating}, ${review.comment}, dated.at, dated.at
+    from dated
     returning ${columns(sql)}
   `
   await sql`
