@@ -225,6 +225,31 @@ describe('listing and cancelling', () => {
     expect((await ctx.call('GET', '/v1/billing/subscriptions', { token: stranger.token })).body.data).toEqual([])
   })
 
+  test('subscriptions made at once are dated a millisecond apart, so paging them by `before` skips none', async () => {
+    const plans = await Promise.all(Array.from({ length: 5 }, () => agentWithPlan()))
+    const user = await signUp(ctx)
+    ctx.clock.freeze(new Date())
+    let made: string[]
+    try {
+      const results = await Promise.all(
+        plans.map(({ planId }) => ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId } })),
+      )
+      made = results.map(r => r.body.data.id)
+    } finally {
+      ctx.clock.resume()
+    }
+    const seen: string[] = []
+    let before = ''
+    for (let pages = 0; pages < 5; pages++) {
+      const query = before ? `?limit=2&before=${encodeURIComponent(before)}` : '?limit=2'
+      const page = (await ctx.call('GET', `/v1/billing/subscriptions${query}`, { token: user.token })).body.data
+      if (page.length === 0) break
+      seen.push(...page.map((s: { id: string }) => s.id))
+      before = page[page.length - 1].createdAt
+    }
+    expect(seen.sort()).toEqual(made.sort())
+  })
+
   test('cancel: 200 then 409 already_cancelled; another user gets 404; the count drops; resubscribing works', async () => {
     const { agent, planId } = await agentWithPlan()
     const user = await signUp(ctx)

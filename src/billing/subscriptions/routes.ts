@@ -131,7 +131,8 @@ export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
           operationId: 'listSubscriptions',
           summary: 'The caller’s subscriptions, active and cancelled, newest first (default 50, max 100)',
           description:
-            'Needs a user credential. Pages with `limit` and `before` (subscriptions created strictly before that time). ' +
+            'Needs a user credential. Pages with `limit` and `before` (subscriptions created strictly before that time); no two ' +
+            'of a user’s subscriptions share a `createdAt`, so a page never ends among subscriptions the next would skip. ' +
             '`usage.proxyCalls` counts the calls of the period shown, including calls the metering worker has not counted ' +
             'yet.',
         },

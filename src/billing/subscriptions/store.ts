@@ -40,13 +40,29 @@ export interface NewSubscription {
   startedAt: Date
 }
 
-/** Inserts an active subscription and its first period; the unique index refuses a second active one. */
+/**
+ * Inserts an active subscription and its first period; the unique index refuses a second active one.
+ * The user's subscriptions are made one at a time (a lock of the user's, to the end of the
+ * transaction), each dated at least a millisecond after the user's newest: the list, paged by
+ * `before` (strictly older), then skips none of those made at once. Its periods run from `startedAt`.
+ */
 export async function insertSubscription(sql: Db, s: NewSubscription): Promise<string> {
-  const [row] = await sql<{ id: string }[]>`
-    insert into subscriptions (user_id, participant_id, plan_id, status, started_at, created_at)
-    values (${s.userId}, ${s.participantId}, ${s.planId}, 'active', ${s.startedAt}, ${s.startedAt})
-    returning id
-  `
+  // Sent together, the lock first: no round trip of its own (`execute`: sent before the insert).
+  const [, [row]] = await Promise.all([
+    sql`select pg_advisory_xact_lock(hashtextextended(${`subscriptions-of:${s.userId}`}, 0))`.execute(),
+    sql<{ id: string }[]>`
+      with dated as (
+        select greatest(
+          ${s.startedAt}::timestamptz,
+          (select max(created_at) from subscriptions where user_id = ${s.userId}) + interval '1 millisecond'
+        ) as at
+      )
+      insert into subscriptions (user_id, participant_id, plan_id, status, started_at, created_at)
+      select ${s.userId}, ${s.participantId}, ${s.planId}, 'active', ${s.startedAt}, dated.at
+      from dated
+      returning id
+    `,
+  ])
   await ensurePeriods(sql, s.startedAt, row!.id)
   return row!.id
 }
