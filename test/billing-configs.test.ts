@@ -33,6 +33,41 @@ async function newConfig(extra: Record<string, unknown> = {}) {
   return res.body.data
 }
 
+/** Until a statement of this test's database waits for a row lock. */
+const lockWaited = () =>
+  until(
+    async () => (await ctx.deps.sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`).length > 0,
+    5000,
+  )
+
+/**
+ * Runs `request` while the agent's deactivation (as DELETE /v1/participants/{id} makes it) is held open
+ * before its commit, with `configId`'s row locked too when given; commits once the request waits.
+ */
+async function whileDeactivating(agentId: string, request: () => ReturnType<typeof ctx.call>, configId?: string) {
+  let release!: () => void
+  const held = new Promise<void>(resolve => (release = resolve))
+  let locked!: () => void
+  const lockedNow = new Promise<void>(resolve => (locked = resolve))
+  const deactivating = ctx.deps.sql.begin(async tx => {
+    await requireOwnedParticipant(tx, agentId, owner.id, { lock: true })
+    if (configId) await tx`select 1 from config_listings where id = ${configId} for update`
+    await deactivateAgent(tx, agentId, owner.id, new Date())
+    locked()
+    await held
+  })
+  let requesting: ReturnType<typeof ctx.call> | undefined
+  try {
+    await lockedNow
+    requesting = request()
+    await lockWaited()
+  } finally {
+    release()
+    await deactivating
+  }
+  return requesting!
+}
+
 describe('config listings', () => {
   test('the owner creates one (201, content shown to the owner)', async () => {
     const res = await ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: listing() })
@@ -86,6 +121,22 @@ describe('config listings', () => {
     ])
     const forAgent = (await ctx.call('GET', `/v1/billing/configs/${fresh.id}`, { apiKey: fresh.apiKey })).body.data
     expect(forAgent[0].content).toBeUndefined()
+  })
+
+  test('a listing created or changed as its agent is deactivated is 404, never a 500', async () => {
+    const creating = await createAgent(ctx, owner)
+    const created = whileDeactivating(creating.id, () =>
+      ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: listing({ participantId: creating.id }) }),
+    )
+    expectError(await created, 404, 'not_found')
+    const changing = await createAgent(ctx, owner)
+    const config = (await ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: listing({ participantId: changing.id }) })).body.data
+    const changed = whileDeactivating(
+      changing.id,
+      () => ctx.call('PATCH', `/v1/billing/configs/${config.id}`, { token: owner.token, body: { priceCents: 1 } }),
+      config.id,
+    )
+    expectError(await changed, 404, 'not_found')
   })
 
   test('patch and delete are owner-only (403) and unknown ids are 404', async () => {
@@ -186,30 +237,8 @@ describe('purchases', () => {
     const mine = await createAgent(ctx, owner)
     const res = await ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: listing({ participantId: mine.id }) })
     const buyer = await signUp(ctx)
-    let release!: () => void
-    const held = new Promise<void>(resolve => (release = resolve))
-    let locked!: () => void
-    const lockedNow = new Promise<void>(resolve => (locked = resolve))
-    // A deactivation as DELETE /v1/participants/{id} makes it, held open before its commit.
-    const deactivating = ctx.deps.sql.begin(async tx => {
-      await requireOwnedParticipant(tx, mine.id, owner.id, { lock: true })
-      await deactivateAgent(tx, mine.id, owner.id, new Date())
-      locked()
-      await held
-    })
-    let buying: ReturnType<typeof ctx.call> | undefined
-    try {
-      await lockedNow
-      buying = ctx.call('POST', `/v1/billing/configs/${res.body.data.id}/purchase`, { token: buyer.token })
-      await until(
-        async () => (await ctx.deps.sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`).length > 0,
-        5000,
-      )
-    } finally {
-      release()
-      await deactivating
-    }
-    expectError(await buying!, 404, 'not_found')
+    const buying = whileDeactivating(mine.id, () => ctx.call('POST', `/v1/billing/configs/${res.body.data.id}/purchase`, { token: buyer.token }))
+    expectError(await buying, 404, 'not_found')
     const [nothing] = await ctx.deps.sql`
       select (select count(*)::int from config_purchases where user_id = ${buyer.id}) as purchases,
         (select count(*)::int from invoices where participant_id = ${mine.id}) as invoices

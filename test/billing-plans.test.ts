@@ -6,6 +6,8 @@ import { runInvoices } from '../src/invoices/run.ts'
 import { deactivatePlan, findPlan, updatePlan } from '../src/billing/plans/store.ts'
 import { announcePlanChange, planChangeEvents } from '../src/billing/plans/price-change.ts'
 import { insertSubscription } from '../src/billing/subscriptions/store.ts'
+import { deactivateAgent } from '../src/participants/deactivate.ts'
+import { requireOwnedParticipant } from '../src/participants/ownership.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -423,6 +425,31 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
       await deactivating
     }
     expectError(await subscribing!, 409, 'plan_inactive')
+  })
+
+  test('a plan created as its agent is deactivated is 404, never a 500', async () => {
+    const mine = await createAgent(ctx, owner)
+    let release!: () => void
+    const held = new Promise<void>(resolve => (release = resolve))
+    let locked!: () => void
+    const lockedNow = new Promise<void>(resolve => (locked = resolve))
+    // A deactivation as DELETE /v1/participants/{id} makes it, held open before its commit.
+    const deactivating = ctx.deps.sql.begin(async tx => {
+      await requireOwnedParticipant(tx, mine.id, owner.id, { lock: true })
+      await deactivateAgent(tx, mine.id, owner.id, new Date())
+      locked()
+      await held
+    })
+    let creating: ReturnType<typeof ctx.call> | undefined
+    try {
+      await lockedNow
+      creating = ctx.call('POST', '/v1/billing/plans', { token: owner.token, body: thousand(mine.id) })
+      await lockWaited()
+    } finally {
+      release()
+      await deactivating
+    }
+    expectError(await creating!, 404, 'not_found')
   })
 
   test('fewer included calls or a higher overage is a rise; with a lower monthly price each term takes its own date', async () => {

@@ -64,8 +64,11 @@ function listingRoutes({ sql, clock, rateLimiter }: Deps, auth: AuthPlugin) {
         await requireOwnedParticipant(sql, body.participantId, user.userId)
         await rateLimiter.take('configWrite', `user:${user.userId}`)
         const id = await insertConfig(sql, body, clock.now())
+        // Its agent may have been deactivated meanwhile: then there is no listing to show.
+        const created = await findConfig(sql, id, user.userId)
+        if (!created) throw errors.notFound('Participant')
         set.status = 201
-        return ok(configView((await findConfig(sql, id, user.userId))!, user))
+        return ok(configView(created, user))
       },
       {
         user: true,
@@ -108,7 +111,10 @@ function listingRoutes({ sql, clock, rateLimiter }: Deps, auth: AuthPlugin) {
         await ownedConfig(params.id, user.userId)
         await rateLimiter.take('configWrite', `user:${user.userId}`)
         await updateConfig(sql, params.id, body, clock.now())
-        return ok(configView((await findConfig(sql, params.id, user.userId))!, user))
+        // Its agent may have been deactivated meanwhile: then there is no listing to show.
+        const updated = await findConfig(sql, params.id, user.userId)
+        if (!updated) throw errors.notFound('Config')
+        return ok(configView(updated, user))
       },
       {
         user: true,

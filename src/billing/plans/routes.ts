@@ -40,8 +40,11 @@ export function planRoutes({ sql, clock, rateLimiter }: Deps, auth: AuthPlugin) 
         await requireOwnedParticipant(sql, body.participantId, user.userId)
         await rateLimiter.take('planWrite', `user:${user.userId}`)
         const id = await insertPlan(sql, body, clock.now())
+        // Its agent may have been deactivated meanwhile: then there is no plan to show.
+        const created = await findPlan(sql, id)
+        if (!created) throw errors.notFound('Participant')
         set.status = 201
-        return ok(planView((await findPlan(sql, id))!))
+        return ok(planView(created))
       },
       {
         user: true,
