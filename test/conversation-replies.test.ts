@@ -914,3 +914,77 @@ describe('an agent deactivated while a user’s message waits in its mailbox', (
     })
   })
 })
+
+describe('an agent deactivated by another process as it replies', () => {
+  // No relay: the deactivation's revocation reaches this process only once the test says so, as
+  // another process's does once its announcement arrives.
+  let here: TestContext
+  beforeAll(async () => {
+    here = await createTestContext({ actors: true, relay: false })
+  })
+  afterAll(() => here.close())
+
+  /** A message waiting for the agent's reply, and the agent's key cached here by a poll. */
+  async function waiting() {
+    const agentOwner = await signUp(here)
+    const pair = await newPair(here, agentOwner)
+    const sent = await here.call('POST', `/v1/conversations/${pair.agent.id}/messages`, { token: pair.user.token, body: { text: 'still there?' } })
+    expect(sent.status).toBe(201)
+    const polled = await here.call('GET', '/v1/agent/events', { apiKey: pair.agent.apiKey })
+    expect(polled.body.data.pendingConversations).toHaveLength(1)
+    return { pair, agentOwner }
+  }
+
+  /** The deactivation as another process's DELETE makes it: the row locked, the change committed, the inbox forgotten. */
+  async function deactivate({ agent }: Subscribed, ownerId: string) {
+    await here.deps.sql.begin(async tx => {
+      await tx`select 1 from participants where id = ${agent.id} for update`
+      await deactivateAgent(tx, agent.id, ownerId, here.clock.now())
+    })
+    await here.deps.inboxes.forget(agent.id)
+  }
+
+  /** The reply was refused and left nothing behind: no message, no event for the user, no inbox in Redis. */
+  async function expectRefused({ agent }: Subscribed, replied: Promise<Awaited<ReturnType<typeof here.call>>>) {
+    expectError(await replied, 401, 'invalid_token')
+    const [stored] = await here.deps.sql`select count(*)::int as n from messages where participant_id = ${agent.id} and role = 'agent'`
+    expect(stored!.n).toBe(0)
+    const [told] = await here.deps.sql`select count(*)::int as n from outbox where type = 'conversation.reply' and data like ${`%${agent.id}%`}`
+    expect(told!.n).toBe(0)
+    const k = here.deps.keys.agent(agent.id)
+    expect(await here.deps.redis.exists(k.inbox, k.versions)).toBe(0)
+  }
+
+  const replyHere = ({ agent, user }: Subscribed) =>
+    here.call('POST', '/v1/agent/conversation-reply', { apiKey: agent.apiKey, body: { userId: user.id, text: 'yes' } })
+
+  test('deactivated before the reply: its key, still cached here, stores nothing (401 invalid_token)', async () => {
+    const { pair, agentOwner } = await waiting()
+    await deactivate(pair, agentOwner.id)
+    await expectRefused(pair, replyHere(pair))
+  })
+
+  test('deactivated while the reply waits for its conversation’s row: refused once the row is free', async () => {
+    const { pair, agentOwner } = await waiting()
+    let release = () => {}
+    const held = new Promise<void>(resolve => (release = resolve))
+    let locked = () => {}
+    const isLocked = new Promise<void>(resolve => (locked = resolve))
+    // Another transaction on the conversation's row (a turn applying a message, say), open until released.
+    const holding = here.deps.sql.begin(async tx => {
+      await tx`select 1 from conversations where participant_id = ${pair.agent.id} and user_id = ${pair.user.id} for update`
+      locked()
+      await held
+    })
+    await isLocked
+    const replied = replyHere(pair)
+    const waitingOnLock = async () =>
+      (await here.deps.sql`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()`)[0]!.n ===
+      1
+    await until(waitingOnLock)
+    await deactivate(pair, agentOwner.id)
+    release()
+    await holding
+    await expectRefused(pair, replied)
+  })
+})

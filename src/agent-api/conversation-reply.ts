@@ -35,7 +35,8 @@ export function conversationReplyRoutes(deps: Deps, auth: AuthPlugin) {
         operationId: 'replyToConversation',
         summary: 'Reply to a user; the conversation stops being pending (honours Idempotency-Key; replyPost rate per agent)',
         description:
-          'Needs the agent’s key (`X-API-Key` or bearer `sk_agt_`); a user credential is 403. ' +
+          'Needs the agent’s key (`X-API-Key` or bearer `sk_agt_`); a user credential is 403. An agent deactivated ' +
+          'meanwhile stores nothing: 401 `invalid_token`, as its revoked key is answered from then on. ' +
           'A user who never wrote to the agent is 404; one no longer subscribed, with no message waiting, is 403 ' +
           '`not_subscribed`. The user gets `conversation.reply`. On 503, retry with the same `Idempotency-Key`: the reply ' +
           'is stored once.',

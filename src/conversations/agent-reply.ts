@@ -7,7 +7,10 @@ import type { Replied } from './replies.ts'
 import type { PostReply } from './schema.ts'
 import { whyNotReplied } from './store.ts'
 
-/** Stores the reply; 404 when the user never wrote to the agent, 403 when they may no longer be written to, 429 past `replyPost`. */
+/**
+ * Stores the reply; 404 when the user never wrote to the agent, 403 when they may no longer be written
+ * to, 401 when the agent was deactivated since its key was checked, 429 past `replyPost`.
+ */
 export async function replyAsAgent(
   { replies, rateLimiter, sql }: Deps,
   agentId: string,
@@ -20,7 +23,10 @@ export async function replyAsAgent(
   const messageId = chosen ? rowIdFor(reservedAt, commandId) : newRowId()
   const replied = await replies.send({ agentId, userId: body.userId, text: body.text, messageId, chosen })
   if (!replied) {
-    if ((await whyNotReplied(sql, agentId, body.userId)) === 'not_subscribed') throw errors.notSubscribed()
+    const why = await whyNotReplied(sql, agentId, body.userId)
+    // Its key was revoked with the deactivation: answered as any request with it is from now on.
+    if (why === 'inactive') throw errors.invalidToken()
+    if (why === 'not_subscribed') throw errors.notSubscribed()
     throw errors.notFound('Conversation')
   }
   return replied

@@ -80,14 +80,23 @@ export interface ConversationState {
 export type ReplyStored =
   { stored: true; createdAt: Date; version: number; wasPending: boolean } | { stored: false; createdAt: Date; conversation: ConversationState }
 
-/** The statement's part that locks the replies' conversations (`input`) in key order, skipping those locked elsewhere unless `wait`. */
+/**
+ * The statement's part that locks the replies' conversations (`input`) in key order, skipping those
+ * locked elsewhere unless `wait`, and only of active agents, each held (key share) to the commit: the
+ * reply's key may have been checked before its agent was deactivated (in another process, whose
+ * eviction is on its way), and a deactivation (which locks the agent's row for update) in flight is
+ * waited for, or skipped and then waited for, and seen.
+ */
 function lockConversations(sql: Db, wait: boolean) {
+  const skip = wait ? sql`` : sql`skip locked`
   return sql`
     select c.participant_id, c.user_id, c.pending_count, c.version, c.latest_user_message,
       c.latest_user_message_at, c.latest_reply_at
-    from input i join conversations c on c.participant_id = i."participantId" and c.user_id = i."userId"
+    from input i
+    join conversations c on c.participant_id = i."participantId" and c.user_id = i."userId"
+    join participants p on p.id = c.participant_id and p.active
     order by c.participant_id, c.user_id
-    for no key update of c ${wait ? sql`` : sql`skip locked`}
+    for no key update of c ${skip} for key share of p ${skip}
   `
 }
 
@@ -113,9 +122,9 @@ function replyEvents(sql: Db, at: Date) {
  * the version, and its time is after the conversation's last message. Unless `wait`, a row locked
  * elsewhere (a turn applying a user's message, say) is skipped rather than waited for: a statement
  * of many replies never waits holding rows, so it cannot close a cycle of waits with a transaction
- * that takes the same rows in another order. Not in the map: a reply skipped, one to a user who never
- * wrote to the agent, or to a user no longer subscribed with no message waiting for it
- * (`whyNotReplied` tells the last two apart).
+ * that takes the same rows in another order. Not in the map: a reply skipped, one of an agent
+ * deactivated meanwhile, one to a user who never wrote to the agent, or to a user no longer subscribed
+ * with no message waiting for it (`whyNotReplied` tells the last three apart).
  */
 export async function storeFreshReplies(sql: Db, replies: NewReply[], at: Date, wait: boolean): Promise<Map<string, ReplyStored>> {
   const rows = await sql<{ id: string; createdAt: Date; version: number; wasPending: boolean }[]>`
@@ -295,8 +304,15 @@ export async function listMessages(
   `
 }
 
-/** Why a reply was not stored: the user never wrote to the agent (404), or may no longer be written to (403). */
-export async function whyNotReplied(sql: Db, participantId: string, userId: string): Promise<'not_found' | 'not_subscribed'> {
-  const [row] = await sql`select 1 from conversations where participant_id = ${participantId} and user_id = ${userId}`
-  return row ? 'not_subscribed' : 'not_found'
+/**
+ * Why a reply was not stored: the agent was deactivated since its key was checked (401), the user
+ * never wrote to the agent (404), or may no longer be written to (403).
+ */
+export async function whyNotReplied(sql: Db, participantId: string, userId: string): Promise<'inactive' | 'not_found' | 'not_subscribed'> {
+  const [row] = await sql<{ active: boolean; conversation: boolean }[]>`
+    select p.active, exists (select 1 from conversations where participant_id = p.id and user_id = ${userId}) as conversation
+    from participants p where p.id = ${participantId}
+  `
+  if (!row?.active) return 'inactive'
+  return row.conversation ? 'not_subscribed' : 'not_found'
 }
