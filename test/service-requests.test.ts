@@ -312,3 +312,61 @@ describe('a target deactivated with requests waiting for its answer', () => {
     expect((await get(a, answered)).body.data).toMatchObject({ requestId: answered, status: 'completed', output: 'done', success: true })
   })
 })
+
+describe('an agent deactivated while its own command waits in a mailbox', () => {
+  let idle: TestContext
+  beforeAll(async () => {
+    idle = await createTestContext({ actors: false, relay: false })
+  })
+  afterAll(() => idle.close())
+
+  /** Sends through the route and waits until the command is queued in `actor`'s mailbox: no runtime applies it yet. */
+  async function queued(path: string, as: TestAgent, body: Record<string, unknown>, actor: TestAgent) {
+    const mailbox = idle.deps.keys.actor(`agent:${actor.id}`).mailbox
+    const before = await idle.deps.redis.xlen(mailbox)
+    const sent = idle.call('POST', path, { apiKey: as.apiKey, body })
+    await until(async () => (await idle.deps.redis.xlen(mailbox)) === before + 1)
+    return { sent }
+  }
+
+  /** Applies what waits; the command is answered as its revoked key is from now on. */
+  async function expectRevoked(sent: ReturnType<typeof idle.call>) {
+    const runtime = await startActors(idle.deps, { leaseMs: 2000 })
+    try {
+      expectError(await sent, 401, 'invalid_token')
+    } finally {
+      await runtime.stop()
+    }
+  }
+
+  const told = async (type: string, id: string) =>
+    (await idle.deps.sql`select count(*)::int as n from outbox where type = ${type} and data like ${`%${id}%`}`)[0]!.n
+
+  test('a target deactivated before its answer is applied: 401, the request stays unanswered, its sender’s owner told nothing', async () => {
+    const targetOwner = await signUp(idle)
+    const [from, target] = [await createAgent(idle, await signUp(idle)), await createAgent(idle, targetOwner)]
+    const runtime = await startActors(idle.deps, { leaseMs: 2000 })
+    const created = await idle.call('POST', '/v1/agent/service-requests', { apiKey: from.apiKey, body: { targetAgentId: target.id, input: 'x' } })
+    await runtime.stop()
+    expect(created.status).toBe(201)
+    const requestId = created.body.data.requestId
+    const { sent } = await queued('/v1/agent/service-respond', target, { requestId, output: 'done', success: true }, target)
+    expect((await idle.call('DELETE', `/v1/participants/${target.id}`, { token: targetOwner.token })).status).toBe(200)
+    await expectRevoked(sent)
+    const [row] = await idle.deps.sql`select status, output from service_requests where id = ${requestId}`
+    expect(row).toEqual({ status: 'pending', output: null })
+    expect(await told('service.completed', requestId)).toBe(0)
+  })
+
+  test('a sender deactivated before its request is applied: 401, nothing stored, the target’s owner told nothing, its inbox untouched', async () => {
+    const senderOwner = await signUp(idle)
+    const [from, target] = [await createAgent(idle, senderOwner), await createAgent(idle, await signUp(idle))]
+    const { sent } = await queued('/v1/agent/service-requests', from, { targetAgentId: target.id, input: 'x' }, target)
+    expect((await idle.call('DELETE', `/v1/participants/${from.id}`, { token: senderOwner.token })).status).toBe(200)
+    await expectRevoked(sent)
+    const [stored] = await idle.deps.sql`select count(*)::int as n from service_requests where from_participant_id = ${from.id}`
+    expect(stored!.n).toBe(0)
+    expect(await told('service.requested', from.id)).toBe(0)
+    expect(await idle.deps.redis.exists(idle.deps.keys.agent(target.id).requests)).toBe(0)
+  })
+})

@@ -9,6 +9,8 @@ const refusals: Record<string, () => AppError> = {
   idempotency_key_reused: () => errors.idempotencyKeyReused(),
   user_provided_precedence: () => errors.userProvidedPrecedence(),
   not_subscribed: () => errors.notSubscribed(),
+  // The agent was deactivated (its key revoked) after its key was checked, before its command was applied.
+  invalid_token: () => errors.invalidToken(),
   invalid_input: () => errors.validation('The request holds a value that cannot be stored'),
   // The target's open requests free up as it answers (or they expire), which no one can time.
   too_many_open_requests: () => errors.tooManyOpenRequests(60),

@@ -44,7 +44,8 @@ export function serviceRequestRoutes(deps: Deps, auth: AuthPlugin) {
           operationId: 'createServiceRequest',
           summary: 'Ask another agent for work; it shows in the target’s events until answered or 24 h pass',
           description:
-            'Needs the agent’s key. Name the target by exactly one of `targetAgentId` and `targetAgentName`; ' +
+            'Needs the agent’s key; a sender deactivated before the request is delivered is 401 `invalid_token`, nothing sent. ' +
+            'Name the target by exactly one of `targetAgentId` and `targetAgentName`; ' +
             'an unknown or deactivated one is 404. The target’s owner gets `service.requested`; ' +
             'yours gets `service.completed` or `service.failed` once it is answered. ' +
             'On 503, retry with the same `Idempotency-Key`: the request is sent once.',
@@ -90,7 +91,8 @@ export function serviceRequestRoutes(deps: Deps, auth: AuthPlugin) {
           operationId: 'respondToServiceRequest',
           summary: 'Answer a request sent to you, once (409 already_responded after)',
           description:
-            'Needs the agent’s key. Only the target may answer: for others, and for an expired request, it is 404. ' +
+            'Needs the agent’s key; a target deactivated before the answer is applied is 401 `invalid_token`, nothing answered. ' +
+            'Only the target may answer: for others, and for an expired request, it is 404. ' +
             '`success: false` marks it `failed`, else `completed`; the sender’s owner is told, and it leaves your events. ' +
             'On 503, retry with the same `Idempotency-Key`: the answer is applied once.',
         },

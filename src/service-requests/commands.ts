@@ -45,8 +45,14 @@ export function serviceRequestCommands(deps: InboxDeps, caps: ServiceRequestCaps
       async apply(tx, request: NewRequest, { id, at }): Promise<OpenServiceRequest | Refusal> {
         // The actor applies this agent's commands one at a time, so the count cannot change under us.
         // Statements that need no answer of each other go together on the turn's connection: two
-        // round trips, not four, while the turn holds its rows.
-        const [load, target] = await Promise.all([openLoad(tx, id, request.fromAgentId, at), holdActiveAgent(tx, id)])
+        // round trips, not five, while the turn holds its rows.
+        const [load, target, sender] = await Promise.all([
+          openLoad(tx, id, request.fromAgentId, at),
+          holdActiveAgent(tx, id),
+          holdActiveAgent(tx, request.fromAgentId),
+        ])
+        // The sender deactivated since its key was checked: the key went with it.
+        if (!sender) return { refused: 'invalid_token' }
         // Deactivated since the route found it (the request waited in the mailbox): its inbox is forgotten.
         if (!target) return { refused: 'not_found' }
         if (!fitsUnderCaps(load, Buffer.byteLength(JSON.stringify(request.input)), caps)) return { refused: 'too_many_open_requests' }
@@ -73,7 +79,9 @@ export function serviceRequestCommands(deps: InboxDeps, caps: ServiceRequestCaps
     },
     'service.respond': {
       async apply(tx, answer: Answer, { id, at }): Promise<Answered | Refusal> {
-        const request = await findServiceRequest(tx, answer.requestId)
+        const [request, target] = await Promise.all([findServiceRequest(tx, answer.requestId), holdActiveAgent(tx, id)])
+        // Deactivated since its key was checked (the answer waited in the mailbox): the key went with it.
+        if (!target) return { refused: 'invalid_token' }
         if (!request || request.targetAgentId !== id) return { refused: 'not_found' }
         // Sent together on the turn's connection: one round trip, not two.
         const [responded, ownerId] = await Promise.all([
