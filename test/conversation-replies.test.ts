@@ -14,7 +14,8 @@ import { createReplyWriter } from '../src/conversations/replies.ts'
 import { createInboxReader } from '../src/conversations/inbox-reader.ts'
 import { createPubSub } from '../src/pubsub.ts'
 import { agentConversations, insertUserMessage, storeChosenReplies, storeFreshReplies } from '../src/conversations/store.ts'
-import { actorKinds } from '../src/deps.ts'
+import { actorKinds, relayEffects } from '../src/deps.ts'
+import { relayPass } from '../src/events/relay.ts'
 import { holdActor } from './helpers/hold.ts'
 import { createSql, type Db, type Sql } from '../src/db.ts'
 import { createApp, type App } from '../src/app.ts'
@@ -962,6 +963,19 @@ describe('an agent deactivated by another process as it replies', () => {
     const { pair, agentOwner } = await waiting()
     await deactivate(pair, agentOwner.id)
     await expectRefused(pair, replyHere(pair))
+  })
+
+  test('a reply stored just before: its event, relayed after the deactivation, leaves the forgotten inbox forgotten', async () => {
+    const { pair, agentOwner } = await waiting()
+    expect((await replyHere(pair)).status).toBe(201)
+    expect((await here.call('DELETE', `/v1/participants/${pair.agent.id}`, { token: agentOwner.token })).status).toBe(200)
+    const k = here.deps.keys.agent(pair.agent.id)
+    expect(await here.deps.redis.exists(k.inbox, k.versions, k.built)).toBe(0)
+    // The workers' relay, a pass late: the user still hears the reply.
+    await relayPass({ ...here.deps, effects: relayEffects(here.deps) }, 500)
+    const [left] = await here.deps.sql`select count(*)::int as n from outbox where type = 'conversation.reply' and data like ${`%${pair.agent.id}%`}`
+    expect(left!.n).toBe(0)
+    expect(await here.deps.redis.exists(k.inbox, k.versions, k.built)).toBe(0)
   })
 
   test('deactivated while the reply waits for its conversation’s row: refused once the row is free', async () => {

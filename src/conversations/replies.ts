@@ -192,7 +192,8 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
  * delivers, the conversation written in its agent's inbox as Postgres holds it now, by the inbox's
  * one rule (a write the reply's writer made already changes nothing, and announces nothing). The
  * event commits with the reply, so this is done even when the writer's process died between its
- * commit and its own write, or Redis refused that write.
+ * commit and its own write, or Redis refused that write. An agent deactivated since is left alone:
+ * its inbox was forgotten, and written again it would stay in Redis for good, read by no one.
  */
 export function inboxAfterReply(deps: InboxDeps): RelayEffect {
   return async (tx, events) => {

@@ -259,12 +259,17 @@ export async function agentConversations(
   return rows.map(nowOf)
 }
 
-/** Conversations as Postgres holds them now, by agent and user (those that exist), each by its primary key. */
+/**
+ * Conversations as Postgres holds them now, by agent and user (those that exist, of active agents),
+ * each by its primary key. A deactivated agent's are left out: its inbox was forgotten, and nothing
+ * reads it again.
+ */
 export async function conversationsNow(sql: Db, pairs: { agentId: string; userId: string }[]): Promise<ConversationNow[]> {
   const rows = await sql<StateRow[]>`
     select c.participant_id as "agentId", c.user_id as "userId", c.latest_user_message as "latestMessage",
       c.latest_user_message_at as "latestMessageAt", c.pending_count as "pendingCount", c.version
     from unnest(${pairs.map(p => p.agentId)}::uuid[], ${pairs.map(p => p.userId)}::uuid[]) as p(agent_id, user_id)
+    join participants a on a.id = p.agent_id and a.active
     cross join lateral (
       select * from conversations where participant_id = p.agent_id and user_id = p.user_id
     ) as c
