@@ -916,7 +916,7 @@ describe('an agent deactivated while a user’s message waits in its mailbox', (
   })
 })
 
-describe('an agent deactivated by another process as it replies', () => {
+describe('an agent deactivated as it works (by another process, whose eviction of its key is on its way)', () => {
   // No relay: the deactivation's revocation reaches this process only once the test says so, as
   // another process's does once its announcement arrives.
   let here: TestContext
@@ -963,6 +963,15 @@ describe('an agent deactivated by another process as it replies', () => {
     const { pair, agentOwner } = await waiting()
     await deactivate(pair, agentOwner.id)
     await expectRefused(pair, replyHere(pair))
+  })
+
+  test('its poll, its key still cached here, does not build the forgotten inbox again (401 invalid_token)', async () => {
+    const { pair, agentOwner } = await waiting()
+    await deactivate(pair, agentOwner.id)
+    expectError(await here.call('GET', '/v1/agent/events', { apiKey: pair.agent.apiKey }), 401, 'invalid_token')
+    expectError(await here.call('GET', '/v1/agent/status', { apiKey: pair.agent.apiKey }), 401, 'invalid_token')
+    const k = here.deps.keys.agent(pair.agent.id)
+    expect(await here.deps.redis.exists(k.inbox, k.versions, k.built, k.requests)).toBe(0)
   })
 
   test('a reply stored just before: its event, relayed after the deactivation, leaves the forgotten inbox forgotten', async () => {

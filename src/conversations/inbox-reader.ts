@@ -9,6 +9,7 @@ import { createHolder, isHold, type Holder } from '../actors/hold.ts'
 import { createDue, type Due } from '../actors/due.ts'
 import { errors } from '../errors.ts'
 import { openRequests } from '../service-requests/store.ts'
+import { isActiveAgent } from '../participants/store.ts'
 import { agentConversations, type PendingConversation } from './store.ts'
 import {
   beginRebuild,
@@ -188,7 +189,11 @@ async function rebuildHeld(deps: RebuildDeps, agentId: string): Promise<AgentInb
     // from what it read but leaves Redis to the newer holder. Page by page (the agent may have had
     // a million conversations), keeping only the pending ones. Emptied first, and marked with the
     // servers known as it began: should either change meanwhile, the next read rebuilds it again.
-    const from = builtMark(await server.runId(), database.current())
+    const [runId, active] = await Promise.all([server.runId(), isActiveAgent(sql, agentId)])
+    // Deactivated since its key was checked (by another process, whose eviction is on its way): its
+    // inbox was forgotten, and built again it would stay in Redis for good, read by no one.
+    if (!active) throw errors.invalidToken()
+    const from = builtMark(runId, database.current())
     let writing = held && (await beginRebuild({ redis, keys }, agentId, holder.id))
     const pending: PendingConversation[] = []
     const conversations = async () => {

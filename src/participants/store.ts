@@ -117,6 +117,12 @@ export async function holdActiveAgent(sql: Db, id: string): Promise<{ ownerId: s
   return row
 }
 
+/** Whether the agent is active (not deactivated), by its id. */
+export async function isActiveAgent(sql: Db, id: string): Promise<boolean> {
+  const [row] = await sql`select 1 from participants where id = ${id} and active`
+  return row !== undefined
+}
+
 /** Who owns an agent (active or not): the recipient of its owner notifications. */
 export async function participantOwner(sql: Db, id: string): Promise<string | undefined> {
   const [row] = await sql<{ ownerId: string }[]>`select owner_id as "ownerId" from participants where id = ${id}`
