@@ -212,8 +212,8 @@ describe('round trips to PostgreSQL and Redis', () => {
     )
     figures['proxy call'] = call.rounds
     expect(call.statuses).toEqual([200])
-    // Reservation, rate, in flight, the lookups; then the period, its usage, the record, the job
-    // with the live count, the place in flight given back, the key's outcome.
+    // Reservation, rate, in flight, the lookups; then the period's usage (the period made first only
+    // when new), the record, the job with the live count, the place in flight given back, the key's outcome.
     expect(call.rounds).toBeLessThanOrEqual(10)
   }, 30_000)
 

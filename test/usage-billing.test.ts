@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomBytes, randomUUID } from 'node:crypto'
+import { forInvoiceRun } from '../src/deps.ts'
 import { createTestContext, expectError, signUp, uuidV7, type TestContext, type TestUser } from './helpers/context.ts'
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
 import { startWorker } from './helpers/workers.ts'
@@ -751,4 +752,49 @@ describe('the invoices worker', () => {
     await expect(run({ data: { at: ahead } } as Job)).rejects.toMatchObject({ name: 'UnrecoverableError' })
     await expect(run({ data: { at: 'soon' } } as Job)).rejects.toMatchObject({ name: 'UnrecoverableError' })
   })
+})
+
+describe('a call metered while an invoice run makes its period', () => {
+  test('waits for the run past the lock timeout instead of failing unmetered', async () => {
+    // The run makes every subscription's new periods in one statement, seconds long with many
+    // subscriptions. A call's period among them waits for that statement: a lock on another
+    // subscription the run makes a period for stands in for the rest of it.
+    const s = await setup({ monthlyPriceCents: 100, includedProxyCalls: 0, overagePerCallCents: 1 })
+    const other = await setup()
+    const current = async (c: MeteredSubscriber) => (await ctx.call('GET', '/v1/billing/subscriptions', { token: c.user.token })).body.data[0]
+    const [sub, otherSub] = [await current(s), await current(other)]
+    const end = new Date(sub.currentPeriodEnd).getTime()
+    const at = new Date(Math.max(end, new Date(otherSub.currentPeriodEnd).getTime()) + 1000)
+    let release!: () => void
+    const held = new Promise<void>(resolve => (release = resolve))
+    const holding = ctx.deps.workerSql.begin(async tx => {
+      await tx`select 1 from subscriptions where id = ${other.subscriptionId} for update`
+      await held
+    })
+    const run = runInvoices(forInvoiceRun(ctx.deps), at)
+    const lockWaits = () =>
+      int(ctx.deps.sql`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)
+    try {
+      await until(async () => (await lockWaits()) === 1)
+      const metered = meterCall(ctx.deps, {
+        eventId: randomUUID(),
+        subscription: { id: s.subscriptionId, startedAt: new Date(sub.currentPeriodStart) },
+        occurredAt: new Date(end + 500),
+      }).then(
+        usage => ({ usage }),
+        (error: Error) => ({ error: error.message }),
+      )
+      await until(async () => (await lockWaits()) === 2)
+      // Past the requests' lock timeout while the run still holds the period.
+      const early = await Promise.race([metered, Bun.sleep(ctx.config.lockTimeoutMs + 1000).then(() => 'waiting')])
+      expect(early).toBe('waiting')
+      release()
+      expect(await metered).toEqual({ usage: { periodCalls: 1, includedProxyCalls: 0, overageCalls: 1 } })
+    } finally {
+      release()
+      await holding
+      await run
+    }
+    expect(await counted(ctx, s.subscriptionId, 1)).toBe(1)
+  }, 30_000)
 })

@@ -15,14 +15,28 @@ export interface Usage {
 
 const week = 7 * 86_400_000
 
+/**
+ * Makes the subscription's missing periods up to `at` (a call's first in a new period). The invoice
+ * run makes every subscription's in one statement, seconds long with many subscriptions, and a
+ * period it is making waits for that statement: this wait is bounded by the statement timeout, not
+ * the lock timeout (2 s), as the upstream has had the call and a 503 now would leave it unbilled.
+ */
+async function makePeriods(sql: Sql, subscriptionId: string, at: Date): Promise<void> {
+  await sql.begin(tx => Promise.all([tx`set local lock_timeout = 0`.execute(), ensurePeriods(tx, at, subscriptionId)]))
+}
+
 export async function meterCall(
   deps: CounterDeps & { sql: Sql; queues: Queues; log: Log },
   call: { eventId: string; subscription: { id: string; startedAt: Date }; occurredAt: Date },
 ): Promise<Usage> {
   const { sql, queues } = deps
-  await ensurePeriods(sql, call.occurredAt, call.subscription.id)
+  const wanted = periodIndexAt(call.subscription.startedAt, call.occurredAt)
   // Cancelled between the check and now: the call still counts, in the period it was cancelled in.
-  const period = await periodUsage(sql, call.subscription.id, periodIndexAt(call.subscription.startedAt, call.occurredAt))
+  let period = await periodUsage(sql, call.subscription.id, wanted)
+  if (period?.periodIndex !== wanted) {
+    await makePeriods(sql, call.subscription.id, call.occurredAt)
+    period = await periodUsage(sql, call.subscription.id, wanted)
+  }
   if (!period) throw new Error(`subscription ${call.subscription.id} has no period at ${call.occurredAt.toISOString()}`)
   const { periodIndex } = period
   const event: UsageEvent = {
