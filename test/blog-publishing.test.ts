@@ -7,6 +7,9 @@ import { until } from './helpers/until.ts'
 import { blogQueueName } from '../src/blog/queue.ts'
 import { publishDuePosts, publishScheduledPost } from '../src/blog/publish.ts'
 import { createLog } from '../src/log.ts'
+import { createPost } from '../src/blog/posts.ts'
+import { findParticipant } from '../src/participants/store.ts'
+import type { AppError } from '../src/errors.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -197,5 +200,35 @@ describe('the log', () => {
     const record = JSON.parse(lines[0]!)
     expect(record.msg).toBe('blog posts published by the sweep')
     expect(record.postIds.at(-1)).toBe('… (cut from 600 items)')
+  })
+})
+
+describe('an agent deactivated while a post of its is written', () => {
+  test('the post is 404, as for any deactivated agent, not a 500; nothing is written or scheduled', async () => {
+    const gone = await blogAgent(ctx, owner)
+    const found = (await findParticipant(ctx.deps.sql, gone.id))!
+    // The writer found its agent active, and its content is being rendered while the owner deactivates it.
+    let release!: () => void
+    const rendering = new Promise<void>(resolve => (release = resolve))
+    let started!: () => void
+    const renderStarted = new Promise<void>(resolve => (started = resolve))
+    const markdown = {
+      ...ctx.deps.markdown,
+      render: async (text: string) => {
+        started()
+        await rendering
+        return ctx.deps.markdown.render(text)
+      },
+    }
+    const written = createPost({ ...ctx.deps, markdown }, found, { title: 'Last Words', content: 'Body.', publishAt: inSeconds(60) }).then(
+      post => ({ post }),
+      (error: AppError) => ({ status: error.status, code: error.code }),
+    )
+    await renderStarted
+    expect((await ctx.call('DELETE', `/v1/participants/${gone.id}`, { token: owner.token })).status).toBe(200)
+    release()
+    expect(await written).toEqual({ status: 404, code: 'not_found' })
+    const [row] = await ctx.deps.sql<{ n: number }[]>`select count(*)::int as n from blog_posts where participant_id = ${gone.id}`
+    expect(row!.n).toBe(0)
   })
 })

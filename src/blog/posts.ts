@@ -5,7 +5,7 @@ import { uniqueViolation } from '../db.ts'
 import { errors } from '../errors.ts'
 import { parseTime } from '../http/schema.ts'
 import type { Principal } from '../auth/principal.ts'
-import type { ParticipantRow } from '../participants/store.ts'
+import { holdActiveAgent, type ParticipantRow } from '../participants/store.ts'
 import type { CreatePost, PostStatus, UpdatePost } from './schema.ts'
 import { candidatePrefix, firstFree, slugify } from './slug.ts'
 import { deletePost, findPost, insertPost, takenSlugs, updatePost, type FullPostRow } from './store.ts'
@@ -111,7 +111,9 @@ export async function createPost(deps: PostDeps, agent: ParticipantRow, body: Cr
   // Counted as the content goes to the renderer: content too complex to render counts as a post, a
   // renderer too busy with others' posts does not.
   const contentHtml = await renderContent(deps, body.content, { rule: 'blogPostCreate', subject: `agent:${agent.id}` })
-  const id = await sql.begin(async tx => {
+  const post = await sql.begin(async tx => {
+    // Held to the commit: a deactivation meanwhile is waited for, or went first and is seen.
+    if (!(await holdActiveAgent(tx, agent.id))) throw errors.notFound('Participant')
     const id = await withFreeSlug(tx, { participantId: agent.id, title: body.title }, slug =>
       tx.savepoint(sp =>
         insertPost(sp, {
@@ -129,10 +131,9 @@ export async function createPost(deps: PostDeps, agent: ParticipantRow, body: Cr
       ),
     )
     if (status === 'published') await announcePublished(tx, deps, now, [id])
-    return id
+    return (await findPost(tx, id))!
   })
-  const post = (await findPost(sql, id))!
-  if (post.status === 'scheduled') await blogQueue.schedule({ postId: id, version: post.scheduleVersion }, post.publishAt!)
+  if (post.status === 'scheduled') await blogQueue.schedule({ postId: post.id, version: post.scheduleVersion }, post.publishAt!)
   return post
 }
 
