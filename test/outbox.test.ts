@@ -1,5 +1,5 @@
 /** The outbox and its relay: an event is delivered if and only if its change committed, in order per user, once. */
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setSystemTime, test } from 'bun:test'
 import { randomUUID } from 'node:crypto'
 import { Queue, Worker } from 'bullmq'
 import { createTestContext, type TestContext } from './helpers/context.ts'
@@ -8,7 +8,7 @@ import { enqueueEvents } from '../src/events/outbox.ts'
 import { relayPass, replayWindowMs, startRelay, type Relay } from '../src/events/relay.ts'
 import { createRedis, deleteByPrefix } from '../src/redis.ts'
 import { createSql } from '../src/db.ts'
-import { keepSchedules, scheduledJobOptions } from '../workers/schedules.ts'
+import { keepSchedules, scheduledJobOptions, upsertSchedules } from '../workers/schedules.ts'
 import { startRedisServer } from './helpers/redis-server.ts'
 
 let ctx: TestContext
@@ -247,6 +247,33 @@ describe('job schedules', () => {
     await queue.close()
     await connection.quit()
   })
+
+  test('run on time again after the clock stepped back an hour', async () => {
+    const connection = createRedis(ctx.config.redisUrl, ctx.deps.log, 'bullmq')
+    const queue = new Queue('schedules-step', { connection, prefix: ctx.deps.keys.bullPrefix })
+    let runs = 0
+    const worker = new Worker('schedules-step', async () => void runs++, { connection, prefix: ctx.deps.keys.bullPrefix })
+    const schedule = { queue, id: 'step', job: 'step', everyMs: 1000 }
+    // Set while the clock ran an hour ahead, then stepped back (NTP correcting the host, a VM resumed
+    // from a snapshot): its next run is an hour away by the clock now. (Bun's setSystemTime stops the
+    // clock: only the schedule is made under it.)
+    setSystemTime(new Date(Date.now() + 3_600_000))
+    try {
+      await upsertSchedules([schedule])
+    } finally {
+      setSystemTime()
+    }
+    const kept = await keepSchedules([schedule], ctx.deps.redis, ctx.deps.log, 100)
+    try {
+      await until(async () => runs >= 2, 10_000)
+    } finally {
+      kept.stop()
+      await queue.removeJobScheduler('step')
+      await worker.close()
+      await queue.close()
+      await connection.quit()
+    }
+  }, 30_000)
 
   test('keep their finished jobs for a while, not for ever', async () => {
     const connection = createRedis(ctx.config.redisUrl, ctx.deps.log, 'bullmq')

@@ -27,9 +27,25 @@ export const scheduleCheckEveryMs = 10_000
  */
 export const scheduledJobOptions = { removeOnComplete: { age: 3600 }, removeOnFail: { age: 7 * 86_400 } }
 
+/**
+ * How far past one interval a schedule's next run may lie before it is taken for one set by a clock
+ * since stepped back, and made again: beyond any difference between the workers' clocks.
+ */
+export const clockStepMs = 60_000
+
+/**
+ * Upserts each schedule. BullMQ keeps a schedule's next run as it was set, by the clock of the
+ * process that set it: after the clock stepped back an hour (NTP correcting the host, a VM resumed
+ * from a snapshot) it is an hour away, and the maintenance, the invoice run and the blog sweep would
+ * wait that hour. Such a schedule is removed (with its waiting job) and made again.
+ */
 export async function upsertSchedules(schedules: Schedule[]): Promise<void> {
   const opts = scheduledJobOptions
-  for (const { queue, id, job, everyMs } of schedules) await queue.upsertJobScheduler(id, { every: everyMs }, { name: job, opts })
+  for (const { queue, id, job, everyMs } of schedules) {
+    const next = (await queue.getJobScheduler(id))?.next
+    if (next !== undefined && next > Date.now() + everyMs + clockStepMs) await queue.removeJobScheduler(id)
+    await queue.upsertJobScheduler(id, { every: everyMs }, { name: job, opts })
+  }
 }
 
 /**
