@@ -203,6 +203,18 @@ describe('proxy calls', () => {
     }
   })
 
+  test('a tab or line break, which URLs drop, cannot hide an encoded slash or backslash: 400, the upstream not called', async () => {
+    const s = await setup()
+    const calls = upstream.received.length
+    // Sent as is, the URL parser drops them: the upstream would get /api/..%2fadmin, /api/a/%5c.., /api/%2e%2e/admin.
+    for (const path of ['/..%2\tfadmin', '/a/%5\nc..', '/%2\re%2\te/admin', '/echo\t']) {
+      const refused = expectError(await proxy(s, { path }), 400, 'validation_failed')
+      expect({ path, at: refused.details[0].path }).toEqual({ path, at: '/path' })
+    }
+    expect(upstream.received.length).toBe(calls)
+    expect(await counted(ctx, s.subscriptionId, 0)).toBe(0)
+  })
+
   test('an unreachable upstream is 502, a 5 MiB body is 502, a hanging one is 504 after about 10 s', async () => {
     const s = await setup()
     const closed = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: () => new Response('') })
