@@ -203,6 +203,22 @@ describe('proxy calls', () => {
     }
   })
 
+  test('an escape spelled out of escapes (%2%66 is %2f once decoded) is read as a second decoding reads it: 400', async () => {
+    const s = await setup()
+    const calls = upstream.received.length
+    // Decoded once, each is `/..%2fadmin`, `/%2e%2e/admin`, `/x%5c..`, `/%2fadmin`; decoded again, it leaves the base path.
+    for (const path of ['/..%2%66admin', '/%2%65%2%65/admin', '/x%5%63..', '/%%32%66admin', '/%2%2566admin']) {
+      const refused = expectError(await proxy(s, { path }), 400, 'validation_failed')
+      expect({ path, at: refused.details[0].path }).toEqual({ path, at: '/path' })
+    }
+    expect(upstream.received.length).toBe(calls)
+    // What no number of decodings makes a separator or a dot segment still goes through as written.
+    for (const path of ['/a%2%20b', '/%2%2e.x', '/100%25']) {
+      expect((await proxy(s, { path })).status).toBe(200)
+      expect(upstream.received.at(-1)!.path).toBe(`/api${path}`)
+    }
+  })
+
   test('a tab or line break, which URLs drop, cannot hide an encoded slash or backslash: 400, the upstream not called', async () => {
     const s = await setup()
     const calls = upstream.received.length
