@@ -256,6 +256,15 @@ describe('proxy calls', () => {
     expect(took).toBeLessThan(15_000)
   }, 30_000)
 
+  test('a HEAD of a resource over 1 MiB answers its status: no body follows, whatever its Content-Length says', async () => {
+    const s = await setup()
+    const res = await proxy(s, { method: 'HEAD', path: '/big' })
+    expect(res.status).toBe(200)
+    expect(res.body.data).toMatchObject({ status: 200, headers: { 'content-type': 'text/plain' }, body: '' })
+    expect(upstream.received.at(-1)).toMatchObject({ method: 'HEAD', path: '/api/big' })
+    expect(await counted(ctx, s.subscriptionId, 1)).toBe(1)
+  })
+
   test('an answer whose body does not decode is 502, and the call counts: the upstream had it', async () => {
     const s = await setup()
     const calls = upstream.received.length

@@ -42,7 +42,9 @@ export async function forward(request: UpstreamRequest, timeoutMs = upstreamTime
   } catch {
     throw signal.aborted ? errors.upstreamTimeout() : errors.upstreamUnreachable()
   }
-  const bytes = await readCapped(response, signal)
+  // No body follows these (RFC 9110, 6.4.1): their Content-Length is the size of one that would.
+  const bodiless = request.method === 'HEAD' || response.status === 204 || response.status === 304
+  const bytes = bodiless ? await noBody(response) : await readCapped(response, signal)
   const contentType = response.headers.get('content-type')
   const text = new TextDecoder().decode(bytes)
   let body: unknown = text
@@ -70,6 +72,11 @@ function nestsDeeper(value: unknown, limit: number): boolean {
     if (nestsDeeper(child, limit - 1)) return true
   }
   return false
+}
+
+async function noBody(response: Response): Promise<Uint8Array> {
+  await response.body?.cancel().catch(() => {})
+  return new Uint8Array()
 }
 
 async function readCapped(response: Response, signal: AbortSignal): Promise<Uint8Array> {
