@@ -282,8 +282,9 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   if (notHost !== undefined) {
     throw new ConfigError(`invalid PROXY_ALLOWED_HOSTS: ${notHost} is not a host (a name, an address, or either with :port; comma-separated)`)
   }
-  // An IPv6 address in brackets as in a URL: matched without them, as address-policy.ts reads the upstream's.
-  const allowedHosts = proxyAllowedHosts.map(entry => entry.replace(/^\[([^\]]*)\]/, '$1'))
+  // An IPv6 address alone is matched without brackets, as address-policy.ts reads the upstream's; one
+  // with a port keeps them, as a URL writes it: `[fd00::5]:8080` unbracketed is another address.
+  const allowedHosts = proxyAllowedHosts.map(entry => entry.replace(/^\[([^\]]*)\]$/, '$1'))
 
   if (e.SHUTDOWN_DELAY_MS >= e.SHUTDOWN_TIMEOUT_MS) {
     throw new ConfigError(`invalid SHUTDOWN_DELAY_MS: must be less than SHUTDOWN_TIMEOUT_MS (${e.SHUTDOWN_TIMEOUT_MS}), which counts it`)

@@ -3,6 +3,7 @@ import { describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
 import ipaddr from 'ipaddr.js'
 import { isInternal, upstreamRefusal } from '../src/connections/address-policy.ts'
+import { loadConfig } from '../src/config.ts'
 
 // Written out from IANA's IPv4 and IPv6 Special-Purpose Address Registries (and the multicast
 // blocks), not from the library's table: these are what the library is checked against.
@@ -146,5 +147,18 @@ describe('upstream refusals', () => {
     }
     expect(await upstreamRefusal(new URL('https://[2606:4700::1111]/api'), [])).toBeNull()
     expect(await upstreamRefusal(new URL('https://1.1.1.1/api'), [])).toBeNull()
+  })
+
+  test('an IPv6 address listed with a port opens it on that port, not the address its text spells without brackets', async () => {
+    const listed = loadConfig({ PROXY_ALLOWED_HOSTS: '[fd00::5]:8080' }).proxyAllowedHosts
+    expect(await upstreamRefusal(new URL('http://[fd00::5]:8080/api'), listed)).toBeNull()
+    expect(await upstreamRefusal(new URL('http://[fd00::5]:9090/api'), listed)).toBe('scheme')
+    // fd00::5:8080 is another address, on every port: the entry never named it.
+    expect(await upstreamRefusal(new URL('https://[fd00::5:8080]/api'), listed)).toBe('private')
+    expect(await upstreamRefusal(new URL('http://[fd00::5:8080]:22/api'), listed)).toBe('scheme')
+    // And that address listed opens itself on every port, not fd00::5 on port 8080.
+    const other = loadConfig({ PROXY_ALLOWED_HOSTS: 'fd00::5:8080' }).proxyAllowedHosts
+    expect(await upstreamRefusal(new URL('http://[fd00::5:8080]:22/api'), other)).toBeNull()
+    expect(await upstreamRefusal(new URL('https://[fd00::5]:8080/api'), other)).toBe('private')
   })
 })

@@ -272,8 +272,8 @@ describe('loadConfig', () => {
 
   test('PROXY_ALLOWED_HOSTS is split on commas, trimmed, lower-cased, empty entries dropped', () => {
     const config = loadConfig({ PROXY_ALLOWED_HOSTS: ' API.Example.com, localhost ,,10.0.0.5:8080 ,::1, [FD00::5]:8080,' })
-    // An IPv6 address in brackets, as in a URL, is matched without them (address-policy.ts).
-    expect(config.proxyAllowedHosts).toEqual(['api.example.com', 'localhost', '10.0.0.5:8080', '::1', 'fd00::5:8080'])
+    // An IPv6 address with a port keeps its brackets, as in a URL (address-policy.ts); alone it is matched without them.
+    expect(config.proxyAllowedHosts).toEqual(['api.example.com', 'localhost', '10.0.0.5:8080', '::1', '[fd00::5]:8080'])
   })
 
   test('PROXY_ALLOWED_HOSTS refuses an entry that is not a host, which would match no upstream', () => {

@@ -15,7 +15,8 @@ export const refusalMessages: Record<Refusal, string> = {
 /** Why the URL may not be called, or null when it may (resolving its host name now). */
 export async function upstreamRefusal(url: URL, allowedHosts: string[]): Promise<Refusal | null> {
   const host = url.hostname.toLowerCase().replace(/^\[|\]$/g, '')
-  const allowed = allowedHosts.includes(host) || allowedHosts.includes(`${host}:${url.port}`)
+  // With a port, an IPv6 host keeps its brackets (config.ts), so that `[fd00::5]:8080` is not fd00::5:8080.
+  const allowed = allowedHosts.includes(host) || allowedHosts.includes(`${url.hostname.toLowerCase()}:${url.port}`)
   if (url.protocol !== 'https:' && !(url.protocol === 'http:' && allowed)) return 'scheme'
   if (url.username || url.password) return 'userinfo'
   if (allowed) return null
