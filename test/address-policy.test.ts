@@ -149,6 +149,16 @@ describe('upstream refusals', () => {
     expect(await upstreamRefusal(new URL('https://1.1.1.1/api'), [])).toBeNull()
   })
 
+  test('a host listed with its scheme’s own port opens it there, though URLs leave that port out', async () => {
+    const listed = loadConfig({ PROXY_ALLOWED_HOSTS: 'localhost:80,127.0.0.1:443,[::1]:80' }).proxyAllowedHosts
+    for (const url of ['http://localhost/api', 'http://localhost:80/api', 'https://127.0.0.1/api', 'https://127.0.0.1:443/api', 'http://[::1]/api']) {
+      expect({ url, refusal: await upstreamRefusal(new URL(url), listed) }).toEqual({ url, refusal: null })
+    }
+    for (const url of ['http://localhost:8080/api', 'https://localhost/api', 'http://127.0.0.1/api', 'https://[::1]/api']) {
+      expect({ url, refused: (await upstreamRefusal(new URL(url), listed)) !== null }).toEqual({ url, refused: true })
+    }
+  })
+
   test('an IPv6 address listed with a port opens it on that port, not the address its text spells without brackets', async () => {
     const listed = loadConfig({ PROXY_ALLOWED_HOSTS: '[fd00::5]:8080' }).proxyAllowedHosts
     expect(await upstreamRefusal(new URL('http://[fd00::5]:8080/api'), listed)).toBeNull()

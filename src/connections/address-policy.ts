@@ -15,8 +15,10 @@ export const refusalMessages: Record<Refusal, string> = {
 /** Why the URL may not be called, or null when it may (resolving its host name now). */
 export async function upstreamRefusal(url: URL, allowedHosts: string[]): Promise<Refusal | null> {
   const host = url.hostname.toLowerCase().replace(/^\[|\]$/g, '')
-  // With a port, an IPv6 host keeps its brackets (config.ts), so that `[fd00::5]:8080` is not fd00::5:8080.
-  const allowed = allowedHosts.includes(host) || allowedHosts.includes(`${url.hostname.toLowerCase()}:${url.port}`)
+  // With a port, an IPv6 host keeps its brackets (config.ts), so that `[fd00::5]:8080` is not fd00::5:8080;
+  // the port is the one connected to, which a URL leaves out when it is its scheme's own.
+  const port = url.port || (url.protocol === 'https:' ? '443' : '80')
+  const allowed = allowedHosts.includes(host) || allowedHosts.includes(`${url.hostname.toLowerCase()}:${port}`)
   if (url.protocol !== 'https:' && !(url.protocol === 'http:' && allowed)) return 'scheme'
   if (url.username || url.password) return 'userinfo'
   if (allowed) return null
