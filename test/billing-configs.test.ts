@@ -1,9 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { listConfigs } from '../src/billing/configs/store.ts'
-import { deactivateAgent } from '../src/participants/deactivate.ts'
-import { requireOwnedParticipant } from '../src/participants/ownership.ts'
 import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
-import { until } from './helpers/until.ts'
+import { holdDeactivation } from './helpers/deactivation.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -33,39 +31,17 @@ async function newConfig(extra: Record<string, unknown> = {}) {
   return res.body.data
 }
 
-/** Until a statement of this test's database waits for a row lock. */
-const lockWaited = () =>
-  until(
-    async () => (await ctx.deps.sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`).length > 0,
-    5000,
-  )
-
 /**
  * Runs `request` while the agent's deactivation (as DELETE /v1/participants/{id} makes it) is held open
  * before its commit, with `configId`'s row locked too when given; commits once the request waits.
  */
 async function whileDeactivating(agentId: string, request: () => ReturnType<typeof ctx.call>, configId?: string) {
-  let release!: () => void
-  const held = new Promise<void>(resolve => (release = resolve))
-  let locked!: () => void
-  const lockedNow = new Promise<void>(resolve => (locked = resolve))
-  const deactivating = ctx.deps.sql.begin(async tx => {
-    await requireOwnedParticipant(tx, agentId, owner.id, { lock: true })
-    if (configId) await tx`select 1 from config_listings where id = ${configId} for update`
-    await deactivateAgent(tx, agentId, owner.id, new Date())
-    locked()
-    await held
-  })
-  let requesting: ReturnType<typeof ctx.call> | undefined
-  try {
-    await lockedNow
-    requesting = request()
-    await lockWaited()
-  } finally {
-    release()
-    await deactivating
-  }
-  return requesting!
+  const held = await holdDeactivation(ctx.deps.sql, { id: agentId, ownerId: owner.id }, tx =>
+    configId ? tx`select 1 from config_listings where id = ${configId} for update` : Promise.resolve(),
+  )
+  const requesting = request()
+  await held.commitOnceWaited()
+  return requesting
 }
 
 describe('config listings', () => {

@@ -6,8 +6,7 @@ import { runInvoices } from '../src/invoices/run.ts'
 import { deactivatePlan, findPlan, updatePlan } from '../src/billing/plans/store.ts'
 import { announcePlanChange, planChangeEvents } from '../src/billing/plans/price-change.ts'
 import { insertSubscription } from '../src/billing/subscriptions/store.ts'
-import { deactivateAgent } from '../src/participants/deactivate.ts'
-import { requireOwnedParticipant } from '../src/participants/ownership.ts'
+import { holdDeactivation, lockWaited as waitedForLock } from './helpers/deactivation.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -308,12 +307,7 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
     ])
   })
 
-  /** Until a statement of this test's database waits for a row lock. */
-  const lockWaited = () =>
-    until(
-      async () => (await ctx.deps.sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`).length > 0,
-      5000,
-    )
+  const lockWaited = () => waitedForLock(ctx.deps.sql)
   const thousand = (participantId: string) => planBody(participantId, { monthlyPriceCents: 1000, includedProxyCalls: 0, overagePerCallCents: 0 })
 
   test('a rise that waited for a subscription being made is dated after it: the subscriber is told, and billed as told', async () => {
@@ -429,27 +423,10 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
 
   test('a plan created as its agent is deactivated is 404, never a 500', async () => {
     const mine = await createAgent(ctx, owner)
-    let release!: () => void
-    const held = new Promise<void>(resolve => (release = resolve))
-    let locked!: () => void
-    const lockedNow = new Promise<void>(resolve => (locked = resolve))
-    // A deactivation as DELETE /v1/participants/{id} makes it, held open before its commit.
-    const deactivating = ctx.deps.sql.begin(async tx => {
-      await requireOwnedParticipant(tx, mine.id, owner.id, { lock: true })
-      await deactivateAgent(tx, mine.id, owner.id, new Date())
-      locked()
-      await held
-    })
-    let creating: ReturnType<typeof ctx.call> | undefined
-    try {
-      await lockedNow
-      creating = ctx.call('POST', '/v1/billing/plans', { token: owner.token, body: thousand(mine.id) })
-      await lockWaited()
-    } finally {
-      release()
-      await deactivating
-    }
-    expectError(await creating!, 404, 'not_found')
+    const held = await holdDeactivation(ctx.deps.sql, { id: mine.id, ownerId: owner.id })
+    const creating = ctx.call('POST', '/v1/billing/plans', { token: owner.token, body: thousand(mine.id) })
+    await held.commitOnceWaited()
+    expectError(await creating, 404, 'not_found')
   })
 
   test('fewer included calls or a higher overage is a rise; with a lower monthly price each term takes its own date', async () => {

@@ -36,6 +36,7 @@ import {
 import { until } from './helpers/until.ts'
 import { startHeldProxy } from './helpers/held-proxy.ts'
 import { startActors } from '../workers/actors.ts'
+import { holdDeactivation } from './helpers/deactivation.ts'
 import { deactivateAgent } from '../src/participants/deactivate.ts'
 
 /** The rest of a rebuild as the inbox reader makes one, after it emptied the inbox and read: the conversations, then the requests and the mark. */
@@ -897,22 +898,8 @@ describe('an agent deactivated while a user’s message waits in its mailbox', (
 
   test('deactivated as it is applied: the message waits for the deactivation, then is refused', async () => {
     const { pair, agentOwner, sent } = await queued()
-    let release = () => {}
-    const held = new Promise<void>(resolve => (release = resolve))
-    // The deactivation's transaction, held open between its changes and its commit.
-    const deactivation = idle.deps.sql.begin(async tx => {
-      await tx`select 1 from participants where id = ${pair.agent.id} for update`
-      await deactivateAgent(tx, pair.agent.id, agentOwner.id, idle.clock.now())
-      await held
-    })
-    await expectRefused(pair, sent, async () => {
-      // The turn waits on the agent's row before the deactivation commits.
-      const waiting = () =>
-        idle.deps.sql`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()`
-      await until(async () => (await waiting())[0]!.n === 1)
-      release()
-      await deactivation
-    })
+    const held = await holdDeactivation(idle.deps.sql, { id: pair.agent.id, ownerId: agentOwner.id })
+    await expectRefused(pair, sent, () => held.commitOnceWaited())
   })
 })
 

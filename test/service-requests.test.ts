@@ -5,7 +5,7 @@ import { freePort } from './helpers/ports.ts'
 import { runMaintenance } from '../workers/maintenance.ts'
 import { startActors } from '../workers/actors.ts'
 import { until } from './helpers/until.ts'
-import { deactivateAgent } from '../src/participants/deactivate.ts'
+import { holdDeactivation } from './helpers/deactivation.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -280,21 +280,8 @@ describe('a target deactivated while a request waits in its mailbox', () => {
 
   test('deactivated as it is applied: the request waits for the deactivation, then is refused', async () => {
     const { target, targetOwner, sent } = await queued()
-    let release = () => {}
-    const held = new Promise<void>(resolve => (release = resolve))
-    // The deactivation's transaction, held open between its changes and its commit.
-    const deactivation = idle.deps.sql.begin(async tx => {
-      await tx`select 1 from participants where id = ${target.id} for update`
-      await deactivateAgent(tx, target.id, targetOwner.id, idle.clock.now())
-      await held
-    })
-    await expectRefused(target, sent, async () => {
-      const waiting = () =>
-        idle.deps.sql`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()`
-      await until(async () => (await waiting())[0]!.n === 1)
-      release()
-      await deactivation
-    })
+    const held = await holdDeactivation(idle.deps.sql, { id: target.id, ownerId: targetOwner.id })
+    await expectRefused(target, sent, () => held.commitOnceWaited())
   })
 })
 
