@@ -1,5 +1,14 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import {
+  createAgent,
+  createTestContext,
+  expectError,
+  idsPagedByBefore,
+  signUp,
+  type TestAgent,
+  type TestContext,
+  type TestUser,
+} from './helpers/context.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -160,15 +169,7 @@ describe('listing reviews', () => {
     } finally {
       ctx.clock.resume()
     }
-    const seen: string[] = []
-    let before = ''
-    for (let pages = 0; pages < 5; pages++) {
-      const query = before ? `?limit=2&before=${encodeURIComponent(before)}` : '?limit=2'
-      const page = (await ctx.call('GET', `/v1/billing/reviews/${fresh.id}${query}`, { token: owner.token })).body.data
-      if (page.length === 0) break
-      seen.push(...page.map((r: { id: string }) => r.id))
-      before = page[page.length - 1].createdAt
-    }
+    const seen = await idsPagedByBefore(ctx, `/v1/billing/reviews/${fresh.id}`, { token: owner.token })
     expect(seen.sort()).toEqual(written.sort())
   })
 })

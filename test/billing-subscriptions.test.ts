@@ -1,6 +1,15 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { addMonths } from '../src/billing/periods.ts'
-import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import {
+  createAgent,
+  createTestContext,
+  expectError,
+  idsPagedByBefore,
+  signUp,
+  type TestAgent,
+  type TestContext,
+  type TestUser,
+} from './helpers/context.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -238,15 +247,7 @@ describe('listing and cancelling', () => {
     } finally {
       ctx.clock.resume()
     }
-    const seen: string[] = []
-    let before = ''
-    for (let pages = 0; pages < 5; pages++) {
-      const query = before ? `?limit=2&before=${encodeURIComponent(before)}` : '?limit=2'
-      const page = (await ctx.call('GET', `/v1/billing/subscriptions${query}`, { token: user.token })).body.data
-      if (page.length === 0) break
-      seen.push(...page.map((s: { id: string }) => s.id))
-      before = page[page.length - 1].createdAt
-    }
+    const seen = await idsPagedByBefore(ctx, '/v1/billing/subscriptions', { token: user.token })
     expect(seen.sort()).toEqual(made.sort())
   })
 

@@ -1,6 +1,6 @@
 /** Post states: the interface document's state table, the contract's moves, deletion, the writers' list, the post limit. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import { createTestContext, expectError, idsPagedByBefore, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 import { blogAgent, setBlog, writePost } from './helpers/blog.ts'
 
 let ctx: TestContext
@@ -163,15 +163,7 @@ describe('the writers’ list', () => {
     ctx.clock.freeze(ctx.clock.now())
     const written = await Promise.all(Array.from({ length: 5 }, (_, n) => writePost(ctx, lister, { title: `At once ${n}` })))
     ctx.clock.resume()
-    const seen: string[] = []
-    let before = ''
-    for (let page = 0; page < 5; page++) {
-      const res = await ctx.call('GET', `/blog/manage/${lister.id}?limit=2${before}`, { apiKey: lister.apiKey })
-      expect(res.status).toBe(200)
-      if (res.body.data.length === 0) break
-      seen.push(...res.body.data.map((post: { id: string }) => post.id))
-      before = `&before=${encodeURIComponent(res.body.data.at(-1).createdAt)}`
-    }
+    const seen = await idsPagedByBefore(ctx, `/blog/manage/${lister.id}`, { apiKey: lister.apiKey })
     expect(seen.toSorted()).toEqual(written.map(post => post.id).toSorted())
   })
 

@@ -177,6 +177,28 @@ export interface TestUser {
   sub: string
 }
 
+/**
+ * The ids of a list paged by `before` (`path` with no query), two to a page, as a client walks it:
+ * each page asks for what is strictly older than the last item of the one before. At most `pages`.
+ */
+export async function idsPagedByBefore(
+  ctx: TestContext,
+  path: string,
+  credential: Pick<CallOptions, 'token' | 'apiKey'>,
+  pages = 10,
+): Promise<string[]> {
+  const ids: string[] = []
+  let before = ''
+  for (let n = 0; n < pages; n++) {
+    const query = before ? `?limit=2&before=${encodeURIComponent(before)}` : '?limit=2'
+    const page: { id: string; createdAt: string }[] = (await ctx.call('GET', `${path}${query}`, credential)).body.data
+    if (page.length === 0) break
+    ids.push(...page.map(item => item.id))
+    before = page[page.length - 1]!.createdAt
+  }
+  return ids
+}
+
 /** Signs a new user in (their first token creates them). */
 export async function signUp(ctx: TestContext, sub = `user-${randomBytes(4).toString('hex')}`): Promise<TestUser> {
   const token = await userToken(sub, { email: `${sub}@example.com` })
