@@ -318,4 +318,20 @@ describe('METRICS_PORT', () => {
       await server.stop(true)
     }
   })
+
+  test('takes the token under the scheme in any case and spacing, as the API reads a bearer token (RFC 9110)', async () => {
+    const port = await freePort()
+    const server = serveMetrics(ctx.deps.metrics, { port, tokens: [token] })
+    try {
+      const scrapeWith = (authorization: string) => fetch(`http://127.0.0.1:${port}/metrics`, { headers: { authorization } })
+      for (const authorization of [`bearer ${token}`, `BEARER ${token}`, `Bearer  ${token}`]) {
+        expect({ authorization, status: (await scrapeWith(authorization)).status }).toEqual({ authorization, status: 200 })
+      }
+      for (const authorization of [`Bearer ${token}x`, `Basic ${token}`, `Bearer ${token} ${token}`, token]) {
+        expect({ authorization, status: (await scrapeWith(authorization)).status }).toEqual({ authorization, status: 401 })
+      }
+    } finally {
+      await server.stop(true)
+    }
+  })
 })

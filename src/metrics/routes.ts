@@ -15,11 +15,17 @@ export function metricsTokens(config: { token: string | undefined; tokenPrevious
   return [config.token, config.tokenPrevious].filter((token): token is string => token !== undefined)
 }
 
-/** Whether the request carries `Authorization: Bearer <token>` for one of the tokens, each compared in constant time. */
+/**
+ * Whether the request carries `Authorization: Bearer <token>` for one of the tokens, each compared in
+ * constant time. The scheme is read in any case, and the spaces around the token in any number, as
+ * the API's routes read it (RFC 9110: `bearer` is Bearer).
+ */
 function authorized(request: Request, tokens: string[]): boolean {
   const digest = (text: string) => createHash('sha256').update(text).digest()
-  const header = digest(request.headers.get('authorization') ?? '')
-  return tokens.map(token => timingSafeEqual(header, digest(`Bearer ${token}`))).includes(true)
+  const given = /^Bearer[ ]+([^\s]+)[ ]*$/i.exec(request.headers.get('authorization') ?? '')?.[1]
+  if (given === undefined) return false
+  const header = digest(given)
+  return tokens.map(token => timingSafeEqual(header, digest(token))).includes(true)
 }
 
 async function answer(request: Request, metrics: Metrics, tokens: string[]): Promise<Response> {
