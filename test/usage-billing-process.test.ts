@@ -363,12 +363,15 @@ describe('usage billing with real worker processes', () => {
       expect(await again.stdout).toContain(`issued 0 invoices dated ${at.toISOString()}, for periods ended by ${endedBy}\n`)
       await expectInvoicedOnce(ctx, at, expected)
 
-      const bad = start(['src/cli/invoices-run.ts', '--at', 'not-a-date'], env)
-      expect(await exitWithin(bad.proc, 20_000)).toBe(2)
-      expect(await bad.stdout).toBe('')
-      const lines = (await bad.stderr).trimEnd().split('\n')
-      expect(lines).toHaveLength(1)
-      expect(lines[0]).toContain('--at must be an ISO 8601 time')
+      // What Date reads but no ISO 8601 time is: `5` is May 2001, and a European's 1 December 2026 is 12 January.
+      for (const time of ['not-a-date', '5', '01/12/2026', 'Dec 1 2026']) {
+        const bad = start(['src/cli/invoices-run.ts', '--at', time], env)
+        expect({ time, code: await exitWithin(bad.proc, 20_000) }).toEqual({ time, code: 2 })
+        expect(await bad.stdout).toBe('')
+        const lines = (await bad.stderr).trimEnd().split('\n')
+        expect(lines).toHaveLength(1)
+        expect(lines[0]).toContain('--at must be an ISO 8601 time')
+      }
       const ahead = start(['src/cli/invoices-run.ts', '--at', new Date(Date.now() + 32 * 86_400_000).toISOString()], env)
       expect(await exitWithin(ahead.proc, 20_000)).toBe(2)
       expect((await ahead.stderr).trimEnd()).toBe('invoices:run: --at must not be more than a minute ahead of the database’s clock')

@@ -18,13 +18,19 @@ function progress(done: number, total: number) {
   process.stdout.write(`\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done}/${total}`)
 }
 
+/** A date, or a date and time with an optional offset (none: this machine's zone), as ISO 8601 writes them. */
+const isoTime = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})?)?$/
+
 const usage =
   'usage: npm run invoices:run -- [--at <ISO 8601 time; later than the database’s now is dated now, more than a minute later refused; default: now>] (needs DATABASE_URL, and the service’s REDIS_URL and REDIS_PREFIX)'
 
 await runCli('invoices:run', usage, { at: { type: 'string' } }, async values => {
-  // Without --at, the run is dated by the database's clock.
+  // Without --at, the run is dated by the database's clock. Date alone reads more than ISO 8601, and
+  // guesses: `5` as May 2001, `01/12/2026` as 12 January. Its invoices would carry that date.
   const requested = values.at ? new Date(values.at) : undefined
-  if (requested && Number.isNaN(requested.getTime())) throw new UsageError('--at must be an ISO 8601 time, e.g. 2026-12-01T00:00:00Z')
+  if (requested && (!isoTime.test(values.at!) || Number.isNaN(requested.getTime()))) {
+    throw new UsageError('--at must be an ISO 8601 time, e.g. 2026-12-01T00:00:00Z')
+  }
   const config = withDevSecrets(loadConfig(process.env))
   if (!config.databaseUrl) throw new Error('set DATABASE_URL, and REDIS_PREFIX as the service has it (docs/operations.md)')
   await reachDatabase(config.databaseUrl)
