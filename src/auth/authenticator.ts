@@ -2,6 +2,7 @@
 import type { DatabaseIdentity, Sql } from '../db.ts'
 import { errors } from '../errors.ts'
 import { addressBucket, type ClientIp } from '../http/client-ip.ts'
+import { bearerTokenOf } from '../http/formats.ts'
 import { hashKeyHex, keyKind } from './api-key.ts'
 import type { VerifyJwt } from './jwt.ts'
 import type { KeyCache } from './key-cache.ts'
@@ -35,9 +36,9 @@ type RequestServer = Parameters<ClientIp>[0]
 
 /** The token of an `Authorization: Bearer <token>` header; throws 401 for any other form. */
 function bearerToken(header: string): string {
-  const match = /^Bearer[ ]+([^\s]+)[ ]*$/i.exec(header)
-  if (!match) throw errors.invalidToken('The Authorization header must be "Bearer <token>"')
-  return match[1]!
+  const token = bearerTokenOf(header)
+  if (token === undefined) throw errors.invalidToken('The Authorization header must be "Bearer <token>"')
+  return token
 }
 
 /**

@@ -17,3 +17,8 @@ export function registerFormats(): void {
   FormatRegistry.Set('uuid', value => uuid.test(value))
   FormatRegistry.Set('date-time', value => dateTime.test(value) && !Number.isNaN(Date.parse(value)))
 }
+
+/** The token of an `Authorization: Bearer <token>` header (the scheme in any case: RFC 9110), or undefined for any other form. */
+export function bearerTokenOf(header: string): string | undefined {
+  return /^Bearer[ ]+([^\s]+)[ ]*$/i.exec(header)?.[1]
+}

@@ -8,6 +8,7 @@ import { createHash, timingSafeEqual } from 'node:crypto'
 import { Elysia } from 'elysia'
 import { errors } from '../errors.ts'
 import { renderError } from '../http/error-handler.ts'
+import { bearerTokenOf } from '../http/formats.ts'
 import type { Metrics } from './metrics.ts'
 
 /** The tokens GET /metrics takes (none: no token asked for). */
@@ -22,7 +23,7 @@ export function metricsTokens(config: { token: string | undefined; tokenPrevious
  */
 function authorized(request: Request, tokens: string[]): boolean {
   const digest = (text: string) => createHash('sha256').update(text).digest()
-  const given = /^Bearer[ ]+([^\s]+)[ ]*$/i.exec(request.headers.get('authorization') ?? '')?.[1]
+  const given = bearerTokenOf(request.headers.get('authorization') ?? '')
   if (given === undefined) return false
   const header = digest(given)
   return tokens.map(token => timingSafeEqual(header, digest(token))).includes(true)
