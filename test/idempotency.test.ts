@@ -140,6 +140,40 @@ describe('a leased request that failed with 5xx', () => {
   })
 })
 
+describe('a repeat that joined a command in flight', () => {
+  test('keeps the key when the first is refused: the repeat’s answer is replayed, its command not sent anew', async () => {
+    const key = 'joined-then-first-refused'
+    const ids: string[] = []
+    // The first is refused (its rate limit) only once a repeat has joined it and sent its command.
+    let refuseFirst!: () => void
+    const firstChecked = new Promise<void>(resolve => (refuseFirst = resolve))
+    const first = idempotentCommand(ctx.deps, request(key), async ({ commandId }) => {
+      ids.push(commandId!)
+      await firstChecked
+      throw errors.rateLimited(1)
+    })
+    await until(async () => ids.length === 1)
+    let answer!: () => void
+    const answered = new Promise<void>(resolve => (answer = resolve))
+    const repeat = idempotentCommand(ctx.deps, request(key), async ({ commandId }) => {
+      ids.push(commandId!)
+      await answered
+      return { status: 201, body: 'sent by the repeat' }
+    })
+    await until(async () => ids.length === 2)
+    refuseFirst()
+    await expect(first).rejects.toMatchObject({ code: 'rate_limited' })
+    answer()
+    expect(await repeat).toEqual({ status: 201, body: 'sent by the repeat', replayed: false })
+    const again = await idempotentCommand(ctx.deps, request(key), async ({ commandId }) => {
+      ids.push(commandId!)
+      return { status: 201, body: 'sent a second time' }
+    })
+    expect(again).toEqual({ status: 201, body: 'sent by the repeat', replayed: true })
+    expect(new Set(ids).size).toBe(1)
+  })
+})
+
 describe('a leased request whose end could not be written (PostgreSQL away)', () => {
   /**
    * Runs a call through a connection to PostgreSQL that goes away while the call runs and comes back

@@ -151,12 +151,13 @@ export async function idempotentCommand(
       ).catch(() => {})
     } else {
       // Refused, so nothing happened: the key is free again, also for a corrected request. Only
-      // this reservation's: one taken over meanwhile is the taker's.
+      // this reservation's: one taken over meanwhile is the taker's, and one a repeat joined may
+      // have had its command sent by that repeat, whose answer is to be stored under it.
       await settle(
         () => sql`
           delete from idempotency_keys
           where subject = ${request.subject} and key = ${key} and response_status is null
-            and created_at = ${mine.at} and reservation = ${reservation}
+            and created_at = ${mine.at} and reservation = ${reservation} and not joined
         `,
       ).catch(() => {})
     }
@@ -184,7 +185,7 @@ async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now
       values (${subject}, ${key}, ${hash}, ${now}, ${randomUUID()})
       on conflict (subject, key) do update
         set request_hash = excluded.request_hash, created_at = excluded.created_at,
-            response_status = null, response_body = null, reservation = excluded.reservation
+            response_status = null, response_body = null, reservation = excluded.reservation, joined = false
         where idempotency_keys.created_at < ${new Date(now.getTime() - idempotencyWindowMs)}
       returning reservation
     `
@@ -202,7 +203,19 @@ async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now
     if (!stored.requestHash.equals(hash)) throw errors.idempotencyKeyReused()
     // Past this point the key is in progress, so it has a reservation (sql/00015).
     if (stored.status != null) return { replay: { status: stored.status, body: JSON.parse(stored.body!) } }
-    if (options.inFlight === 'resend') return { reservation: stored.reservation, at: stored.createdAt, own: false }
+    if (options.inFlight === 'resend') {
+      // Marked as joined, so that the first, should it be refused, leaves the key to this repeat (which
+      // may send the command under it) rather than free it for a new command id.
+      const [joined] = await sql`
+        update idempotency_keys set joined = true
+        where subject = ${subject} and key = ${key} and response_status is null and reservation = ${stored.reservation}
+        returning 1
+      `
+      if (joined) return { reservation: stored.reservation, at: stored.createdAt, own: false }
+      // Answered or freed since it was read: read it again.
+      if (attempt < 3) continue
+      throw errors.unavailable('The Idempotency-Key is changing hands; try again')
+    }
     // A reservation's time is its lease's last renewal.
     const held = now.getTime() - stored.createdAt.getTime()
     const abandoned = options.leaseMs !== undefined && held >= options.leaseMs
