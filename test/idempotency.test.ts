@@ -174,6 +174,67 @@ describe('a repeat that joined a command in flight', () => {
   })
 })
 
+describe('a lease whose renewal landed unanswered (the connection to PostgreSQL lost)', () => {
+  test('is still the holder’s: its answer is stored, and a repeat after the lease replays it', async () => {
+    const key = 'renewal-unanswered'
+    const proxy = await startHeldProxy(ctx.config.databaseUrl!)
+    const through = new URL(ctx.config.databaseUrl!)
+    through.port = new URL(proxy.url).port
+    const sql = createSql(through.toString(), { max: 2 })
+    const leaseMs = 900
+    ctx.clock.freeze(new Date())
+    let ran = 0
+    let finish!: () => void
+    const finished = new Promise<void>(resolve => (finish = resolve))
+    try {
+      const first = idempotentCommand(
+        { sql, clock: ctx.clock },
+        request(key),
+        async () => {
+          ran++
+          await finished
+          return { status: 200, body: 'by the first' }
+        },
+        { inFlight: 'refuse', leaseMs },
+      )
+      const renewed = async () => {
+        ctx.clock.advance(100)
+        const at = ctx.clock.now().getTime()
+        await until(async () => {
+          const [row] = await ctx.deps.sql<{ at: Date }[]>`select created_at as at from idempotency_keys where key = ${key}`
+          return row?.at.getTime() === at
+        })
+      }
+      await until(async () => ran === 1)
+      await renewed()
+      // PostgreSQL's answers are held back: the next renewal is made, and its answer never arrives.
+      proxy.delay({ toServer: 0, toClient: 60_000 })
+      await renewed()
+      await proxy.stop()
+      proxy.delay({ toServer: 0, toClient: 0 })
+      await proxy.restart()
+      finish()
+      expect(await first).toEqual({ status: 200, body: 'by the first', replayed: false })
+      ctx.clock.advance(leaseMs + 1000)
+      const repeat = await idempotentCommand(
+        ctx.deps,
+        request(key),
+        async () => {
+          ran++
+          return { status: 200, body: 'by the repeat' }
+        },
+        { inFlight: 'refuse', leaseMs },
+      )
+      expect(repeat).toEqual({ status: 200, body: 'by the first', replayed: true })
+      expect(ran).toBe(1)
+    } finally {
+      ctx.clock.resume()
+      await sql.end({ timeout: 0 })
+      await proxy.close()
+    }
+  })
+})
+
 describe('a leased request whose end could not be written (PostgreSQL away)', () => {
   /**
    * Runs a call through a connection to PostgreSQL that goes away while the call runs and comes back

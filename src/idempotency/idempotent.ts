@@ -114,7 +114,7 @@ export async function idempotentCommand(
   if ('replay' in taken) return { ...taken.replay, replayed: true }
   const { reservation, at, own } = taken
   // What marks the reservation as this caller's; the lease's renewals move `at` on.
-  const mine = { reservation, at }
+  const mine: Holding = { reservation, at, unsure: [] }
   // One command id per reservation: a repeat in flight resends it (applied once), a key used again
   // after its window or after a refusal is a new command.
   const commandId = createHash('sha256')
@@ -146,7 +146,7 @@ export async function idempotentCommand(
         () => sql`
           update idempotency_keys set created_at = ${lapsed}
           where subject = ${request.subject} and key = ${key} and response_status is null
-            and created_at = ${mine.at} and reservation = ${reservation}
+            and created_at = any(${heldAt(mine)}::timestamptz[]) and reservation = ${reservation}
         `,
       ).catch(() => {})
     } else {
@@ -157,7 +157,7 @@ export async function idempotentCommand(
         () => sql`
           delete from idempotency_keys
           where subject = ${request.subject} and key = ${key} and response_status is null
-            and created_at = ${mine.at} and reservation = ${reservation} and not joined
+            and created_at = any(${heldAt(mine)}::timestamptz[]) and reservation = ${reservation} and not joined
         `,
       ).catch(() => {})
     }
@@ -240,26 +240,27 @@ async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now
  * Renews a reservation's lease (its `created_at`) every third of `leaseMs` until stopped, so that
  * repeats see it in progress while this process works and may take it over soon after it dies. A
  * renewal that finds the reservation taken over stops renewing; one that fails (Postgres away) is
- * tried again at the next tick: the lease lapses only if none lands for a whole `leaseMs`.
+ * tried again at the next tick: the lease lapses only if none lands for a whole `leaseMs`. One that
+ * failed may have landed (its answer lost): its time marks the reservation as this caller's too.
  */
-function keepLease(
-  { sql, clock }: { sql: Sql; clock: Clock },
-  subject: string,
-  key: string,
-  mine: { at: Date; reservation: string },
-  leaseMs: number,
-) {
+function keepLease({ sql, clock }: { sql: Sql; clock: Clock }, subject: string, key: string, mine: Holding, leaseMs: number) {
   let renewing: Promise<void> | undefined
   const renew = async () => {
     const now = clock.now()
     const [renewed] = await sql`
       update idempotency_keys set created_at = ${now}
       where subject = ${subject} and key = ${key} and response_status is null
-        and created_at = ${mine.at} and reservation = ${mine.reservation}
+        and created_at = any(${heldAt(mine)}::timestamptz[]) and reservation = ${mine.reservation}
       returning 1
-    `
-    if (renewed) mine.at = now
-    else clearInterval(timer)
+    `.catch((error: unknown) => {
+      // Its answer lost (the connection dropped), it may have landed all the same: the reservation
+      // may bear this time now.
+      mine.unsure.push(now)
+      throw error
+    })
+    if (!renewed) return clearInterval(timer)
+    mine.at = now
+    mine.unsure = []
   }
   const timer = setInterval(() => {
     renewing ??= renew()
@@ -267,7 +268,7 @@ function keepLease(
       .finally(() => (renewing = undefined))
   }, leaseMs / 3)
   return {
-    /** Stops renewing, once a renewal under way has landed, so that `mine.at` is final. */
+    /** Stops renewing, once a renewal under way has landed or failed, so that `mine` is final. */
     async stop() {
       clearInterval(timer)
       await renewing
@@ -323,11 +324,26 @@ async function retryUntilLanded(write: () => Promise<unknown>, everyMs: number, 
 }
 
 /** Stores the outcome of the reservation this caller holds (made, taken over or last renewed at `at`); one taken over or made anew since is left alone. */
-async function complete(sql: Sql, subject: string, key: string, mine: { at: Date; reservation: string }, outcome: Outcome) {
+async function complete(sql: Sql, subject: string, key: string, mine: Holding, outcome: Outcome) {
   await sql`
     update idempotency_keys set response_status = ${outcome.status}, response_body = ${JSON.stringify(outcome.body)}
-    where subject = ${subject} and key = ${key} and created_at = ${mine.at} and reservation = ${mine.reservation}
+    where subject = ${subject} and key = ${key} and created_at = any(${heldAt(mine)}::timestamptz[]) and reservation = ${mine.reservation}
   `
+}
+
+/**
+ * A reservation as this caller holds it: its id, and the time that marks it as this caller's (when it
+ * was made, taken over or last renewed), or one of the renewals since whose answer was lost.
+ */
+interface Holding {
+  reservation: string
+  at: Date
+  unsure: Date[]
+}
+
+/** The times a reservation of this caller's may bear. */
+function heldAt(mine: Holding): string[] {
+  return [mine.at, ...mine.unsure].map(time => time.toISOString())
 }
 
 function errorBody(error: AppError) {
