@@ -76,6 +76,10 @@ describe('what a per-IP limit counts by', () => {
     expect(addressBucket('64:ff9b::192.0.2.1')).toBe('64:ff9b:0:0::/64')
     expect(addressBucket('fe80::1%eth0')).toBe('fe80:0:0:0::/64')
     expect(addressBucket('local')).toBe('local')
+    // An IPv4 address written as IPv6 in any form is that address, not the /64 every such one shares.
+    expect(addressBucket('::ffff:7f00:1')).toBe('127.0.0.1')
+    expect(addressBucket('0:0:0:0:0:FFFF:CB00:7105')).toBe('203.0.113.5')
+    expect(addressBucket('::ffff:203.0.113.5')).toBe('203.0.113.5')
   })
 })
 

@@ -38,10 +38,17 @@ export function addressBucket(address: string): string {
   const [head, tail] = text.split('::') as [string, string | undefined]
   const left = head ? head.split(':') : []
   const right = tail ? tail.split(':') : []
-  const groups = tail === undefined ? left : [...left, ...Array<string>(8 - left.length - right.length).fill('0'), ...right]
+  const groups = (tail === undefined ? left : [...left, ...Array<string>(8 - left.length - right.length).fill('0'), ...right]).map(group =>
+    Number.parseInt(group, 16),
+  )
+  // An IPv4 address however it is written as IPv6 (`::ffff:7f00:1` too): counted as that address.
+  if (groups.slice(0, 5).every(group => group === 0) && groups[5] === 0xffff) {
+    const [high, low] = [groups[6]!, groups[7]!]
+    return `${high >> 8}.${high & 255}.${low >> 8}.${low & 255}`
+  }
   return `${groups
     .slice(0, 4)
-    .map(group => Number.parseInt(group, 16).toString(16))
+    .map(group => group.toString(16))
     .join(':')}::/64`
 }
 
