@@ -190,6 +190,16 @@ describe('the service as a process', () => {
       expect(await exitWithin(refused.proc, 10_000)).toBe(2)
       expect(await refused.stderr).toContain('AUTH_MAX_TOKEN_AGE')
     }
+    // What the service would refuse (the subject) or ignore (the email, the wallet) is not signed.
+    for (const [args, named] of [
+      [['--sub', 'a'.repeat(256)], '--sub'],
+      [['--sub', 'alice', '--email', `${'a'.repeat(320)}@b.c`], '--email'],
+      [['--sub', 'alice', '--wallet', '0x1234'], '--wallet'],
+    ] as const) {
+      const refused = start(['src/cli/token.ts', ...args], env)
+      expect(await exitWithin(refused.proc, 10_000)).toBe(2)
+      expect(await refused.stderr).toContain(named)
+    }
   }, 30_000)
 
   test('the CLIs answer --help, and a wrong use or an unreachable database is one line naming why, no stack', async () => {

@@ -60,19 +60,24 @@ export function createJwtVerifier(auth: Config['auth']): VerifyJwt {
       throw errors.invalidToken()
     }
     checkLifetime(payload, auth.maxTokenAgeSeconds)
-    if (typeof payload.sub !== 'string' || payload.sub.length === 0 || payload.sub.length > 255) {
-      throw errors.invalidToken('The token has no subject')
-    }
-    // Stored as is, a lone surrogate would become U+FFFD: subjects that differ only there would share one user.
-    if (!isStorableText(payload.sub)) throw errors.invalidToken('The token’s subject holds a NUL character or an unpaired surrogate')
-    const email = payload.email
-    return {
-      sub: payload.sub,
-      // an email that cannot be stored is ignored, as an overlong one is
-      email: typeof email === 'string' && email.length <= 320 && isStorableText(email) ? email : null,
-      // the same rule as PATCH /v1/auth/me: stored in EIP-55 form, a bad mixed-case checksum ignored
-      walletAddress: typeof payload.wallet_address === 'string' ? checksumAddress(payload.wallet_address) : null,
-    }
+    return claimsOf(payload)
+  }
+}
+
+/** What the service takes from a verified token's payload; 401 without a subject it can store. */
+export function claimsOf(payload: JWTPayload): TokenClaims {
+  if (typeof payload.sub !== 'string' || payload.sub.length === 0 || payload.sub.length > 255) {
+    throw errors.invalidToken('The token has no subject')
+  }
+  // Stored as is, a lone surrogate would become U+FFFD: subjects that differ only there would share one user.
+  if (!isStorableText(payload.sub)) throw errors.invalidToken('The token’s subject holds a NUL character or an unpaired surrogate')
+  const email = payload.email
+  return {
+    sub: payload.sub,
+    // an email that cannot be stored is ignored, as an overlong one is
+    email: typeof email === 'string' && email.length <= 320 && isStorableText(email) ? email : null,
+    // the same rule as PATCH /v1/auth/me: stored in EIP-55 form, a bad mixed-case checksum ignored
+    walletAddress: typeof payload.wallet_address === 'string' ? checksumAddress(payload.wallet_address) : null,
   }
 }
 
