@@ -791,47 +791,78 @@ describe('the invoices worker', () => {
   })
 })
 
+/**
+ * An invoice run caught making the new periods of `s` and of another subscriber: the run makes every
+ * subscription's in one statement, seconds long with many subscriptions, and holds each period it
+ * made until it commits. A lock on the other subscription the run makes a period for stands in for
+ * the rest of that statement. `waitsFor` starts what should wait for the run's period
+ * (`s`'s, begun at `end`), checks that it still waits past the requests' lock timeout, then lets
+ * the run go and returns what it answered.
+ */
+async function heldRun<T>(s: MeteredSubscriber, waitsFor: (sub: { currentPeriodStart: string; end: number }) => Promise<T>): Promise<T> {
+  const other = await setup()
+  const current = async (c: MeteredSubscriber) => (await ctx.call('GET', '/v1/billing/subscriptions', { token: c.user.token })).body.data[0]
+  const [sub, otherSub] = [await current(s), await current(other)]
+  const end = new Date(sub.currentPeriodEnd).getTime()
+  const at = new Date(Math.max(end, new Date(otherSub.currentPeriodEnd).getTime()) + 1000)
+  let release!: () => void
+  const held = new Promise<void>(resolve => (release = resolve))
+  const holding = ctx.deps.workerSql.begin(async tx => {
+    await tx`select 1 from subscriptions where id = ${other.subscriptionId} for update`
+    await held
+  })
+  const run = runInvoices(forInvoiceRun(ctx.deps), at)
+  const lockWaits = () =>
+    int(ctx.deps.sql`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)
+  try {
+    await until(async () => (await lockWaits()) === 1)
+    const waiting = waitsFor({ currentPeriodStart: sub.currentPeriodStart, end })
+    await until(async () => (await lockWaits()) === 2)
+    // Past the requests' lock timeout while the run still holds the period.
+    const early = await Promise.race([waiting, Bun.sleep(ctx.config.lockTimeoutMs + 1000).then(() => 'waiting')])
+    expect(early).toBe('waiting')
+    release()
+    return await waiting
+  } finally {
+    release()
+    await holding
+    await run
+  }
+}
+
 describe('a call metered while an invoice run makes its period', () => {
   test('waits for the run past the lock timeout instead of failing unmetered', async () => {
-    // The run makes every subscription's new periods in one statement, seconds long with many
-    // subscriptions. A call's period among them waits for that statement: a lock on another
-    // subscription the run makes a period for stands in for the rest of it.
     const s = await setup({ monthlyPriceCents: 100, includedProxyCalls: 0, overagePerCallCents: 1 })
-    const other = await setup()
-    const current = async (c: MeteredSubscriber) => (await ctx.call('GET', '/v1/billing/subscriptions', { token: c.user.token })).body.data[0]
-    const [sub, otherSub] = [await current(s), await current(other)]
-    const end = new Date(sub.currentPeriodEnd).getTime()
-    const at = new Date(Math.max(end, new Date(otherSub.currentPeriodEnd).getTime()) + 1000)
-    let release!: () => void
-    const held = new Promise<void>(resolve => (release = resolve))
-    const holding = ctx.deps.workerSql.begin(async tx => {
-      await tx`select 1 from subscriptions where id = ${other.subscriptionId} for update`
-      await held
-    })
-    const run = runInvoices(forInvoiceRun(ctx.deps), at)
-    const lockWaits = () =>
-      int(ctx.deps.sql`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)
-    try {
-      await until(async () => (await lockWaits()) === 1)
-      const metered = meterCall(ctx.deps, {
+    const metered = await heldRun(s, ({ currentPeriodStart, end }) =>
+      meterCall(ctx.deps, {
         eventId: randomUUID(),
-        subscription: { id: s.subscriptionId, startedAt: new Date(sub.currentPeriodStart) },
+        subscription: { id: s.subscriptionId, startedAt: new Date(currentPeriodStart) },
         occurredAt: new Date(end + 500),
       }).then(
         usage => ({ usage }),
         (error: Error) => ({ error: error.message }),
-      )
-      await until(async () => (await lockWaits()) === 2)
-      // Past the requests' lock timeout while the run still holds the period.
-      const early = await Promise.race([metered, Bun.sleep(ctx.config.lockTimeoutMs + 1000).then(() => 'waiting')])
-      expect(early).toBe('waiting')
-      release()
-      expect(await metered).toEqual({ usage: { periodCalls: 1, includedProxyCalls: 0, overageCalls: 1 } })
-    } finally {
-      release()
-      await holding
-      await run
-    }
+      ),
+    )
+    expect(metered).toEqual({ usage: { periodCalls: 1, includedProxyCalls: 0, overageCalls: 1 } })
     expect(await counted(ctx, s.subscriptionId, 1)).toBe(1)
+  }, 30_000)
+})
+
+describe('a subscription read while an invoice run makes its period', () => {
+  test('waits for the run past the lock timeout instead of answering 503', async () => {
+    const s = await setup()
+    let end = 0
+    try {
+      const res = await heldRun(s, period => {
+        end = period.end
+        ctx.clock.set(new Date(end + 500))
+        return ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })
+      })
+      expect(res.status).toBe(200)
+      // The new period, which the run made.
+      expect(new Date(res.body.data[0].currentPeriodStart).getTime()).toBe(end)
+    } finally {
+      ctx.clock.set(new Date())
+    }
   }, 30_000)
 })

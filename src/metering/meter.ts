@@ -1,7 +1,7 @@
 /** Metering a proxy call that reached its upstream: queue the usage event, and answer the live usage. */
 import type { Sql } from '../db.ts'
 import type { Queues } from '../queues.ts'
-import { ensurePeriods, periodUsage } from '../billing/subscriptions/store.ts'
+import { ensurePeriodsPastRun, periodUsage } from '../billing/subscriptions/store.ts'
 import { periodIndexAt } from '../billing/periods.ts'
 import { countLive, type CounterDeps } from './usage-counter.ts'
 import { recordUsage, type UsageEvent } from './count.ts'
@@ -15,16 +15,6 @@ export interface Usage {
 
 const week = 7 * 86_400_000
 
-/**
- * Makes the subscription's missing periods up to `at` (a call's first in a new period). The invoice
- * run makes every subscription's in one statement, seconds long with many subscriptions, and a
- * period it is making waits for that statement: this wait is bounded by the statement timeout, not
- * the lock timeout (2 s), as the upstream has had the call and a 503 now would leave it unbilled.
- */
-async function makePeriods(sql: Sql, subscriptionId: string, at: Date): Promise<void> {
-  await sql.begin(tx => Promise.all([tx`set local lock_timeout = 0`.execute(), ensurePeriods(tx, at, subscriptionId)]))
-}
-
 export async function meterCall(
   deps: CounterDeps & { sql: Sql; queues: Queues; log: Log },
   call: { eventId: string; subscription: { id: string; startedAt: Date }; occurredAt: Date },
@@ -34,7 +24,9 @@ export async function meterCall(
   // Cancelled between the check and now: the call still counts, in the period it was cancelled in.
   let period = await periodUsage(sql, call.subscription.id, wanted)
   if (period?.periodIndex !== wanted) {
-    await makePeriods(sql, call.subscription.id, call.occurredAt)
+    // A call's first in a new period: a 503 while the invoice run makes it would leave the call,
+    // which the upstream has had, unbilled (ensurePeriodsPastRun).
+    await ensurePeriodsPastRun(sql, call.occurredAt, call.subscription.id)
     period = await periodUsage(sql, call.subscription.id, wanted)
   }
   if (!period) throw new Error(`subscription ${call.subscription.id} has no period at ${call.occurredAt.toISOString()}`)
