@@ -15,6 +15,14 @@ beforeAll(async () => {
 })
 afterAll(() => ctx.close())
 
+/** A pool of two connections to this test's database through a proxy the test can hold or stop. */
+async function throughHeldProxy() {
+  const proxy = await startHeldProxy(ctx.config.databaseUrl!)
+  const through = new URL(ctx.config.databaseUrl!)
+  through.port = new URL(proxy.url).port
+  return { proxy, sql: createSql(through.toString(), { max: 2 }) }
+}
+
 const upstreamLike: CommandOptions = { inFlight: 'refuse', leaseMs: 10_000 }
 const request = (key: string) => ({ subject: 'test:caller', key, method: 'POST', path: '/v1/agent/proxy-call', body: { n: 1 } })
 
@@ -177,10 +185,7 @@ describe('a repeat that joined a command in flight', () => {
 describe('a lease whose renewal landed unanswered (the connection to PostgreSQL lost)', () => {
   test('is still the holder’s: its answer is stored, and a repeat after the lease replays it', async () => {
     const key = 'renewal-unanswered'
-    const proxy = await startHeldProxy(ctx.config.databaseUrl!)
-    const through = new URL(ctx.config.databaseUrl!)
-    through.port = new URL(proxy.url).port
-    const sql = createSql(through.toString(), { max: 2 })
+    const { proxy, sql } = await throughHeldProxy()
     const leaseMs = 900
     ctx.clock.freeze(new Date())
     let ran = 0
@@ -242,10 +247,7 @@ describe('a leased request whose end could not be written (PostgreSQL away)', ()
    * answer once it is not refused as in progress, and how many times the call's work ran.
    */
   async function cutOffWhileRunning(key: string, finish: () => { status: number; body: unknown }) {
-    const proxy = await startHeldProxy(ctx.config.databaseUrl!)
-    const through = new URL(ctx.config.databaseUrl!)
-    through.port = new URL(proxy.url).port
-    const sql = createSql(through.toString(), { max: 2 })
+    const { proxy, sql } = await throughHeldProxy()
     ctx.clock.freeze(new Date())
     let ran = 0
     try {
@@ -308,10 +310,7 @@ describe('a leased request whose end could not be written (PostgreSQL away)', ()
   })
 
   test('an end still unwritten when the lease lapses is logged: a repeat may run the call again', async () => {
-    const proxy = await startHeldProxy(ctx.config.databaseUrl!)
-    const through = new URL(ctx.config.databaseUrl!)
-    through.port = new URL(proxy.url).port
-    const sql = createSql(through.toString(), { max: 2 })
+    const { proxy, sql } = await throughHeldProxy()
     const lines: Record<string, unknown>[] = []
     const log = createLog('info', line => lines.push(JSON.parse(line)))
     const given = (msg: string) => lines.find(line => line.msg === msg)
