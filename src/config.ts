@@ -282,9 +282,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   if (notHost !== undefined) {
     throw new ConfigError(`invalid PROXY_ALLOWED_HOSTS: ${notHost} is not a host (a name, an address, or either with :port; comma-separated)`)
   }
-  // An IPv6 address alone is matched without brackets, as address-policy.ts reads the upstream's; one
-  // with a port keeps them, as a URL writes it: `[fd00::5]:8080` unbracketed is another address.
-  const allowedHosts = proxyAllowedHosts.map(entry => entry.replace(/^\[([^\]]*)\]$/, '$1'))
+  const allowedHosts = proxyAllowedHosts.map(canonicalHostEntry)
 
   if (e.SHUTDOWN_DELAY_MS >= e.SHUTDOWN_TIMEOUT_MS) {
     throw new ConfigError(`invalid SHUTDOWN_DELAY_MS: must be less than SHUTDOWN_TIMEOUT_MS (${e.SHUTDOWN_TIMEOUT_MS}), which counts it`)
@@ -391,6 +389,21 @@ function isHostEntry(entry: string): boolean {
   } catch {
     return false
   }
+}
+
+/**
+ * A PROXY_ALLOWED_HOSTS entry (isHostEntry's) as address-policy.ts compares it with an upstream's URL:
+ * the host as a URL writes it (an IPv6 address compressed, `fd00:0::5` as `fd00::5`; a name in
+ * punycode), with the port as written, when one is. An IPv6 address alone is without brackets, as the
+ * upstream's host is read; one with a port keeps them: `[fd00::5]:8080` unbracketed is another address.
+ */
+function canonicalHostEntry(entry: string): string {
+  if (isIP(entry) === 6) return new URL(`http://[${entry}]`).hostname.slice(1, -1)
+  const host = new URL(`http://${entry}`).hostname
+  // Taken from the text: a URL drops the scheme's own port (`:80`), which the entry may name.
+  const port = /:(\d{1,5})$/.exec(entry)?.[1]
+  if (port !== undefined) return `${host}:${Number(port)}`
+  return host.replace(/^\[(.*)\]$/, '$1')
 }
 
 /** Makes DATA_DIR (and its parents) if missing, or throws one line naming it. */

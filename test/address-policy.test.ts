@@ -171,4 +171,12 @@ describe('upstream refusals', () => {
     expect(await upstreamRefusal(new URL('http://[fd00::5:8080]:22/api'), other)).toBeNull()
     expect(await upstreamRefusal(new URL('https://[fd00::5]:8080/api'), other)).toBe('private')
   })
+
+  test('an entry matches however its address is written: IPv6 uncompressed or with leading zeros, a port with them', async () => {
+    const listed = loadConfig({ PROXY_ALLOWED_HOSTS: '[fd00:0:0::0005]:08080,fd00:0000::7,FD00::8' }).proxyAllowedHosts
+    expect(await upstreamRefusal(new URL('http://[fd00::5]:8080/api'), listed)).toBeNull()
+    expect(await upstreamRefusal(new URL('http://[fd00::7]:22/api'), listed)).toBeNull()
+    expect(await upstreamRefusal(new URL('http://[fd00::8]/api'), listed)).toBeNull()
+    expect(await upstreamRefusal(new URL('http://[fd00::6]:8080/api'), listed)).toBe('scheme')
+  })
 })
