@@ -14,8 +14,12 @@ export function checkProxyPath(path: string): void {
   // The URL parser drops tabs and line breaks wherever they are, so `%2<tab>F` would reach the
   // upstream as `%2F` after the checks below had read it as no escape at all.
   if (/[\x00-\x1f\x7f]/.test(path)) throw errors.field('/path', 'must not contain control characters (a tab, a line break)')
-  // Each segment as an upstream that decodes again and again would read it.
+  // Each segment as an upstream that decodes again and again would read it; a control character one
+  // decoding makes (`%2%09F`) would be dropped by an upstream that parses the result as a URL again.
   const segments = path.split('/').map(decodedAgainAndAgain)
+  if (segments.some(segment => /[\x00-\x1f\x7f]/.test(segment))) {
+    throw errors.field('/path', 'must not contain control characters (a tab, a line break), written or percent-encoded')
+  }
   if (segments.some(segment => /[/\\]/.test(segment))) {
     throw errors.field('/path', 'must not contain an encoded slash (%2F), an encoded backslash (%5C) or a backslash')
   }
