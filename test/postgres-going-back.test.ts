@@ -210,6 +210,8 @@ describe.skipIf(bin === null)('a dump restored in place of the database while th
   })
   afterAll(async () => {
     await ctx?.close()
+    // The context leaves a database it was given to its maker.
+    await database?.drop()
     rmSync(dir, { recursive: true, force: true })
   }, 30_000)
 
