@@ -11,11 +11,10 @@ const dotSegment = /^\.{1,2}(?:;.*)?$/
 
 /** Throws 400 on the path's first control character, encoded separator, backslash or dot segment. */
 export function checkProxyPath(path: string): void {
-  // The URL parser drops tabs and line breaks wherever they are, so `%2<tab>F` would reach the
-  // upstream as `%2F` after the checks below had read it as no escape at all.
-  if (/[\x00-\x1f\x7f]/.test(path)) throw errors.field('/path', 'must not contain control characters (a tab, a line break)')
-  // Each segment as an upstream that decodes again and again would read it; a control character one
-  // decoding makes (`%2%09F`) would be dropped by an upstream that parses the result as a URL again.
+  // Each segment as an upstream that decodes again and again would read it. No control character
+  // in it, as written or as a decoding makes it: the URL parser drops tabs and line breaks wherever
+  // they are, so `%2<tab>F` would reach the upstream as `%2F`, and `%2%09F` would, to an upstream
+  // that parses a decoded path as a URL again.
   const segments = path.split('/').map(decodedAgainAndAgain)
   if (segments.some(segment => /[\x00-\x1f\x7f]/.test(segment))) {
     throw errors.field('/path', 'must not contain control characters (a tab, a line break), written or percent-encoded')
