@@ -261,6 +261,23 @@ describe('bad input writes nothing', () => {
     expect(stored.body.data.data).toEqual(numbers)
   })
 
+  test('the user’s provenance padded with invisible letters (Hangul fillers) is refused as plain `user` is', async () => {
+    const user = await signUp(ctx)
+    const {
+      agents: [a],
+    } = await hire(user, 1)
+    // Letters to Unicode, but default-ignorable: shown as nothing, so each of these reads `user` or `revert:v1`.
+    for (const method of ['user\u3164', '\u3164USER', 'u\u115Fser', 'user\uFFA0', 'use\u1160r', 'revert:v1\u3164', 'user_\u3164provided']) {
+      const refused = expectError(
+        await agentWrite(a!, { userId: user.id, type: 'custom', key: 'padded', data: {}, source: { method } }),
+        403,
+        'confidence_not_allowed',
+      )
+      expect(refused.details[0].path).toBe('/source/method')
+    }
+    expect((await ctx.call('GET', '/v1/context/custom/padded/versions', { token: user.token })).status).toBe(404)
+  })
+
   test('an agent describes its own method freely; the user’s provenance comes only from the user’s credential', async () => {
     const user = await signUp(ctx)
     const {

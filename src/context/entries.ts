@@ -77,13 +77,14 @@ export async function readEntriesAsAgent(
 /**
  * Whether a source method is one only the user's own credential writes (`user`, `revert:v<N>`), or
  * `user_provided`, read regardless of case, width, spaces and punctuation: `USER`, ` user `,
- * `Revert: V2`. Any other description of how a value was obtained is the agent's to give.
+ * `Revert: V2`, and of what is shown as nothing, letters included (the Hangul fillers: `user\u3164`).
+ * Any other description of how a value was obtained is the agent's to give.
  */
 export function claimsUserProvenance(method: string): boolean {
   const folded = method
     .normalize('NFKC')
     .toLowerCase()
-    .replace(/[^\p{L}\p{N}]/gu, '')
+    .replace(/[^\p{L}\p{N}]|\p{Default_Ignorable_Code_Point}/gu, '')
   return folded === userSourceMethod || folded === 'userprovided' || /^revertv[0-9]+$/.test(folded)
 }
 
