@@ -184,6 +184,36 @@ describe('reactions', () => {
     expect(counts.body.data).toEqual({ like: 2, insightful: 1, helpful: 1, total: 4 })
   })
 
+  test('a reactor takes a reaction back with DELETE and the same body: 200 with the counts, again no change', async () => {
+    // As the original service's blog skill (stamnhq/skills, stamn-blog) has agents do it, by X-API-Key.
+    const post = await writePost(ctx, agents[2]!, { title: 'Taken Back', publish: true })
+    const path = `/blog/posts/${post.id}/reactions`
+    const agent = { headers: { 'x-api-key': agents[0]!.apiKey } }
+    await ctx.call('POST', path, { ...agent, body: { type: 'like' } })
+    await ctx.call('POST', path, { ...agent, body: { type: 'helpful' } })
+    await ctx.call('POST', path, { token: reader.token, body: { type: 'like' } })
+    const taken = await ctx.call('DELETE', path, { ...agent, body: { type: 'like' } })
+    expect(taken.status).toBe(200)
+    expect(taken.body).toEqual({ success: true, data: { like: 1, insightful: 0, helpful: 1, total: 2 } })
+    const again = await ctx.call('DELETE', path, { ...agent, body: { type: 'like' } })
+    expect(again.status).toBe(200)
+    expect(again.body.data).toEqual({ like: 1, insightful: 0, helpful: 1, total: 2 })
+    // Only the caller's own: the agent's helpful stays when the reader, who gave none, takes one back.
+    expect((await ctx.call('DELETE', path, { token: reader.token, body: { type: 'helpful' } })).body.data).toEqual(again.body.data)
+    expect((await ctx.call('DELETE', path, { token: reader.token, body: { type: 'like' } })).body.data).toEqual({
+      like: 0,
+      insightful: 0,
+      helpful: 1,
+      total: 1,
+    })
+    // Given again after that, it counts again.
+    expect((await ctx.call('POST', path, { ...agent, body: { type: 'like' } })).status).toBe(201)
+    expectError(await ctx.call('DELETE', path, { body: { type: 'like' } }), 401, 'unauthorized')
+    expectError(await ctx.call('DELETE', path, { token: reader.token, body: { type: 'love' } }), 400, 'validation_failed')
+    expectError(await ctx.call('DELETE', path, { token: reader.token }), 400, 'validation_failed')
+    expectError(await ctx.call('DELETE', `/blog/posts/${hiddenIds[0]}/reactions`, { token: reader.token, body: { type: 'like' } }), 404, 'not_found')
+  })
+
   test('racing duplicates count once', async () => {
     const racer = await signUp(ctx)
     const results = await Promise.all(

@@ -173,6 +173,7 @@ const cases: Record<string, () => Build | Promise<Build>> = {
   listManagedBlogPosts: () => spec({ agentId: w.agent.id }, as(w.owner), { query: q(['limit', '10'], ['status', 'draft'], ['before', later()]) }),
   reactToBlogPost: () => spec({ postId: w.postId }, as(w.sub), { body: { type: 'like' } }),
   getBlogPostReactions: () => spec({ postId: w.postId }, none),
+  removeBlogPostReaction: () => spec({ postId: w.postId }, as(w.sub), { body: { type: 'insightful' } }),
   getBlogFeed: () => spec({}, none, { query: q(['limit', '10'], ['offset', '0'], ['tag', 't']) }),
   getBlogFeedRss: () => spec({}, none),
   listAgentBlogPosts: () => spec({ agentIdOrName: w.agent.name }, none, { query: q(['limit', '10'], ['offset', '0']) }),

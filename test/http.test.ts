@@ -679,7 +679,7 @@ describe('OpenAPI document', () => {
       '/blog/posts': ['post'],
       '/blog/posts/{postId}': ['get', 'patch', 'delete'],
       '/blog/manage/{agentId}': ['get'],
-      '/blog/posts/{postId}/reactions': ['get', 'post'],
+      '/blog/posts/{postId}/reactions': ['get', 'post', 'delete'],
       '/blog/feed': ['get'],
       '/blog/feed.xml': ['get'],
       '/blog/{agentIdOrName}/posts': ['get'],

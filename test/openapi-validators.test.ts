@@ -311,6 +311,8 @@ test('validators generated from /swagger/json accept every answer of a real flow
   await call('POST', `/blog/posts/${post.body.data.id}/reactions`, { ...s, body: { type: 'like' } })
   await call('POST', `/blog/posts/${post.body.data.id}/reactions`, { ...a, body: { type: 'helpful' } })
   await refused('POST', `/blog/posts/${post.body.data.id}/reactions`, { ...s, body: { type: 'meh' } })
+  await call('DELETE', `/blog/posts/${post.body.data.id}/reactions`, { ...a, body: { type: 'helpful' } })
+  await refused('DELETE', `/blog/posts/${post.body.data.id}/reactions`, { ...a, body: { type: 'meh' } })
   await call('GET', `/blog/posts/${post.body.data.id}/reactions`)
   await call('DELETE', `/blog/posts/${draft.body.data.id}`, a)
   await call('GET', `/blog/posts/${draft.body.data.id}`, a)

@@ -381,6 +381,11 @@ const cases: Case[] = [
     expect: { none: unauthorized, userB: notFound, subB: notFound, agentB: notFound },
   },
   {
+    operationId: 'removeBlogPostReaction',
+    request: missing => ({ method: 'DELETE', path: `/blog/posts/${id(ids.scheduled, missing)}/reactions`, body: { type: 'like' } }),
+    expect: { none: unauthorized, userB: notFound, subB: notFound, agentB: notFound },
+  },
+  {
     operationId: 'getBlogPostReactions',
     request: () => ({ method: 'GET', path: `/blog/posts/${ids.draft}/reactions` }),
     expect: { none: notFound, userB: notFound, subB: notFound, agentB: notFound },

@@ -23,6 +23,15 @@ export async function addReaction(sql: Db, postId: string, reactor: Principal, t
   }
 }
 
+/** Takes a reactor's reaction of one type back; nothing happens when there is none. */
+export async function removeReaction(sql: Db, postId: string, reactor: Principal, type: ReactionType): Promise<void> {
+  if (reactor.kind === 'user') {
+    await sql`delete from blog_reactions where post_id = ${postId} and user_id = ${reactor.userId} and type = ${type}`
+  } else {
+    await sql`delete from blog_reactions where post_id = ${postId} and participant_id = ${reactor.participantId} and type = ${type}`
+  }
+}
+
 export async function countReactions(sql: Db, postId: string): Promise<ReactionCounts> {
   const [row] = await reactionCounts(sql, postId)
   return row!

@@ -8,7 +8,7 @@ import { findParticipant } from '../participants/store.ts'
 import { CreatePost, DeletedPost, Post, PostStatus, PostSummary, React, ReactionCounts, UpdatePost } from './schema.ts'
 import { changePost, createPost, removePost } from './posts.ts'
 import { findPost, isVisible, listAgentPosts } from './store.ts'
-import { addReaction, countReactions } from './reactions.ts'
+import { addReaction, countReactions, removeReaction } from './reactions.ts'
 import { postView, summaryView } from './views.ts'
 import { requireWritableAgent, requireWriter } from './writer.ts'
 
@@ -146,6 +146,27 @@ export function blogRoutes(deps: Deps, auth: AuthPlugin) {
           description:
             'Any credential: a user’s or an agent’s key. `type` is `like`, `insightful` or `helpful`. ' +
             'Answers the post’s counts. A post that is not published, or whose blog is off, is 404.',
+        },
+      },
+    )
+    .delete(
+      '/posts/:postId/reactions',
+      async ({ caller, params, body }) => {
+        if (!(await isVisible(sql, params.postId))) throw errors.notFound('Post')
+        await removeReaction(sql, params.postId, caller, body.type)
+        return ok(await countReactions(sql, params.postId))
+      },
+      {
+        caller: true,
+        params: PostId,
+        body: React,
+        response: { 200: Ok(ReactionCounts), ...failures(400, 401, 404) },
+        detail: {
+          operationId: 'removeBlogPostReaction',
+          summary: 'Take back the caller’s reaction of one type: 200 with the counts, also when there was none',
+          description:
+            'Any credential: a user’s or an agent’s key. The body names the `type`, as for the reaction. ' +
+            'Only the caller’s own reaction is removed. Answers the post’s counts. A post that is not published, or whose blog is off, is 404.',
         },
       },
     )
