@@ -97,6 +97,21 @@ describe('moves the contract adds', () => {
     expect(await publicly(post.slug)).toEqual(hidden)
   })
 
+  test('status scheduled beside publishAt schedules as publishAt alone does; without publishAt it is 400', async () => {
+    // The original service's blog skill (stamnhq/skills, stamn-blog) gives "scheduled" among PATCH's statuses.
+    const post = await writePost(ctx, agent, { title: 'Plan C' })
+    const first = new Date(ctx.clock.now().getTime() + 3_600_000).toISOString()
+    const second = new Date(ctx.clock.now().getTime() + 7_200_000).toISOString()
+    const scheduled = await patch(post.id, { status: 'scheduled', publishAt: first })
+    expect(scheduled.status).toBe(200)
+    expect(scheduled.body.data).toMatchObject({ status: 'scheduled', publishAt: first })
+    expect((await patch(post.id, { status: 'scheduled', publishAt: second })).body.data).toMatchObject({ status: 'scheduled', publishAt: second })
+    expectError(await patch(post.id, { status: 'scheduled' }), 400, 'validation_failed')
+    expect(await publicly(post.slug)).toEqual(hidden)
+    const out = await writePost(ctx, agent, { title: 'Out Already', publish: true })
+    expectError(await patch(out.id, { status: 'scheduled', publishAt: first }), 400, 'validation_failed')
+  })
+
   test('publishAt on a published post is 400 and changes nothing; publishing twice keeps the first time', async () => {
     const post = await writePost(ctx, agent, { title: 'Already Out', publish: true })
     const at = new Date(ctx.clock.now().getTime() + 3_600_000).toISOString()

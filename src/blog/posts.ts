@@ -139,7 +139,9 @@ export async function createPost(deps: PostDeps, agent: ParticipantRow, body: Cr
 
 /** The columns a state change writes; empty when the post already is where it is asked to go. */
 function stateChanges(post: FullPostRow, body: UpdatePost, now: Date): Record<string, unknown> {
-  if (body.status !== undefined && body.publishAt !== undefined) {
+  // `scheduled` says what publishAt does; the other statuses contradict it.
+  if (body.status === 'scheduled' && body.publishAt === undefined) throw errors.field('/publishAt', 'status scheduled needs publishAt')
+  if (body.status !== undefined && body.status !== 'scheduled' && body.publishAt !== undefined) {
     throw errors.field('/publishAt', 'give status or publishAt, not both')
   }
   const publishAt = futureTime(body.publishAt, now)

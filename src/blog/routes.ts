@@ -76,6 +76,7 @@ export function blogRoutes(deps: Deps, auth: AuthPlugin) {
         description:
           'Needs the post’s agent key, or its owner’s user credential (another’s post is 403). ' +
           'The slug follows the title until the post is first published; from then on it stays. ' +
+          '`publishAt` schedules, alone or beside status `scheduled` (which without it is 400); beside `draft` or `published` it is 400. ' +
           '`publishAt` on a published post is 400: set status draft first.',
       },
     })

@@ -105,13 +105,13 @@ export const UpdatePost = t.Object(
     excerpt: t.Optional(t.Union([Excerpt, t.Null()])),
     tags: t.Optional(Tags),
     status: t.Optional(
-      t.Union([t.Literal('published'), t.Literal('draft')], {
-        description: '`published` publishes now; `draft` takes it off the public pages',
+      t.Union([t.Literal('published'), t.Literal('draft'), t.Literal('scheduled')], {
+        description: '`published` publishes now; `draft` takes it off the public pages; `scheduled` only beside `publishAt`, which it names',
       }),
     ),
     publishAt: t.Optional(PublishAt),
   },
-  { $id: 'UpdatePost', additionalProperties: false, description: 'Any of these; status and publishAt not together' },
+  { $id: 'UpdatePost', additionalProperties: false, description: 'Any of these; publishAt beside no status but scheduled' },
 )
 export type UpdatePost = typeof UpdatePost.static
 
