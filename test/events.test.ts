@@ -641,4 +641,32 @@ describe('a process whose subscriber reconnects', () => {
     await resumed.cancel()
     await close()
   })
+
+  test('a resume shares no read sent before it listened: what came live in between is not lost to it', async () => {
+    const held = heldReads()
+    const { hub, stream, publish, close } = await hubWithOwnSubscriber(held.redis)
+    const live = (await hub.open({ stream })).body!.getReader()
+    await publish(1)
+    expect(await readEvents(live, 1)).toEqual({ ns: [1], ended: false })
+    const id = ((await ctx.deps.redis.xrevrange(stream, '+', '-', 'COUNT', 1)) as [string, string[]][])[0]![0]
+    // A first client resumes from 1: its read (nothing after 1 yet) is answered by Redis, the answer held.
+    held.hold()
+    const readsBefore = held.reads()
+    const first = hub.open({ stream, lastEventId: id })
+    await until(async () => held.reads() > readsBefore)
+    // 2 comes live (the live stream has it, so every stream here open then has been handed it)...
+    await publish(2)
+    expect(await readEvents(live, 1)).toEqual({ ns: [2], ended: false })
+    // ...before a second client resumes from 1 too: the read sent before it listened has no 2.
+    const second = hub.open({ stream, lastEventId: id })
+    await until(async () => hub.size === 3)
+    held.release()
+    const [a, b] = [(await first).body!.getReader(), (await second).body!.getReader()]
+    await publish(3)
+    expect(await readEvents(a, 2)).toEqual({ ns: [2, 3], ended: false })
+    // The first it gets after 1: 3 when it skipped 2.
+    expect(await readEvents(b, 1)).toEqual({ ns: [2], ended: false })
+    for (const reader of [live, a, b]) await reader.cancel()
+    await close()
+  })
 })

@@ -23,16 +23,23 @@ export function createCatchUp(redis: Redis, send: (connection: Connection, bytes
   let drops = 0
   // Streams at the same place share one read (the world chat's listeners, most of the time), one
   // begun since the last drop only: an older one may have run before what the drop missed was written.
-  const reads = new Map<string, Promise<Framed[]>>()
-  const readShared = (stream: string, from: string) => {
+  // And one sent after the stream listened only (its opening counted before the read began): an event
+  // that came live before it listened, but after the read ran, is in neither its buffer nor the read.
+  let opened = 0
+  const openedAs = new WeakMap<Connection, number>()
+  const reads = new Map<string, { read: Promise<Framed[]>; opened: number }>()
+  const readShared = (connection: Connection) => {
+    const { stream, lastId: from } = connection
     const at = `${drops} ${stream} ${from}`
-    let read = reads.get(at)
-    if (!read) {
-      read = readAfter(redis, stream, from).then(events => events.map(event => ({ event, bytes: frame(event) })))
-      reads.set(at, read)
-      void read.finally(() => reads.delete(at)).catch(() => {})
+    let shared = reads.get(at)
+    if (!shared || shared.opened < (openedAs.get(connection) ?? 0)) {
+      const read = readAfter(redis, stream, from).then(events => events.map(event => ({ event, bytes: frame(event) })))
+      const entry = { read, opened }
+      reads.set(at, entry)
+      void read.finally(() => reads.get(at) === entry && reads.delete(at)).catch(() => {})
+      shared = entry
     }
-    return read
+    return shared.read
   }
 
   /** Sends the event unless the stream has it already, or keeps it while the stream catches up. */
@@ -52,7 +59,7 @@ export function createCatchUp(redis: Redis, send: (connection: Connection, bytes
     connection.buffer ??= []
     while (covered !== drops && !connection.closed) {
       covered = drops
-      for (const { event, bytes } of await readShared(connection.stream, connection.lastId)) {
+      for (const { event, bytes } of await readShared(connection)) {
         if (!isAfter(event.id, connection.lastId)) continue
         connection.lastId = event.id
         send(connection, bytes)
@@ -70,6 +77,8 @@ export function createCatchUp(redis: Redis, send: (connection: Connection, bytes
      * id, or after the stream's newest event (what came before it is not its own).
      */
     async open(connection: Connection, lastEventId: string | null | undefined) {
+      // Listening already (added to the streams): a read sent from now on may serve it.
+      openedAs.set(connection, ++opened)
       if (lastEventId) return catchUp(connection)
       const covered = drops
       connection.lastId = await newestId(redis, connection.stream)
