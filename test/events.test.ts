@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, type TestContext, type TestUser } from './helpers/context.ts'
 import { listen, serve } from './helpers/sse.ts'
 import { randomUUID } from 'node:crypto'
+import { connect, type Socket } from 'node:net'
 import { createEventHub, maxStreamsPerUser } from '../src/events/hub.ts'
 import { createRedis, type Redis } from '../src/redis.ts'
 import { createPubSub } from '../src/pubsub.ts'
@@ -399,6 +400,40 @@ describe('the wire format and limits', () => {
     expect((await reader.read()).done).toBe(false)
     await reader.cancel()
   })
+
+  test('a stream refused or ended leaves its connection to the idle timeout again; an open one is kept', async () => {
+    // A real listener (the stream lifts the idle timeout through it), as main.ts starts it: idle after a second.
+    const own = await createTestContext({ env: { CHAT_STREAMS_PER_ADDRESS: '1', HTTP_IDLE_TIMEOUT_S: '1' } })
+    const listener = own.app.listen({ port: 0, hostname: '127.0.0.1', idleTimeout: own.config.httpIdleTimeoutS })
+    const sockets: Socket[] = []
+    /** One keep-alive connection sending `path`: what came back, and whether the server closed it. */
+    const ask = (path: string) => {
+      const state = { text: '', closed: false, socket: connect(listener.server!.port!, '127.0.0.1') }
+      sockets.push(state.socket)
+      state.socket.on('connect', () => state.socket.write(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`))
+      state.socket.on('data', chunk => (state.text += chunk))
+      state.socket.on('close', () => (state.closed = true))
+      return state
+    }
+    try {
+      const held = ask('/v1/events/chat')
+      await until(async () => held.text.includes('retry: 3000'))
+      const refused = ask('/v1/events/chat')
+      const badCursor = ask('/v1/events/chat?lastEventId=yesterday')
+      await until(async () => refused.text.includes('\r\n\r\n') && badCursor.text.includes('\r\n\r\n'))
+      expect(refused.text).toStartWith('HTTP/1.1 429')
+      expect(badCursor.text).toStartWith('HTTP/1.1 400')
+      await until(async () => refused.closed && badCursor.closed, 15_000)
+      // The open stream outlived their idle timeout; ended by the server, its connection goes idle.
+      expect(held.closed).toBe(false)
+      own.deps.events.closeAll()
+      await until(async () => held.closed, 15_000)
+    } finally {
+      for (const socket of sockets) socket.destroy()
+      await listener.stop()
+      await own.close()
+    }
+  }, 40_000)
 })
 
 describe('world chat', () => {

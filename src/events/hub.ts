@@ -18,12 +18,13 @@ import { createConnections, type Connection } from './connections.ts'
 /**
  * The headers of an event stream's response (and of a HEAD's, which opens none): stored by no cache,
  * as every private answer (http/caching.ts), and left as it is by proxies (`no-transform`: not
- * compressed, so not held back).
+ * compressed, so not held back). The connection closes as the stream ends: its idle timeout was
+ * lifted for the stream (events/routes.ts), and would stay lifted for a connection kept alive.
  */
 export const streamHeaders = {
   'content-type': 'text/event-stream; charset=utf-8',
   'cache-control': `${noStore}, no-transform`,
-  connection: 'keep-alive',
+  connection: 'close',
   'x-accel-buffering': 'no',
 }
 export const maxStreamsPerUser = 5

@@ -5,7 +5,7 @@ import { errors } from '../errors.ts'
 import { ErrorBody, Query } from '../http/schema.ts'
 import { userKeyHash } from '../auth/authenticator.ts'
 import { spendSseToken } from '../auth/sse-token.ts'
-import { isEventId, maxStreamsPerUser, streamHeaders } from './hub.ts'
+import { isEventId, maxStreamsPerUser, streamHeaders, type OpenOptions } from './hub.ts'
 import { addressBucket, clientIpResolver } from '../http/client-ip.ts'
 
 // Documented by hand: the plugin would call a string body text/plain.
@@ -32,6 +32,20 @@ export function eventRoutes(deps: Deps) {
   const { authenticator, events, keys } = deps
   const clientIp = clientIpResolver(deps.config.trustedProxies)
 
+  /**
+   * Opens a stream with its connection's idle timeout lifted (pings keep it busy), and puts it back
+   * if the stream is refused (400, 429, 503): left lifted, the kept-alive connection could idle for good.
+   */
+  const openStream = async (request: Request, server: { timeout(request: Request, seconds: number): void } | null, options: OpenOptions) => {
+    server?.timeout(request, 0)
+    try {
+      return await events.open(options)
+    } catch (error) {
+      server?.timeout(request, deps.config.httpIdleTimeoutS)
+      throw error
+    }
+  }
+
   return new Elysia({ prefix: '/v1/events', tags: ['events'] })
     .get(
       '/stream',
@@ -56,8 +70,7 @@ export function eventRoutes(deps: Deps) {
           keyHash = userKeyHash(request.headers)
         }
         if (request.method === 'HEAD') return streamHead(lastEventId)
-        server?.timeout(request, 0)
-        return events.open({
+        return openStream(request, server, {
           stream: keys.events.user(userId),
           lastEventId,
           limit: { subject: userId, max: maxStreamsPerUser },
@@ -87,10 +100,9 @@ export function eventRoutes(deps: Deps) {
       async ({ request, query, server }) => {
         const lastEventId = request.headers.get('last-event-id') ?? query.lastEventId
         if (request.method === 'HEAD') return streamHead(lastEventId)
-        server?.timeout(request, 0)
         const max = deps.config.chatStreamsPerAddress
         const limit = max > 0 ? { subject: `ip:${addressBucket(clientIp(server, request))}`, max } : undefined
-        return events.open({ stream: keys.events.chat, lastEventId, limit })
+        return openStream(request, server, { stream: keys.events.chat, lastEventId, limit })
       },
       {
         query: Resume,
