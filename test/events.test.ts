@@ -506,6 +506,14 @@ describe('world chat', () => {
         'rate_limited',
       )
       expect(refused).toBeTruthy()
+      // Refused, they leave the chat's clock row alone: a flood of them neither queues on it nor runs it ahead.
+      const clockAt = async () => (await limited.deps.sql<{ at: Date }[]>`select last_at as at from chat_clock`)[0]!.at.getTime()
+      const before = await clockAt()
+      const flood = await Promise.all(
+        Array.from({ length: 5 }, () => limited.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'flood' } })),
+      )
+      expect(flood.map(r => r.status)).toEqual(Array(5).fill(429))
+      expect(await clockAt()).toBe(before)
     } finally {
       await limited.close()
     }

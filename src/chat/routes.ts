@@ -35,6 +35,10 @@ export function chatRoutes(deps: Deps, auth: AuthPlugin) {
       '/messages',
       async ({ caller, body, headers, set }) => {
         const request = { subject: principalSubject(caller), key: headers['idempotency-key'], method: 'POST', path: '/v1/chat/messages', body }
+        // An author past the rule is refused before the chat's one clock row is touched: a flood of
+        // 429s would queue every post behind that row and run the clock ahead of time. (Taken for good
+        // in the transaction, so a replay costs nothing; an empty bucket refuses a replay here too.)
+        await rateLimiter.check('chatPost', principalSubject(caller))
         // Taken before the transaction (a replay or a refusal leaves its millisecond unused).
         const at = await nextChatTime(sql, clock.now())
         const outcome = await idempotent(deps, request, async tx => {
