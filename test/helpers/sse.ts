@@ -43,15 +43,13 @@ export function listen(url: string, options: { token?: string; lastEventId?: str
   const events: Received[] = []
   const waiters: (() => void)[] = []
   const source = new EventSource(url, {
-    fetch: (input, init) =>
-      fetch(input, {
-        ...init,
-        headers: {
-          ...(init?.headers as Record<string, string>),
-          ...(options.token ? { authorization: `Bearer ${options.token}` } : {}),
-          ...(options.lastEventId ? { 'last-event-id': options.lastEventId } : {}),
-        },
-      }),
+    fetch: (input, init) => {
+      const headers = new Headers(init?.headers)
+      if (options.token) headers.set('authorization', `Bearer ${options.token}`)
+      // The first request's place; a reconnect sends the id of the last event it got (set by EventSource).
+      if (options.lastEventId && !headers.has('last-event-id')) headers.set('last-event-id', options.lastEventId)
+      return fetch(input, { ...init, headers })
+    },
   })
   for (const type of types) {
     source.addEventListener(type, event => {
