@@ -215,6 +215,37 @@ describe('the wire format and limits', () => {
     expect(text).toContain(': ping\n\n')
   }, 10_000)
 
+  test('a stream opened afresh is told its place: its client, gone before any event, resumes from there', async () => {
+    const user = await signUp(ctx)
+    const readUntil = async (reader: { read(): Promise<{ value?: Uint8Array; done: boolean }> }, wanted: RegExp) => {
+      const decoder = new TextDecoder()
+      let text = ''
+      while (!wanted.test(text)) {
+        const { value, done } = await reader.read()
+        if (done) break
+        text += decoder.decode(value)
+      }
+      return text
+    }
+    const first = (await rawStream('/v1/events/chat')).body!.getReader()
+    const opening = await readUntil(first, /\nid: [^\n]+\n\n/)
+    // After its retry, an id and no event: a browser's EventSource keeps it as its last event id.
+    const place = /^retry: 3000\n\nid: (\d+-\d+)\n\n/.exec(opening)?.[1]
+    expect(place).toBeDefined()
+    await first.cancel()
+    // Said while the client was away, before it had had any event.
+    const said = await ctx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'while you were away' } })
+    expect(said.status).toBe(201)
+    await until(
+      async () =>
+        (await ctx.deps.redis.xlen(ctx.deps.keys.events.chat)) > 0 &&
+        (await ctx.deps.redis.xrevrange(ctx.deps.keys.events.chat, '+', '-', 'COUNT', 1))[0]![0] !== place,
+    )
+    const resumed = (await rawStream('/v1/events/chat', { 'last-event-id': place! })).body!.getReader()
+    expect(await readUntil(resumed, /while you were away/)).toContain(`"id":"${said.body.data.id}"`)
+    await resumed.cancel()
+  })
+
   test('an SSE token opens one stream, fails on a second use and after 60 s, and is no bearer anywhere else', async () => {
     const user = await signUp(ctx)
     const issue = async () => (await ctx.call('POST', '/v1/auth/sse-token', { token: user.token })).body.data.token as string
@@ -393,7 +424,7 @@ describe('the wire format and limits', () => {
     ctx.deps.events.closeAll()
     const response = await opening
     expect(response.status).toBe(200)
-    expect(await response.text()).toBe('retry: 3000\n\n')
+    expect(await response.text()).toMatch(/^retry: 3000\n\nid: \d+-\d+\n\n$/)
     // Streams opened after it are not affected.
     const later = await ctx.deps.events.open({ stream: ctx.deps.keys.events.chat })
     const reader = later.body!.getReader()

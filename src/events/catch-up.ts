@@ -74,7 +74,10 @@ export function createCatchUp(redis: Redis, send: (connection: Connection, bytes
     deliver,
     /**
      * Brings a stream being opened (buffering what comes live) to its place: after the client's last
-     * id, or after the stream's newest event (what came before it is not its own).
+     * id, or after the stream's newest event (what came before it is not its own). A stream opened
+     * afresh is told that place as an id without an event (a browser's EventSource takes it as its
+     * last event id): its client, reconnecting before any event came, resumes from there and misses
+     * none sent in between.
      */
     async open(connection: Connection, lastEventId: string | null | undefined) {
       // Listening already (added to the streams): a read sent from now on may serve it.
@@ -83,6 +86,7 @@ export function createCatchUp(redis: Redis, send: (connection: Connection, bytes
       const covered = drops
       connection.lastId = await newestId(redis, connection.stream)
       await catchUp(connection, covered)
+      send(connection, encoder.encode(`id: ${connection.lastId}\n\n`))
     },
     /**
      * The subscription is back after a drop: every stream is caught up, as a client's resume would
