@@ -855,6 +855,47 @@ describe('a process’s own inbox changes', () => {
       await sql.end()
     }
   })
+
+  test('reach a poll that comes after them while a rebuild that read before them is under way', async () => {
+    const pair = await subscribedPair()
+    await send(pair.user, pair.agent, 'first')
+    const subscriber = new Redis(redisUrl)
+    const pubsub = createPubSub(subscriber)
+    const inboxes = await createInboxReader({ ...ctx.deps, pubsub })
+    const sql = createSql(ctx.database.url, { max: 2 })
+    const replies = createReplyWriter({ ...ctx.deps, pubsub, sql })
+    // The rebuild's read of the open requests waits here, after it read (and wrote) the conversations.
+    let unlock!: () => void
+    const unlocked = new Promise<void>(resolve => (unlock = resolve))
+    let locked!: () => void
+    const holding = new Promise<void>(resolve => (locked = resolve))
+    const lock = ctx.deps.sql.begin(async tx => {
+      await tx`lock table service_requests in access exclusive mode`
+      locked()
+      await unlocked
+    })
+    try {
+      await holding
+      await ctx.deps.redis.del(ctx.deps.keys.agent(pair.agent.id).built)
+      const first = inboxes.read(pair.agent.id)
+      const versions = ctx.deps.keys.agent(pair.agent.id).versions
+      await until(async () => (await ctx.deps.redis.hget(versions, pair.user.id)) !== null)
+      await replies.send({ agentId: pair.agent.id, userId: pair.user.id, text: 'answered', messageId: newRowId(), chosen: false })
+      // The agent polls after its reply was answered: it must not be shown the conversation pending.
+      const next = inboxes.read(pair.agent.id)
+      unlock()
+      await first
+      expect((await next).conversations.map(c => c.latestMessage)).toEqual([])
+      expect((await inboxes.read(pair.agent.id)).conversations).toEqual([])
+    } finally {
+      unlock()
+      await lock
+      await replies.close()
+      await inboxes.close()
+      await pubsub.close()
+      await sql.end()
+    }
+  })
 })
 
 describe('an agent deactivated while a user’s message waits in its mailbox', () => {

@@ -59,7 +59,10 @@ export async function createInboxReader(options: {
   const { sql, redis, keys, pubsub, clock, database } = options
   const ttlMs = options.ttlMs ?? 300_000
   const maxEntries = options.maxEntries ?? 100_000
-  const holder = createHolder(redis, keys, `inbox:${randomUUID()}`, options.holdMs ?? 5000)
+  // A holder of its own for each rebuild: two of one agent may overlap (the second begun after a
+  // change), and a lease the first lost and the second took must not still pass for the first's.
+  const holderId = `inbox:${randomUUID()}`
+  let rebuilds = 0
   const server = watchServerIdentity(redis)
   const due = createDue(redis, keys)
   const cache = new Map<string, { inbox: AgentInbox; expires: number }>()
@@ -73,13 +76,16 @@ export async function createInboxReader(options: {
   let epoch = 0
 
   // Listening starts with the first read: a process that never reads an inbox (a worker) gets no changes.
+  // A rebuild under way may have read Postgres before the change: a poll after it starts its own.
   const changes = pubsub.listener(keys.channels.inboxChanged, agentId => {
     epoch++
     cache.delete(agentId)
+    rebuilding.delete(agentId)
   })
   const forgetAll = () => {
     epoch++
     cache.clear()
+    rebuilding.clear()
   }
   pubsub.onReconnect(forgetAll)
   database.onChange(forgetAll)
@@ -121,6 +127,7 @@ export async function createInboxReader(options: {
   const rebuild = async (agentId: string): Promise<AgentInbox> => {
     await turns.take()
     try {
+      const holder = createHolder(redis, keys, `${holderId}:${++rebuilds}`, options.holdMs ?? 5000)
       return await rebuildHeld({ sql, redis, keys, clock, database, holder, due, server }, agentId)
     } finally {
       turns.give()
@@ -151,8 +158,9 @@ export async function createInboxReader(options: {
       if (!inbox) {
         let pending = rebuilding.get(agentId)
         if (!pending) {
-          pending = rebuild(agentId).finally(() => rebuilding.delete(agentId))
-          rebuilding.set(agentId, pending)
+          const own: Promise<AgentInbox> = rebuild(agentId).finally(() => rebuilding.get(agentId) === own && rebuilding.delete(agentId))
+          pending = own
+          rebuilding.set(agentId, own)
         }
         return pending
       }
