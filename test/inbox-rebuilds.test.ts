@@ -1,12 +1,16 @@
 /** Rebuilding agents' inboxes after Redis lost them: bounded per process, every poll answered or told when to retry. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { Redis } from 'ioredis'
-import type { Sql } from '../src/db.ts'
+import { createSql, type Sql, type TxSql } from '../src/db.ts'
 import { AppError } from '../src/errors.ts'
 import { createInboxReader, type InboxReader } from '../src/conversations/inbox-reader.ts'
 import { invalidateInbox, rebuildPageSize } from '../src/conversations/inbox.ts'
 import { seedAgents, seedWaitingConversations, type SeededAgent } from '../bench/lib/seed-agents.ts'
-import { createTestContext, signUp, subscribedPair, type TestContext } from './helpers/context.ts'
+import { createAgent, createTestContext, signUp, subscribedPair, type TestContext } from './helpers/context.ts'
+import { startActorRuntime } from '../src/actors/runtime.ts'
+import { actorKinds } from '../src/deps.ts'
+import { newRowId } from '../src/ids.ts'
+import { lockWaited } from './helpers/deactivation.ts'
 import { startRedisServer } from './helpers/redis-server.ts'
 import { until } from './helpers/until.ts'
 
@@ -308,6 +312,108 @@ describe('rebuilds at once by default', () => {
       expect(answered).toHaveLength(64)
     } finally {
       await reader.close()
+    }
+  })
+})
+
+describe('a rebuild while a holder paused past its lease applies a service request', () => {
+  /** Runs `lock` in a transaction held open until the function returned is called (which waits for the end). */
+  const holdOpen = async (lock: (tx: TxSql) => Promise<unknown>) => {
+    let release!: () => void
+    const released = new Promise<void>(resolve => (release = resolve))
+    let held!: () => void
+    const holding = new Promise<void>(resolve => (held = resolve))
+    const done = ctx.deps.sql.begin(async tx => {
+      await lock(tx)
+      held()
+      await released
+    })
+    await holding
+    return async () => {
+      release()
+      await done
+    }
+  }
+  // On a connection of its own: one of the pool would take the place of the statement it looks for.
+  let watch: Sql
+  beforeAll(() => void (watch = createSql(ctx.database.url, { max: 1 })))
+  afterAll(() => watch.end())
+  const seen = async (condition: string) =>
+    (await watch.unsafe(`select 1 from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid() and ${condition}`)).length > 0
+
+  test('leaves the request that holder committed in the inbox, not the requests it read before', async () => {
+    const { redis, keys } = ctx.deps
+    const owner = await signUp(ctx)
+    const [from, target] = [await createAgent(ctx, owner), await createAgent(ctx, owner)]
+    const actor = `agent:${target.id}`
+    const requests = keys.agent(target.id).requests
+    // The paused holder: a runtime whose connections wait for locks as long as they are held.
+    const sql = createSql(ctx.database.url, { max: 2 })
+    let projected!: () => void
+    const projection = new Promise<void>(resolve => (projected = resolve))
+    const paused = await startActorRuntime({
+      ...ctx.deps,
+      sql,
+      kinds: actorKinds(ctx.deps),
+      leaseMs: 600,
+      beforeAck: () => projected(),
+    })
+    // The target's row held: the request's turn, fenced in, waits inside its transaction.
+    const unlockTarget = await holdOpen(tx => tx`select 1 from participants where id = ${target.id} for update`)
+    let unlockConversations = async () => {}
+    try {
+      const requestId = newRowId()
+      await ctx.deps.dispatcher.tell(actor, 'service.request', {
+        requestId,
+        fromAgentId: from.id,
+        fromAgentName: from.name,
+        serviceTag: null,
+        input: 'x',
+      })
+      await lockWaited(ctx.deps.sql)
+      // Paused: its lease runs out mid-turn.
+      paused.abandon()
+      await until(async () => (await redis.exists(keys.actor(actor).lease)) === 0)
+      // The poll's rebuild takes the actor and reads the open requests, then waits to read the conversations.
+      unlockConversations = await holdOpen(tx => tx`lock table conversations in access exclusive mode`)
+      await redis.del(keys.agent(target.id).built)
+      const polled = ctx.call('GET', '/v1/agent/events', { apiKey: target.apiKey })
+      await until(
+        async () =>
+          (await seen(`state = 'idle' and query like '%r.target_participant_id%'`)) ||
+          (await seen(`wait_event_type = 'Lock' and query like '%actor_fences%'`)),
+      )
+      // The paused holder resumes: commits the request and projects it into the inbox being rebuilt.
+      await unlockTarget()
+      await projection
+      await unlockConversations()
+      expect((await polled).status).toBe(200)
+      const [stored] = await ctx.deps.sql<{ status: string }[]>`select status from service_requests where id = ${requestId}`
+      expect(stored?.status).toBe('pending')
+      expect(await redis.hexists(requests, requestId)).toBe(1)
+      const again = await ctx.call('GET', '/v1/agent/events', { apiKey: target.apiKey })
+      expect(again.body.data.serviceRequests.map((r: { requestId: string }) => r.requestId)).toEqual([requestId])
+    } finally {
+      await unlockTarget().catch(() => {})
+      await unlockConversations().catch(() => {})
+      await sql.end()
+    }
+  })
+})
+
+describe('a rebuild on a Postgres that refuses writes (it cannot fence the actor)', () => {
+  test('answers the poll from it and leaves Redis alone', async () => {
+    const agent = agents.find(a => a.pending)!
+    const readOnly = createSql(ctx.database.url, { max: 2, settings: { default_transaction_read_only: 'on' } })
+    const inboxes = await createInboxReader({ ...ctx.deps, sql: readOnly })
+    try {
+      await invalidateInbox(ctx.deps, agent.id)
+      expect((await inboxes.read(agent.id)).conversations).toHaveLength(1)
+      expect(await ctx.deps.redis.exists(ctx.deps.keys.agent(agent.id).built)).toBe(0)
+      expect(await ctx.deps.redis.exists(ctx.deps.keys.actor(`agent:${agent.id}`).lease)).toBe(0)
+    } finally {
+      await inboxes.close()
+      await readOnly.end()
     }
   })
 })

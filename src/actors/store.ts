@@ -8,3 +8,16 @@ export const appliedCommandsKeptMs = 2 * 86_400_000
 export function purgeAppliedCommands(sql: Sql, olderThan: Date): Promise<number> {
   return deleteOlderThan(sql, 'actor_applied', 'applied_at', olderThan)
 }
+
+/**
+ * Moves the actor's fence in Postgres to `token` (unless a newer one is there), for a holder that
+ * applies no commands itself (an inbox rebuild): a holder paused past its lease then commits nothing
+ * more, and a transaction of its already applying commands is waited for (its fence row is locked to
+ * its commit), so what the caller reads after this includes it. `last_at` is left as it is.
+ */
+export async function fenceOut(sql: Sql, actor: string, token: number): Promise<void> {
+  await sql`
+    insert into actor_fences (actor, token, last_at) values (${actor}, ${token}, '-infinity')
+    on conflict (actor) do update set token = excluded.token where actor_fences.token <= excluded.token
+  `
+}

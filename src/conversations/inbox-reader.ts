@@ -7,6 +7,7 @@ import type { DatabaseIdentity, Sql } from '../db.ts'
 import type { Clock } from '../clock.ts'
 import { createHolder, isHold, type Holder } from '../actors/hold.ts'
 import { createDue, type Due } from '../actors/due.ts'
+import { fenceOut } from '../actors/store.ts'
 import { errors } from '../errors.ts'
 import { openRequests } from '../service-requests/store.ts'
 import { isActiveAgent } from '../participants/store.ts'
@@ -202,7 +203,18 @@ async function rebuildHeld(deps: RebuildDeps, agentId: string): Promise<AgentInb
     // inbox was forgotten, and built again it would stay in Redis for good, read by no one.
     if (!active) throw errors.invalidToken()
     const from = builtMark(runId, database.current())
-    let writing = held && (await beginRebuild({ redis, keys }, agentId, holder.id))
+    // A turn whose holder lost its lease mid-way (paused) may still commit and project a service
+    // request after this rebuild read them, which its last step would then overwrite: fenced out in
+    // Postgres, it commits nothing more, and one committing now is waited for before anything is read.
+    // Not fenced (a Postgres refusing writes, or such a turn past the lock timeout): the poll is
+    // answered from Postgres and Redis left alone, as when the actor is held elsewhere.
+    const fenced =
+      held &&
+      (await fenceOut(sql, actor, taken.token).then(
+        () => true,
+        () => false,
+      ))
+    let writing = fenced && (await beginRebuild({ redis, keys }, agentId, holder.id))
     const pending: PendingConversation[] = []
     const conversations = async () => {
       for (let afterUserId: string | null = null; ;) {
