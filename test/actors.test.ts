@@ -13,7 +13,7 @@ import { createTestContext, type TestContext } from './helpers/context.ts'
 import { until } from './helpers/until.ts'
 import { holdActor } from './helpers/hold.ts'
 import { createLog } from '../src/log.ts'
-import { connectRedis, createRedis } from '../src/redis.ts'
+import { closeRedis, connectRedis, createRedis } from '../src/redis.ts'
 import { createPubSub } from '../src/pubsub.ts'
 import { startHeldProxy } from './helpers/held-proxy.ts'
 import { redisUrl } from './helpers/context.ts'
@@ -32,6 +32,8 @@ const stalls: { entered(): void; released: Promise<void> }[] = []
 const projectionFailures = new Map<string, number>()
 /** Payload n whose effect waits for the test. */
 const gates = new Map<number, Promise<void>>()
+/** The next `badInput` commands wait for the test, one each, before they fail. */
+const badInputs: { entered(): void; released: Promise<void> }[] = []
 
 // A toy kind: each 'append' inserts a row; the result is the running count for that actor.
 const kinds: ActorKinds = {
@@ -84,6 +86,17 @@ const kinds: ActorKinds = {
         addedRuns++
         await tx`insert into actor_log (actor, n) values (${id}, 42)`
         return { added: true }
+      },
+    },
+    // Input Postgres cannot store (refused as invalid_input once worked alone), after waiting for the test if it asked.
+    badInput: {
+      async apply() {
+        const gate = badInputs.shift()
+        if (gate) {
+          gate.entered()
+          await gate.released
+        }
+        throw Object.assign(new Error('invalid input syntax for type uuid: "x"'), { code: '22P02' })
       },
     },
     // Fails once, after waiting for the test to let it (to fail a batch at a chosen moment).
@@ -521,6 +534,46 @@ describe('actor runtime', () => {
     expect(r.stats().rolledBack).toBe(1)
     expect(await ctx.deps.redis.xlen(ctx.deps.keys.actor(`log:${sick}`).dead)).toBe(1)
     await r.stop()
+  }, 30_000)
+
+  test('a batch failed by bad input as the other loop claims its actor: the good command before it is applied, not refused', async () => {
+    for (const r of runtimes) await r.stop().catch(() => {})
+    const actor = randomUUID()
+    const { keys, log } = ctx.deps
+    // The runtime's commands pass a proxy, which holds them at the chosen moment.
+    const proxy = await startHeldProxy(redisUrl)
+    const redis = createRedis(proxy.url, log, 'commands', 'careful-race')
+    await connectRedis(redis, proxy.url)
+    let entered!: () => void
+    const inside = new Promise<void>(resolve => (entered = resolve))
+    let fail!: () => void
+    badInputs.push({ entered: () => entered(), released: new Promise<void>(resolve => (fail = resolve)) })
+    // A lease long enough that no renewal is sent meanwhile.
+    const r = await runtime({ redis, leaseMs: 30_000 })
+    try {
+      const good = ctx.deps.dispatcher.ask(`log:${actor}`, 'append', { n: 31 }, { timeoutMs: 20_000 })
+      await ctx.deps.dispatcher.tell(`log:${actor}`, 'badInput', {})
+      // One loop applies both in a batch; the bad one waits, the other loop goes back to waiting for the doorbell.
+      await inside
+      await until(async () => (await ctx.deps.redis.llen(keys.actorsWake)) === 0)
+      await Bun.sleep(100)
+      proxy.hold()
+      // A command's mark: the idle loop wakes and claims the actor, its claim held here.
+      await createDue(ctx.deps.redis, keys).mark(`log:${actor}`)
+      await until(async () => proxy.heldChunks() === 1)
+      // The batch fails; its loop lets the actor go, behind the claim.
+      fail()
+      await until(async () => proxy.heldChunks() === 2)
+      proxy.release()
+      expect(await good).toEqual({ count: 1 })
+      await until(async () => !(await mailed(actor)))
+      expect(await appended(actor)).toEqual([31])
+    } finally {
+      proxy.release()
+      await r.stop()
+      await closeRedis(redis)
+      await proxy.close()
+    }
   }, 30_000)
 
   test('stopping while a batch fails releases its leases and hands its actors on at once', async () => {

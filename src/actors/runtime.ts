@@ -147,7 +147,10 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   /** Takes the claimed actors (careful ones one command each), works them, marks them again. */
   const round = async (deps: WorkDeps, actors: string[], owner: string) => {
     const { holder } = deps
-    const taken = await holder.take(actors.map(actor => ({ actor, mail: careful.has(actor) ? 1 : perActor })))
+    // Worked as taken: an actor the other loop made careful while this take was under way holds a
+    // batch's mail, which only a batch may work (a turn alone answers its first command for its failure).
+    const singly = new Set(actors.filter(actor => careful.has(actor)))
+    const taken = await holder.take(actors.map(actor => ({ actor, mail: singly.has(actor) ? 1 : perActor })))
     const holds: Hold[] = []
     const later = taken.map((t, i) => {
       if (t instanceof Error) {
@@ -162,8 +165,8 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       holds.push(t)
       return undefined
     })
-    const quick = holds.filter(h => !careful.has(h.actor))
-    const slow = holds.filter(h => careful.has(h.actor))
+    const quick = holds.filter(h => !singly.has(h.actor))
+    const slow = holds.filter(h => singly.has(h.actor))
     const done = await Promise.allSettled([...later, quick.length > 0 && batch(deps, quick, owner), ...slow.map(h => alone(deps, h, owner))])
     for (const outcome of done) if (outcome.status === 'rejected') log.warn('actor round step failed', errorFields(outcome.reason))
   }

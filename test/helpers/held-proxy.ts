@@ -49,6 +49,8 @@ export interface HeldProxy {
   hold(): void
   /** Sends on what waited, and everything after it. */
   release(): void
+  /** How many chunks clients sent wait in the proxy now (each write a client made while held, as a rule). */
+  heldChunks(): number
   /**
    * Every open connection stops for good, left open: nothing read or passed on either way, not even
    * a close (half-open, as behind a NAT that forgot the flow). New connections work.
@@ -199,6 +201,7 @@ export async function startHeldProxy(target: string, options: { rounds?: Rounds 
   return {
     url: `${protocol}//127.0.0.1:${address.port}`,
     hold: () => void (held = true),
+    heldChunks: () => waiting.length,
     release() {
       held = false
       for (const { lane, chunk } of waiting.splice(0)) send(lane, chunk, delay.toServer, 0)
