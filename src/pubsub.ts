@@ -89,7 +89,9 @@ export function createPubSub(subscriber: Redis): PubSub {
       current.delete(handler)
       if (current.size === 0) {
         handlers.delete(channel)
-        await subscriber.unsubscribe(channel).catch(() => {})
+        // Not awaited: with Redis paused or cut off it would wait out the command's timeout, at every
+        // stop of a shutdown. A SUBSCRIBE sent after it, on the same connection, still comes after it.
+        subscriber.unsubscribe(channel).catch(() => {})
       }
     }
   }

@@ -26,6 +26,31 @@ export async function closeRedis(redis: Redis): Promise<void> {
   else redis.disconnect()
 }
 
+/**
+ * Whether a ready connection answers a PING within `ms`. One that does not (Redis paused, or cut off
+ * by the network) holds what waits on it until the probe replaces it (redis-probe.ts).
+ */
+export async function answers(redis: Redis, ms = commandTimeoutMs): Promise<boolean> {
+  return redis.status === 'ready' && (await settlesWithin(redis.ping(), ms))
+}
+
+/** Whether `promise` fulfils within `ms`. */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const late = new Promise<false>(resolve => (timer = setTimeout(resolve, ms, false)))
+  try {
+    return await Promise.race([
+      promise.then(
+        () => true,
+        () => false,
+      ),
+      late,
+    ])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 /** A connection; `name` (the role's by default) tells it apart in the log and in Redis's CLIENT LIST. */
 export function createRedis(url: string, log: Log, role: 'commands' | 'subscriber' | 'bullmq', name: string = role): Redis {
   const redis = new Redis(url, {

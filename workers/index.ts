@@ -1,7 +1,7 @@
 /** Starts every BullMQ worker, their repeatable schedules, the outbox relay and the actor runtime; `close` lets running jobs finish. */
 import { Queue, Worker, type Job } from 'bullmq'
 import { forInvoiceRun, forWorkers, relayEffects, type Deps } from '../src/deps.ts'
-import { closeRedis, createRedis, reportQueueErrors } from '../src/redis.ts'
+import { answers, closeRedis, createRedis, reportQueueErrors } from '../src/redis.ts'
 import { errorFields, throttled } from '../src/log.ts'
 import { maintenanceEveryMs, runMaintenance } from './maintenance.ts'
 import { startActors } from './actors.ts'
@@ -66,9 +66,13 @@ export async function startWorkers(requestDeps: Deps): Promise<Workers> {
       await actors.stop()
       // With Redis away, a job's last commands wait in the connection's offline queue for a Redis that
       // may not come back, and each worker waits for its jobs: ended, they fail, and the workers close
-      // (their jobs are taken again once their locks run out, as after a crash).
-      if (connection.status !== 'ready') connection.disconnect()
-      await Promise.all(workers.map(worker => worker.close()))
+      // (their jobs are taken again once their locks run out, as after a crash). So with a Redis that
+      // is paused or cut off by the network, whose connections stay ready: unanswered, the workers
+      // close without waiting for their jobs (whose end Redis could not record) nor for their blocking
+      // connections' end, which ioredis waits for from a Redis that sends nothing.
+      const answering = await answers(connection)
+      if (!answering) connection.disconnect()
+      await Promise.all(workers.map(worker => worker.close(!answering)))
       await relay.stop()
       await blog.close()
       await closeRedis(connection)
