@@ -59,7 +59,10 @@ export function createPubSub(subscriber: Redis): PubSub {
             listening = subscriber.status === 'ready'
           },
           () => {
-            // Gone again: the next 'ready' runs the handlers.
+            // Gone again: the next 'ready' runs the handlers. Still ready (Redis slow for a moment,
+            // past the PING's timeout), nothing else would run them, and the process would take no
+            // live message for good: connected again, it asks anew.
+            if (subscriber.status === 'ready') subscriber.disconnect(true)
           },
         ),
       )

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { createAgent, createTestContext, expectError, signUp, type TestContext, type TestUser } from './helpers/context.ts'
+import { createAgent, createTestContext, expectError, redisUrl, signUp, type TestContext, type TestUser } from './helpers/context.ts'
 import { listen, serve } from './helpers/sse.ts'
 import { randomUUID } from 'node:crypto'
 import { connect, type Socket } from 'node:net'
@@ -7,6 +7,7 @@ import { createEventHub, maxStreamsPerUser } from '../src/events/hub.ts'
 import { createRedis, type Redis } from '../src/redis.ts'
 import { createPubSub } from '../src/pubsub.ts'
 import { until } from './helpers/until.ts'
+import { startHeldProxy } from './helpers/held-proxy.ts'
 import { enqueueEvents } from '../src/events/outbox.ts'
 
 let ctx: TestContext
@@ -684,6 +685,40 @@ describe('a process whose subscriber reconnects', () => {
     expect(await readEvents(reader, 3)).toEqual({ ns: [2, 3, 4], ended: false })
     await reader.cancel()
     await close()
+  })
+
+  test('a subscriber whose first PING after reconnecting goes unanswered past its timeout, on a connection that stays, listens again', async () => {
+    // Redis slow for a moment (3.3 s: past the command timeout, within the probe's wait) as the
+    // subscriber comes back. Unfixed, the PING's failure was taken for the connection gone again,
+    // which it was not: no reconnect came, and the process stayed deaf to live events for good.
+    const proxy = await startHeldProxy(redisUrl)
+    const subscriber = createRedis(proxy.url, ctx.deps.log, 'subscriber')
+    await subscriber.connect()
+    const pubsub = createPubSub(subscriber)
+    const hub = await createEventHub({ redis: ctx.deps.redis, pubsub, keys: ctx.deps.keys, log: ctx.deps.log })
+    const user = randomUUID()
+    const stream = ctx.deps.keys.events.user(user)
+    try {
+      // Before any stream opens, the subscriber listens on nothing: no SUBSCRIBE goes out again with it.
+      const ended = new Promise(resolve => subscriber.once('end', resolve))
+      subscriber.disconnect()
+      await ended
+      // Held from the 'ready' on, before pub/sub's PING (sent on the next turn) leaves.
+      subscriber.once('ready', () => proxy.hold())
+      await subscriber.connect()
+      await Bun.sleep(3300)
+      proxy.release()
+      await until(async () => pubsub.listening(), 10_000)
+      const reader = (await hub.open({ stream })).body!.getReader()
+      await enqueueEvents(ctx.deps.sql, new Date(), [{ userId: user, type: 'usage.threshold', payload: { n: 1 } }])
+      expect(await readEvents(reader, 1)).toEqual({ ns: [1], ended: false })
+      await reader.cancel()
+    } finally {
+      proxy.release()
+      await hub.close()
+      await pubsub.close()
+      await proxy.close()
+    }
   })
 
   test('a catch-up after a drop shares no read begun before the drop: a resume reading then does not hide what was missed', async () => {
