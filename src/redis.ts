@@ -232,9 +232,10 @@ export async function connectRedis(redis: Redis, url: string): Promise<void> {
  * Replies of a Redis that is up but refuses the command for now, whatever the command: out of memory
  * under `noeviction` (OOM), loading its data (LOADING), a script running too long (BUSY), writes
  * stopped after a failed snapshot (MISCONF), a replica after a failover (READONLY), a replica or
- * cluster without its primary (MASTERDOWN, CLUSTERDOWN, TRYAGAIN).
+ * cluster without its primary (MASTERDOWN, CLUSTERDOWN, TRYAGAIN), the service's password taken away
+ * under it (WRONGPASS, NOAUTH: a rotation done out of order), until an operator gives it back.
  */
-const refusedForNow = /^(OOM|LOADING|BUSY|MISCONF|READONLY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN) /
+const refusedForNow = /^(OOM|LOADING|BUSY|MISCONF|READONLY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|WRONGPASS|NOAUTH) /
 
 export function isRedisUnavailable(error: unknown): boolean {
   const e = error as { name?: string; message?: string; previousErrors?: unknown[] } | null

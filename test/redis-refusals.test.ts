@@ -219,3 +219,37 @@ describe('REDIS_URL naming a database', () => {
     }
   })
 })
+
+describe('a Redis whose password changed under the service', () => {
+  test('requests that need it are 503 unavailable, not 500, until it takes the service’s password again', async () => {
+    const own = await startRedisServer()
+    const setup = new Redis(own.url)
+    await setup.config('SET', 'requirepass', 'before')
+    setup.disconnect()
+    const url = own.url.replace('redis://', 'redis://:before@')
+    const protectedCtx = await createTestContext({ env: { REDIS_URL: url } })
+    const admin = new Redis(own.url, { password: 'before' })
+    try {
+      const user = await signUp(protectedCtx)
+      // Rotated away without the service (the old password gone), every connection closed.
+      await admin.config('SET', 'requirepass', 'after')
+      await admin.auth('after')
+      await admin.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
+      await admin.client('KILL', 'TYPE', 'pubsub')
+      const answers = [
+        await protectedCtx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'locked out' } }),
+        await protectedCtx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'locked out' } }),
+      ]
+      for (const answer of answers) expectError(answer, 503, 'unavailable')
+      await admin.config('SET', 'requirepass', 'before')
+      await until(
+        async () => (await protectedCtx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'back' } })).status === 201,
+        20_000,
+      )
+    } finally {
+      admin.disconnect()
+      await protectedCtx.close()
+      await own.close()
+    }
+  }, 40_000)
+})
