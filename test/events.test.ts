@@ -245,6 +245,10 @@ describe('the wire format and limits', () => {
     const resumed = (await rawStream('/v1/events/chat', { 'last-event-id': place! })).body!.getReader()
     expect(await readUntil(resumed, /while you were away/)).toContain(`"id":"${said.body.data.id}"`)
     await resumed.cancel()
+    // The place in the query, beside an empty header (a hand-made client's): the query's is taken.
+    const byQuery = (await rawStream(`/v1/events/chat?lastEventId=${place}`, { 'last-event-id': '' })).body!.getReader()
+    expect(await readUntil(byQuery, /while you were away/)).toContain(`"id":"${said.body.data.id}"`)
+    await byQuery.cancel()
   })
 
   test('an SSE token opens one stream, fails on a second use and after 60 s, and is no bearer anywhere else', async () => {

@@ -50,7 +50,7 @@ export function eventRoutes(deps: Deps) {
     .get(
       '/stream',
       async ({ request, query, server }) => {
-        const lastEventId = request.headers.get('last-event-id') ?? query.lastEventId
+        const lastEventId = request.headers.get('last-event-id') || query.lastEventId
         let userId: string
         // The API key the stream was opened with, if one: revoking it ends the stream.
         let keyHash: string | null
@@ -98,7 +98,7 @@ export function eventRoutes(deps: Deps) {
     .get(
       '/chat',
       async ({ request, query, server }) => {
-        const lastEventId = request.headers.get('last-event-id') ?? query.lastEventId
+        const lastEventId = request.headers.get('last-event-id') || query.lastEventId
         if (request.method === 'HEAD') return streamHead(lastEventId)
         const max = deps.config.chatStreamsPerAddress
         const limit = max > 0 ? { subject: `ip:${addressBucket(clientIp(server, request))}`, max } : undefined
