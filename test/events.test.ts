@@ -534,8 +534,11 @@ describe('world chat', () => {
     })
     try {
       const user = await signUp(limited)
-      for (let i = 0; i < 10; i++)
+      for (let i = 0; i < 9; i++)
         expect((await limited.call('POST', '/v1/chat/messages', { token: user.token, body: { text: `m${i}` } })).status).toBe(201)
+      const keyed = { token: user.token, headers: { 'idempotency-key': randomUUID() }, body: { text: 'm9' } }
+      const last = await limited.call('POST', '/v1/chat/messages', keyed)
+      expect(last.status).toBe(201)
       const refused = expectError(
         await limited.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'one too many' } }),
         429,
@@ -550,6 +553,10 @@ describe('world chat', () => {
       )
       expect(flood.map(r => r.status)).toEqual(Array(5).fill(429))
       expect(await clockAt()).toBe(before)
+      // The tenth sent again under its key (its reply lost) is its first answer, bucket empty or not.
+      const replayed = await limited.call('POST', '/v1/chat/messages', keyed)
+      expect(replayed.status).toBe(201)
+      expect(replayed.body).toEqual(last.body)
     } finally {
       await limited.close()
     }

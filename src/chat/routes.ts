@@ -37,11 +37,17 @@ export function chatRoutes(deps: Deps, auth: AuthPlugin) {
         const request = { subject: principalSubject(caller), key: headers['idempotency-key'], method: 'POST', path: '/v1/chat/messages', body }
         // An author past the rule is refused before the chat's one clock row is touched: a flood of
         // 429s would queue every post behind that row and run the clock ahead of time. (Taken for good
-        // in the transaction, so a replay costs nothing; an empty bucket refuses a replay here too.)
-        await rateLimiter.check('chatPost', principalSubject(caller))
+        // in the transaction, so a replay costs nothing: one under its key is answered even then.)
+        const refusal = await rateLimiter.check('chatPost', principalSubject(caller)).then(
+          () => null,
+          (error: unknown) => ({ error }),
+        )
+        if (refusal && (request.key === undefined || request.key === null)) throw refusal.error
         // Taken before the transaction (a replay or a refusal leaves its millisecond unused).
-        const at = await nextChatTime(sql, clock.now())
+        const at = refusal ? null : await nextChatTime(sql, clock.now())
         const outcome = await idempotent(deps, request, async tx => {
+          // Refused: only a replay (found before this runs) is answered.
+          if (at === null) throw refusal!.error
           await rateLimiter.take('chatPost', principalSubject(caller))
           // No email, ever: users appear by a short form of their id.
           let author: ChatMessage['author']
