@@ -417,3 +417,29 @@ describe('a rebuild on a Postgres that refuses writes (it cannot fence the actor
     }
   })
 })
+
+describe('a rebuild that finds a newer fence in Postgres than Redis drew (Redis lost its counter)', () => {
+  test('answers the poll from Postgres, leaves Redis alone, lifts the counter; the next rebuild builds', async () => {
+    const agent = agents.filter(a => a.pending)[1]!
+    const actor = `agent:${agent.id}`
+    const { redis, keys } = ctx.deps
+    // A holder paused past its lease may hold this token: a rebuild under a lower one fences nothing out.
+    const newer = 1_000_000_000
+    await ctx.deps.sql`
+      insert into actor_fences (actor, token, last_at) values (${actor}, ${newer}, now())
+      on conflict (actor) do update set token = ${newer}
+    `
+    await redis.del(keys.actor(actor).fence)
+    const inboxes = await createInboxReader(ctx.deps)
+    try {
+      await invalidateInbox(ctx.deps, agent.id)
+      expect((await inboxes.read(agent.id)).conversations).toHaveLength(1)
+      expect(await redis.exists(keys.agent(agent.id).built)).toBe(0)
+      expect(Number(await redis.get(keys.actor(actor).fence))).toBeGreaterThanOrEqual(newer)
+      expect((await inboxes.read(agent.id)).conversations).toHaveLength(1)
+      expect(await redis.exists(keys.agent(agent.id).built)).toBe(1)
+    } finally {
+      await inboxes.close()
+    }
+  })
+})

@@ -13,11 +13,14 @@ export function purgeAppliedCommands(sql: Sql, olderThan: Date): Promise<number>
  * Moves the actor's fence in Postgres to `token` (unless a newer one is there), for a holder that
  * applies no commands itself (an inbox rebuild): a holder paused past its lease then commits nothing
  * more, and a transaction of its already applying commands is waited for (its fence row is locked to
- * its commit), so what the caller reads after this includes it. `last_at` is left as it is.
+ * its commit), so what the caller reads after this includes it. `last_at` is left as it is. Returns
+ * the fence's token: a newer one than `token` (Redis lost its counter) fenced nothing out.
  */
-export async function fenceOut(sql: Sql, actor: string, token: number): Promise<void> {
-  await sql`
+export async function fenceOut(sql: Sql, actor: string, token: number): Promise<number> {
+  const [row] = await sql<{ token: string }[]>`
     insert into actor_fences (actor, token, last_at) values (${actor}, ${token}, '-infinity')
-    on conflict (actor) do update set token = excluded.token where actor_fences.token <= excluded.token
+    on conflict (actor) do update set token = greatest(actor_fences.token, excluded.token)
+    returning token
   `
+  return Number(row!.token)
 }

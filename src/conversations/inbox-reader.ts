@@ -206,12 +206,18 @@ async function rebuildHeld(deps: RebuildDeps, agentId: string): Promise<AgentInb
     // A turn whose holder lost its lease mid-way (paused) may still commit and project a service
     // request after this rebuild read them, which its last step would then overwrite: fenced out in
     // Postgres, it commits nothing more, and one committing now is waited for before anything is read.
-    // Not fenced (a Postgres refusing writes, or such a turn past the lock timeout): the poll is
+    // Not fenced (a Postgres refusing writes, such a turn past the lock timeout, or a newer token in
+    // Postgres than Redis drew: its counter lost, lifted past it for the next rebuild): the poll is
     // answered from Postgres and Redis left alone, as when the actor is held elsewhere.
     const fenced =
       held &&
       (await fenceOut(sql, actor, taken.token).then(
-        () => true,
+        fence =>
+          fence === taken.token ||
+          holder.raiseFence(actor, fence).then(
+            () => false,
+            () => false,
+          ),
         () => false,
       ))
     let writing = fenced && (await beginRebuild({ redis, keys }, agentId, holder.id))
