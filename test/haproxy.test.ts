@@ -55,7 +55,8 @@ async function readUntilCut(response: Response): Promise<string[]> {
   } catch {
     // HAProxy cut the stream: what came before is what counts.
   }
-  return [...text.matchAll(/^id: (\S+)$/gm)].map(match => match[1]!)
+  // The events' ids (not the place a fresh stream is told alone, an id with no event).
+  return [...text.matchAll(/^id: (\S+)\nevent: /gm)].map(match => match[1]!)
 }
 
 describe('event streams behind HAProxy', () => {
