@@ -306,6 +306,38 @@ describe('JWT bearer (remote JWKS)', () => {
   })
 })
 
+describe('JWT bearer when the JWKS endpoint fails', () => {
+  test('a key set answered with an error status, as no JSON, or malformed is 503, not the caller’s token refused; once it is back the token passes', async () => {
+    const { publicKey, privateKey } = await generateKeyPair('RS256')
+    const keys = [{ ...(await exportJWK(publicKey)), kid: 'k-1', alg: 'RS256' }]
+    let answer = () => new Response('upstream down', { status: 503 })
+    const jwks = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: () => answer() })
+    const idp = await createTestContext({ env: { AUTH_JWKS_URL: `http://127.0.0.1:${jwks.port}/jwks.json` } })
+    try {
+      const token = await new SignJWT({})
+        .setProtectedHeader({ alg: 'RS256', kid: 'k-1' })
+        .setSubject(`idp-${randomBytes(4).toString('hex')}`)
+        .setIssuedAt()
+        .setExpirationTime('10m')
+        .sign(privateKey)
+      const failures = [
+        () => new Response('upstream down', { status: 503 }),
+        () => new Response('<html>maintenance</html>', { status: 200 }),
+        () => Response.json({ error: 'not a key set' }),
+      ]
+      for (const failure of failures) {
+        answer = failure
+        expectError(await idp.call('GET', '/v1/auth/me', { token }), 503, 'unavailable')
+      }
+      answer = () => Response.json({ keys })
+      expect((await idp.call('GET', '/v1/auth/me', { token })).status).toBe(200)
+    } finally {
+      await idp.close()
+      jwks.stop(true)
+    }
+  })
+})
+
 describe('wallet address', () => {
   const lower = '0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed'
   const eip55 = '0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed'

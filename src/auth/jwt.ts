@@ -102,9 +102,15 @@ function checkLifetime(payload: JWTPayload, maxAgeSeconds: number) {
   if (lifetime > maxAgeSeconds) throw errors.invalidToken('The token lives longer than this service accepts (AUTH_MAX_TOKEN_AGE)')
 }
 
-/** The keys' fetch failed: timed out, refused, or with no file descriptor for its connection (EMFILE, ENFILE). */
+/**
+ * The keys' fetch failed: timed out, refused, or with no file descriptor for its connection (EMFILE,
+ * ENFILE); or the provider answered no key set (an error status, no JSON, a malformed set), which
+ * says nothing of the caller's token.
+ */
 function isJwksUnreachable(error: unknown): boolean {
   const code = (error as { code?: string } | null)?.code
-  if (code === 'ERR_JWKS_TIMEOUT' || code === 'EMFILE' || code === 'ENFILE') return true
+  if (code === 'ERR_JWKS_TIMEOUT' || code === 'ERR_JWKS_INVALID' || code === 'EMFILE' || code === 'ENFILE') return true
+  // jose's own words for a fetch answered other than 200, or with a body that is not JSON
+  if (error instanceof joseErrors.JOSEError && /JSON Web Key Set HTTP response/.test(error.message)) return true
   return error instanceof TypeError && /fetch|connect/i.test(error.message)
 }
