@@ -336,6 +336,18 @@ describe('JWT bearer when the JWKS endpoint fails', () => {
       jwks.stop(true)
     }
   })
+
+  test('a JWKS host whose name does not resolve is 503, as one that refuses the connection is', async () => {
+    // .invalid never resolves (RFC 6761): what a DNS outage looks like to the process.
+    const idp = await createTestContext({ env: { AUTH_JWKS_URL: 'http://idp.example.invalid/jwks.json' } })
+    try {
+      const { privateKey } = await generateKeyPair('RS256')
+      const token = await new SignJWT({}).setProtectedHeader({ alg: 'RS256', kid: 'k-1' }).setSubject('dns').setExpirationTime('10m').sign(privateKey)
+      expectError(await idp.call('GET', '/v1/auth/me', { token }), 503, 'unavailable')
+    } finally {
+      await idp.close()
+    }
+  })
 })
 
 describe('wallet address', () => {

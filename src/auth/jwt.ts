@@ -103,14 +103,17 @@ function checkLifetime(payload: JWTPayload, maxAgeSeconds: number) {
 }
 
 /**
- * The keys' fetch failed: timed out, refused, or with no file descriptor for its connection (EMFILE,
- * ENFILE); or the provider answered no key set (an error status, no JSON, a malformed set), which
- * says nothing of the caller's token.
+ * The keys' fetch failed: timed out, refused, the host's name not resolved, or with no file descriptor
+ * for its connection (EMFILE, ENFILE); or the provider answered no key set (an error status, no JSON,
+ * a malformed set), which says nothing of the caller's token.
  */
 function isJwksUnreachable(error: unknown): boolean {
   const code = (error as { code?: string } | null)?.code
   if (code === 'ERR_JWKS_TIMEOUT' || code === 'ERR_JWKS_INVALID' || code === 'EMFILE' || code === 'ENFILE') return true
   // jose's own words for a fetch answered other than 200, or with a body that is not JSON
   if (error instanceof joseErrors.JOSEError && /JSON Web Key Set HTTP response/.test(error.message)) return true
-  return error instanceof TypeError && /fetch|connect/i.test(error.message)
+  // Bun's fetch fails with a TypeError: a system error's code (ECONNREFUSED, ENOTFOUND for a name that
+  // does not resolve, EAI_AGAIN, ...; not an ERR_ code of the runtime's own), or words that name the
+  // fetch or the connection.
+  return error instanceof TypeError && (/^E(?!RR_)[A-Z_]+$/.test(code ?? '') || /fetch|connect/i.test(error.message))
 }
