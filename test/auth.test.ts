@@ -5,6 +5,7 @@ import { startRedisServer } from './helpers/redis-server.ts'
 import { until } from './helpers/until.ts'
 import { touchKeys } from '../src/auth/store.ts'
 import { generateKey } from '../src/auth/api-key.ts'
+import { checksumAddress } from '../src/auth/wallet.ts'
 import { createLog } from '../src/log.ts'
 import {
   createAgent,
@@ -413,6 +414,17 @@ describe('wallet address', () => {
     }
     expectError(await ctx.call('PATCH', '/v1/auth/me', { token: user.token, rawBody: '{"walletAddress":' }), 400, 'invalid_json')
     expect(await storedWallet(user)).toBe(otherEip55)
+  })
+
+  test('updates at once each answer the profile as their own write left it, not another’s', async () => {
+    const user = await signUp(ctx)
+    const answered: [string, string][] = []
+    for (let round = 0; round < 10; round++) {
+      const addresses = Array.from({ length: 8 }, () => checksumAddress(`0x${randomBytes(20).toString('hex')}`)!)
+      const results = await Promise.all(addresses.map(address => patch(user, { walletAddress: address })))
+      results.forEach((res, i) => answered.push([addresses[i]!, res.body.data.walletAddress]))
+    }
+    expect(answered.filter(([sent, got]) => sent !== got)).toEqual([])
   })
 
   test('no credential is 401 and an agent key is 403', async () => {

@@ -66,8 +66,10 @@ function profileRoutes({ sql }: Deps, auth: AuthPlugin) {
         if (body.walletAddress !== null && !walletAddress) {
           throw errors.field('/walletAddress', 'must be 0x and 40 hex digits with a valid EIP-55 checksum')
         }
-        await setWalletAddress(sql, user.userId, walletAddress)
-        return ok(profile(await me(user.userId)))
+        // The row this update wrote: read again after it, the profile could be a concurrent update's.
+        const updated = await setWalletAddress(sql, user.userId, walletAddress)
+        if (!updated) throw errors.invalidToken()
+        return ok(profile(updated))
       },
       {
         user: true,

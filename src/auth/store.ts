@@ -38,8 +38,14 @@ export async function getUser(sql: Db, id: string): Promise<UserRow | undefined>
   return row
 }
 
-export async function setWalletAddress(sql: Db, id: string, walletAddress: string | null): Promise<void> {
-  await sql`update users set wallet_address = ${walletAddress} where id = ${id}`
+/** Sets the wallet address; returns the profile as this update left it (not as a concurrent one did), or undefined. */
+export async function setWalletAddress(sql: Db, id: string, walletAddress: string | null): Promise<UserRow | undefined> {
+  const [row] = await sql<UserRow[]>`
+    update users set wallet_address = ${walletAddress}
+    where id = ${id}
+    returning id, provider_id as "providerId", email, wallet_address as "walletAddress", created_at as "createdAt"
+  `
+  return row
 }
 
 export interface ApiKeyRow {
