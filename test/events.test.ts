@@ -396,7 +396,9 @@ describe('the wire format and limits', () => {
       while (!done && Date.now() < deadline) done = (await reader.read()).done
       expect(done).toBe(true)
     }
-    // A stream token asked for with the key before it was revoked opens nothing after.
+    // A stream token asked for with the key before it was revoked opens nothing after; a HEAD says so as GET does.
+    const lateHead = await fetch(`${server.url}/v1/events/stream?token=${lateToken}`, { method: 'HEAD' })
+    expect(lateHead.status).toBe(401)
     const late = await rawStream(`/v1/events/stream?token=${lateToken}`)
     expect(late.status).toBe(401)
     expect(((await late.json()) as { error: string }).error).toBe('invalid_token')

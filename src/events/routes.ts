@@ -60,6 +60,10 @@ export function eventRoutes(deps: Deps) {
           // The one-use token opens this stream only; it is never a credential anywhere else.
           const spent = await spendSseToken(deps, query.token, { spend: request.method !== 'HEAD' })
           if (!spent) throw errors.invalidToken('The stream token is unknown, used or expired')
+          // GET refuses a token asked for with a key revoked since, as the stream opens: a HEAD says so too.
+          if (request.method === 'HEAD' && spent.keyHash && typeof (await authenticator.keys.lookup(spent.keyHash)) !== 'object') {
+            throw errors.invalidToken('The API key this stream was asked for with has been revoked')
+          }
           userId = spent.userId
           keyHash = spent.keyHash
         } else {
