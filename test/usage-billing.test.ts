@@ -17,6 +17,7 @@ import type { Job } from 'bullmq'
 import { addMonths } from '../src/billing/periods.ts'
 import { ensurePeriods } from '../src/billing/subscriptions/store.ts'
 import { agentStats } from '../src/billing/stats/store.ts'
+import { deactivateAgent } from '../src/participants/deactivate.ts'
 import { counted, meteredSubscriber, type MeteredSubscriber } from './helpers/usage.ts'
 
 let ctx: TestContext
@@ -746,6 +747,87 @@ describe('a call of a subscription cancelled meanwhile', () => {
   })
 })
 
+describe('a cancellation racing the invoice run at the end of a period', () => {
+  const lockWaits = () =>
+    int(ctx.deps.sql`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)
+
+  test('a run that met a cancellation dated before the period ended makes no period after it', async () => {
+    const s = await setup({ monthlyPriceCents: 100, includedProxyCalls: 0, overagePerCallCents: 1 })
+    const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
+    const end = new Date(sub.currentPeriodEnd).getTime()
+    // The cancellation's last statement (its event) waits here, the subscription locked by it.
+    let release!: () => void
+    const held = new Promise<void>(resolve => (release = resolve))
+    let locked!: () => void
+    const lockTaken = new Promise<void>(resolve => (locked = resolve))
+    const holding = ctx.deps.workerSql.begin(async tx => {
+      await tx`lock table outbox in share mode`
+      locked()
+      await held
+    })
+    await lockTaken
+    try {
+      // Cancelled a second before its first period ended; the run, a minute after, reads it active.
+      ctx.clock.set(new Date(end - 1000))
+      const cancel = ctx.call('DELETE', `/v1/billing/subscriptions/${s.subscriptionId}`, { token: s.user.token })
+      await until(async () => (await lockWaits()) === 1)
+      // The run's first statement, making the periods begun by then (of this subscription only: of every
+      // one in this file's database, it could outlast the held cancellation's lock timeout). It waits
+      // for the cancellation, or is done without.
+      const periodsMade = ensurePeriods(forInvoiceRun(ctx.deps).sql, new Date(end + 61_000), s.subscriptionId)
+      await Promise.race([periodsMade, until(async () => (await lockWaits()) === 2)])
+      release()
+      expect((await cancel).status).toBe(200)
+      await periodsMade
+    } finally {
+      release()
+      await holding
+      ctx.clock.set(new Date())
+    }
+    await runInvoices(forInvoiceRun(ctx.deps), new Date(end + 61_000))
+    // Its one period, the one it was cancelled in, is its last: no month after it is made, nor billed.
+    const periods = await ctx.deps.sql<{ periodIndex: number }[]>`
+      select period_index as "periodIndex" from subscription_periods where subscription_id = ${s.subscriptionId} order by 1
+    `
+    expect(periods.map(p => p.periodIndex)).toEqual([0])
+    const [after] = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data
+    expect(after).toMatchObject({ status: 'cancelled', currentPeriodStart: sub.currentPeriodStart })
+    const invoices = (await ctx.call('GET', '/v1/billing/invoices', { token: s.user.token })).body.data
+    expect(invoices.map((i: { periodStart: string }) => i.periodStart)).toEqual([sub.currentPeriodStart])
+  }, 30_000)
+
+  test('nor does one that met the deactivation of the agent, dated before the period ended', async () => {
+    const s = await setup({ monthlyPriceCents: 100, includedProxyCalls: 0, overagePerCallCents: 1 })
+    const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
+    const end = new Date(sub.currentPeriodEnd).getTime()
+    let release!: () => void
+    const held = new Promise<void>(resolve => (release = resolve))
+    let deactivated!: () => void
+    const madeIt = new Promise<void>(resolve => (deactivated = resolve))
+    // The agent deactivated a second before the period ended (as DELETE /v1/participants/{id} does), not committed yet.
+    const holding = ctx.deps.workerSql.begin(async tx => {
+      await tx`select 1 from participants where id = ${s.agent.id} for update`
+      await deactivateAgent(tx, s.agent.id, owner.id, new Date(end - 1000))
+      deactivated()
+      await held
+    })
+    await madeIt
+    const run = runInvoices(forInvoiceRun(ctx.deps), new Date(end + 61_000))
+    try {
+      // Either the run waits for the deactivation, or it is done without.
+      await Promise.race([run, until(async () => (await lockWaits()) === 1)])
+    } finally {
+      release()
+      await holding
+      await run
+    }
+    const periods = await ctx.deps.sql<{ periodIndex: number }[]>`
+      select period_index as "periodIndex" from subscription_periods where subscription_id = ${s.subscriptionId} order by 1
+    `
+    expect(periods.map(p => p.periodIndex)).toEqual([0])
+  }, 30_000)
+})
+
 describe('counting beside other counters', () => {
   test('a run with thousands left to count, beside four other counters, bills every one of them', async () => {
     const s = await setup({ monthlyPriceCents: 100, includedProxyCalls: 0, overagePerCallCents: 1 })
@@ -795,8 +877,10 @@ describe('the invoices worker', () => {
 /**
  * An invoice run caught making the new periods of `s` and of another subscriber: the run makes every
  * subscription's in one statement, seconds long with many subscriptions, and holds each period it
- * made until it commits. A lock on the other subscription the run makes a period for stands in for
- * the rest of that statement. `waitsFor` starts what should wait for the run's period
+ * made until it commits. A trigger on the other subscription's new period, waiting for a lock held
+ * here at the statement's end (where its foreign keys are checked), stands in for the rest of that
+ * statement (a lock on the other subscription's row would have it passed over, as one being cancelled
+ * is). `waitsFor` starts what should wait for the run's period
  * (`s`'s, begun at `end`), checks that it still waits past the requests' lock timeout, then lets
  * the run go and returns what it answered.
  */
@@ -808,10 +892,23 @@ async function heldRun<T>(s: MeteredSubscriber, waitsFor: (sub: { currentPeriodS
   const at = new Date(Math.max(end, new Date(otherSub.currentPeriodEnd).getTime()) + 1000)
   let release!: () => void
   const held = new Promise<void>(resolve => (release = resolve))
+  const lockKey = 4242
+  await ctx.deps.sql.unsafe(`
+    create or replace function test_held_run() returns trigger language plpgsql
+    as $$ begin perform pg_advisory_xact_lock_shared(${lockKey}); return null; end $$
+  `)
+  await ctx.deps.sql.unsafe(`
+    create trigger test_held_run after insert on subscription_periods for each row
+    when (new.subscription_id = '${other.subscriptionId}') execute function test_held_run()
+  `)
+  let locked!: () => void
+  const lockTaken = new Promise<void>(resolve => (locked = resolve))
   const holding = ctx.deps.workerSql.begin(async tx => {
-    await tx`select 1 from subscriptions where id = ${other.subscriptionId} for update`
+    await tx`select pg_advisory_xact_lock(${lockKey})`
+    locked()
     await held
   })
+  await lockTaken
   const run = runInvoices(forInvoiceRun(ctx.deps), at)
   const lockWaits = () =>
     int(ctx.deps.sql`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)
@@ -828,6 +925,7 @@ async function heldRun<T>(s: MeteredSubscriber, waitsFor: (sub: { currentPeriodS
     release()
     await holding
     await run
+    await ctx.deps.sql`drop trigger test_held_run on subscription_periods`
   }
 }
 

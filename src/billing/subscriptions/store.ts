@@ -151,6 +151,11 @@ export async function ensurePeriods(sql: Db, at: Date, subscriptions: string | s
       ) best
       where (${ids}::uuid[] is null or s.id = any(${ids}::uuid[]))
         and (k = 0 or p.start <= bound.until)
+      -- A subscription being cancelled (by its subscriber, or its agent's deactivation: the only
+      -- writers of its row) is passed over, its row read before the cancellation committed: a period
+      -- made from it could begin after the cancellation. Its periods are made once that is settled
+      -- (the next run, read or call). Share locks: readers of periods do not wait for each other.
+      for share of s skip locked
       on conflict do nothing
       returning 1
     )
