@@ -796,6 +796,65 @@ describe('a cancellation racing the invoice run at the end of a period', () => {
     expect(invoices.map((i: { periodStart: string }) => i.periodStart)).toEqual([sub.currentPeriodStart])
   }, 30_000)
 
+  test('a cancellation dated before the period ended, that found the next one made, is dated in it', async () => {
+    const s = await setup({ monthlyPriceCents: 100, includedProxyCalls: 0, overagePerCallCents: 1 })
+    const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
+    const end = new Date(sub.currentPeriodEnd).getTime()
+    // The cancellation waits here before it locks the subscription (its agent's row first).
+    let release!: () => void
+    const held = new Promise<void>(resolve => (release = resolve))
+    let locked!: () => void
+    const lockTaken = new Promise<void>(resolve => (locked = resolve))
+    const holding = ctx.deps.workerSql.begin(async tx => {
+      await tx`select 1 from participants where id = ${s.agent.id} for share`
+      locked()
+      await held
+    })
+    await lockTaken
+    let cancelled
+    try {
+      ctx.clock.set(new Date(end - 1000))
+      const cancel = ctx.call('DELETE', `/v1/billing/subscriptions/${s.subscriptionId}`, { token: s.user.token })
+      await until(async () => (await lockWaits()) === 1)
+      // Meanwhile the run (or a call, or a list) finds it active a minute after the period ended, and makes the next.
+      expect(await ensurePeriods(forInvoiceRun(ctx.deps).sql, new Date(end + 61_000), s.subscriptionId)).toBe(1)
+      release()
+      cancelled = await cancel
+    } finally {
+      release()
+      await holding
+      ctx.clock.set(new Date())
+    }
+    expect(cancelled.status).toBe(200)
+    // The period it was cancelled in is the last it has, and the one it shows.
+    const { cancelledAt, currentPeriodStart } = cancelled.body.data
+    expect(currentPeriodStart).toBe(sub.currentPeriodEnd)
+    expect(new Date(cancelledAt).getTime()).toBeGreaterThanOrEqual(new Date(currentPeriodStart).getTime())
+    const [late] = await ctx.deps.sql<{ n: number }[]>`
+      select count(*)::int as n from subscription_periods sp join subscriptions s on s.id = sp.subscription_id
+      where s.id = ${s.subscriptionId} and sp.period_start > s.cancelled_at
+    `
+    expect(late!.n).toBe(0)
+  }, 30_000)
+
+  test('so is a deactivation of the agent dated before the period ended, that found the next one made', async () => {
+    const s = await setup({ monthlyPriceCents: 100, includedProxyCalls: 0, overagePerCallCents: 1 })
+    const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
+    const end = new Date(sub.currentPeriodEnd).getTime()
+    // Made by a statement that read the subscription active after the period ended, before the deactivation took its locks.
+    expect(await ensurePeriods(forInvoiceRun(ctx.deps).sql, new Date(end + 61_000), s.subscriptionId)).toBe(1)
+    try {
+      ctx.clock.set(new Date(end - 1000))
+      expect((await ctx.call('DELETE', `/v1/participants/${s.agent.id}`, { token: owner.token })).status).toBe(200)
+    } finally {
+      ctx.clock.set(new Date())
+    }
+    const [after] = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data
+    expect(after.status).toBe('cancelled')
+    expect(after.currentPeriodStart).toBe(sub.currentPeriodEnd)
+    expect(new Date(after.cancelledAt).getTime()).toBeGreaterThanOrEqual(end)
+  })
+
   test('nor does one that met the deactivation of the agent, dated before the period ended', async () => {
     const s = await setup({ monthlyPriceCents: 100, includedProxyCalls: 0, overagePerCallCents: 1 })
     const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]

@@ -100,7 +100,11 @@ export async function deactivateParticipant(sql: Db, id: string, at: Date): Prom
     where target_participant_id = ${id} and status = 'pending' and expires_at > ${at}
   `
   return sql<CancelledSubscription[]>`
-    update subscriptions set status = 'cancelled', cancelled_at = ${at}
+    -- No earlier than its latest period's start, as a subscriber's cancellation (cancelledAt,
+    -- billing/subscriptions/store.ts): a period made meanwhile is the one it was cancelled in.
+    update subscriptions set status = 'cancelled', cancelled_at = greatest(${at}::timestamptz, (
+      select max(sp.period_start) from subscription_periods sp where sp.subscription_id = subscriptions.id
+    ))
     where participant_id = ${id} and status = 'active'
     returning id as "subscriptionId", plan_id as "planId", user_id as "userId"
   `

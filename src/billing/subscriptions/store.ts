@@ -228,8 +228,21 @@ export async function cancelSubscription(
   `
   if (!row) return { result: 'missing' }
   if (row.status === 'cancelled') return { result: 'already' }
-  await sql`update subscriptions set status = 'cancelled', cancelled_at = ${at} where id = ${id}`
+  await sql`update subscriptions set status = 'cancelled', cancelled_at = ${cancelledAt(sql, at)} where id = ${id}`
   return { result: 'cancelled', participantId: row.participantId }
+}
+
+/**
+ * When a cancellation dated `at` takes effect, for the subscription whose row is being updated: no
+ * earlier than the start of its latest period. That period was made while the subscription was
+ * still active (ensurePeriods passes over one being cancelled), by a statement that read it so at or
+ * after the period's start, though the cancellation was dated before: the cancellation falls in it,
+ * the period it is invoiced for, rather than a whole period beginning after it.
+ */
+export function cancelledAt(sql: Db, at: Date) {
+  return sql`greatest(${at}::timestamptz, (
+    select max(sp.period_start) from subscription_periods sp where sp.subscription_id = subscriptions.id
+  ))`
 }
 
 export async function adjustActiveSubscribers(sql: Db, participantId: string, delta: 1 | -1): Promise<void> {
