@@ -7,7 +7,7 @@ import type { AuthPlugin } from '../../auth/plugin.ts'
 import { requireOwnedParticipant, requireParticipant } from '../../participants/ownership.ts'
 import { CreatePlan, DeactivatedPlan, Plan, UpdatePlan } from './schema.ts'
 import { announcePlanChange } from './price-change.ts'
-import { deactivatePlan, findPlan, insertPlan, listPlans, lockPlan, updatePlan, type PlanRow } from './store.ts'
+import { changeDate, deactivatePlan, findPlan, insertPlan, listPlans, lockPlan, updatePlan, type PlanRow } from './store.ts'
 
 export const planView = (row: PlanRow): Plan => ({
   id: row.id,
@@ -88,8 +88,8 @@ export function planRoutes({ sql, clock, rateLimiter }: Deps, auth: AuthPlugin) 
         await sql.begin(async tx => {
           // Dated once the row is ours: a subscription being made meanwhile starts before this date
           // (so it is told of the change, and billed as told), never after it.
-          await lockPlan(tx, params.id)
-          const at = clock.now()
+          const latest = await lockPlan(tx, params.id)
+          const at = changeDate(clock.now(), latest)
           const change = await updatePlan(tx, params.id, body, at)
           if (change) await announcePlanChange(tx, { id: plan.id, name: body.name ?? plan.name, participantId: plan.participantId }, change, at)
         })

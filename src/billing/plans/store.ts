@@ -82,10 +82,25 @@ export async function listPlans(sql: Db, participantId: string, includeInactive:
 /**
  * Locks the plan's row for a change, waiting for subscriptions to it being made (findPlan with
  * `lockAgent`): the change is to be dated after this, so that no subscription's start falls after
- * the change's date without having seen it.
+ * the change's date without having seen it. Returns the date of the plan's latest terms: the change
+ * is dated after it too (`changeDate`), as the history keeps one version a date.
  */
-export async function lockPlan(sql: Db, id: string): Promise<void> {
-  await sql`select 1 from plans where id = ${id} for update`
+export async function lockPlan(sql: Db, id: string): Promise<Date | null> {
+  const [row] = await sql<{ latest: Date | null }[]>`
+    select (select max(effective_from) from plan_terms where plan_id = p.id) as latest
+    from plans p where p.id = ${id}
+    for update of p
+  `
+  return row?.latest ?? null
+}
+
+/**
+ * A change's date: `now`, or a millisecond after the plan's latest terms when those are no earlier.
+ * Two changes in one millisecond would otherwise share a version: a drop taken back within it was
+ * lost from the bill, though its notice had been sent.
+ */
+export function changeDate(now: Date, latest: Date | null): Date {
+  return latest && latest.getTime() >= now.getTime() ? new Date(latest.getTime() + 1) : now
 }
 
 /**
