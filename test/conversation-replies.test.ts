@@ -36,7 +36,7 @@ import {
 import { until } from './helpers/until.ts'
 import { startHeldProxy } from './helpers/held-proxy.ts'
 import { startActors } from '../workers/actors.ts'
-import { holdDeactivation } from './helpers/deactivation.ts'
+import { holdDeactivation, lockWaited } from './helpers/deactivation.ts'
 import { deactivateAgent } from '../src/participants/deactivate.ts'
 
 /** The rest of a rebuild as the inbox reader makes one, after it emptied the inbox and read: the conversations, then the requests and the mark. */
@@ -861,7 +861,9 @@ describe('a process’s own inbox changes', () => {
     await send(pair.user, pair.agent, 'first')
     const subscriber = new Redis(redisUrl)
     const pubsub = createPubSub(subscriber)
-    const inboxes = await createInboxReader({ ...ctx.deps, pubsub })
+    // Its own connections, with no lock timeout: the rebuild held on the table waits for it, however loaded the machine.
+    const readerSql = createSql(ctx.database.url, { max: 4 })
+    const inboxes = await createInboxReader({ ...ctx.deps, pubsub, sql: readerSql })
     const sql = createSql(ctx.database.url, { max: 2 })
     const replies = createReplyWriter({ ...ctx.deps, pubsub, sql })
     // The rebuild's read of the open requests waits here, after it read (and wrote) the conversations.
@@ -879,6 +881,9 @@ describe('a process’s own inbox changes', () => {
       await ctx.deps.redis.del(ctx.deps.keys.agent(pair.agent.id).built)
       const first = inboxes.read(pair.agent.id)
       const versions = ctx.deps.keys.agent(pair.agent.id).versions
+      // Held on the table, the rebuild has begun (emptied the inbox, versions too); written again,
+      // the conversation was read before the reply below.
+      await lockWaited(ctx.deps.sql)
       await until(async () => (await ctx.deps.redis.hget(versions, pair.user.id)) !== null)
       await replies.send({ agentId: pair.agent.id, userId: pair.user.id, text: 'answered', messageId: newRowId(), chosen: false })
       // The agent polls after its reply was answered: it must not be shown the conversation pending.
@@ -894,6 +899,7 @@ describe('a process’s own inbox changes', () => {
       await inboxes.close()
       await pubsub.close()
       await sql.end()
+      await readerSql.end()
     }
   })
 })

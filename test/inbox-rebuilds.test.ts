@@ -18,7 +18,8 @@ let ctx: TestContext
 let agents: SeededAgent[]
 
 beforeAll(async () => {
-  ctx = await createTestContext({ relay: false })
+  // No lock timeout: rebuilds held on a lock by a test wait for it, however loaded the machine.
+  ctx = await createTestContext({ relay: false, env: { DATABASE_LOCK_TIMEOUT_MS: '0' } })
   agents = await seedAgents(ctx.deps.sql, { agents: 1000, pendingEvery: 10, repliers: 0 })
 })
 afterAll(() => ctx.close())
