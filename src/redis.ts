@@ -19,12 +19,15 @@ export const commandTimeoutMs = 3000
  * Closes a connection: QUIT when it is ready (what it has sent is answered first), else ended at once.
  * With Redis away a QUIT would queue behind the commands waiting for it, which on a BullMQ connection
  * wait as long as Redis is gone (a process's drain then waited out SHUTDOWN_TIMEOUT_MS); ended, they
- * fail with "Connection is closed.".
+ * fail with "Connection is closed.". A QUIT unanswered within a second (Redis paused, or cut off by
+ * the network, the connection still ready) ends it too: what it sent was sent, only answers are lost.
  */
 export async function closeRedis(redis: Redis): Promise<void> {
-  if (redis.status === 'ready') await redis.quit().catch(() => redis.disconnect())
-  else redis.disconnect()
+  if (redis.status === 'ready' && (await settlesWithin(redis.quit(), quitWithinMs))) return
+  redis.disconnect()
 }
+
+const quitWithinMs = 1000
 
 /**
  * Whether a ready connection answers a PING within `ms`. One that does not (Redis paused, or cut off
