@@ -80,6 +80,14 @@ const kinds: ActorKinds = {
         repaired.push(id)
       },
     },
+    // Its effect takes a time a minute after its own, as a user's message after a reply stamped by a clock ahead.
+    late: {
+      async apply(tx, _payload, { id, at, passed }) {
+        await tx`insert into actor_log (actor, n) values (${id}, 60)`
+        passed?.(new Date(at.getTime() + 60_000))
+        return { late: true }
+      },
+    },
     // A type a newer release added: the runtimes of `olderRelease` have no handler for it.
     added: {
       async apply(tx, _payload, { id }) {
@@ -510,6 +518,26 @@ describe('actor runtime', () => {
     for (let i = 1; i < times.length; i++) {
       if (times[i]!.actor === times[i - 1]!.actor) expect(times[i]!.at.getTime()).toBeGreaterThan(times[i - 1]!.at.getTime())
     }
+    await r.stop()
+  })
+
+  test('a command whose effect took a later time puts the actor’s next commands after it, in its batch and the next', async () => {
+    for (const r of runtimes) await r.stop().catch(() => {})
+    const actor = randomUUID()
+    await ctx.deps.dispatcher.tell(`log:${actor}`, 'late', {})
+    for (let n = 0; n < 2; n++) await ctx.deps.dispatcher.tell(`log:${actor}`, 'append', { n })
+    const r = await runtime()
+    await until(async () => (await appended(actor)).length === 3)
+    expect(r.stats().batches).toBe(1)
+    await ctx.deps.dispatcher.tell(`log:${actor}`, 'append', { n: 2 })
+    await until(async () => (await appended(actor)).length === 4)
+    const times = (
+      await ctx.deps.sql<{ at: Date }[]>`select applied_at as at from actor_applied where actor = ${`log:${actor}`} order by applied_at`
+    ).map(row => row.at.getTime())
+    expect(times.length).toBe(4)
+    expect(times[1]!).toBeGreaterThan(times[0]! + 60_000)
+    expect(times[2]!).toBeGreaterThan(times[1]!)
+    expect(times[3]!).toBeGreaterThan(times[2]!)
     await r.stop()
   })
 

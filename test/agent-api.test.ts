@@ -95,6 +95,34 @@ describe('the reference loop', () => {
     }
   })
 
+  test('since never skips a conversation written after the poll, however its clock and a chatty conversation’s differ', async () => {
+    // Each reply is stamped by the API process's clock and each user message after it goes past it,
+    // so a chatty conversation runs ahead of the agent's actor's clock (frozen here, as a skewed or
+    // stepped one would be): a message of another user that arrives later must still be after it.
+    const chatty = await subscribedPair()
+    const other = await signUp(ctx)
+    const plan = (await ctx.call('GET', `/v1/billing/plans/${chatty.agent.id}`, { token: other.token })).body.data[0]
+    await ctx.call('POST', '/v1/billing/subscriptions', { token: other.token, body: { planId: plan.id } })
+    ctx.clock.freeze(new Date())
+    try {
+      for (let i = 0; i < 5; i++) {
+        expect((await send(chatty.user, chatty.agent, `question ${i}`)).status).toBe(201)
+        expect((await reply(chatty.agent, chatty.user.id, `answer ${i}`)).status).toBe(201)
+      }
+      await send(chatty.user, chatty.agent, 'last question')
+      const seen = (await poll(chatty.agent)).body.data.pendingConversations
+      expect(seen.map((c: { latestMessage: string }) => c.latestMessage)).toEqual(['last question'])
+      const late = await send(other, chatty.agent, 'a newcomer')
+      expect(late.status).toBe(201)
+      const after = (await poll(chatty.agent, `?since=${encodeURIComponent(seen[0].latestMessageAt)}`)).body.data.pendingConversations
+      expect(after.map((c: { userId: string }) => c.userId)).toEqual([other.id])
+      const all = (await poll(chatty.agent)).body.data.pendingConversations
+      expect(all.map((c: { userId: string }) => c.userId)).toEqual([chatty.user.id, other.id])
+    } finally {
+      ctx.clock.set(new Date())
+    }
+  })
+
   test('history pages newest first with limit and before', async () => {
     const { agent, user } = await subscribedPair()
     for (let i = 0; i < 5; i++) {

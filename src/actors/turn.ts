@@ -97,10 +97,14 @@ async function applyBatch({ sql, clock, kinds }: TurnDeps, actors: BatchActor[])
     const chain = async (h: BatchActor) => {
       const list: Applied[] = []
       applied.set(h.actor, list)
+      // The latest time the actor's commands took so far: each next one is given a later one.
+      let latest = -Infinity
+      const passed = (time: Date) => void (latest = Math.max(latest, time.getTime()))
       for (const [i, command] of h.commands.entries()) {
         const key = `${h.actor}\n${command.commandId}`
-        const at = new Date(lastAt.get(h.actor)! - (h.commands.length - 1 - i))
-        const context: CommandContext = { actor: h.actor, id: h.actor.slice(h.kind.length + 1), commandId: command.commandId, at }
+        const at = new Date(Math.max(lastAt.get(h.actor)! - (h.commands.length - 1 - i), latest + 1))
+        passed(at)
+        const context: CommandContext = { actor: h.actor, id: h.actor.slice(h.kind.length + 1), commandId: command.commandId, at, passed }
         try {
           const handler = kinds[h.kind]?.[command.type]
           if (!handler) throw new Error(`no handler for ${h.kind} command ${command.type}`)
@@ -120,6 +124,8 @@ async function applyBatch({ sql, clock, kinds }: TurnDeps, actors: BatchActor[])
           throw error
         }
       }
+      // Past the fence's time: the actor's next batch begins after it.
+      if (latest > lastAt.get(h.actor)!) await moveFenceOn(tx, h.actor, new Date(latest))
     }
     await Promise.allSettled(held.filter(h => lastAt.has(h.actor)).map(chain))
     if (culprit) throw new BatchFailed(culprit.actor, culprit.error)
@@ -145,6 +151,11 @@ async function fence(tx: TxSql, held: BatchActor[], now: Date): Promise<Map<stri
     returning actor, last_at as at
   `
   return new Map(rows.map(row => [row.actor, row.at.getTime()]))
+}
+
+/** Moves the actor's clock on to `at` (a command's effect took that time): its next batch begins after it. */
+async function moveFenceOn(tx: TxSql, actor: string, at: Date) {
+  await tx`update actor_fences set last_at = ${at} where actor = ${actor} and last_at < ${at}`
 }
 
 /** The actors a newer holder fenced out, with the token Postgres has seen. */

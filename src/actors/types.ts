@@ -9,6 +9,11 @@ export interface CommandContext {
   commandId: string
   /** When the command is applied: the actor's clock, not the sender's. */
   at: Date
+  /**
+   * Says the effect took a time later than `at` (a conversation's own order pushed it on): the
+   * actor's later commands are given later times still, so what it shows stays in the order it came.
+   */
+  passed?(time: Date): void
 }
 
 export interface CommandHandler<Payload = any, Result = any> {

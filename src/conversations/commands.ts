@@ -24,7 +24,7 @@ export interface MessageApplied {
 export function conversationCommands(deps: InboxDeps): ActorKind {
   return {
     'user.message': {
-      async apply(tx, message: UserMessage, { id, at }): Promise<MessageApplied | Refusal> {
+      async apply(tx, message: UserMessage, { id, at, passed }): Promise<MessageApplied | Refusal> {
         // Sent together on the turn's connection: one round trip, not two, while the turn holds its rows.
         const [stored, ownerId] = await Promise.all([
           insertUserMessage(tx, { id: message.messageId, participantId: id, userId: message.userId, text: message.text, at }),
@@ -32,6 +32,10 @@ export function conversationCommands(deps: InboxDeps): ActorKind {
         ])
         // Deactivated since the route found it (the message waited in the mailbox): nothing stored.
         if (!stored) return { refused: 'not_found' }
+        // After the conversation's last reply, whose time (another process's clock) may be ahead of
+        // the actor's: the agent's later messages and requests come after it, or a poll's `since`
+        // past this one would skip them.
+        passed?.(stored.createdAt)
         if (ownerId) {
           const payload = { participantId: id, userId: message.userId, messageId: message.messageId, text: message.text }
           await enqueueEvents(tx, at, [{ userId: ownerId, type: 'conversation.message', payload }])
