@@ -633,6 +633,28 @@ describe('a process whose subscriber reconnects', () => {
     }
   }
 
+  /**
+   * A hub of its own whose stream reads pass `held` (heldReads), with a live stream that has had
+   * event 1 (`id` is its id); `resumeHeld()` opens a client's resume from 1 and returns once Redis
+   * has answered its read, the answer held: `opening` is the stream, open once `held.release()`.
+   */
+  async function liveAfterOne() {
+    const held = heldReads()
+    const world = await hubWithOwnSubscriber(held.redis)
+    const live = (await world.hub.open({ stream: world.stream })).body!.getReader()
+    await world.publish(1)
+    expect(await readEvents(live, 1)).toEqual({ ns: [1], ended: false })
+    const id = ((await ctx.deps.redis.xrevrange(world.stream, '+', '-', 'COUNT', 1)) as [string, string[]][])[0]![0]
+    const resumeHeld = async () => {
+      held.hold()
+      const readsBefore = held.reads()
+      const opening = world.hub.open({ stream: world.stream, lastEventId: id })
+      await until(async () => held.reads() > readsBefore)
+      return { opening }
+    }
+    return { ...world, held, live, id, resumeHeld }
+  }
+
   const decoder = new TextDecoder()
   /** Reads a stream until it has `count` events (or ends): the n of each, and whether it ended. */
   const readEvents = async (reader: { read(): Promise<{ value?: Uint8Array; done: boolean }> }, count: number) => {
@@ -735,17 +757,9 @@ describe('a process whose subscriber reconnects', () => {
   })
 
   test('a catch-up after a drop shares no read begun before the drop: a resume reading then does not hide what was missed', async () => {
-    const held = heldReads()
-    const { hub, pubsub, stream, publish, drop, close } = await hubWithOwnSubscriber(held.redis)
-    const live = (await hub.open({ stream })).body!.getReader()
-    await publish(1)
-    expect(await readEvents(live, 1)).toEqual({ ns: [1], ended: false })
-    const id = ((await ctx.deps.redis.xrevrange(stream, '+', '-', 'COUNT', 1)) as [string, string[]][])[0]![0]
+    const { pubsub, publish, drop, close, held, live, resumeHeld } = await liveAfterOne()
     // A client resumes from 1, the live stream's place too: its read (after 1, nothing yet) is held.
-    held.hold()
-    const readsBefore = held.reads()
-    const resuming = hub.open({ stream, lastEventId: id })
-    await until(async () => held.reads() > readsBefore)
+    const { opening: resuming } = await resumeHeld()
     // The subscription drops; 2 reaches nobody here; back, the live stream catches up from 1.
     const reconnected = new Promise<void>(resolve => pubsub.onReconnect(resolve))
     const dropped = drop()
@@ -765,17 +779,9 @@ describe('a process whose subscriber reconnects', () => {
   })
 
   test('a resume shares no read sent before it listened: what came live in between is not lost to it', async () => {
-    const held = heldReads()
-    const { hub, stream, publish, close } = await hubWithOwnSubscriber(held.redis)
-    const live = (await hub.open({ stream })).body!.getReader()
-    await publish(1)
-    expect(await readEvents(live, 1)).toEqual({ ns: [1], ended: false })
-    const id = ((await ctx.deps.redis.xrevrange(stream, '+', '-', 'COUNT', 1)) as [string, string[]][])[0]![0]
+    const { hub, stream, publish, close, held, live, id, resumeHeld } = await liveAfterOne()
     // A first client resumes from 1: its read (nothing after 1 yet) is answered by Redis, the answer held.
-    held.hold()
-    const readsBefore = held.reads()
-    const first = hub.open({ stream, lastEventId: id })
-    await until(async () => held.reads() > readsBefore)
+    const { opening: first } = await resumeHeld()
     // 2 comes live (the live stream has it, so every stream here open then has been handed it)...
     await publish(2)
     expect(await readEvents(live, 1)).toEqual({ ns: [2], ended: false })

@@ -686,43 +686,28 @@ describe('the service as a process', () => {
     45_000,
   )
 
+  /** The four BullMQ workers wait for jobs on their blocking connections, as they do between jobs. */
+  const workersWaiting = {
+    async up({ redis }: { redis: { url: string } }) {
+      const admin = new Redis(redis.url)
+      await until(async () => ((await admin.client('LIST')) as string).split('cmd=bzpopmin').length - 1 >= 4, 15_000)
+      admin.disconnect()
+    },
+    down: () => Bun.sleep(500),
+  }
+
   test('with Redis gone, SIGTERM closes the workers and the connections and exits 0 within SHUTDOWN_TIMEOUT_MS', async () => {
     // API and workers in one process: the BullMQ workers, the actors, the relay and every connection.
-    await drainWithRedisGone(
-      [],
-      {},
-      {
-        // The four BullMQ workers wait for jobs on their blocking connections, as they do between jobs.
-        async up({ redis }) {
-          const admin = new Redis(redis.url)
-          await until(async () => ((await admin.client('LIST')) as string).split('cmd=bzpopmin').length - 1 >= 4, 15_000)
-          admin.disconnect()
-        },
-        // Unpatched, the workers' connections waiting to reconnect never ended (redis/ioredis#2169), so
-        // each BullMQ worker's close waited for Redis to come back: the drain timed out and exited 1.
-        down: () => Bun.sleep(500),
-      },
-    )
+    // Unpatched, the workers' connections waiting to reconnect never ended (redis/ioredis#2169), so
+    // each BullMQ worker's close waited for Redis to come back: the drain timed out and exited 1.
+    await drainWithRedisGone([], {}, workersWaiting)
   }, 45_000)
 
   test('with Redis paused (cut off by the network), SIGTERM closes the workers and the connections and exits 0 within SHUTDOWN_TIMEOUT_MS', async () => {
     // Every connection stays open, unanswered. Unfixed, the workers' close waited for their jobs'
-    // commands and for the end of their blocking connections, which a silent Redis never sends; and
-    // each UNSUBSCRIBE of the connections' close waited out its timeout: the drain timed out.
-    // 12 s, under the default 15 s: a drain that waits out one command's timeout too many fails too.
-    await drainWithRedisGone(
-      [],
-      {},
-      {
-        async up({ redis }) {
-          const admin = new Redis(redis.url)
-          await until(async () => ((await admin.client('LIST')) as string).split('cmd=bzpopmin').length - 1 >= 4, 15_000)
-          admin.disconnect()
-        },
-        down: () => Bun.sleep(500),
-      },
-      { paused: true, shutdownTimeoutMs: 12_000 },
-    )
+    // commands and for the end of their blocking connections, which a silent Redis never sends: the
+    // drain timed out. 12 s, under the default 15 s (the drain took 6.4 s here).
+    await drainWithRedisGone([], {}, workersWaiting, { paused: true, shutdownTimeoutMs: 12_000 })
   }, 60_000)
 
   test('with Redis gone and a scrape read through it, SIGTERM of the API closes its queues connection and exits 0', async () => {
