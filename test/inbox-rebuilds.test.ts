@@ -1,7 +1,7 @@
 /** Rebuilding agents' inboxes after Redis lost them: bounded per process, every poll answered or told when to retry. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { Redis } from 'ioredis'
-import { createSql, type Sql, type TxSql } from '../src/db.ts'
+import { createSql, type Sql } from '../src/db.ts'
 import { AppError } from '../src/errors.ts'
 import { createInboxReader, type InboxReader } from '../src/conversations/inbox-reader.ts'
 import { invalidateInbox, rebuildPageSize } from '../src/conversations/inbox.ts'
@@ -11,6 +11,7 @@ import { startActorRuntime } from '../src/actors/runtime.ts'
 import { actorKinds } from '../src/deps.ts'
 import { newRowId } from '../src/ids.ts'
 import { lockWaited } from './helpers/deactivation.ts'
+import { holdOpen } from './helpers/held-transaction.ts'
 import { startRedisServer } from './helpers/redis-server.ts'
 import { until } from './helpers/until.ts'
 
@@ -318,23 +319,6 @@ describe('rebuilds at once by default', () => {
 })
 
 describe('a rebuild while a holder paused past its lease applies a service request', () => {
-  /** Runs `lock` in a transaction held open until the function returned is called (which waits for the end). */
-  const holdOpen = async (lock: (tx: TxSql) => Promise<unknown>) => {
-    let release!: () => void
-    const released = new Promise<void>(resolve => (release = resolve))
-    let held!: () => void
-    const holding = new Promise<void>(resolve => (held = resolve))
-    const done = ctx.deps.sql.begin(async tx => {
-      await lock(tx)
-      held()
-      await released
-    })
-    await holding
-    return async () => {
-      release()
-      await done
-    }
-  }
   // On a connection of its own: one of the pool would take the place of the statement it looks for.
   let watch: Sql
   beforeAll(() => void (watch = createSql(ctx.database.url, { max: 1 })))
@@ -360,7 +344,7 @@ describe('a rebuild while a holder paused past its lease applies a service reque
       beforeAck: () => projected(),
     })
     // The target's row held: the request's turn, fenced in, waits inside its transaction.
-    const unlockTarget = await holdOpen(tx => tx`select 1 from participants where id = ${target.id} for update`)
+    const unlockTarget = await holdOpen(ctx.deps.sql, tx => tx`select 1 from participants where id = ${target.id} for update`)
     let unlockConversations = async () => {}
     try {
       const requestId = newRowId()
@@ -376,7 +360,7 @@ describe('a rebuild while a holder paused past its lease applies a service reque
       paused.abandon()
       await until(async () => (await redis.exists(keys.actor(actor).lease)) === 0)
       // The poll's rebuild takes the actor and reads the open requests, then waits to read the conversations.
-      unlockConversations = await holdOpen(tx => tx`lock table conversations in access exclusive mode`)
+      unlockConversations = await holdOpen(ctx.deps.sql, tx => tx`lock table conversations in access exclusive mode`)
       await redis.del(keys.agent(target.id).built)
       const polled = ctx.call('GET', '/v1/agent/events', { apiKey: target.apiKey })
       await until(

@@ -5,6 +5,7 @@ import { createTestContext, expectError, signUp, uuidV7, type TestContext, type 
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
 import { startWorker } from './helpers/workers.ts'
 import { until } from './helpers/until.ts'
+import { holdOpen } from './helpers/held-transaction.ts'
 import { startRedisServer } from './helpers/redis-server.ts'
 import { meteringProcessor } from '../workers/metering.ts'
 import { runInvoices } from '../src/invoices/run.ts'
@@ -764,16 +765,7 @@ describe('a cancellation racing the invoice run at the end of a period', () => {
     const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
     const end = new Date(sub.currentPeriodEnd).getTime()
     // The cancellation's last statement (its event) waits here, the subscription locked by it.
-    let release!: () => void
-    const held = new Promise<void>(resolve => (release = resolve))
-    let locked!: () => void
-    const lockTaken = new Promise<void>(resolve => (locked = resolve))
-    const holding = ctx.deps.workerSql.begin(async tx => {
-      await tx`lock table outbox in share mode`
-      locked()
-      await held
-    })
-    await lockTaken
+    const release = await holdOpen(ctx.deps.workerSql, tx => tx`lock table outbox in share mode`)
     try {
       // Cancelled a second before its first period ended; the run, a minute after, reads it active.
       patient.clock.set(new Date(end - 1000))
@@ -784,12 +776,11 @@ describe('a cancellation racing the invoice run at the end of a period', () => {
       // for the cancellation, or is done without.
       const periodsMade = ensurePeriods(forInvoiceRun(ctx.deps).sql, new Date(end + 61_000), s.subscriptionId)
       await Promise.race([periodsMade, until(async () => (await lockWaits()) === 2)])
-      release()
+      await release()
       expect((await cancel).status).toBe(200)
       await periodsMade
     } finally {
-      release()
-      await holding
+      await release()
       patient.clock.set(new Date())
     }
     await runInvoices(forInvoiceRun(ctx.deps), new Date(end + 61_000))
@@ -809,16 +800,7 @@ describe('a cancellation racing the invoice run at the end of a period', () => {
     const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
     const end = new Date(sub.currentPeriodEnd).getTime()
     // The cancellation waits here before it locks the subscription (its agent's row first).
-    let release!: () => void
-    const held = new Promise<void>(resolve => (release = resolve))
-    let locked!: () => void
-    const lockTaken = new Promise<void>(resolve => (locked = resolve))
-    const holding = ctx.deps.workerSql.begin(async tx => {
-      await tx`select 1 from participants where id = ${s.agent.id} for share`
-      locked()
-      await held
-    })
-    await lockTaken
+    const release = await holdOpen(ctx.deps.workerSql, tx => tx`select 1 from participants where id = ${s.agent.id} for share`)
     let cancelled
     try {
       patient.clock.set(new Date(end - 1000))
@@ -826,11 +808,10 @@ describe('a cancellation racing the invoice run at the end of a period', () => {
       await until(async () => (await lockWaits()) === 1)
       // Meanwhile the run (or a call, or a list) finds it active a minute after the period ended, and makes the next.
       expect(await ensurePeriods(forInvoiceRun(ctx.deps).sql, new Date(end + 61_000), s.subscriptionId)).toBe(1)
-      release()
+      await release()
       cancelled = await cancel
     } finally {
-      release()
-      await holding
+      await release()
       patient.clock.set(new Date())
     }
     expect(cancelled.status).toBe(200)
@@ -867,25 +848,17 @@ describe('a cancellation racing the invoice run at the end of a period', () => {
     const s = await setup({ monthlyPriceCents: 100, includedProxyCalls: 0, overagePerCallCents: 1 })
     const sub = (await ctx.call('GET', '/v1/billing/subscriptions', { token: s.user.token })).body.data[0]
     const end = new Date(sub.currentPeriodEnd).getTime()
-    let release!: () => void
-    const held = new Promise<void>(resolve => (release = resolve))
-    let deactivated!: () => void
-    const madeIt = new Promise<void>(resolve => (deactivated = resolve))
     // The agent deactivated a second before the period ended (as DELETE /v1/participants/{id} does), not committed yet.
-    const holding = ctx.deps.workerSql.begin(async tx => {
+    const release = await holdOpen(ctx.deps.workerSql, async tx => {
       await tx`select 1 from participants where id = ${s.agent.id} for update`
       await deactivateAgent(tx, s.agent.id, owner.id, new Date(end - 1000))
-      deactivated()
-      await held
     })
-    await madeIt
     const run = runInvoices(forInvoiceRun(ctx.deps), new Date(end + 61_000))
     try {
       // Either the run waits for the deactivation, or it is done without.
       await Promise.race([run, until(async () => (await lockWaits()) === 1)])
     } finally {
-      release()
-      await holding
+      await release()
       await run
     }
     const periods = await ctx.deps.sql<{ periodIndex: number }[]>`
