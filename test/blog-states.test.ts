@@ -231,6 +231,31 @@ describe('posts per agent per 24 h', () => {
     }
   })
 
+  test('an edit of the content refused for its state fields (400) does not count against the limit', async () => {
+    const limited = await createTestContext({
+      env: {
+        RATE_LIMITS: JSON.stringify({ participantCreate: { capacity: 100, perSeconds: 1 }, blogContentEdit: { capacity: 1, perSeconds: 3600 } }),
+      },
+    })
+    try {
+      const writer = await signUp(limited)
+      const agent = await blogAgent(limited, writer)
+      const post = await writePost(limited, agent, { title: 'Edited', publish: true })
+      const edit = (body: Record<string, unknown>) => limited.call('PATCH', `/blog/posts/${post.id}`, { apiKey: agent.apiKey, body })
+      const past = new Date(limited.clock.now().getTime() - 1000).toISOString()
+      const soon = new Date(limited.clock.now().getTime() + 60_000).toISOString()
+      // Each is refused for what it asks of the post's state, as a new post would be before it counts.
+      expectError(await edit({ content: 'A', publishAt: past }), 400, 'validation_failed')
+      expectError(await edit({ content: 'B', status: 'scheduled' }), 400, 'validation_failed')
+      expectError(await edit({ content: 'C', status: 'draft', publishAt: soon }), 400, 'validation_failed')
+      expectError(await edit({ content: 'D', publishAt: soon }), 400, 'validation_failed')
+      expect((await edit({ content: 'The one edit.' })).status).toBe(200)
+      expectError(await edit({ content: 'One too many.' }), 429, 'rate_limited')
+    } finally {
+      await limited.close()
+    }
+  })
+
   test('content too complex to render counts against the limit, and so do edits of the content of a post', async () => {
     const limited = await createTestContext({
       env: {

@@ -172,11 +172,13 @@ export async function changePost(deps: PostDeps, caller: Principal, postId: stri
   const { sql, clock, blogQueue } = deps
   let contentHtml: string | undefined
   if (body.content !== undefined) {
-    // Rendered before the transaction, which then holds no lock meanwhile; only for a writer.
+    // Rendered before the transaction, which then holds no lock meanwhile; only for a writer, and
+    // only for an edit whose state fields are valid (a refused edit does not count, as for a new post).
     const found = await findPost(sql, postId)
     if (!found) throw errors.notFound('Post')
     requireWriter(caller, found)
     requireBlogEnabled(found)
+    stateChanges(found, body, clock.now())
     contentHtml = await renderContent(deps, body.content, { rule: 'blogContentEdit', subject: `agent:${found.participantId}` })
   }
   const now = clock.now()
