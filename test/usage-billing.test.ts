@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomBytes, randomUUID } from 'node:crypto'
+import { createServer, type AddressInfo } from 'node:net'
 import { forInvoiceRun } from '../src/deps.ts'
 import { createTestContext, expectError, signUp, uuidV7, type TestContext, type TestUser } from './helpers/context.ts'
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
@@ -275,6 +276,38 @@ describe('proxy calls', () => {
     expect(res.message).toBe('The upstream’s answer broke off or could not be decoded')
     expect(upstream.received.length).toBe(calls + 1)
     expect(await counted(ctx, s.subscriptionId, 1)).toBe(1)
+  })
+
+  test('an answer that is not HTTP (a malformed head, two Content-Lengths) is 502 and counts: the upstream had it; a retry replays', async () => {
+    // A raw server: Bun.serve cannot write a malformed answer. It answers each request on its own connection.
+    const heads: string[] = []
+    const raw = createServer(socket => {
+      socket.on('error', () => {})
+      socket.once('data', data => {
+        const path = data.toString('latin1').split(' ')[1]!
+        heads.push(path)
+        socket.end(
+          path.endsWith('/garbage')
+            ? 'NOT HTTP AT ALL\r\n\r\n'
+            : 'HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello',
+        )
+      })
+    })
+    await new Promise<void>(resolve => raw.listen(0, '127.0.0.1', resolve))
+    try {
+      const s = await meteredSubscriber(ctx, owner, `http://127.0.0.1:${(raw.address() as AddressInfo).port}`, { includedProxyCalls: 100 })
+      for (const [i, path] of ['/garbage', '/two-lengths'].entries()) {
+        const headers = { 'idempotency-key': `malformed-${i}` }
+        const res = expectError(await proxy(s, { path }, headers), 502, 'upstream_unreachable')
+        expect(res.message).toBe('The upstream’s answer broke off or could not be decoded')
+        // The same key does not reach the upstream again: the first call is replayed.
+        expect(expectError(await proxy(s, { path }, headers), 502, 'upstream_unreachable')).toEqual(res)
+      }
+      expect(heads).toEqual(['/api/garbage', '/api/two-lengths'])
+      expect(await counted(ctx, s.subscriptionId, 2)).toBe(2)
+    } finally {
+      raw.close()
+    }
   })
 
   test('JSON nested past 512 levels comes back as text, not a 500; nested less, parsed', async () => {

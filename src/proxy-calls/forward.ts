@@ -5,8 +5,8 @@ export const upstreamTimeoutMs = 10_000
 export const maxResponseBytes = 1024 * 1024
 
 /**
- * The upstream answered, then its body failed us (cut off, or a Content-Encoding that does not
- * decode): it had the call, so the call counts. Still 502 `upstream_unreachable` to the client.
+ * The upstream answered, then its answer failed us (not HTTP, its body cut off, or a Content-Encoding
+ * that does not decode): it had the call, so the call counts. Still 502 `upstream_unreachable` to the client.
  */
 export class UpstreamAnswerFailed extends AppError {
   constructor() {
@@ -39,8 +39,11 @@ export async function forward(request: UpstreamRequest, timeoutMs = upstreamTime
       redirect: 'manual',
       signal,
     })
-  } catch {
-    throw signal.aborted ? errors.upstreamTimeout() : errors.upstreamUnreachable()
+  } catch (error) {
+    if (signal.aborted) throw errors.upstreamTimeout()
+    // An answer, but not HTTP: the upstream had the request all the same.
+    if (malformedAnswer(error)) throw new UpstreamAnswerFailed()
+    throw errors.upstreamUnreachable()
   }
   // No body follows these (RFC 9110, 6.4.1): their Content-Length is the size of one that would.
   const bodiless = request.method === 'HEAD' || response.status === 204 || response.status === 304
@@ -72,6 +75,15 @@ function nestsDeeper(value: unknown, limit: number): boolean {
     if (nestsDeeper(child, limit - 1)) return true
   }
   return false
+}
+
+/**
+ * What Bun's fetch throws when the upstream answered something that is not an HTTP response (a
+ * status line or header it cannot read, Content-Lengths that disagree or are not numbers).
+ */
+const malformedCodes = new Set(['Malformed_HTTP_Response', 'InvalidContentLength'])
+function malformedAnswer(error: unknown): boolean {
+  return error instanceof Error && malformedCodes.has((error as Error & { code?: unknown }).code as string)
 }
 
 async function noBody(response: Response): Promise<Uint8Array> {
