@@ -145,6 +145,19 @@ describe('proxy calls', () => {
     expect(await counted(ctx, s.subscriptionId, 3)).toBe(3)
   })
 
+  test('send the query a connection’s base URL holds (an API version, say), before the call’s own', async () => {
+    const s = await setup()
+    const created = await ctx.call('POST', '/v1/connections', {
+      token: s.user.token,
+      body: { provider: 'versioned', baseUrl: `${upstream.url}/api?api-version=2024-01-01`, credential: 'versioned-token' },
+    })
+    expect(created.body.data.baseUrl).toBe(`${upstream.url}/api?api-version=2024-01-01`)
+    const bare = await proxy(s, { provider: 'versioned', path: '/echo' })
+    expect(bare.body.data.body).toMatchObject({ path: '/api/echo', query: '?api-version=2024-01-01' })
+    const queried = await proxy(s, { provider: 'versioned', path: '/echo', query: { q: 'x' } })
+    expect(queried.body.data.body).toMatchObject({ path: '/api/echo', query: '?api-version=2024-01-01&q=x' })
+  })
+
   test('refuse other headers, escaping paths, no subscription (403) and no connection (404)', async () => {
     const s = await setup()
     const calls = upstream.received.length

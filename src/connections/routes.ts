@@ -60,7 +60,7 @@ export function connectionRoutes({ sql, config, clock, rateLimiter }: Deps, auth
           description:
             'Needs a user credential. One connection per `provider`: a second is 409 `name_taken` (delete the first). ' +
             '`baseUrl` must be https and must not resolve to a private, loopback or link-local address (400); a host in ' +
-            '`PROXY_ALLOWED_HOSTS` is exempt from both. The user’s agents use it through POST /v1/agent/proxy-call. Rate limited per user (rule `connectionCreate`): 429.',
+            '`PROXY_ALLOWED_HOSTS` is exempt from both. A query in `baseUrl` is sent with every call, before the call’s own. The user’s agents use it through POST /v1/agent/proxy-call. Rate limited per user (rule `connectionCreate`): 429.',
         },
       },
     )

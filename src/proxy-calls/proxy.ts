@@ -137,7 +137,7 @@ export function reachedUpstream(error: unknown): error is AppError {
   )
 }
 
-/** The base URL with the path appended; the path may not leave the base's origin or path. */
+/** The base URL with the path appended, and the base's query, then the call's; the path may not leave the base's origin or path. */
 function upstreamUrl(base: string, path: string, query: ProxyCall['query']): URL {
   const baseUrl = new URL(base)
   const basePath = baseUrl.pathname.replace(/\/+$/, '')
@@ -150,6 +150,8 @@ function upstreamUrl(base: string, path: string, query: ProxyCall['query']): URL
   if (url.origin !== baseUrl.origin || !(url.pathname === basePath || url.pathname.startsWith(`${basePath}/`))) {
     throw errors.field('/path', 'must stay under the connection’s base URL')
   }
+  // The base's own query (an API version, a tenant) comes first: the connection was made with it.
+  if (baseUrl.search) url.search = baseUrl.search + url.search.replace(/^\?/, '&')
   for (const [name, value] of Object.entries(query ?? {})) url.searchParams.append(name, String(value))
   return url
 }
