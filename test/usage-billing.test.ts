@@ -337,6 +337,13 @@ describe('proxy calls', () => {
     }
   })
 
+  test('JSON with a number past a double’s range comes back as text, not with null in its place', async () => {
+    const s = await setup()
+    const res = await proxy(s, { path: '/huge-number' })
+    expect(res.status).toBe(200)
+    expect(res.body.data.body).toBe('{"id":1e400,"n":[-1e999]}')
+  })
+
   test('a connection whose address is no longer allowed is refused at call time', async () => {
     const s = await setup()
     const strict = await createTestContext({ database: ctx.database, env: { REDIS_PREFIX: ctx.config.redisPrefix, CONNECTIONS_KEY: connectionsKey } })

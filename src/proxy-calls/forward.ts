@@ -55,8 +55,9 @@ export async function forward(request: UpstreamRequest, timeoutMs = upstreamTime
     try {
       const parsed: unknown = JSON.parse(text)
       // Nested past what can be written back out without exhausting the stack (a hostile or broken
-      // upstream): handed over as text, as JSON that does not parse is.
-      if (!nestsDeeper(parsed, maxParsedDepth)) body = parsed
+      // upstream), or holding a number past a double's range (written back out as null): handed over
+      // as text, as JSON that does not parse is.
+      if (!unwritable(parsed, maxParsedDepth)) body = parsed
     } catch {
       // not the JSON it claimed to be: hand it over as text
     }
@@ -67,12 +68,16 @@ export async function forward(request: UpstreamRequest, timeoutMs = upstreamTime
 /** How deep an upstream's JSON may nest and still be handed over parsed (far past any real API's). */
 export const maxParsedDepth = 512
 
-/** Whether `value` nests objects and arrays more than `limit` deep; looks no deeper than that. */
-function nestsDeeper(value: unknown, limit: number): boolean {
+/**
+ * Whether `value` nests objects and arrays more than `limit` deep, or holds a number JSON.parse made
+ * infinite (`1e400`); looks no deeper than `limit`.
+ */
+function unwritable(value: unknown, limit: number): boolean {
+  if (typeof value === 'number') return !Number.isFinite(value)
   if (value === null || typeof value !== 'object') return false
   if (limit === 0) return true
   for (const child of Array.isArray(value) ? value : Object.values(value)) {
-    if (nestsDeeper(child, limit - 1)) return true
+    if (unwritable(child, limit - 1)) return true
   }
   return false
 }

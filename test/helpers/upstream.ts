@@ -16,7 +16,8 @@ export interface Upstream {
 /**
  * Routes: /echo (JSON of what arrived), /gate (as /echo, once the gate is open), /status/<n>, /hang
  * (never answers), /big (5 MiB), /redirect (302 to /echo), /deep/<n> (JSON arrays nested n deep),
- * /bad-gzip (a body that is not the gzip its Content-Encoding says);
+ * /bad-gzip (a body that is not the gzip its Content-Encoding says), /huge-number (JSON with a number
+ * past a double's range);
  * anything else 404.
  */
 export function startUpstream(): Upstream {
@@ -47,6 +48,7 @@ export function startUpstream(): Upstream {
       if (path === '/big') return new Response('x'.repeat(5 * 1024 * 1024), { headers: { 'content-type': 'text/plain' } })
       if (path === '/bad-gzip') return new Response('not gzip at all', { headers: { 'content-type': 'text/plain', 'content-encoding': 'gzip' } })
       if (path === '/redirect') return new Response(null, { status: 302, headers: { location: '/echo' } })
+      if (path === '/huge-number') return new Response('{"id":1e400,"n":[-1e999]}', { headers: { 'content-type': 'application/json' } })
       const deep = /^\/deep\/(\d+)$/.exec(path)
       if (deep) {
         const depth = Number(deep[1])
