@@ -344,6 +344,12 @@ describe('proxy calls', () => {
     expect(res.body.data.body).toBe('{"id":1e400,"n":[-1e999]}')
   })
 
+  test('a text answer is read in the charset its Content-Type names', async () => {
+    const s = await setup()
+    const res = await proxy(s, { path: '/latin1' })
+    expect(res.body.data).toMatchObject({ status: 200, headers: { 'content-type': 'text/plain; charset=ISO-8859-1' }, body: 'café' })
+  })
+
   test('a connection whose address is no longer allowed is refused at call time', async () => {
     const s = await setup()
     const strict = await createTestContext({ database: ctx.database, env: { REDIS_PREFIX: ctx.config.redisPrefix, CONNECTIONS_KEY: connectionsKey } })

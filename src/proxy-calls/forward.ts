@@ -49,7 +49,7 @@ export async function forward(request: UpstreamRequest, timeoutMs = upstreamTime
   const bodiless = request.method === 'HEAD' || response.status === 204 || response.status === 304
   const bytes = bodiless ? await noBody(response) : await readCapped(response, signal)
   const contentType = response.headers.get('content-type')
-  const text = new TextDecoder().decode(bytes)
+  const text = decoderFor(contentType).decode(bytes)
   let body: unknown = text
   if (contentType && /\bjson\b/i.test(contentType) && text.length > 0) {
     try {
@@ -63,6 +63,17 @@ export async function forward(request: UpstreamRequest, timeoutMs = upstreamTime
     }
   }
   return { status: response.status, contentType, body }
+}
+
+/** A decoder for the charset the Content-Type names; UTF-8 when it names none, or one not known here. */
+function decoderFor(contentType: string | null): TextDecoder {
+  const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(contentType ?? '')?.[1]
+  try {
+    // Any WHATWG label (Bun's types list fewer); an unknown one throws.
+    return new TextDecoder((charset ?? 'utf-8') as ConstructorParameters<typeof TextDecoder>[0])
+  } catch {
+    return new TextDecoder()
+  }
 }
 
 /** How deep an upstream's JSON may nest and still be handed over parsed (far past any real API's). */

@@ -17,7 +17,7 @@ export interface Upstream {
  * Routes: /echo (JSON of what arrived), /gate (as /echo, once the gate is open), /status/<n>, /hang
  * (never answers), /big (5 MiB), /redirect (302 to /echo), /deep/<n> (JSON arrays nested n deep),
  * /bad-gzip (a body that is not the gzip its Content-Encoding says), /huge-number (JSON with a number
- * past a double's range);
+ * past a double's range), /latin1 (`café` in ISO-8859-1, as its Content-Type says);
  * anything else 404.
  */
 export function startUpstream(): Upstream {
@@ -48,6 +48,9 @@ export function startUpstream(): Upstream {
       if (path === '/big') return new Response('x'.repeat(5 * 1024 * 1024), { headers: { 'content-type': 'text/plain' } })
       if (path === '/bad-gzip') return new Response('not gzip at all', { headers: { 'content-type': 'text/plain', 'content-encoding': 'gzip' } })
       if (path === '/redirect') return new Response(null, { status: 302, headers: { location: '/echo' } })
+      if (path === '/latin1') {
+        return new Response(new Uint8Array([0x63, 0x61, 0x66, 0xe9]), { headers: { 'content-type': 'text/plain; charset=ISO-8859-1' } })
+      }
       if (path === '/huge-number') return new Response('{"id":1e400,"n":[-1e999]}', { headers: { 'content-type': 'application/json' } })
       const deep = /^\/deep\/(\d+)$/.exec(path)
       if (deep) {
