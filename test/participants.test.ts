@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, subscribedPair, type TestContext, type TestUser } from './helpers/context.ts'
+import { holdOpen } from './helpers/held-transaction.ts'
 import { until } from './helpers/until.ts'
 
 let ctx: TestContext
@@ -153,6 +154,22 @@ describe('changing an agent', () => {
     expectError(await ctx.call('PATCH', '/v1/participants/00000000-0000-4000-8000-000000000000', { token: alice.token, body: {} }), 404, 'not_found')
     const unchanged = await ctx.call('GET', `/v1/participants/${agent.id}`, { token: alice.token })
     expect(unchanged.body.data.settings).toEqual({ blogEnabled: false, blogAutoPublish: false })
+  })
+
+  test('a deactivation committing while a PATCH waits for the row: 404, and the deactivated agent is left as it was', async () => {
+    const agent = await createAgent(ctx, alice)
+    // The deactivation's transaction, holding the row: the PATCH has found the agent active and waits to write.
+    const release = await holdOpen(ctx.deps.sql, tx => tx`update participants set active = false where id = ${agent.id}`)
+    const patched = ctx.call('PATCH', `/v1/participants/${agent.id}`, { token: alice.token, body: { displayName: 'Renamed' } })
+    await until(
+      async () =>
+        (await ctx.deps.sql`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()`)[0]!
+          .n === 1,
+    )
+    await release()
+    expectError(await patched, 404, 'not_found')
+    const [row] = await ctx.deps.sql`select display_name as "displayName", active from participants where id = ${agent.id}`
+    expect(row).toEqual({ displayName: agent.name, active: false })
   })
 
   test('rotating the key stops the old one at once', async () => {

@@ -118,7 +118,10 @@ export function participantRoutes(deps: Deps, auth: AuthPlugin) {
       '/:id',
       async ({ user, params, body }) => {
         await requireOwnedParticipant(sql, params.id, user.userId)
-        return ok(participantView(await updateParticipant(sql, params.id, body), user))
+        // A deactivation may commit between the check and the write: the write skips an inactive agent.
+        const row = await updateParticipant(sql, params.id, body)
+        if (!row) throw errors.notFound('Participant')
+        return ok(participantView(row, user))
       },
       {
         user: true,

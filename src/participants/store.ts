@@ -64,7 +64,8 @@ export async function listOwnedParticipants(sql: Db, ownerId: string): Promise<P
   `
 }
 
-export async function updateParticipant(sql: Db, id: string, patch: UpdateParticipant): Promise<ParticipantRow> {
+/** Changes an active agent; undefined when it is not (one deactivated since the caller looked, say). */
+export async function updateParticipant(sql: Db, id: string, patch: UpdateParticipant): Promise<ParticipantRow | undefined> {
   const changes: Record<string, unknown> = {}
   if (patch.displayName !== undefined) changes.display_name = patch.displayName
   if (patch.description !== undefined) changes.description = patch.description
@@ -72,13 +73,13 @@ export async function updateParticipant(sql: Db, id: string, patch: UpdatePartic
   if (patch.settings?.blogAutoPublish !== undefined) changes.blog_auto_publish = patch.settings.blogAutoPublish
   const [row] =
     Object.keys(changes).length === 0
-      ? await sql<ParticipantRow[]>`select ${columns(sql)} from participants where id = ${id}`
+      ? await sql<ParticipantRow[]>`select ${columns(sql)} from participants where id = ${id} and active`
       : await sql<ParticipantRow[]>`
           update participants set ${sql(changes)}, updated_at = now()
-          where id = ${id}
+          where id = ${id} and active
           returning ${columns(sql)}
         `
-  return row!
+  return row
 }
 
 /** A subscription a deactivation cancelled: what its `subscription.cancelled` event says. */
