@@ -172,4 +172,19 @@ describe('listing reviews', () => {
     const seen = await idsPagedByBefore(ctx, `/v1/billing/reviews/${fresh.id}`, { token: owner.token })
     expect(seen.sort()).toEqual(written.sort())
   })
+
+  test('a review dated after its write (written at once with others) is never updated before it was created', async () => {
+    const users = [await customer(), await customer(), await customer()]
+    ctx.clock.freeze(new Date())
+    try {
+      // Written at one instant: all but the first are dated a millisecond or more after it.
+      await Promise.all(users.map(u => review(u, { rating: 4 })))
+      for (const u of users) {
+        const updated = (await review(u, { rating: 2 })).body.data
+        expect(Date.parse(updated.updatedAt)).toBeGreaterThanOrEqual(Date.parse(updated.createdAt))
+      }
+    } finally {
+      ctx.clock.resume()
+    }
+  })
 })

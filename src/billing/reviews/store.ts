@@ -52,9 +52,10 @@ export async function insertReview(
   return row!
 }
 
+/** Never dated before the review's creation, which may be ahead of `at` (see insertReview). */
 export async function updateReview(sql: Db, previous: ReviewRow, change: { rating: number; comment: string | null }, at: Date): Promise<ReviewRow> {
   const [row] = await sql<ReviewRow[]>`
-    update reviews set rating = ${change.rating}, comment = ${change.comment}, updated_at = ${at}
+    update reviews set rating = ${change.rating}, comment = ${change.comment}, updated_at = greatest(${at}::timestamptz, created_at)
     where id = ${previous.id}
     returning ${columns(sql)}
   `
