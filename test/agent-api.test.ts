@@ -139,6 +139,21 @@ describe('the reference loop', () => {
   })
 })
 
+describe('history’s before', () => {
+  test('finer than a millisecond keeps a message strictly older than it, in that millisecond', async () => {
+    const { agent, user } = await subscribedPair()
+    const sent = await send(user, agent, 'at the boundary')
+    const at = sent.body.data.createdAt as string
+    const finer = `${at.slice(0, -1)}5Z`
+    const page = await ctx.call('GET', `/v1/conversations/${agent.id}/messages?before=${encodeURIComponent(finer)}`, { token: user.token })
+    expect(page.body.data.map((m: { id: string }) => m.id)).toEqual([sent.body.data.id])
+    const exact = await ctx.call('GET', `/v1/conversations/${agent.id}/messages?before=${encodeURIComponent(at)}`, { token: user.token })
+    expect(exact.body.data).toEqual([])
+    const latest = await ctx.call('GET', `/v1/conversations/${agent.id}/messages?before=9999-12-31T23:59:59.9999Z`, { token: user.token })
+    expect(latest.body.data.map((m: { id: string }) => m.id)).toEqual([sent.body.data.id])
+  })
+})
+
 describe('writing to an agent', () => {
   test('needs an active subscription (403 not_subscribed), a known agent (404) and 1 to 10,000 characters', async () => {
     const { agent, user, subscriptionId } = await subscribedPair()

@@ -3,7 +3,7 @@ import { newRowId } from '../ids.ts'
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../deps.ts'
 import { errors, inOrder } from '../errors.ts'
-import { BeforeParam, failures, iso, Ok, ok, pageLimit, parseTime, Query, Uuid } from '../http/schema.ts'
+import { BeforeParam, failures, iso, Ok, ok, pageLimit, parseBefore, Query, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
 import { IdempotencyHeaders, idempotentCommand } from '../idempotency/idempotent.ts'
@@ -73,7 +73,7 @@ export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
       '/v1/conversations/:agentId/messages',
       async ({ user, params, query }) => {
         await activeAgent(params.agentId)
-        const page = { limit: listLimit.parse(query.limit), before: parseTime(query.before, '/before') }
+        const page = { limit: listLimit.parse(query.limit), before: parseBefore(query.before, '/before') }
         const rows = await listMessages(sql, { participantId: params.agentId, userId: user.userId }, page)
         return ok(rows.map(row => ({ id: row.id, role: row.role, text: row.text, createdAt: iso(row.createdAt) })))
       },

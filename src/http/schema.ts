@@ -146,6 +146,20 @@ export function parseTime(value: string | undefined, path: string): Date | undef
   return at
 }
 
+/**
+ * A `before` bound, as parseTime reads it, rounded up to the next millisecond when finer than one: a
+ * Date keeps milliseconds only, and truncating `…00.0005Z` to `…00.000Z` would leave out the items of
+ * that millisecond, which are strictly older than the bound.
+ */
+export function parseBefore(value: string | undefined, path: string): Date | undefined {
+  const at = parseTime(value, path)
+  const finer = /\.\d{3}(\d+)/.exec(value ?? '')?.[1]
+  // Within the years parseTime reads: Postgres cannot take the year 10000 that …59.9999Z would reach.
+  return at && finer && /[1-9]/.test(finer) ? new Date(Math.min(at.getTime() + 1, lastMillisecond)) : at
+}
+
+const lastMillisecond = Date.UTC(9999, 11, 31, 23, 59, 59, 999)
+
 /** A query schema that ignores parameters it does not know (tracking tags and the like), as web APIs do. */
 export const Query = <P extends TProperties>(properties: P) => t.Object(properties, { additionalProperties: true })
 
