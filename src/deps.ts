@@ -162,7 +162,7 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
   const authenticator = createAuthenticator({
     sql,
-    verifyJwt: createJwtVerifier(config.auth),
+    verifyJwt: createJwtVerifier(config.auth, log),
     keys: keyCache,
     database,
     clientIp: clientIpResolver(config.trustedProxies),

@@ -1,7 +1,19 @@
 /** JWT verification with jose: HS256 by shared secret and/or RS256, ES256, EdDSA from a remote JWKS. */
-import { createRemoteJWKSet, decodeProtectedHeader, errors as joseErrors, jwtVerify, type JWTPayload } from 'jose'
+import {
+  createLocalJWKSet,
+  createRemoteJWKSet,
+  decodeProtectedHeader,
+  errors as joseErrors,
+  jwksCache,
+  jwtVerify,
+  type JWKSCacheInput,
+  type JWTPayload,
+  type JWTVerifyGetKey,
+  type RemoteJWKSet,
+} from 'jose'
 import type { Config } from '../config.ts'
 import { errors } from '../errors.ts'
+import { errorFields, throttled, type Log } from '../log.ts'
 import { isStorableText } from '../text.ts'
 import { checksumAddress } from './wallet.ts'
 
@@ -19,19 +31,34 @@ const asymmetric = ['RS256', 'ES256', 'EdDSA']
 export const clockSkewSeconds = 60
 
 /**
+ * How long after the last fetch of the JWKS that succeeded its keys still verify tokens while the
+ * provider cannot be reached: a day, as long as a token may live by default (`AUTH_MAX_TOKEN_AGE`),
+ * long enough to ride out a provider's outage, short enough that a process cut off from it for good
+ * stops trusting keys the provider may have withdrawn meanwhile.
+ */
+export const staleKeysForMs = 24 * 3_600_000
+
+/**
  * Builds the verifier for the configured algorithms only: a token signed any other way is refused.
  * A token must carry `exp`, and live no longer than `AUTH_MAX_TOKEN_AGE` (from `iat`, or from now
  * without one); `nbf` and `iat` may not be in the future, each within the clock skew. An HS256 token
  * whose signature the secret does not check is tried with `AUTH_JWT_SECRET_PREVIOUS`, when set: while
  * the identity provider moves to a new secret, tokens signed with either arrive (docs/operations.md).
+ * While the JWKS cannot be fetched, the last key set fetched verifies tokens for `staleKeysForMs`
+ * (see `withStaleKeys`).
  *
  * @example
- * const verify = createJwtVerifier(config.auth)
+ * const verify = createJwtVerifier(config.auth, log)
  * const { sub } = await verify(token)
  */
-export function createJwtVerifier(auth: Config['auth']): VerifyJwt {
+export function createJwtVerifier(auth: Config['auth'], log: Log): VerifyJwt {
   const secrets = [auth.jwtSecret, auth.jwtSecretPrevious].filter(Boolean).map(text => new TextEncoder().encode(text))
-  const jwks = auth.jwksUrl ? createRemoteJWKSet(new URL(auth.jwksUrl), { cooldownDuration: 30_000, cacheMaxAge: 600_000 }) : undefined
+  // jose writes the set and the time of each fetch that succeeded here.
+  const lastGood: JWKSCacheInput = {}
+  const remote = auth.jwksUrl
+    ? createRemoteJWKSet(new URL(auth.jwksUrl), { cooldownDuration: 30_000, cacheMaxAge: 600_000, [jwksCache]: lastGood })
+    : undefined
+  const jwks = remote && withStaleKeys(remote, lastGood, log)
   const options = {
     ...(auth.issuer ? { issuer: auth.issuer } : {}),
     ...(auth.audience ? { audience: auth.audience } : {}),
@@ -88,6 +115,39 @@ async function verifyHs256(token: string, secrets: Uint8Array[], options: Parame
       return (await jwtVerify(token, secrets[i]!, options)).payload
     } catch (error) {
       if (!(error instanceof joseErrors.JWSSignatureVerificationFailed) || i === secrets.length - 1) throw error
+    }
+  }
+}
+
+/**
+ * The keys of `remote`, or, when its set is due and the provider cannot be reached, those of the last
+ * set fetched (`lastGood`, jose's record of it) up to `staleKeysForMs` after that fetch: an outage of
+ * the provider no longer refuses tokens that the keys already held verify. A token whose key is not in
+ * that set still fails as unreachable (503: a key published since cannot be told from a made-up one);
+ * a provider that answers goes on deciding as before (a set without the key: 401; a new set: used).
+ * Each request still asks the provider first, so it is back in use at its first answer.
+ */
+function withStaleKeys(remote: RemoteJWKSet, lastGood: JWKSCacheInput, log: Log): JWTVerifyGetKey {
+  const said = throttled(log, 60_000)
+  // The local set made from `lastGood`, kept while no newer fetch replaces it (it caches imported keys).
+  let stale: { fetchedAt: number; keys: ReturnType<typeof createLocalJWKSet> } | undefined
+  return async (header, token) => {
+    try {
+      return await remote(header, token)
+    } catch (error) {
+      if (!isJwksUnreachable(error) || !('uat' in lastGood) || Date.now() - lastGood.uat >= staleKeysForMs) throw error
+      if (stale?.fetchedAt !== lastGood.uat) stale = { fetchedAt: lastGood.uat, keys: createLocalJWKSet(lastGood.jwks) }
+      let key: Awaited<ReturnType<JWTVerifyGetKey>>
+      try {
+        key = await stale.keys(header, token)
+      } catch (notThere) {
+        throw notThere instanceof joseErrors.JWKSNoMatchingKey ? error : notThere
+      }
+      said('warn', 'stale-jwks', 'identity provider keys could not be fetched: tokens are verified with the last key set fetched', {
+        fetchedAt: new Date(stale.fetchedAt).toISOString(),
+        ...errorFields(error),
+      })
+      return key
     }
   }
 }

@@ -1,0 +1,155 @@
+/**
+ * The identity provider's JWKS out of reach once its keys are due (10 minutes after their fetch):
+ * tokens its last key set verifies keep passing, for a day after that fetch. The wall clock is moved
+ * on (jose times its cache by it), the provider is a real HTTP server on 127.0.0.1.
+ */
+import { afterEach, describe, expect, setSystemTime, test } from 'bun:test'
+import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from 'jose'
+import { createJwtVerifier, staleKeysForMs, type VerifyJwt } from '../src/auth/jwt.ts'
+import { AppError } from '../src/errors.ts'
+import { createLog } from '../src/log.ts'
+
+const minuteMs = 60_000
+
+// Back to the real clock.
+afterEach(() => void setSystemTime())
+
+/** A JWKS endpoint answering `answer()`, counting the requests it was sent. */
+function startProvider(answer: () => Response | Promise<Response>) {
+  const provider = { requests: 0, answer, server: undefined as unknown as ReturnType<typeof Bun.serve> }
+  provider.server = Bun.serve({
+    hostname: '127.0.0.1',
+    port: 0,
+    fetch: () => {
+      provider.requests++
+      return provider.answer()
+    },
+  })
+  return provider
+}
+
+async function rsaKey(kid: string): Promise<{ privateKey: CryptoKey; jwk: JWK }> {
+  const { publicKey, privateKey } = await generateKeyPair('RS256')
+  return { privateKey, jwk: { ...(await exportJWK(publicKey)), kid, alg: 'RS256', use: 'sig' } }
+}
+
+/** A token signed now (by the clock as set), for an hour. */
+const sign = (privateKey: CryptoKey, kid: string, sub = 'idp-user') =>
+  new SignJWT({}).setProtectedHeader({ alg: 'RS256', kid }).setSubject(sub).setIssuedAt().setExpirationTime('1h').sign(privateKey)
+
+function verifierFor(url: string) {
+  const lines: string[] = []
+  const verify = createJwtVerifier(
+    { jwtSecret: undefined, jwtSecretPrevious: undefined, jwksUrl: url, issuer: undefined, audience: undefined, maxTokenAgeSeconds: 86_400 },
+    createLog('debug', line => lines.push(line)),
+  )
+  const staleRecords = () => lines.map(line => JSON.parse(line)).filter(record => /last key set fetched/.test(record.msg))
+  return { verify, staleRecords }
+}
+
+/** What `verify` answers: the subject, or the status and code it was refused with. */
+async function outcome(verify: VerifyJwt, token: string): Promise<string> {
+  try {
+    return (await verify(token)).sub
+  } catch (error) {
+    if (error instanceof AppError) return `${error.status} ${error.code}`
+    throw error
+  }
+}
+
+describe('JWT keys while the identity provider cannot be reached', () => {
+  test('a token whose key the last fetched set holds passes through a 500, a hang past the timeout and a refused connection, for a day after that fetch', async () => {
+    const k1 = await rsaKey('k-1')
+    const k2 = await rsaKey('k-2')
+    const forger = await rsaKey('k-1')
+    const good = () => Response.json({ keys: [k1.jwk] })
+    const provider = startProvider(good)
+    const { verify, staleRecords } = verifierFor(`http://127.0.0.1:${provider.server.port}/jwks.json`)
+    try {
+      // the set is fetched between the two
+      const before = Date.now()
+      expect(await outcome(verify, await sign(k1.privateKey, 'k-1'))).toBe('idp-user')
+      const after = Date.now()
+      expect(provider.requests).toBe(1)
+
+      const failures: [string, () => Response | Promise<Response>][] = [
+        ['500', () => new Response('down', { status: 500 })],
+        // never answered: jose gives up after its 5 s timeout
+        ['hang', () => new Promise<Response>(() => {})],
+      ]
+      let at = after
+      for (const [name, failure] of failures) {
+        provider.answer = failure
+        at += 11 * minuteMs
+        setSystemTime(new Date(at))
+        const asked = provider.requests
+        expect([name, await outcome(verify, await sign(k1.privateKey, 'k-1'))]).toEqual([name, 'idp-user'])
+        // past the cache's 10 minutes, the provider was asked (and failed) first
+        expect(provider.requests).toBeGreaterThan(asked)
+        // a key published since cannot be told from a made-up one: 503, not 401
+        expect([name, await outcome(verify, await sign(k2.privateKey, 'k-2'))]).toEqual([name, '503 unavailable'])
+        // a key the set holds that does not check the signature is the token's fault
+        expect([name, await outcome(verify, await sign(forger.privateKey, 'k-1'))]).toEqual([name, '401 invalid_token'])
+      }
+
+      provider.server.stop(true)
+      at = before + staleKeysForMs - minuteMs
+      setSystemTime(new Date(at))
+      expect(await outcome(verify, await sign(k1.privateKey, 'k-1'))).toBe('idp-user')
+      expect(await outcome(verify, await sign(k2.privateKey, 'k-2'))).toBe('503 unavailable')
+
+      // a day after the last fetch that succeeded, its keys are no longer trusted
+      setSystemTime(new Date(after + staleKeysForMs + minuteMs))
+      expect(await outcome(verify, await sign(k1.privateKey, 'k-1'))).toBe('503 unavailable')
+
+      // the outage is told, once a minute at most, with when the keys in use were fetched
+      const records = staleRecords()
+      expect(records).toHaveLength(1)
+      expect(records[0].level).toBe('warn')
+      expect(Date.parse(records[0].fetchedAt)).toBeWithin(before, after + 1)
+      expect(typeof records[0].error).toBe('string')
+    } finally {
+      provider.server.stop(true)
+    }
+  }, 60_000)
+
+  test('a provider that answers again decides: a set without the key is 401, a rotated set is used, and is the one kept through the next outage', async () => {
+    const k1 = await rsaKey('k-1')
+    const k2 = await rsaKey('k-2')
+    const provider = startProvider(() => Response.json({ keys: [k1.jwk] }))
+    const { verify } = verifierFor(`http://127.0.0.1:${provider.server.port}/jwks.json`)
+    try {
+      let at = Date.now()
+      expect(await outcome(verify, await sign(k1.privateKey, 'k-1'))).toBe('idp-user')
+
+      provider.answer = () => new Response('down', { status: 500 })
+      setSystemTime(new Date((at += 11 * minuteMs)))
+      expect(await outcome(verify, await sign(k1.privateKey, 'k-1'))).toBe('idp-user')
+
+      // back, with k-1 withdrawn and k-2 published
+      provider.answer = () => Response.json({ keys: [k2.jwk] })
+      expect(await outcome(verify, await sign(k1.privateKey, 'k-1'))).toBe('401 invalid_token')
+      expect(await outcome(verify, await sign(k2.privateKey, 'k-2'))).toBe('idp-user')
+
+      // down again: the set kept is the rotated one
+      provider.answer = () => new Response('down', { status: 500 })
+      setSystemTime(new Date((at += 11 * minuteMs)))
+      expect(await outcome(verify, await sign(k2.privateKey, 'k-2'))).toBe('idp-user')
+      expect(await outcome(verify, await sign(k1.privateKey, 'k-1'))).toBe('503 unavailable')
+    } finally {
+      provider.server.stop(true)
+    }
+  })
+
+  test('with no key set ever fetched, an unreachable provider is 503', async () => {
+    const k1 = await rsaKey('k-1')
+    const provider = startProvider(() => new Response('down', { status: 500 }))
+    const { verify, staleRecords } = verifierFor(`http://127.0.0.1:${provider.server.port}/jwks.json`)
+    try {
+      expect(await outcome(verify, await sign(k1.privateKey, 'k-1'))).toBe('503 unavailable')
+      expect(staleRecords()).toHaveLength(0)
+    } finally {
+      provider.server.stop(true)
+    }
+  })
+})
