@@ -5,7 +5,7 @@
  */
 import { afterEach, describe, expect, setSystemTime, test } from 'bun:test'
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from 'jose'
-import { createJwtVerifier, staleKeysForMs, type VerifyJwt } from '../src/auth/jwt.ts'
+import { askAgainAfterMs, createJwtVerifier, staleKeysForMs, type VerifyJwt } from '../src/auth/jwt.ts'
 import { AppError } from '../src/errors.ts'
 import { createLog } from '../src/log.ts'
 
@@ -86,6 +86,11 @@ describe('JWT keys while the identity provider cannot be reached', () => {
         expect([name, await outcome(verify, await sign(k1.privateKey, 'k-1'))]).toEqual([name, 'idp-user'])
         // past the cache's 10 minutes, the provider was asked (and failed) first
         expect(provider.requests).toBeGreaterThan(asked)
+        // then left alone for a while: a provider that hangs holds no request for its timeout
+        const failedAt = provider.requests
+        setSystemTime(new Date(at + askAgainAfterMs - 1000))
+        expect([name, await outcome(verify, await sign(k1.privateKey, 'k-1'))]).toEqual([name, 'idp-user'])
+        expect(provider.requests).toBe(failedAt)
         // a key published since cannot be told from a made-up one: 503, not 401
         expect([name, await outcome(verify, await sign(k2.privateKey, 'k-2'))]).toEqual([name, '503 unavailable'])
         // a key the set holds that does not check the signature is the token's fault
@@ -126,8 +131,10 @@ describe('JWT keys while the identity provider cannot be reached', () => {
       setSystemTime(new Date((at += 11 * minuteMs)))
       expect(await outcome(verify, await sign(k1.privateKey, 'k-1'))).toBe('idp-user')
 
-      // back, with k-1 withdrawn and k-2 published
+      // back, with k-1 withdrawn and k-2 published: asked again once the rest after the failure is over
       provider.answer = () => Response.json({ keys: [k2.jwk] })
+      expect(await outcome(verify, await sign(k1.privateKey, 'k-1'))).toBe('idp-user')
+      setSystemTime(new Date((at += askAgainAfterMs)))
       expect(await outcome(verify, await sign(k1.privateKey, 'k-1'))).toBe('401 invalid_token')
       expect(await outcome(verify, await sign(k2.privateKey, 'k-2'))).toBe('idp-user')
 

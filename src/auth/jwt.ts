@@ -120,34 +120,60 @@ async function verifyHs256(token: string, secrets: Uint8Array[], options: Parame
 }
 
 /**
+ * After a fetch of the JWKS failed, how long tokens that the last set's keys verify are checked with
+ * them without asking the provider again: one that hangs held every such request for jose's 5 s
+ * timeout. Its cooldown between fetches for an unknown `kid`, too.
+ */
+export const askAgainAfterMs = 30_000
+
+/**
  * The keys of `remote`, or, when its set is due and the provider cannot be reached, those of the last
  * set fetched (`lastGood`, jose's record of it) up to `staleKeysForMs` after that fetch: an outage of
  * the provider no longer refuses tokens that the keys already held verify. A token whose key is not in
  * that set still fails as unreachable (503: a key published since cannot be told from a made-up one);
  * a provider that answers goes on deciding as before (a set without the key: 401; a new set: used).
- * Each request still asks the provider first, so it is back in use at its first answer.
+ * After a failed fetch the provider is asked again only `askAgainAfterMs` later (or for a key the
+ * last set lacks), so it is back in use at most that long after it answers again.
  */
 function withStaleKeys(remote: RemoteJWKSet, lastGood: JWKSCacheInput, log: Log): JWTVerifyGetKey {
   const said = throttled(log, 60_000)
   // The local set made from `lastGood`, kept while no newer fetch replaces it (it caches imported keys).
   let stale: { fetchedAt: number; keys: ReturnType<typeof createLocalJWKSet> } | undefined
-  return async (header, token) => {
+  let failed: { at: number; error: unknown } | undefined
+  /** The key from the last set fetched, if it is young enough and holds it; else `error` is thrown. */
+  const fromStale = async (header: Parameters<JWTVerifyGetKey>[0], token: Parameters<JWTVerifyGetKey>[1], error: unknown) => {
+    if (!('uat' in lastGood) || Date.now() - lastGood.uat >= staleKeysForMs) throw error
+    if (stale?.fetchedAt !== lastGood.uat) stale = { fetchedAt: lastGood.uat, keys: createLocalJWKSet(lastGood.jwks) }
+    let key: Awaited<ReturnType<JWTVerifyGetKey>>
     try {
-      return await remote(header, token)
-    } catch (error) {
-      if (!isJwksUnreachable(error) || !('uat' in lastGood) || Date.now() - lastGood.uat >= staleKeysForMs) throw error
-      if (stale?.fetchedAt !== lastGood.uat) stale = { fetchedAt: lastGood.uat, keys: createLocalJWKSet(lastGood.jwks) }
-      let key: Awaited<ReturnType<JWTVerifyGetKey>>
+      key = await stale.keys(header, token)
+    } catch (notThere) {
+      throw notThere instanceof joseErrors.JWKSNoMatchingKey ? error : notThere
+    }
+    said('warn', 'stale-jwks', 'identity provider keys could not be fetched: tokens are verified with the last key set fetched', {
+      fetchedAt: new Date(stale.fetchedAt).toISOString(),
+      ...errorFields(error),
+    })
+    return key
+  }
+  return async (header, token) => {
+    const resting = failed && Date.now() - failed.at < askAgainAfterMs ? failed : undefined
+    if (resting) {
       try {
-        key = await stale.keys(header, token)
-      } catch (notThere) {
-        throw notThere instanceof joseErrors.JWKSNoMatchingKey ? error : notThere
+        return await fromStale(header, token, resting.error)
+      } catch (error) {
+        // Not a key the last set holds: the provider is asked (jose's cooldown spaces such fetches).
+        if (error !== resting.error) throw error
       }
-      said('warn', 'stale-jwks', 'identity provider keys could not be fetched: tokens are verified with the last key set fetched', {
-        fetchedAt: new Date(stale.fetchedAt).toISOString(),
-        ...errorFields(error),
-      })
+    }
+    try {
+      const key = await remote(header, token)
+      failed = undefined
       return key
+    } catch (error) {
+      if (!isJwksUnreachable(error)) throw error
+      failed = { at: Date.now(), error }
+      return fromStale(header, token, error)
     }
   }
 }
