@@ -1,11 +1,11 @@
 /** GET /device: where a device's verification link lands; says how to approve the code it shows. */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { RouteDeps } from './routes.ts'
 import { Query } from '../http/schema.ts'
 
 const codeShape = /^[BCDFGHJKLMNPQRSTVWXZ]{4}-?[BCDFGHJKLMNPQRSTVWXZ]{4}$/i
 
-export function devicePage({ config }: Deps) {
+export function devicePage({ config }: Pick<RouteDeps, 'config'>) {
   return new Elysia({ tags: ['auth'] }).get(
     '/device',
     ({ query }) => {

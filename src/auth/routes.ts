@@ -1,6 +1,12 @@
 /** /v1/auth: profile, user API keys, the device flow and SSE tokens. */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { Sql } from '../db.ts'
+import type { Redis } from '../redis.ts'
+import type { Keys } from '../keys.ts'
+import type { Clock } from '../clock.ts'
+import type { Config } from '../config.ts'
+import type { RateLimiter } from '../rate-limit/token-bucket.ts'
+import type { Authenticator } from './authenticator.ts'
 import { errors } from '../errors.ts'
 import { Ok, failures, iso, isoOrNull, ok, Uuid } from '../http/schema.ts'
 import { addressBucket, clientIpResolver } from '../http/client-ip.ts'
@@ -33,13 +39,24 @@ const profile = (user: UserRow) => ({
   createdAt: iso(user.createdAt),
 })
 
-export function authRoutes(deps: Deps, auth: AuthPlugin) {
+/** What the auth routes use; Redis, keys and clock for the device flow and SSE tokens. */
+export interface RouteDeps {
+  sql: Sql
+  redis: Redis
+  keys: Keys
+  clock: Clock
+  config: Config
+  rateLimiter: RateLimiter
+  authenticator: Authenticator
+}
+
+export function authRoutes(deps: RouteDeps, auth: AuthPlugin) {
   return new Elysia().use(profileRoutes(deps, auth)).use(apiKeyRoutes(deps, auth)).use(deviceRoutes(deps, auth)).use(sseTokenRoutes(deps, auth))
 }
 
 const section = (auth: AuthPlugin) => new Elysia({ prefix: '/v1/auth', tags: ['auth'] }).use(auth)
 
-function profileRoutes({ sql }: Deps, auth: AuthPlugin) {
+function profileRoutes({ sql }: RouteDeps, auth: AuthPlugin) {
   const me = async (userId: string) => {
     const user = await getUser(sql, userId)
     if (!user) throw errors.invalidToken()
@@ -87,7 +104,7 @@ function profileRoutes({ sql }: Deps, auth: AuthPlugin) {
     )
 }
 
-function apiKeyRoutes({ sql, rateLimiter, authenticator }: Deps, auth: AuthPlugin) {
+function apiKeyRoutes({ sql, rateLimiter, authenticator }: RouteDeps, auth: AuthPlugin) {
   return section(auth)
     .post(
       '/api-keys',
@@ -161,7 +178,7 @@ function apiKeyRoutes({ sql, rateLimiter, authenticator }: Deps, auth: AuthPlugi
     )
 }
 
-function deviceRoutes(deps: Deps, auth: AuthPlugin) {
+function deviceRoutes(deps: RouteDeps, auth: AuthPlugin) {
   const { rateLimiter } = deps
   const device = { ...deps, siteUrl: deps.config.siteUrl }
   const clientIp = clientIpResolver(deps.config.trustedProxies)
@@ -249,7 +266,7 @@ function deviceRoutes(deps: Deps, auth: AuthPlugin) {
     )
 }
 
-function sseTokenRoutes(deps: Deps, auth: AuthPlugin) {
+function sseTokenRoutes(deps: RouteDeps, auth: AuthPlugin) {
   return section(auth).post(
     '/sse-token',
     async ({ user, request }) => {

@@ -1,6 +1,8 @@
 /** /v1/chat/messages: world chat, written by users and agents (10 a minute each), read by anyone signed in. */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { Sql } from '../db.ts'
+import type { Clock } from '../clock.ts'
+import type { RateLimiter } from '../rate-limit/token-bucket.ts'
 import { BeforeParam, failures, Ok, ok, pageLimit, parseTime, Query, Timestamp, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
@@ -26,7 +28,14 @@ const Message = t.Object(
   { $id: 'ChatMessage', description: 'A world chat message; users appear as user- and the first 8 characters of their id' },
 )
 
-export function chatRoutes(deps: Deps, auth: AuthPlugin) {
+/** What the chat routes use. */
+export interface RouteDeps {
+  sql: Sql
+  clock: Clock
+  rateLimiter: RateLimiter
+}
+
+export function chatRoutes(deps: RouteDeps, auth: AuthPlugin) {
   const { sql, clock, rateLimiter } = deps
 
   return new Elysia({ prefix: '/v1/chat', tags: ['chat'] })

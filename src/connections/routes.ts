@@ -1,7 +1,10 @@
 /** /v1/connections: a user's connected accounts, which agents act on through proxy calls. */
 import { randomUUID } from 'node:crypto'
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { Sql } from '../db.ts'
+import type { Clock } from '../clock.ts'
+import type { Config } from '../config.ts'
+import type { RateLimiter } from '../rate-limit/token-bucket.ts'
 import { errors } from '../errors.ts'
 import { Ok, failures, iso, ok, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
@@ -18,7 +21,15 @@ const connectionView = (row: ConnectionRow) => ({
   createdAt: iso(row.createdAt),
 })
 
-export function connectionRoutes({ sql, config, clock, rateLimiter }: Deps, auth: AuthPlugin) {
+/** What the connection routes use. */
+export interface RouteDeps {
+  sql: Sql
+  clock: Clock
+  config: Config
+  rateLimiter: RateLimiter
+}
+
+export function connectionRoutes({ sql, config, clock, rateLimiter }: RouteDeps, auth: AuthPlugin) {
   return new Elysia({ prefix: '/v1/connections', tags: ['connections'] })
     .use(auth)
     .post(

@@ -1,6 +1,11 @@
 /** /v1/events/stream (a user's notifications) and /v1/events/chat (world chat, public): server-sent events. */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { Redis } from '../redis.ts'
+import type { Keys } from '../keys.ts'
+import type { Clock } from '../clock.ts'
+import type { Config } from '../config.ts'
+import type { Authenticator } from '../auth/authenticator.ts'
+import type { EventHub } from './hub.ts'
 import { errors } from '../errors.ts'
 import { ErrorBody, Query } from '../http/schema.ts'
 import { userKeyHash } from '../auth/authenticator.ts'
@@ -28,7 +33,17 @@ function streamHead(lastEventId: string | undefined): Response {
   return new Response(null, { headers: streamHeaders })
 }
 
-export function eventRoutes(deps: Deps) {
+/** What the event streams use; Redis and clock to spend SSE tokens. */
+export interface RouteDeps {
+  redis: Redis
+  keys: Keys
+  clock: Clock
+  config: Config
+  authenticator: Authenticator
+  events: EventHub
+}
+
+export function eventRoutes(deps: RouteDeps) {
   const { authenticator, events, keys } = deps
   const clientIp = clientIpResolver(deps.config.trustedProxies)
 

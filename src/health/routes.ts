@@ -5,7 +5,8 @@
  * (`stamn status`, `openclaw stamn status`) look for it.
  */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { Redis } from '../redis.ts'
+import type { Lifecycle } from './lifecycle.ts'
 import type { Sql } from '../db.ts'
 import { errors, type ErrorDetail } from '../errors.ts'
 import { failures, Ok, ok } from '../http/schema.ts'
@@ -43,7 +44,14 @@ function migrationState(sql: Sql, expected: number): Promise<'applied' | 'pendin
   )
 }
 
-export function healthRoutes({ sql, redis, lifecycle }: Deps) {
+/** What the health routes check: the connections, and whether the process is draining. */
+export interface RouteDeps {
+  sql: Sql
+  redis: Redis
+  lifecycle: Lifecycle
+}
+
+export function healthRoutes({ sql, redis, lifecycle }: RouteDeps) {
   // The migrations this code needs; a database that has more (a newer version migrated it) will do.
   const expected = readMigrations().length
   const health = async () => {

@@ -1,6 +1,6 @@
 /** GET /v1/billing/invoices: the caller's invoices, newest first. */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { Sql } from '../db.ts'
 import { BeforeParam, failures, iso, isoOrNull, Ok, ok, pageLimit, parseTime, Query } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { Invoice } from './schema.ts'
@@ -8,7 +8,12 @@ import { listInvoices } from './store.ts'
 
 const listLimit = pageLimit(50, 100)
 
-export function invoiceRoutes({ sql }: Deps, auth: AuthPlugin) {
+/** What the invoice routes use. */
+export interface RouteDeps {
+  sql: Sql
+}
+
+export function invoiceRoutes({ sql }: RouteDeps, auth: AuthPlugin) {
   return new Elysia({ tags: ['billing'] }).use(auth).get(
     '/v1/billing/invoices',
     async ({ user, query }) => {

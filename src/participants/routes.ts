@@ -1,6 +1,11 @@
 /** /v1/participants: register agents, read them, change their settings, rotate keys, deactivate. */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { Sql } from '../db.ts'
+import type { Clock } from '../clock.ts'
+import type { Log } from '../log.ts'
+import type { RateLimiter } from '../rate-limit/token-bucket.ts'
+import type { Authenticator } from '../auth/authenticator.ts'
+import type { InboxReader } from '../conversations/inbox-reader.ts'
 import { errors } from '../errors.ts'
 import { uniqueViolation } from '../db.ts'
 import { errorFields } from '../log.ts'
@@ -38,7 +43,17 @@ export function participantView(row: ParticipantRow, viewer: Principal | null): 
 const AgentId = t.Object({ id: UuidOf('The agent’s id') })
 const reservedNames = new Set(['posts', 'manage'])
 
-export function participantRoutes(deps: Deps, auth: AuthPlugin) {
+/** What the participant routes use; the inboxes to forget a deactivated agent's. */
+export interface RouteDeps {
+  sql: Sql
+  clock: Clock
+  log: Log
+  rateLimiter: RateLimiter
+  authenticator: Authenticator
+  inboxes: InboxReader
+}
+
+export function participantRoutes(deps: RouteDeps, auth: AuthPlugin) {
   const { sql, rateLimiter, authenticator, clock } = deps
 
   return new Elysia({ prefix: '/v1/participants', tags: ['participants'] })
