@@ -1,6 +1,8 @@
 /** /v1/agent/context: agents read and extend a subscriber's shared knowledge (documented with the context). */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { Log } from '../log.ts'
+import type { RateLimiter } from '../rate-limit/token-bucket.ts'
+import type { EntryDeps } from '../context/entries.ts'
 import { failures, Ok, ok, Query, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
@@ -8,7 +10,7 @@ import { IdempotencyHeaders, idempotentCommand } from '../idempotency/idempotent
 import { readEntriesAsAgent, writeEntryAsAgent } from '../context/entries.ts'
 import { AgentWrite, ContextEntries, ContextEntry, ContextKey, ContextTypeParam } from '../context/schema.ts'
 
-export function agentContextRoutes(deps: Deps, auth: AuthPlugin) {
+export function agentContextRoutes(deps: EntryDeps & { rateLimiter: RateLimiter; log: Log }, auth: AuthPlugin) {
   return new Elysia({ prefix: '/v1/agent', tags: ['context'] })
     .use(auth)
     .get('/context', async ({ agent, query }) => ok({ entries: await readEntriesAsAgent(deps, agent.participantId, query) }), {

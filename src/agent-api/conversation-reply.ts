@@ -1,6 +1,8 @@
 /** POST /v1/agent/conversation-reply: an agent answers a user (documented with the conversations). */
 import { Elysia } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { Clock } from '../clock.ts'
+import type { Log } from '../log.ts'
+import type { ReplyDeps } from '../conversations/agent-reply.ts'
 import { failures, Ok, ok } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
@@ -8,7 +10,7 @@ import { IdempotencyHeaders, idempotentCommand } from '../idempotency/idempotent
 import { replyAsAgent } from '../conversations/agent-reply.ts'
 import { PostReply, Reply } from '../conversations/schema.ts'
 
-export function conversationReplyRoutes(deps: Deps, auth: AuthPlugin) {
+export function conversationReplyRoutes(deps: ReplyDeps & { clock: Clock; log: Log }, auth: AuthPlugin) {
   return new Elysia({ prefix: '/v1/agent', tags: ['conversations'] }).use(auth).post(
     '/conversation-reply',
     async ({ agent, body, headers, set }) => {

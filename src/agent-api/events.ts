@@ -1,12 +1,13 @@
 /** GET /v1/agent/events: the agent's poll (the hottest path), served from its inbox in process memory or Redis. */
 import { Elysia } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { Clock } from '../clock.ts'
+import type { InboxReader } from '../conversations/inbox-reader.ts'
 import { failures, Ok, ok, parseTime, Query, TimeParam } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { pollEvents } from './poll.ts'
 import { AgentEvents } from './schema.ts'
 
-export function agentEventRoutes({ inboxes, clock }: Deps, auth: AuthPlugin) {
+export function agentEventRoutes({ inboxes, clock }: { inboxes: InboxReader; clock: Clock }, auth: AuthPlugin) {
   return new Elysia({ prefix: '/v1/agent', tags: ['agent'] }).use(auth).get(
     '/events',
     async ({ agent, query }) => {

@@ -1,6 +1,6 @@
 /** POST /v1/agent/proxy-call: an agent acts on a subscriber's connected account; every call that reaches the upstream is metered. */
 import { Elysia } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { ProxyDeps } from '../proxy-calls/proxy.ts'
 import { Ok, failure, failures, ok } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
@@ -8,7 +8,7 @@ import { IdempotencyHeaders, idempotentCommand } from '../idempotency/idempotent
 import { proxyCall, proxyCallIdempotency, usageEventId } from '../proxy-calls/proxy.ts'
 import { ProxyCall, ProxyResult } from '../proxy-calls/schema.ts'
 
-export function proxyCallRoutes(deps: Deps, auth: AuthPlugin) {
+export function proxyCallRoutes(deps: ProxyDeps, auth: AuthPlugin) {
   return new Elysia({ prefix: '/v1/agent', tags: ['agent'] }).use(auth).post(
     '/proxy-call',
     async ({ agent, body, headers, set }) => {

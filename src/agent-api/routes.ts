@@ -4,7 +4,12 @@
  * context, proxy-calls).
  */
 import { Elysia } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { Log } from '../log.ts'
+import type { InboxReader } from '../conversations/inbox-reader.ts'
+import type { ReplyDeps } from '../conversations/agent-reply.ts'
+import type { RequestDeps } from '../service-requests/requests.ts'
+import type { EntryDeps } from '../context/entries.ts'
+import type { ProxyDeps } from '../proxy-calls/proxy.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { conversationReplyRoutes } from './conversation-reply.ts'
 import { agentEventRoutes } from './events.ts'
@@ -13,7 +18,13 @@ import { serviceRequestRoutes } from './service-requests.ts'
 import { agentContextRoutes } from './context.ts'
 import { proxyCallRoutes } from './proxy-call.ts'
 
-export function agentApiRoutes(deps: Deps, auth: AuthPlugin) {
+/** What the agent API's routes use: what the slices they call need, the inboxes, and a log for idempotent commands. */
+export interface RouteDeps extends ReplyDeps, RequestDeps, EntryDeps, ProxyDeps {
+  inboxes: InboxReader
+  log: Log
+}
+
+export function agentApiRoutes(deps: RouteDeps, auth: AuthPlugin) {
   return new Elysia()
     .use(conversationReplyRoutes(deps, auth))
     .use(agentEventRoutes(deps, auth))

@@ -1,6 +1,7 @@
 /** /v1/agent/service-requests and /v1/agent/service-respond: agents ask each other for work. */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { Log } from '../log.ts'
+import type { RequestDeps } from '../service-requests/requests.ts'
 import { Ok, failure, failures, ok, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
@@ -8,7 +9,7 @@ import { IdempotencyHeaders, idempotentCommand } from '../idempotency/idempotent
 import { answerServiceRequest, readServiceRequest, sendServiceRequest } from '../service-requests/requests.ts'
 import { CreateServiceRequest, CreatedServiceRequest, ServiceRequest, ServiceRespond, ServiceResponded } from '../service-requests/schema.ts'
 
-export function serviceRequestRoutes(deps: Deps, auth: AuthPlugin) {
+export function serviceRequestRoutes(deps: RequestDeps & { log: Log }, auth: AuthPlugin) {
   return new Elysia({ prefix: '/v1/agent', tags: ['agent'] })
     .use(auth)
     .post(

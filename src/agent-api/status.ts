@@ -1,6 +1,7 @@
 /** GET /v1/agent/status: the agent's standing. */
 import { Elysia } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { Sql } from '../db.ts'
+import type { InboxReader } from '../conversations/inbox-reader.ts'
 import { errors } from '../errors.ts'
 import { failures, Ok, ok } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
@@ -8,7 +9,7 @@ import { findParticipant } from '../participants/store.ts'
 import { agentBalanceCents } from '../billing/balance.ts'
 import { AgentStatus } from './schema.ts'
 
-export function agentStatusRoutes({ sql, inboxes }: Deps, auth: AuthPlugin) {
+export function agentStatusRoutes({ sql, inboxes }: { sql: Sql; inboxes: InboxReader }, auth: AuthPlugin) {
   return new Elysia({ prefix: '/v1/agent', tags: ['agent'] }).use(auth).get(
     '/status',
     async ({ agent }) => {

@@ -1,5 +1,7 @@
 /** Reading and writing an organization's entries: the size limits, the organization's actor, and what a subscribed agent may do. */
-import type { Deps } from '../deps.ts'
+import type { Sql } from '../db.ts'
+import type { Clock } from '../clock.ts'
+import type { Dispatcher } from '../actors/dispatcher.ts'
 import { errors } from '../errors.ts'
 import { accepted } from '../actors/refusal.ts'
 import type { Refusal } from '../actors/types.ts'
@@ -11,6 +13,13 @@ import { ensureOrganization, findOrganization, newestEntries } from './store.ts'
 
 const maxDataBytes = 64 * 1024
 const maxSourceBytes = 4 * 1024
+
+/** What reading and writing entries use. */
+export interface EntryDeps {
+  sql: Sql
+  clock: Clock
+  dispatcher: Dispatcher
+}
 
 export function checkSizes(data: unknown, source?: unknown) {
   if (typeof data !== 'object' || data === null || Array.isArray(data)) throw errors.field('/data', 'must be a JSON object')
@@ -54,7 +63,7 @@ function fullLength(n: number): number {
  * `identity` (an Idempotency-Key's) makes a repeat the same command, applied once.
  */
 export async function writeEntry(
-  { sql, dispatcher, clock }: Deps,
+  { sql, dispatcher, clock }: EntryDeps,
   userId: string,
   command: WriteEntry,
   identity: CommandIdentity = {},
@@ -65,7 +74,7 @@ export async function writeEntry(
 
 /** The newest version of each matching entry of a subscriber's organization, for an agent it subscribes to. */
 export async function readEntriesAsAgent(
-  { sql }: Deps,
+  { sql }: EntryDeps,
   agentId: string,
   filter: { userId: string; type?: ContextType; key?: string },
 ): Promise<ContextEntry[]> {
@@ -90,7 +99,7 @@ export function claimsUserProvenance(method: string): boolean {
 
 /** An agent's version of a subscriber's entry (derived, or suggested by default; never user_provided, nor the user's provenance). */
 export async function writeEntryAsAgent(
-  deps: Deps,
+  deps: EntryDeps,
   agentId: string,
   body: typeof AgentWrite.static,
   identity: CommandIdentity = {},

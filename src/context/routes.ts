@@ -1,6 +1,10 @@
 /** Shared knowledge: the user controls their organization's context (/v1/context); agents use it through the agent API. */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { Sql } from '../db.ts'
+import type { Clock } from '../clock.ts'
+import type { Log } from '../log.ts'
+import type { RateLimiter } from '../rate-limit/token-bucket.ts'
+import type { Dispatcher } from '../actors/dispatcher.ts'
 import { errors } from '../errors.ts'
 import { failures, Ok, ok, Query } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
@@ -15,7 +19,16 @@ import { entryVersions, findOrganization, newestEntries } from './store.ts'
 
 const EntryPath = t.Object({ type: ContextTypeParam, key: ContextKey })
 
-export function contextRoutes(deps: Deps, auth: AuthPlugin) {
+/** What the context routes use; clock and log for idempotent commands. */
+export interface RouteDeps {
+  sql: Sql
+  clock: Clock
+  log: Log
+  rateLimiter: RateLimiter
+  dispatcher: Dispatcher
+}
+
+export function contextRoutes(deps: RouteDeps, auth: AuthPlugin) {
   const { sql, dispatcher, rateLimiter } = deps
 
   return new Elysia({ tags: ['context'] })

@@ -1,18 +1,26 @@
 /** An agent's reply to a user, as the agent API takes it: written by this process's reply writer (replies.ts). */
 import { newRowId, rowIdFor } from '../ids.ts'
-import type { Deps } from '../deps.ts'
+import type { Sql } from '../db.ts'
+import type { RateLimiter } from '../rate-limit/token-bucket.ts'
 import { errors } from '../errors.ts'
 import type { CommandIdentity } from '../idempotency/idempotent.ts'
-import type { Replied } from './replies.ts'
+import type { Replied, ReplyWriter } from './replies.ts'
 import type { PostReply } from './schema.ts'
 import { whyNotReplied } from './store.ts'
+
+/** What an agent's reply uses. */
+export interface ReplyDeps {
+  sql: Sql
+  rateLimiter: RateLimiter
+  replies: ReplyWriter
+}
 
 /**
  * Stores the reply; 404 when the user never wrote to the agent, 403 when they may no longer be written
  * to, 401 when the agent was deactivated since its key was checked, 429 past `replyPost`.
  */
 export async function replyAsAgent(
-  { replies, rateLimiter, sql }: Deps,
+  { replies, rateLimiter, sql }: ReplyDeps,
   agentId: string,
   body: typeof PostReply.static,
   { commandId, reservedAt }: CommandIdentity,

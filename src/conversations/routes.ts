@@ -1,7 +1,11 @@
 /** Conversations: subscribers write to agents and read the history (agents reply through the agent API). */
 import { newRowId } from '../ids.ts'
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { Sql } from '../db.ts'
+import type { Clock } from '../clock.ts'
+import type { Log } from '../log.ts'
+import type { RateLimiter } from '../rate-limit/token-bucket.ts'
+import type { Dispatcher } from '../actors/dispatcher.ts'
 import { errors, inOrder } from '../errors.ts'
 import { BeforeParam, failures, iso, Ok, ok, pageLimit, parseBefore, Query, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
@@ -17,7 +21,16 @@ import { listMessages } from './store.ts'
 
 const listLimit = pageLimit(50, 100)
 
-export function conversationRoutes(deps: Deps, auth: AuthPlugin) {
+/** What the conversation routes use; clock and log for idempotent commands. */
+export interface RouteDeps {
+  sql: Sql
+  clock: Clock
+  log: Log
+  rateLimiter: RateLimiter
+  dispatcher: Dispatcher
+}
+
+export function conversationRoutes(deps: RouteDeps, auth: AuthPlugin) {
   const { sql, dispatcher, rateLimiter } = deps
 
   const activeAgent = async (agentId: string) => {

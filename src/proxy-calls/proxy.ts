@@ -1,6 +1,14 @@
 /** A proxy call: check the subscription and connection, build the upstream request under the rules, forward, meter. */
 import { createHash } from 'node:crypto'
-import type { Deps } from '../deps.ts'
+import type { DatabaseIdentity, Sql } from '../db.ts'
+import type { Redis } from '../redis.ts'
+import type { Keys } from '../keys.ts'
+import type { Clock } from '../clock.ts'
+import type { Config } from '../config.ts'
+import type { Queues } from '../queues.ts'
+import type { RateLimiter } from '../rate-limit/token-bucket.ts'
+import type { InFlightLimiter } from '../rate-limit/in-flight.ts'
+import type { BufferBudget } from './buffer-budget.ts'
 import { AppError, errors, inOrder } from '../errors.ts'
 import { newRowId } from '../ids.ts'
 import { throttled, type Log, type Throttled } from '../log.ts'
@@ -52,11 +60,26 @@ export interface ProxyResult {
 /** How long a call's place among its agent's calls in flight outlives a process that died mid-call: past any call's end. */
 export const inFlightLeaseMs = 3 * upstreamTimeoutMs
 
+/** What a proxy call uses: its budgets, the upstream's connection, and the metering of the call. */
+export interface ProxyDeps {
+  sql: Sql
+  redis: Redis
+  keys: Keys
+  database: DatabaseIdentity
+  clock: Clock
+  log: Log
+  config: Config
+  queues: Queues
+  rateLimiter: RateLimiter
+  inFlight: InFlightLimiter
+  proxyBuffers: BufferBudget
+}
+
 /**
  * A proxy call within its agent's budgets: the `proxyCall` rate and `PROXY_IN_FLIGHT_PER_AGENT` calls
  * at once across processes (429 `rate_limited`), and this process's `PROXY_BUFFER_BYTES` (503).
  */
-export async function proxyCall(deps: Deps, agent: AgentPrincipal, call: ProxyCall, eventId: string): Promise<ProxyResult> {
+export async function proxyCall(deps: ProxyDeps, agent: AgentPrincipal, call: ProxyCall, eventId: string): Promise<ProxyResult> {
   checkProxyPath(call.path)
   const subject = principalSubject(agent)
   await deps.rateLimiter.take('proxyCall', subject)
@@ -68,7 +91,7 @@ export async function proxyCall(deps: Deps, agent: AgentPrincipal, call: ProxyCa
   }
 }
 
-async function callUpstream(deps: Deps, agent: AgentPrincipal, call: ProxyCall, eventId: string): Promise<ProxyResult> {
+async function callUpstream(deps: ProxyDeps, agent: AgentPrincipal, call: ProxyCall, eventId: string): Promise<ProxyResult> {
   const { sql, config, clock } = deps
   const [subscription, connection] = await inOrder([
     activeSubscription(sql, call.userId, agent.participantId),

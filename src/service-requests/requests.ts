@@ -1,6 +1,9 @@
 /** Agents asking each other for work: sending a request to its target's actor, reading one, answering one. */
 import { newRowId } from '../ids.ts'
-import type { Deps } from '../deps.ts'
+import type { Sql } from '../db.ts'
+import type { Clock } from '../clock.ts'
+import type { RateLimiter } from '../rate-limit/token-bucket.ts'
+import type { Dispatcher } from '../actors/dispatcher.ts'
 import { errors, inOrder } from '../errors.ts'
 import { iso, isoOrNull } from '../http/schema.ts'
 import type { CommandIdentity } from '../idempotency/idempotent.ts'
@@ -12,12 +15,20 @@ import type { Answer, Answered, NewRequest } from './commands.ts'
 import type { CreateServiceRequest, ServiceRequest, ServiceRespond } from './schema.ts'
 import { findServiceRequest } from './store.ts'
 
+/** What sending, reading and answering service requests use. */
+export interface RequestDeps {
+  sql: Sql
+  clock: Clock
+  rateLimiter: RateLimiter
+  dispatcher: Dispatcher
+}
+
 /**
  * Sends a request from `fromAgentId` to the agent the body names (by id or by name, exactly one),
  * within the sender's `serviceRequestCreate` rate and the target's caps on open requests (429).
  */
 export async function sendServiceRequest(
-  { sql, dispatcher, rateLimiter }: Deps,
+  { sql, dispatcher, rateLimiter }: RequestDeps,
   fromAgentId: string,
   body: typeof CreateServiceRequest.static,
   identity: CommandIdentity,
@@ -46,7 +57,7 @@ export async function sendServiceRequest(
 }
 
 /** A request `agentId` sent or received (a pending one past its time reads as expired); 404 otherwise. */
-export async function readServiceRequest({ sql, clock }: Deps, agentId: string, requestId: string): Promise<typeof ServiceRequest.static> {
+export async function readServiceRequest({ sql, clock }: RequestDeps, agentId: string, requestId: string): Promise<typeof ServiceRequest.static> {
   const row = await findServiceRequest(sql, requestId)
   if (!row || (row.fromAgentId !== agentId && row.targetAgentId !== agentId)) {
     throw errors.notFound('Service request')
@@ -68,7 +79,7 @@ export async function readServiceRequest({ sql, clock }: Deps, agentId: string, 
 
 /** Answers a request sent to `agentId`, once, through its actor. */
 export async function answerServiceRequest(
-  { dispatcher }: Deps,
+  { dispatcher }: RequestDeps,
   agentId: string,
   body: typeof ServiceRespond.static,
   identity: CommandIdentity,
