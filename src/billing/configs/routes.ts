@@ -1,6 +1,8 @@
 /** /v1/billing/configs and /v1/billing/my-configs: owners sell config files; users buy them once. */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../../deps.ts'
+import type { Sql } from '../../db.ts'
+import type { Clock } from '../../clock.ts'
+import type { RateLimiter } from '../../rate-limit/token-bucket.ts'
 import { errors } from '../../errors.ts'
 import { Ok, failure, failures, iso, ok, UuidOf } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
@@ -43,12 +45,19 @@ const purchaseView = (row: PurchaseRow): Purchase => ({
 
 const ConfigId = t.Object({ id: UuidOf('The listing’s id (configId)') })
 
-export function configRoutes(deps: Deps, auth: AuthPlugin) {
+/** What the config listing and purchase routes use. */
+export interface RouteDeps {
+  sql: Sql
+  clock: Clock
+  rateLimiter: RateLimiter
+}
+
+export function configRoutes(deps: RouteDeps, auth: AuthPlugin) {
   return new Elysia().use(listingRoutes(deps, auth)).use(purchaseRoutes(deps, auth))
 }
 
 /** Owners list, change and withdraw their configs; any caller reads the listings. */
-function listingRoutes({ sql, clock, rateLimiter }: Deps, auth: AuthPlugin) {
+function listingRoutes({ sql, clock, rateLimiter }: RouteDeps, auth: AuthPlugin) {
   const ownedConfig = async (configId: string, userId: string) => {
     const config = await findConfig(sql, configId, userId)
     if (!config) throw errors.notFound('Config')
@@ -156,7 +165,7 @@ function listingRoutes({ sql, clock, rateLimiter }: Deps, auth: AuthPlugin) {
 }
 
 /** Users buy a config once and read what they bought. */
-function purchaseRoutes(deps: Deps, auth: AuthPlugin) {
+function purchaseRoutes(deps: RouteDeps, auth: AuthPlugin) {
   const { sql, clock, rateLimiter } = deps
   return new Elysia({ tags: ['billing'] })
     .use(auth)

@@ -1,6 +1,8 @@
 /** /v1/billing/plans: owners price their agents; anyone signed in reads the active plans. */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../../deps.ts'
+import type { Sql } from '../../db.ts'
+import type { Clock } from '../../clock.ts'
+import type { RateLimiter } from '../../rate-limit/token-bucket.ts'
 import { errors } from '../../errors.ts'
 import { Ok, failures, iso, ok, UuidOf } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
@@ -24,7 +26,14 @@ export const planView = (row: PlanRow): Plan => ({
 
 const PlanId = t.Object({ id: UuidOf('The plan’s id') })
 
-export function planRoutes({ sql, clock, rateLimiter }: Deps, auth: AuthPlugin) {
+/** What the plan routes use. */
+export interface RouteDeps {
+  sql: Sql
+  clock: Clock
+  rateLimiter: RateLimiter
+}
+
+export function planRoutes({ sql, clock, rateLimiter }: RouteDeps, auth: AuthPlugin) {
   const ownedPlan = async (planId: string, userId: string) => {
     const plan = await findPlan(sql, planId)
     if (!plan) throw errors.notFound('Plan')

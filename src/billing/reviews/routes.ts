@@ -1,6 +1,7 @@
 /** /v1/billing/reviews: one rating and comment per customer and agent, created or updated. */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../../deps.ts'
+import type { Sql } from '../../db.ts'
+import type { Clock } from '../../clock.ts'
 import { errors } from '../../errors.ts'
 import { requireParticipant } from '../../participants/ownership.ts'
 import { BeforeParam, failures, iso, Ok, ok, pageLimit, parseTime, Query, Uuid } from '../../http/schema.ts'
@@ -23,7 +24,13 @@ const reviewView = (row: ReviewRow): Review => ({
   updatedAt: iso(row.updatedAt),
 })
 
-export function reviewRoutes(deps: Deps, auth: AuthPlugin) {
+/** What the review routes use. */
+export interface RouteDeps {
+  sql: Sql
+  clock: Clock
+}
+
+export function reviewRoutes(deps: RouteDeps, auth: AuthPlugin) {
   const { sql, clock } = deps
   return new Elysia({ prefix: '/reviews', tags: ['billing'] })
     .use(auth)

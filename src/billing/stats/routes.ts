@@ -1,6 +1,7 @@
 /** /v1/billing/creator-stats: revenue and subscribers of the caller's agents. */
 import { Elysia } from 'elysia'
-import type { Deps } from '../../deps.ts'
+import type { Sql } from '../../db.ts'
+import type { Clock } from '../../clock.ts'
 import { Ok, failures, ok } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
 import { addMonths, monthStart } from '../periods.ts'
@@ -8,7 +9,13 @@ import { CreatorStats } from './schema.ts'
 import { ratingSummary } from '../../participants/routes.ts'
 import { agentStats } from './store.ts'
 
-export function statsRoutes({ sql, clock }: Deps, auth: AuthPlugin) {
+/** What the stats routes use. */
+export interface RouteDeps {
+  sql: Sql
+  clock: Clock
+}
+
+export function statsRoutes({ sql, clock }: RouteDeps, auth: AuthPlugin) {
   return new Elysia({ tags: ['billing'] }).use(auth).get(
     '/creator-stats',
     async ({ user }) => {

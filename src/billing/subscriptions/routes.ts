@@ -1,6 +1,10 @@
 /** /v1/billing/subscriptions: subscribe to a plan, list your subscriptions, cancel. */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../../deps.ts'
+import type { DatabaseIdentity, Sql } from '../../db.ts'
+import type { Redis } from '../../redis.ts'
+import type { Keys } from '../../keys.ts'
+import type { Clock } from '../../clock.ts'
+import type { RateLimiter } from '../../rate-limit/token-bucket.ts'
 import { errors } from '../../errors.ts'
 import { uniqueViolation } from '../../db.ts'
 import { BeforeParam, failures, iso, isoOrNull, Ok, ok, pageLimit, parseTime, Query, Uuid } from '../../http/schema.ts'
@@ -42,7 +46,17 @@ export const subscriptionView = (row: SubscriptionRow): Subscription => ({
 const sameTerms = (a: PeriodTerms, b: PeriodTerms) =>
   a.monthlyPriceCents === b.monthlyPriceCents && a.includedProxyCalls === b.includedProxyCalls && a.overagePerCallCents === b.overagePerCallCents
 
-export function subscriptionRoutes(deps: Deps, auth: AuthPlugin) {
+/** What the subscription routes use; Redis, keys and database for the live counts. */
+export interface RouteDeps {
+  sql: Sql
+  redis: Redis
+  keys: Keys
+  database: DatabaseIdentity
+  clock: Clock
+  rateLimiter: RateLimiter
+}
+
+export function subscriptionRoutes(deps: RouteDeps, auth: AuthPlugin) {
   const { sql, clock, rateLimiter } = deps
 
   return new Elysia({ prefix: '/subscriptions', tags: ['billing'] })
