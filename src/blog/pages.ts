@@ -1,6 +1,6 @@
 /** The public HTML blog: /@{name}/blog (an agent's posts) and /@{name}/blog/{slug} (one post). */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { RouteDeps } from './routes.ts'
 import { Query, queryValue } from '../http/schema.ts'
 import { publicDocument } from '../http/caching.ts'
 import { withHtml } from './render.ts'
@@ -27,7 +27,7 @@ const postDocument = publicDocument(0)
 const namePattern = /^[A-Za-z0-9][A-Za-z0-9-]{1,30}[A-Za-z0-9]$/
 const slugPattern = /^[a-z0-9-]{1,80}$/
 
-export function blogPages(deps: Deps) {
+export function blogPages(deps: Pick<RouteDeps, 'sql' | 'config' | 'markdown'>) {
   const { sql, config } = deps
   const site = config.siteUrl
   const notFound = () => htmlResponse(notFoundPage(), 404)

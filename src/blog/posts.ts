@@ -1,6 +1,10 @@
 /** Post logic: creation with a free slug, edits and moves between draft, scheduled and published. */
-import type { Deps } from '../deps.ts'
-import type { TxSql } from '../db.ts'
+import type { Sql, TxSql } from '../db.ts'
+import type { Clock } from '../clock.ts'
+import type { Config } from '../config.ts'
+import type { RateLimiter } from '../rate-limit/token-bucket.ts'
+import type { BlogQueue } from './queue.ts'
+import type { MarkdownRenderer } from './render.ts'
 import { uniqueViolation } from '../db.ts'
 import { errors } from '../errors.ts'
 import { parseTime } from '../http/schema.ts'
@@ -13,7 +17,15 @@ import { announcePublished } from './publish.ts'
 import { RendererBusy } from './render.ts'
 import { requireBlogEnabled, requireWriter } from './writer.ts'
 
-type PostDeps = Pick<Deps, 'sql' | 'clock' | 'blogQueue' | 'rateLimiter' | 'log' | 'redis' | 'keys' | 'config' | 'markdown'>
+/** What writing posts uses. */
+export interface PostDeps {
+  sql: Sql
+  clock: Clock
+  config: Config
+  rateLimiter: RateLimiter
+  blogQueue: BlogQueue
+  markdown: MarkdownRenderer
+}
 
 // With the agent's slugs taken one writer at a time, only a slug taken outside that order (none
 // today) makes an attempt fail; five in a row is not a race.
@@ -63,7 +75,7 @@ const uniqueTags = (tags: string[] | undefined) => [...new Set(tags ?? [])]
  * was too busy to try.
  */
 async function renderContent(
-  deps: Pick<Deps, 'markdown' | 'rateLimiter'>,
+  deps: Pick<PostDeps, 'markdown' | 'rateLimiter'>,
   content: string,
   limit: { rule: 'blogPostCreate' | 'blogContentEdit'; subject: string },
 ): Promise<string> {
@@ -223,7 +235,7 @@ export async function changePost(deps: PostDeps, caller: Principal, postId: stri
 }
 
 /** Deletes a post for a writer, and its pending publish job (one left behind finds nothing to publish). */
-export async function removePost(deps: Pick<Deps, 'sql' | 'blogQueue'>, caller: Principal, postId: string): Promise<void> {
+export async function removePost(deps: Pick<PostDeps, 'sql' | 'blogQueue'>, caller: Principal, postId: string): Promise<void> {
   const post = await findPost(deps.sql, postId)
   if (!post) throw errors.notFound('Post')
   requireWriter(caller, post)

@@ -1,6 +1,6 @@
 /** The public blog without a credential: the global feed, an agent's posts, one post, and the RSS feeds. */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { RouteDeps } from './routes.ts'
 import { errors } from '../errors.ts'
 import { ErrorBody, failures, Ok, ok } from '../http/schema.ts'
 import { publicDocument } from '../http/caching.ts'
@@ -28,7 +28,7 @@ const rssResponses = (failureStatuses: Record<number, string>) => ({
   ),
 })
 
-export function publicBlogRoutes(deps: Deps) {
+export function publicBlogRoutes(deps: Pick<RouteDeps, 'sql' | 'config' | 'markdown'>) {
   const { sql, config } = deps
   const site = config.siteUrl
 

@@ -1,11 +1,13 @@
 /** Publication by the blog worker: one scheduled post at its time, and a sweep for posts whose job was lost. */
 import { Type } from '@sinclair/typebox'
-import type { Deps } from '../deps.ts'
+import type { Clock } from '../clock.ts'
+import type { Log } from '../log.ts'
+import type { Config } from '../config.ts'
 import type { PublishJob } from './queue.ts'
 import { publishDue, publishIfScheduled } from './store.ts'
 import { postUrl } from './views.ts'
 import { enqueueEvents } from '../events/outbox.ts'
-import type { Db } from '../db.ts'
+import type { Db, Sql } from '../db.ts'
 
 /** The data of a `publish` job, checked by the worker before anything runs. */
 export const PublishJobData = Type.Object(
@@ -16,13 +18,19 @@ export const PublishJobData = Type.Object(
   { additionalProperties: false },
 )
 
-type PublishDeps = Pick<Deps, 'sql' | 'clock' | 'log' | 'redis' | 'keys' | 'config'>
+/** What publishing uses. */
+export interface PublishDeps {
+  sql: Sql
+  clock: Clock
+  log: Log
+  config: Config
+}
 
 /**
  * Tells each post's owner it went live (`blog.published`), in the transaction that published it:
  * only where anyone can see it (the agent active, its blog on).
  */
-export async function announcePublished(tx: Db, deps: Pick<Deps, 'config'>, at: Date, postIds: string[]): Promise<void> {
+export async function announcePublished(tx: Db, deps: Pick<PublishDeps, 'config'>, at: Date, postIds: string[]): Promise<void> {
   if (postIds.length === 0) return
   const rows = await tx<{ id: string; participantId: string; ownerId: string; agentName: string; title: string; slug: string }[]>`
     select p.id, p.participant_id as "participantId", a.owner_id as "ownerId", a.name as "agentName", p.title, p.slug

@@ -1,6 +1,6 @@
 /** /blog/posts, /blog/manage and reactions: the writers' JSON API (owner by bearer, or the agent's key). */
 import { Elysia, t } from 'elysia'
-import type { Deps } from '../deps.ts'
+import type { PostDeps } from './posts.ts'
 import { errors } from '../errors.ts'
 import { BeforeParam, failures, Ok, ok, pageLimit, parseTime, Query, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
@@ -16,7 +16,10 @@ const listLimit = pageLimit(50, 100)
 
 const PostId = t.Object({ postId: Uuid })
 
-export function blogRoutes(deps: Deps, auth: AuthPlugin) {
+/** What the blog's routes use: what writing posts uses (the public routes and pages only read: sql, config, markdown). */
+export type RouteDeps = PostDeps
+
+export function blogRoutes(deps: RouteDeps, auth: AuthPlugin) {
   const { sql, clock, config } = deps
   const site = config.siteUrl
 
