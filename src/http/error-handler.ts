@@ -11,7 +11,9 @@ import { noStore } from './caching.ts'
 import { targetProblem } from './request-target.ts'
 import type { RouteMethods } from './route-methods.ts'
 import type { CrossOrigin } from './cors.ts'
-import type { Answered } from '../metrics/http.ts'
+
+/** Told of every request the error handler answers: the request's metrics (metrics/http.ts's `answered`). */
+type Answered = (set: object, route: string | undefined, request: Request, status: number) => void
 
 export function renderError(error: AppError): Response {
   const headers: Record<string, string> = { 'content-type': 'application/json', ...error.headers }
