@@ -4,9 +4,9 @@ import type { Config } from './config.ts'
 import type { Keys } from './keys.ts'
 import type { Log } from './log.ts'
 import { closeRedis, createRedis, reportQueueErrors, type Redis } from './redis.ts'
-import { blogQueueName } from './blog/queue.ts'
 
-export const queueNames = { metering: 'metering', invoices: 'invoices', maintenance: 'maintenance' } as const
+/** Every queue's name; the blog slice adds to its own queue through src/blog/queue.ts. */
+export const queueNames = { metering: 'metering', invoices: 'invoices', maintenance: 'maintenance', blog: 'blog' } as const
 
 export interface Queues {
   metering: Queue
@@ -28,7 +28,7 @@ export function createQueues(config: Config, keys: Keys, log: Log): Queues {
   const metering = new Queue(queueNames.metering, options)
   const invoices = new Queue(queueNames.invoices, options)
   const maintenance = new Queue(queueNames.maintenance, options)
-  const blog = new Queue(blogQueueName, options)
+  const blog = new Queue(queueNames.blog, options)
   const all = [metering, invoices, maintenance, blog]
   for (const queue of all) reportQueueErrors(queue, log, { queue: queue.name })
   return {

@@ -5,8 +5,9 @@ import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
 import type { Log } from '../log.ts'
 import { errorFields } from '../log.ts'
+import { queueNames } from '../queues.ts'
 
-export const blogQueueName = 'blog'
+export const blogQueueName = queueNames.blog
 
 /** What a publish job carries: the post and the plan (schedule version) it was made for. */
 export interface PublishJob {
