@@ -146,7 +146,8 @@ export interface DatabaseIdentity {
 /**
  * Reads the identity at once and then every `everyMs`, so that a process whose pools were led to
  * another server (a failover's DNS name or proxy, no restart) stops serving what it derived from the
- * one before within that time. A read that fails (the server away) or says nothing keeps the last.
+ * one before within that time. A read that fails (the server away, the table gone mid-restore) or
+ * says nothing keeps the last.
  * A server that refuses the read (a role not allowed `pg_control_system()`) is logged once: nothing
  * going back in time is noticed on it.
  */
@@ -155,6 +156,11 @@ export async function watchDatabaseIdentity(sql: Sql, log: Log, everyMs = 1000):
   let refusalLogged = false
   const refused = (error: unknown) => {
     if (isDatabaseUnavailable(error)) throw error
+    // No `conversations` table (undefined_table): the database is being made again under the pools
+    // (`pg_restore --clean` drops the tables before it creates them), not refusing; a read once the
+    // restore has made the table tells its new identity. Logged as a refusal, it said going back in
+    // time "will not be noticed" the moment before it was, and hid a real refusal later on.
+    if ((error as { code?: unknown } | null)?.code === '42P01') return null
     if (!refusalLogged) {
       refusalLogged = true
       log.warn('postgres refuses to tell its identity: a backup restored or a lagging replica promoted will not be noticed', errorFields(error))

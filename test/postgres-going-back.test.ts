@@ -282,6 +282,40 @@ describe('a server that refuses to tell its identity', () => {
   })
 })
 
+describe('a dump restored with --clean under a running process', () => {
+  test('is not taken for a server that refuses to tell its identity', async () => {
+    const database = await createTestDatabase()
+    const sql = createSql(database.url, { max: 1 })
+    const lines: string[] = []
+    let watched: DatabaseIdentity | undefined
+    try {
+      // Checked by hand only: the timer's reads would race the steps of the restore below.
+      watched = await watchDatabaseIdentity(
+        sql,
+        createLog('info', line => lines.push(line)),
+        3_600_000,
+      )
+      const before = watched.current()
+      expect(before).not.toBeNull()
+      const changes: string[] = []
+      watched.onChange(identity => changes.push(identity))
+
+      // pg_restore --clean drops the table, then creates it again: between the two it is missing.
+      await sql`alter table conversations rename to conversations_dropped`
+      expect(await watched.check()).toBe(before)
+      await sql`create table conversations (id int)`
+      expect(await watched.check()).not.toBe(before)
+
+      expect(changes).toHaveLength(1)
+      expect(lines.map(line => JSON.parse(line)).filter(line => line.level !== 'info')).toEqual([])
+    } finally {
+      watched?.close()
+      await sql.end()
+      await database.drop()
+    }
+  })
+})
+
 describe('a sign-in under way as another database is noticed', () => {
   const userOf = (principal: Principal | null) => (principal?.kind === 'user' ? principal.userId : null)
 
