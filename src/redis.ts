@@ -197,6 +197,12 @@ export async function connectRedis(redis: Redis, url: string): Promise<void> {
     // A Redis at its `maxclients` accepts the connection, says so and closes it: say what it said.
     const refusal = isCutOff(cause) ? await refusalOnConnect(redis) : null
     if (refusal !== null) throw new Error(`Redis at REDIS_URL=${redactUrl(url)} refuses new connections: ${refusal}`)
+    // Reached, and answering: starting a Redis, as the line below advises, is not the fix.
+    if (/^(NOAUTH|WRONGPASS) /.test((cause as Error | undefined)?.message ?? '')) {
+      throw new Error(
+        `Redis at REDIS_URL=${redactUrl(url)} refuses its credentials (${firstLine(cause)}): put the user and password it expects in REDIS_URL (redis://user:password@host:port, percent-encoded; no user: the default one)`,
+      )
+    }
     throw new Error(
       `Redis is not reachable at REDIS_URL=${redactUrl(url)} (${firstLine(cause ?? error)}): start one (Debian: apt-get install redis-server && redis-server --daemonize yes) or point REDIS_URL at yours`,
     )

@@ -152,10 +152,12 @@ describe.skipIf(missing)('a TLS-only PostgreSQL and Redis with a private CA and 
     expect(await bootFailure({ NODE_EXTRA_CA_CERTS: certs!.otherCaFile })).toMatch(
       /^PostgreSQL is not reachable at DATABASE_URL=postgres:\/\/\*\*\*@.*certificate/,
     )
-    // Redis's own reason, not only that it is unreachable; an unverified database lets the boot reach Redis.
-    expect(await bootFailure({ REDIS_URL: redisUrl('wrong') })).toMatch(
-      /^Redis is not reachable at REDIS_URL=rediss:\/\/\*\*\*@localhost:\d+ \(WRONGPASS /,
-    )
+    // Redis's own reason, and that REDIS_URL's credentials are the fix (not starting a Redis, which
+    // answered); an unverified database lets the boot reach Redis.
+    const wrongPassword = await bootFailure({ REDIS_URL: redisUrl('wrong') })
+    expect(wrongPassword).toMatch(/^Redis at REDIS_URL=rediss:\/\/\*\*\*@localhost:\d+ refuses its credentials \(WRONGPASS /)
+    expect(wrongPassword).toContain('put the user and password it expects in REDIS_URL')
+    expect(wrongPassword).not.toContain('apt-get install')
     const untrusted = await bootFailure({ NODE_EXTRA_CA_CERTS: certs!.otherCaFile, DATABASE_URL: databaseUrl(databasePassword, 'require') })
     expect(untrusted).toMatch(/^Redis is not reachable at REDIS_URL=rediss:\/\/\*\*\*@localhost:\d+ \(.*certificate/)
   }, 60_000)
