@@ -203,6 +203,13 @@ export async function connectRedis(redis: Redis, url: string): Promise<void> {
         `Redis at REDIS_URL=${redactUrl(url)} refuses its credentials (${firstLine(cause)}): put the user and password it expects in REDIS_URL (redis://user:password@host:port, percent-encoded; no user: the default one)`,
       )
     }
+    // A plain Redis sent a TLS handshake waits for a command that never ends: a timeout, which the
+    // advice to start one (it runs) or the bare ETIMEDOUT left to be guessed at.
+    if (url.startsWith('rediss://') && /ETIMEDOUT/.test(firstLine(cause ?? error))) {
+      throw new Error(
+        `Redis is not reachable at REDIS_URL=${redactUrl(url)} (${firstLine(cause ?? error)}): rediss:// speaks TLS, which a Redis without TLS on that port never answers (use redis:// for it); else check that the host and port are reachable from here`,
+      )
+    }
     throw new Error(
       `Redis is not reachable at REDIS_URL=${redactUrl(url)} (${firstLine(cause ?? error)}): start one (Debian: apt-get install redis-server && redis-server --daemonize yes) or point REDIS_URL at yours`,
     )

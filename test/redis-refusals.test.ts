@@ -220,6 +220,20 @@ describe('REDIS_URL naming a database', () => {
   })
 })
 
+describe('REDIS_URL asking TLS of a Redis without it', () => {
+  test('stops the boot with one line saying so, not only that the connection timed out', async () => {
+    const url = server.url.replace(/^redis:/, 'rediss:')
+    const redis = createRedis(
+      url,
+      createLog('error', () => {}),
+      'commands',
+    )
+    const error = await connectRedis(redis, url).catch((e: Error) => e)
+    expect((error as Error).message).toStartWith(`Redis is not reachable at REDIS_URL=${url} (`)
+    expect((error as Error).message).toContain('rediss:// speaks TLS, which a Redis without TLS on that port never answers (use redis:// for it)')
+  }, 30_000)
+})
+
 describe('a Redis whose password changed under the service', () => {
   test('requests that need it are 503 unavailable, not 500, until it takes the service’s password again', async () => {
     const own = await startRedisServer()
