@@ -23,14 +23,23 @@ export async function reachDatabase(url: string, options: Pick<SqlOptions, 'stat
     refusal = versionRefusal(server!.number, server!.version)
     if (!refusal) session = await readSession(sql)
   } catch (error) {
-    // PgBouncer refuses startup parameters it was not told to ignore, in any pool mode.
-    const hint = /unsupported startup parameter/.test(firstLine(error)) ? ' (behind PgBouncer: add it to ignore_startup_parameters)' : ''
-    throw new Error(`PostgreSQL is not reachable at DATABASE_URL=${redactUrl(url)}: ${firstLine(error)}${hint}`)
+    throw new Error(`PostgreSQL is not reachable at DATABASE_URL=${redactUrl(url)}: ${firstLine(error)}${unreachableHint(firstLine(error))}`)
   } finally {
     await sql?.end({ timeout: 1 }).catch(() => {})
   }
   refusal ??= sessionRefusal(session!)
   if (refusal) throw new Error(`PostgreSQL at DATABASE_URL=${redactUrl(url)} cannot serve: ${refusal}`)
+}
+
+/** What to do about a connection that failed, where the driver's own words do not say it: '' when they do. */
+function unreachableHint(message: string): string {
+  // PgBouncer refuses startup parameters it was not told to ignore, in any pool mode.
+  if (/unsupported startup parameter/.test(message)) return ' (behind PgBouncer: add it to ignore_startup_parameters)'
+  // With sslmode=require or verify-*, the driver begins TLS though the server said it has none, and the server closes on it.
+  if (/before secure TLS connection was established/.test(message)) {
+    return ' (what a server that takes no TLS does: turn ssl on there, or drop sslmode from DATABASE_URL)'
+  }
+  return ''
 }
 
 /** The oldest PostgreSQL the service runs on (`server_version_num`): 13 has gen_random_uuid() built in, which the migrations call. */

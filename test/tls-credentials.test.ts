@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createSql } from '../src/db.ts'
+import { reachDatabase } from '../src/reach-database.ts'
 import { randomPrefix, userToken } from './helpers/context.ts'
 import { postgresBinaries, startPostgresServer, type PostgresServer } from './helpers/postgres-server.ts'
 import { deploymentEnv, exitWithin, processGroup } from './helpers/processes.ts'
@@ -160,5 +161,19 @@ describe.skipIf(missing)('a TLS-only PostgreSQL and Redis with a private CA and 
     expect(wrongPassword).not.toContain('apt-get install')
     const untrusted = await bootFailure({ NODE_EXTRA_CA_CERTS: certs!.otherCaFile, DATABASE_URL: databaseUrl(databasePassword, 'require') })
     expect(untrusted).toMatch(/^Redis is not reachable at REDIS_URL=rediss:\/\/\*\*\*@localhost:\d+ \(.*certificate/)
+  }, 60_000)
+})
+
+describe.skipIf(postgresBinaries() === null)('DATABASE_URL asking TLS of a PostgreSQL without it', () => {
+  test('stops the boot with one line saying so, not only that the TLS connection broke off', async () => {
+    const plain = await startPostgresServer()
+    try {
+      const url = `${plain.url()}?sslmode=require`
+      const error = await reachDatabase(url).catch((e: Error) => e)
+      expect((error as Error).message).toStartWith(`PostgreSQL is not reachable at DATABASE_URL=`)
+      expect((error as Error).message).toContain('what a server that takes no TLS does: turn ssl on there, or drop sslmode from DATABASE_URL')
+    } finally {
+      await plain.stop()
+    }
   }, 60_000)
 })
