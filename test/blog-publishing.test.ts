@@ -127,6 +127,80 @@ describe('scheduled posts', () => {
   })
 })
 
+describe('two changes of one post at once', () => {
+  const patch = (id: string, body: unknown) => ctx.call('PATCH', `/blog/posts/${id}`, { apiKey: agent.apiKey, body })
+  const pendingStates = ['delayed', 'waiting', 'active', 'prioritized']
+
+  test('two PATCHes at once, with the worker running: the post goes live at the time its row ends with, or stays a draft', async () => {
+    // The row's lock puts the two in one order and each makes a new plan number, which its job carries:
+    // whichever job runs, only the row's last plan publishes, and not before that plan's time.
+    const pairs = Array.from({ length: 4 }, () => [
+      [{ publishAt: inSeconds(2) }, { publishAt: inSeconds(3) }],
+      [{ publishAt: inSeconds(2) }, { status: 'draft' }],
+    ]).flat()
+    const posts = await Promise.all(pairs.map((_, i) => writePost(ctx, agent, { title: `Raced ${i}`, publishAt: inSeconds(60) })))
+    const answers = await Promise.all(pairs.flatMap(([a, b], i) => [patch(posts[i].id, a), patch(posts[i].id, b)]))
+    expect(answers.map(res => res.status)).toEqual(answers.map(() => 200))
+    const rows = await Promise.all(posts.map(async post => (await ctx.call('GET', `/blog/posts/${post.id}`, { apiKey: agent.apiKey })).body.data))
+    // Past every time set, with no job of these posts left to run.
+    const last = Date.parse(inSeconds(3))
+    await until(async () => {
+      if (ctx.clock.now().getTime() <= last) return false
+      const jobs = (await Promise.all(posts.map(post => jobsOf(post.id)))).flat()
+      const states = await Promise.all(jobs.map(job => job.getState()))
+      return states.every(state => !pendingStates.includes(state))
+    })
+    for (const [i, row] of rows.entries()) {
+      const now = (await ctx.call('GET', `/blog/posts/${posts[i].id}`, { apiKey: agent.apiKey })).body.data
+      if (row.status === 'draft') {
+        expect(now).toMatchObject({ status: 'draft', publishedAt: null })
+        expect(await publicStatus(now.slug)).toBe(404)
+      } else {
+        expect(row.status).toBe('scheduled')
+        expect(now.status).toBe('published')
+        expect(Date.parse(now.publishedAt)).toBeGreaterThanOrEqual(Date.parse(row.publishAt))
+      }
+    }
+  })
+
+  test('a plan replaced before its job reached Redis leaves no job behind', async () => {
+    // The first PATCH has committed its plan but not yet enqueued its job when the second replaces the
+    // plan and removes that job (not there yet): the first's job would then wait, doing nothing, until its time.
+    const post = await writePost(ctx, agent, { title: 'Overtaken', publishAt: inSeconds(300 * 86_400) })
+    const later = inSeconds(302 * 86_400)
+    const blogQueue = ctx.deps.blogQueue
+    const { schedule, unschedule } = blogQueue
+    let removed!: () => void
+    const firstRemoved = new Promise<void>(resolve => (removed = resolve))
+    let enqueuing!: () => void
+    const firstEnqueuing = new Promise<void>(resolve => (enqueuing = resolve))
+    blogQueue.schedule = async (job, at) => {
+      if (job.postId === post.id && job.version === 1) {
+        enqueuing()
+        await firstRemoved
+      }
+      return schedule(job, at)
+    }
+    blogQueue.unschedule = async job => {
+      await unschedule(job)
+      if (job.postId === post.id && job.version === 1) removed()
+    }
+    try {
+      const first = patch(post.id, { publishAt: inSeconds(301 * 86_400) })
+      await firstEnqueuing
+      expect((await patch(post.id, { publishAt: later })).status).toBe(200)
+      expect((await first).status).toBe(200)
+    } finally {
+      blogQueue.schedule = schedule
+      blogQueue.unschedule = unschedule
+    }
+    const waiting = await jobsOf(post.id)
+    expect(await Promise.all(waiting.map(async job => [job.data.version, await job.getState()]))).toEqual([[2, 'delayed']])
+    const row = (await ctx.call('GET', `/blog/posts/${post.id}`, { apiKey: agent.apiKey })).body.data
+    expect(row).toMatchObject({ status: 'scheduled', publishAt: later })
+  })
+})
+
 describe('auto-publish (the fourth row of the state table)', () => {
   test('with blogAutoPublish on, a new post goes live within 5 s without a publish step', async () => {
     const auto = await blogAgent(ctx, owner)

@@ -12,7 +12,7 @@ import type { Principal } from '../auth/principal.ts'
 import { holdActiveAgent, type ParticipantRow } from '../participants/store.ts'
 import type { CreatePost, PostStatus, UpdatePost } from './schema.ts'
 import { candidatePrefix, firstFree, slugify } from './slug.ts'
-import { deletePost, findPost, insertPost, takenSlugs, updatePost, type FullPostRow } from './store.ts'
+import { deletePost, findPost, insertPost, scheduleVersion, takenSlugs, updatePost, type FullPostRow } from './store.ts'
 import { announcePublished } from './publish.ts'
 import { RendererBusy } from './render.ts'
 import { requireBlogEnabled, requireWriter } from './writer.ts'
@@ -97,6 +97,19 @@ async function renderContent(
   return html
 }
 
+/**
+ * Enqueues the job of the post's plan as the row says it now, and takes it out again when the plan is
+ * no longer the row's: a change committed meanwhile (a new time, a draft, the post deleted) removes
+ * the job of the plan it replaced once it has committed, which can be before this enqueue reached
+ * Redis; the job would then wait there, doing nothing, until its time. Either that removal comes
+ * after this enqueue, or the change committed before this read, which sees it.
+ */
+async function schedulePlan(deps: Pick<PostDeps, 'sql' | 'blogQueue'>, post: FullPostRow): Promise<void> {
+  const job = { postId: post.id, version: post.scheduleVersion }
+  await deps.blogQueue.schedule(job, post.publishAt!)
+  if ((await scheduleVersion(deps.sql, post.id)) !== job.version) await deps.blogQueue.unschedule(job)
+}
+
 /** Where a new post starts: published now, scheduled (auto-publish is scheduled for now), or a draft. */
 function initialState(body: CreatePost, autoPublish: boolean, now: Date): { status: PostStatus; publishAt: Date | null } {
   if (body.publish === true && body.publishAt !== undefined) {
@@ -116,7 +129,7 @@ function initialState(body: CreatePost, autoPublish: boolean, now: Date): { stat
  * content goes to the renderer (given back only if the renderer was too busy to try).
  */
 export async function createPost(deps: PostDeps, agent: ParticipantRow, body: CreatePost): Promise<FullPostRow> {
-  const { sql, clock, blogQueue } = deps
+  const { sql, clock } = deps
   requireBlogEnabled(agent)
   const now = clock.now()
   const { status, publishAt } = initialState(body, agent.blogAutoPublish, now)
@@ -145,7 +158,7 @@ export async function createPost(deps: PostDeps, agent: ParticipantRow, body: Cr
     if (status === 'published') await announcePublished(tx, deps, now, [id])
     return (await findPost(tx, id))!
   })
-  if (post.status === 'scheduled') await blogQueue.schedule({ postId: post.id, version: post.scheduleVersion }, post.publishAt!)
+  if (post.status === 'scheduled') await schedulePlan(deps, post)
   return post
 }
 
@@ -224,7 +237,7 @@ export async function changePost(deps: PostDeps, caller: Principal, postId: stri
   })
   // Only a new publishAt makes a new plan; other edits leave the pending job valid.
   if (body.publishAt !== undefined && post.status === 'scheduled') {
-    await blogQueue.schedule({ postId: post.id, version: post.scheduleVersion }, post.publishAt!)
+    await schedulePlan(deps, post)
   }
   // The plan this change replaced had a job waiting for its time: without this, each new time a
   // writer sets would leave one more in Redis, for up to a year.

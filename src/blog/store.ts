@@ -123,6 +123,12 @@ export async function storeContentHtml(sql: Db, post: { id: string; content: str
   await sql`update blog_posts set content_html = ${html} where id = ${post.id} and content = ${post.content}`
 }
 
+/** The post's plan number (schedule_version), whatever its agent; undefined once it is deleted. */
+export async function scheduleVersion(sql: Db, id: string): Promise<number | undefined> {
+  const [row] = await sql<{ version: number }[]>`select schedule_version as version from blog_posts where id = ${id}`
+  return row?.version
+}
+
 export async function deletePost(sql: Db, id: string): Promise<void> {
   await sql`delete from blog_posts where id = ${id}`
 }
