@@ -4,6 +4,8 @@ import { Queue, type Job } from 'bullmq'
 import { createTestContext, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 import { blogAgent, setBlog, startBlogWorker, writePost } from './helpers/blog.ts'
 import { until } from './helpers/until.ts'
+import { holdOpen } from './helpers/held-transaction.ts'
+import { lockWaited } from './helpers/deactivation.ts'
 import { blogQueueName } from '../src/blog/queue.ts'
 import { publishDuePosts, publishScheduledPost } from '../src/blog/publish.ts'
 import { createLog } from '../src/log.ts'
@@ -198,6 +200,29 @@ describe('two changes of one post at once', () => {
     expect(await Promise.all(waiting.map(async job => [job.data.version, await job.getState()]))).toEqual([[2, 'delayed']])
     const row = (await ctx.call('GET', `/blog/posts/${post.id}`, { apiKey: agent.apiKey })).body.data
     expect(row).toMatchObject({ status: 'scheduled', publishAt: later })
+  })
+  test('a post deleted as a change of its time commits takes that change’s job with it', async () => {
+    // The delete read the post at its first plan; a change then made plan 1 and queued its job before
+    // the delete had the row: the job to take out is plan 1's, the one the deleted row had.
+    const post = await writePost(ctx, agent, { title: 'Moved Then Gone', publishAt: inSeconds(300 * 86_400) })
+    const later = new Date(Date.parse(inSeconds(301 * 86_400)))
+    const commitChange = await holdOpen(
+      ctx.deps.sql,
+      tx => tx`update blog_posts set publish_at = ${later}, schedule_version = 1 where id = ${post.id}`,
+    )
+    let deleting: Promise<{ status: number }> | undefined
+    try {
+      deleting = ctx.call('DELETE', `/blog/posts/${post.id}`, { apiKey: agent.apiKey })
+      await lockWaited(ctx.deps.sql)
+      await ctx.deps.blogQueue.schedule({ postId: post.id, version: 1 }, later)
+    } finally {
+      await commitChange()
+    }
+    expect((await deleting).status).toBe(200)
+    // As the change does after its commit: the job of the plan it replaced.
+    await ctx.deps.blogQueue.unschedule({ postId: post.id, version: 0 })
+    const left = await jobsOf(post.id)
+    expect(await Promise.all(left.map(async job => [job.data.version, await job.getState()]))).toEqual([])
   })
 })
 

@@ -247,12 +247,16 @@ export async function changePost(deps: PostDeps, caller: Principal, postId: stri
   return post
 }
 
-/** Deletes a post for a writer, and its pending publish job (one left behind finds nothing to publish). */
+/**
+ * Deletes a post for a writer, and the pending publish job of the plan it had as it was deleted, not
+ * as it was read: a change committed in between made a new plan, whose job would otherwise wait in
+ * Redis until its time (it would find nothing to publish).
+ */
 export async function removePost(deps: Pick<PostDeps, 'sql' | 'blogQueue'>, caller: Principal, postId: string): Promise<void> {
   const post = await findPost(deps.sql, postId)
   if (!post) throw errors.notFound('Post')
   requireWriter(caller, post)
   requireBlogEnabled(post)
-  await deletePost(deps.sql, post.id)
-  if (post.status === 'scheduled') await deps.blogQueue.unschedule({ postId: post.id, version: post.scheduleVersion })
+  const deleted = await deletePost(deps.sql, post.id)
+  if (deleted?.status === 'scheduled') await deps.blogQueue.unschedule({ postId: post.id, version: deleted.scheduleVersion })
 }

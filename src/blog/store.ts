@@ -129,8 +129,12 @@ export async function scheduleVersion(sql: Db, id: string): Promise<number | und
   return row?.version
 }
 
-export async function deletePost(sql: Db, id: string): Promise<void> {
-  await sql`delete from blog_posts where id = ${id}`
+/** Deletes a post; its status and plan number as it was deleted, undefined when it was gone already. */
+export async function deletePost(sql: Db, id: string): Promise<{ status: PostStatus; scheduleVersion: number } | undefined> {
+  const [row] = await sql<{ status: PostStatus; scheduleVersion: number }[]>`
+    delete from blog_posts where id = ${id} returning status, schedule_version as "scheduleVersion"
+  `
+  return row
 }
 
 /** Every post of one agent for its writers, newest first. */
