@@ -99,12 +99,14 @@ describe('config listings', () => {
     expect(forAgent[0].content).toBeUndefined()
   })
 
-  test('a listing created or changed as its agent is deactivated is 404, never a 500', async () => {
+  test('a listing created or changed as its agent is deactivated is 404, never a 500; none is created', async () => {
     const creating = await createAgent(ctx, owner)
     const created = whileDeactivating(creating.id, () =>
       ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: listing({ participantId: creating.id }) }),
     )
     expectError(await created, 404, 'not_found')
+    const [written] = await ctx.deps.sql`select count(*)::int as n from config_listings where participant_id = ${creating.id}`
+    expect(written!.n).toBe(0)
     const changing = await createAgent(ctx, owner)
     const config = (await ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: listing({ participantId: changing.id }) })).body.data
     const changed = whileDeactivating(

@@ -430,12 +430,18 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
     expectError(await subscribing!, 409, 'plan_inactive')
   })
 
-  test('a plan created as its agent is deactivated is 404, never a 500', async () => {
+  test('a plan created as its agent is deactivated is 404, never a 500, and is not written', async () => {
     const mine = await createAgent(ctx, owner)
     const held = await holdDeactivation(ctx.deps.sql, { id: mine.id, ownerId: owner.id })
     const creating = ctx.call('POST', '/v1/billing/plans', { token: owner.token, body: thousand(mine.id) })
     await held.commitOnceWaited()
     expectError(await creating, 404, 'not_found')
+    // Nothing written for the agent gone: no plan, no terms.
+    const [written] = await ctx.deps.sql`
+      select (select count(*)::int from plans where participant_id = ${mine.id}) as plans,
+        (select count(*)::int from plan_terms t join plans p on p.id = t.plan_id where p.participant_id = ${mine.id}) as terms
+    `
+    expect(written).toEqual({ plans: 0, terms: 0 })
   })
 
   test('fewer included calls or a higher overage is a rise; with a lower monthly price each term takes its own date', async () => {

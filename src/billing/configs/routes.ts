@@ -72,8 +72,10 @@ function listingRoutes({ sql, clock, rateLimiter }: RouteDeps, auth: AuthPlugin)
       async ({ user, body, set }) => {
         await requireOwnedParticipant(sql, body.participantId, user.userId)
         await rateLimiter.take('configWrite', `user:${user.userId}`)
+        // Written only while its agent is active: one deactivated since the check above gets no listing.
         const id = await insertConfig(sql, body, clock.now())
-        // Its agent may have been deactivated meanwhile: then there is no listing to show.
+        if (!id) throw errors.notFound('Participant')
+        // Its agent may have been deactivated since the listing was written: then there is none to show.
         const created = await findConfig(sql, id, user.userId)
         if (!created) throw errors.notFound('Participant')
         set.status = 201

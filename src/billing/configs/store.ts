@@ -36,17 +36,24 @@ const listingsAs = (sql: Db, reader: string | null) => sql`
   ) p
 `
 
-export async function insertConfig(sql: Db, config: CreateConfig, at: Date): Promise<string> {
+/**
+ * Inserts a listing for an agent still active: undefined (nothing written) when it is not. The
+ * agent's row is held (key share) by the insert itself, as a purchase holds it (findConfig): a
+ * deactivation in flight is waited for and then seen; one begun after waits for the listing.
+ */
+export async function insertConfig(sql: Db, config: CreateConfig, at: Date): Promise<string | undefined> {
   const [row] = await sql<{ id: string }[]>`
     insert into config_listings (
       participant_id, name, description, price_cents, file_type, content, preview_snippet, created_at, updated_at
-    ) values (
-      ${config.participantId}, ${config.name}, ${config.description ?? null}, ${config.priceCents},
-      ${config.fileType}, ${config.content}, ${config.previewSnippet ?? null}, ${at}, ${at}
     )
+    select
+      a.id, ${config.name}, ${config.description ?? null}, ${config.priceCents},
+      ${config.fileType}, ${config.content}, ${config.previewSnippet ?? null}, ${at}, ${at}
+    from participants a where a.id = ${config.participantId} and a.active
+    for key share
     returning id
   `
-  return row!.id
+  return row?.id
 }
 
 /**

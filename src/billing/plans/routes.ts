@@ -48,8 +48,10 @@ export function planRoutes({ sql, clock, rateLimiter }: RouteDeps, auth: AuthPlu
       async ({ user, body, set }) => {
         await requireOwnedParticipant(sql, body.participantId, user.userId)
         await rateLimiter.take('planWrite', `user:${user.userId}`)
-        const id = await insertPlan(sql, body, clock.now())
-        // Its agent may have been deactivated meanwhile: then there is no plan to show.
+        // Written only while its agent is active: one deactivated since the check above gets no plan.
+        const id = await sql.begin(tx => insertPlan(tx, body, clock.now()))
+        if (!id) throw errors.notFound('Participant')
+        // Its agent may have been deactivated since the plan was written: then there is no plan to show.
         const created = await findPlan(sql, id)
         if (!created) throw errors.notFound('Participant')
         set.status = 201

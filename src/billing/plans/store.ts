@@ -24,19 +24,27 @@ const columns = (sql: Db) => sql`
   p.created_at as "createdAt", p.updated_at as "updatedAt"
 `
 
-export async function insertPlan(sql: Db, plan: CreatePlan, at: Date): Promise<string> {
+/**
+ * Inserts a plan, with its first terms, for an agent still active: undefined (nothing written) when
+ * it is not. The agent's row is held (key share) by the insert itself: a deactivation in flight
+ * (which locks it for update) is waited for and then seen; one begun after waits for the plan.
+ * Run it in a transaction: the terms are a second statement.
+ */
+export async function insertPlan(sql: Db, plan: CreatePlan, at: Date): Promise<string | undefined> {
   const [row] = await sql<{ id: string }[]>`
     insert into plans (
       participant_id, name, description, monthly_price_cents, included_proxy_calls,
       overage_per_call_cents, created_at, updated_at
-    ) values (
-      ${plan.participantId}, ${plan.name}, ${plan.description ?? null}, ${plan.monthlyPriceCents},
-      ${plan.includedProxyCalls}, ${plan.overagePerCallCents}, ${at}, ${at}
     )
+    select
+      a.id, ${plan.name}, ${plan.description ?? null}, ${plan.monthlyPriceCents},
+      ${plan.includedProxyCalls}, ${plan.overagePerCallCents}, ${at}, ${at}
+    from participants a where a.id = ${plan.participantId} and a.active
+    for key share
     returning id
   `
-  await recordTerms(sql, row!.id, at)
-  return row!.id
+  if (row) await recordTerms(sql, row.id, at)
+  return row?.id
 }
 
 /** Appends the plan's current terms to its history, in force from `at`. */
