@@ -211,6 +211,24 @@ describe('purchases', () => {
     expect((await ctx.call('GET', '/v1/billing/my-configs', { token: late.token })).body.data).toEqual([])
   })
 
+  test('buying again after the agent was deactivated answers the same purchase (200, nothing charged); others get 404', async () => {
+    // The contract: buying again returns the same purchase with 200 and charges nothing; a deactivated
+    // agent's data stays. A buyer retrying a purchase whose answer it lost must not read "not found".
+    const gone = await createAgent(ctx, owner)
+    const config = (await ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: listing({ participantId: gone.id }) })).body.data
+    const buyer = await signUp(ctx)
+    const first = await ctx.call('POST', `/v1/billing/configs/${config.id}/purchase`, { token: buyer.token })
+    expect(first.status).toBe(201)
+    expect((await ctx.call('DELETE', `/v1/participants/${gone.id}`, { token: owner.token })).status).toBe(200)
+    const again = await ctx.call('POST', `/v1/billing/configs/${config.id}/purchase`, { token: buyer.token })
+    expect(again.status).toBe(200)
+    expect(again.body.data).toEqual(first.body.data)
+    const late = await signUp(ctx)
+    expectError(await ctx.call('POST', `/v1/billing/configs/${config.id}/purchase`, { token: late.token }), 404, 'not_found')
+    const [charged] = await ctx.deps.sql`select count(*)::int as n from invoices where participant_id = ${gone.id}`
+    expect(charged!.n).toBe(1)
+  })
+
   test('a purchase that waited for its agent’s deactivation is refused (404): nothing sold or invoiced', async () => {
     const mine = await createAgent(ctx, owner)
     const res = await ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: listing({ participantId: mine.id }) })

@@ -7,8 +7,11 @@ import { findConfig, findPurchase, insertPurchase, type PurchaseRow } from './st
 
 /**
  * The user's purchase of the config, made now (`created`) or found from before; the invoice and the
- * owner's and buyer's events are written in the same transaction (`tx`). 404 for no such config, 409
- * when it is off sale or its price is not `expectedPriceCents`, 403 for the owner's own.
+ * owner's and buyer's events are written in the same transaction (`tx`). 404 for no such config (or
+ * its agent deactivated), 409 when it is off sale or its price is not `expectedPriceCents`, 403 for
+ * the owner's own. A purchase made before is answered whatever became of the listing or its agent
+ * since: the buyer keeps it (GET /my-configs), and one retrying a purchase whose answer it lost must
+ * not read that it has none.
  */
 export async function buyConfig(
   tx: Db,
@@ -16,9 +19,9 @@ export async function buyConfig(
 ): Promise<{ created: boolean; row: PurchaseRow }> {
   const { userId, expectedPriceCents, at } = purchase
   const config = await findConfig(tx, purchase.configId, userId, { holdAgent: true })
-  if (!config) throw errors.notFound('Config')
-  const bought = await findPurchase(tx, config.id, userId)
+  const bought = await findPurchase(tx, purchase.configId, userId)
   if (bought) return { created: false, row: bought }
+  if (!config) throw errors.notFound('Config')
   if (config.ownerId === userId) throw errors.cannotBuyOwnConfig()
   if (!config.active) throw errors.configInactive()
   // Checked against the price read in this transaction, which is the price charged.

@@ -214,7 +214,8 @@ function purchaseRoutes(deps: RouteDeps, auth: AuthPlugin) {
             'Buy a config and get its content: 201 the first time, 200 with the same purchase after. Send expectedPriceCents to be charged that or nothing',
           description:
             'Needs a user credential. One’s own listing is 403 `cannot_buy_own_config`; ' +
-            'an inactive one is 409 `config_inactive`. A purchase issues its one-line invoice at once and tells the owner ' +
+            'an inactive one is 409 `config_inactive`; an unknown one, or one whose agent is deactivated, 404. ' +
+            'A buyer buying again gets the same purchase with 200 whatever became of the listing or its agent since. A purchase issues its one-line invoice at once and tells the owner ' +
             '(`config.purchased`). A repeat charges nothing. A repeat with the same `Idempotency-Key` within 24 h gets the ' +
             'first answer. Rate limited per user, repeats too (rule `configPurchase`): 429.',
         },
