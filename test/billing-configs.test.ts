@@ -1,6 +1,16 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { listConfigs } from '../src/billing/configs/store.ts'
-import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import {
+  createAgent,
+  createTestContext,
+  expectError,
+  halfAMillisecondAfter,
+  idsBefore,
+  signUp,
+  type TestAgent,
+  type TestContext,
+  type TestUser,
+} from './helpers/context.ts'
 import { holdDeactivation } from './helpers/deactivation.ts'
 
 let ctx: TestContext
@@ -156,6 +166,15 @@ describe('purchases', () => {
     }
     expect(seen.length).toBe(configs.length)
     expect(new Set(seen).size).toBe(configs.length)
+  })
+
+  test('an invoice is older than a `before` finer than a millisecond in its millisecond: listed, as it is not at its own time', async () => {
+    const config = await newConfig({ name: 'Finer' })
+    const buyer = await signUp(ctx)
+    const invoiceId = (await ctx.call('POST', `/v1/billing/configs/${config.id}/purchase`, { token: buyer.token })).body.data.invoiceId
+    const [invoice] = (await ctx.call('GET', '/v1/billing/invoices', { token: buyer.token })).body.data
+    expect(await idsBefore(ctx, '/v1/billing/invoices', { token: buyer.token }, halfAMillisecondAfter(invoice.issuedAt))).toEqual([invoiceId])
+    expect(await idsBefore(ctx, '/v1/billing/invoices', { token: buyer.token }, invoice.issuedAt)).toEqual([])
   })
 
   test('first purchase 201 with content and the price paid; again 200 with the same purchase', async () => {

@@ -3,6 +3,8 @@ import {
   createAgent,
   createTestContext,
   expectError,
+  halfAMillisecondAfter,
+  idsBefore,
   idsPagedByBefore,
   signUp,
   type TestAgent,
@@ -171,6 +173,20 @@ describe('listing reviews', () => {
     }
     const seen = await idsPagedByBefore(ctx, `/v1/billing/reviews/${fresh.id}`, { token: owner.token })
     expect(seen.sort()).toEqual(written.sort())
+  })
+
+  test('a review is older than a `before` finer than a millisecond in its millisecond: listed, as it is not at its own time', async () => {
+    const fresh = await createAgent(ctx, owner)
+    const plan = await ctx.call('POST', '/v1/billing/plans', {
+      token: owner.token,
+      body: { participantId: fresh.id, name: 'P', monthlyPriceCents: 1, includedProxyCalls: 1, overagePerCallCents: 1 },
+    })
+    const user = await signUp(ctx)
+    await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId: plan.body.data.id } })
+    const written = (await ctx.call('POST', '/v1/billing/reviews', { token: user.token, body: { participantId: fresh.id, rating: 4 } })).body.data
+    const path = `/v1/billing/reviews/${fresh.id}`
+    expect(await idsBefore(ctx, path, { token: owner.token }, halfAMillisecondAfter(written.createdAt))).toEqual([written.id])
+    expect(await idsBefore(ctx, path, { token: owner.token }, written.createdAt)).toEqual([])
   })
 
   test('a review dated after its write (written at once with others) is never updated before it was created', async () => {

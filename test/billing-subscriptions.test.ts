@@ -4,6 +4,8 @@ import {
   createAgent,
   createTestContext,
   expectError,
+  halfAMillisecondAfter,
+  idsBefore,
   idsPagedByBefore,
   signUp,
   type TestAgent,
@@ -249,6 +251,15 @@ describe('listing and cancelling', () => {
     }
     const seen = await idsPagedByBefore(ctx, '/v1/billing/subscriptions', { token: user.token })
     expect(seen.sort()).toEqual(made.sort())
+  })
+
+  test('a subscription is older than a `before` finer than a millisecond in its millisecond: listed, as it is not at its own time', async () => {
+    const { planId } = await agentWithPlan()
+    const user = await signUp(ctx)
+    const made = (await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId } })).body.data
+    const path = '/v1/billing/subscriptions'
+    expect(await idsBefore(ctx, path, { token: user.token }, halfAMillisecondAfter(made.createdAt))).toEqual([made.id])
+    expect(await idsBefore(ctx, path, { token: user.token }, made.createdAt)).toEqual([])
   })
 
   test('cancel: 200 then 409 already_cancelled; another user gets 404; the count drops; resubscribing works', async () => {

@@ -1,6 +1,16 @@
 /** Post states: the interface document's state table, the contract's moves, deletion, the writers' list, the post limit. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { createTestContext, expectError, idsPagedByBefore, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import {
+  createTestContext,
+  expectError,
+  halfAMillisecondAfter,
+  idsBefore,
+  idsPagedByBefore,
+  signUp,
+  type TestAgent,
+  type TestContext,
+  type TestUser,
+} from './helpers/context.ts'
 import { blogAgent, setBlog, writePost } from './helpers/blog.ts'
 
 let ctx: TestContext
@@ -180,6 +190,14 @@ describe('the writers’ list', () => {
     ctx.clock.resume()
     const seen = await idsPagedByBefore(ctx, `/blog/manage/${lister.id}`, { apiKey: lister.apiKey })
     expect(seen.toSorted()).toEqual(written.map(post => post.id).toSorted())
+  })
+
+  test('a post is older than a `before` finer than a millisecond in its millisecond: listed, as it is not at its own time', async () => {
+    const lister = await blogAgent(ctx, owner)
+    const post = await writePost(ctx, lister, { title: 'Finer' })
+    const path = `/blog/manage/${lister.id}`
+    expect(await idsBefore(ctx, path, { apiKey: lister.apiKey }, halfAMillisecondAfter(post.createdAt))).toEqual([post.id])
+    expect(await idsBefore(ctx, path, { apiKey: lister.apiKey }, post.createdAt)).toEqual([])
   })
 
   test('refuses a bad limit, status or before with 400, and an unknown agent with 404', async () => {

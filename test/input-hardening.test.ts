@@ -1,7 +1,16 @@
 /** What clients really send: odd characters, other spellings of times and ids, retries of a slow upstream. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
-import { createTestContext, expectError, signUp, subscribedPair, type TestContext, type TestUser } from './helpers/context.ts'
+import {
+  createTestContext,
+  expectError,
+  halfAMillisecondAfter,
+  idsBefore,
+  signUp,
+  subscribedPair,
+  type TestContext,
+  type TestUser,
+} from './helpers/context.ts'
 import { startUpstream, type Upstream } from './helpers/upstream.ts'
 import { isInternal } from '../src/connections/address-policy.ts'
 
@@ -403,5 +412,13 @@ describe('smaller promises', () => {
     expect(older.body.data.map((m: { text: string }) => m.text)).not.toContain('later')
     const [row] = await ctx.deps.sql`select count(*)::int as n from chat_messages where text = 'once'`
     expect(row!.n).toBe(1)
+  })
+
+  test('a chat message is older than a `before` finer than a millisecond in its millisecond: listed, as it is not at its own time', async () => {
+    const user = await signUp(ctx)
+    const sent = (await ctx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'finer' } })).body.data
+    const [newest] = await idsBefore(ctx, '/v1/chat/messages', { token: user.token }, halfAMillisecondAfter(sent.createdAt))
+    expect(newest).toBe(sent.id)
+    expect(await idsBefore(ctx, '/v1/chat/messages', { token: user.token }, sent.createdAt)).not.toContain(sent.id)
   })
 })

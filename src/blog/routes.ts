@@ -2,7 +2,7 @@
 import { Elysia, t } from 'elysia'
 import type { PostDeps } from './posts.ts'
 import { errors } from '../errors.ts'
-import { BeforeParam, failures, Ok, ok, pageLimit, parseTime, Query, Uuid } from '../http/schema.ts'
+import { BeforeParam, failures, Ok, ok, pageLimit, parseBefore, Query, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { findParticipant } from '../participants/store.ts'
 import { CreatePost, DeletedPost, Post, PostStatus, PostSummary, React, ReactionCounts, UpdatePost } from './schema.ts'
@@ -112,7 +112,7 @@ export function blogRoutes(deps: RouteDeps, auth: AuthPlugin) {
         const page = {
           limit: listLimit.parse(query.limit),
           status: query.status,
-          before: parseTime(query.before, '/before'),
+          before: parseBefore(query.before, '/before'),
         }
         return ok((await listAgentPosts(sql, agent.id, page)).map(row => summaryView(row, site)))
       },

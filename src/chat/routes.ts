@@ -3,7 +3,7 @@ import { Elysia, t } from 'elysia'
 import type { Sql } from '../db.ts'
 import type { Clock } from '../clock.ts'
 import type { RateLimiter } from '../rate-limit/token-bucket.ts'
-import { BeforeParam, failures, Ok, ok, pageLimit, parseTime, Query, Timestamp, Uuid } from '../http/schema.ts'
+import { BeforeParam, failures, Ok, ok, pageLimit, parseBefore, Query, Timestamp, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { principalSubject } from '../auth/principal.ts'
 import { findParticipant } from '../participants/store.ts'
@@ -95,7 +95,7 @@ export function chatRoutes(deps: RouteDeps, auth: AuthPlugin) {
     )
     .get(
       '/messages',
-      async ({ query }) => ok(await recentChatMessages(sql, { limit: listLimit.parse(query.limit), before: parseTime(query.before, '/before') })),
+      async ({ query }) => ok(await recentChatMessages(sql, { limit: listLimit.parse(query.limit), before: parseBefore(query.before, '/before') })),
       {
         caller: true,
         query: Query({ limit: listLimit.param, before: BeforeParam }),

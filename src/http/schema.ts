@@ -149,7 +149,9 @@ export function parseTime(value: string | undefined, path: string): Date | undef
 /**
  * A `before` bound, as parseTime reads it, rounded up to the next millisecond when finer than one: a
  * Date keeps milliseconds only, and truncating `…00.0005Z` to `…00.000Z` would leave out the items of
- * that millisecond, which are strictly older than the bound.
+ * that millisecond, which are strictly older than the bound. Every paged list's times are whole
+ * milliseconds (their writers date items with Dates), so the rounded bound leaves out exactly what
+ * the exact one would.
  */
 export function parseBefore(value: string | undefined, path: string): Date | undefined {
   const at = parseTime(value, path)

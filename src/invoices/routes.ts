@@ -1,7 +1,7 @@
 /** GET /v1/billing/invoices: the caller's invoices, newest first. */
 import { Elysia, t } from 'elysia'
 import type { Sql } from '../db.ts'
-import { BeforeParam, failures, iso, isoOrNull, Ok, ok, pageLimit, parseTime, Query } from '../http/schema.ts'
+import { BeforeParam, failures, iso, isoOrNull, Ok, ok, pageLimit, parseBefore, Query } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
 import { Invoice } from './schema.ts'
 import { listInvoices } from './store.ts'
@@ -17,7 +17,7 @@ export function invoiceRoutes({ sql }: RouteDeps, auth: AuthPlugin) {
   return new Elysia({ tags: ['billing'] }).use(auth).get(
     '/v1/billing/invoices',
     async ({ user, query }) => {
-      const page = { limit: listLimit.parse(query.limit), before: parseTime(query.before, '/before') }
+      const page = { limit: listLimit.parse(query.limit), before: parseBefore(query.before, '/before') }
       const rows = await listInvoices(sql, user.userId, page)
       return ok(
         rows.map(row => ({

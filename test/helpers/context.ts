@@ -199,6 +199,24 @@ export async function idsPagedByBefore(
   return ids
 }
 
+/**
+ * Half a millisecond after `at` (an ISO time the API showed, whole milliseconds), as a client that keeps
+ * microseconds writes a time of that millisecond: an item shown at `at` is strictly older than it.
+ */
+export const halfAMillisecondAfter = (at: string) => `${at.slice(0, -1)}5Z`
+
+/** The ids of the first page of a list (`path`, no query) strictly older than `before`. */
+export async function idsBefore(
+  ctx: TestContext,
+  path: string,
+  credential: Pick<CallOptions, 'token' | 'apiKey'>,
+  before: string,
+): Promise<string[]> {
+  const page = await ctx.call('GET', `${path}?before=${encodeURIComponent(before)}`, credential)
+  if (page.status !== 200) throw new Error(`${path}?before=${before}: ${page.status} ${JSON.stringify(page.body)}`)
+  return page.body.data.map((item: { id: string }) => item.id)
+}
+
 /** Signs a new user in (their first token creates them). */
 export async function signUp(ctx: TestContext, sub = `user-${randomBytes(4).toString('hex')}`): Promise<TestUser> {
   const token = await userToken(sub, { email: `${sub}@example.com` })

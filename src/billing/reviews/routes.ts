@@ -4,7 +4,7 @@ import type { Sql } from '../../db.ts'
 import type { Clock } from '../../clock.ts'
 import { errors } from '../../errors.ts'
 import { requireParticipant } from '../../participants/ownership.ts'
-import { BeforeParam, failures, iso, Ok, ok, pageLimit, parseTime, Query, Uuid } from '../../http/schema.ts'
+import { BeforeParam, failures, iso, Ok, ok, pageLimit, parseBefore, Query, Uuid } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
 import { hasSubscribed } from '../subscriptions/store.ts'
 import { hasBoughtFrom } from '../configs/store.ts'
@@ -75,7 +75,7 @@ export function reviewRoutes(deps: RouteDeps, auth: AuthPlugin) {
       '/:participantId',
       async ({ params, query }) => {
         const participant = await requireParticipant(sql, params.participantId)
-        const page = { limit: listLimit.parse(query.limit), before: parseTime(query.before, '/before') }
+        const page = { limit: listLimit.parse(query.limit), before: parseBefore(query.before, '/before') }
         return ok((await listReviews(sql, participant.id, page)).map(reviewView))
       },
       {

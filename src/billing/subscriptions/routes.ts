@@ -7,7 +7,7 @@ import type { Clock } from '../../clock.ts'
 import type { RateLimiter } from '../../rate-limit/token-bucket.ts'
 import { errors } from '../../errors.ts'
 import { uniqueViolation } from '../../db.ts'
-import { BeforeParam, failures, iso, isoOrNull, Ok, ok, pageLimit, parseTime, Query, Uuid } from '../../http/schema.ts'
+import { BeforeParam, failures, iso, isoOrNull, Ok, ok, pageLimit, parseBefore, Query, Uuid } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
 import { principalSubject } from '../../auth/principal.ts'
 import { IdempotencyHeaders, idempotent } from '../../idempotency/idempotent.ts'
@@ -128,7 +128,7 @@ export function subscriptionRoutes(deps: RouteDeps, auth: AuthPlugin) {
     .get(
       '',
       async ({ user, query }) => {
-        const page = { limit: listLimit.parse(query.limit), before: parseTime(query.before, '/before') }
+        const page = { limit: listLimit.parse(query.limit), before: parseBefore(query.before, '/before') }
         const rows = await listSubscriptions(sql, user.userId, page, clock.now())
         // Calls metered but not yet counted by the worker are in the live counters.
         const live = await liveCounts(
