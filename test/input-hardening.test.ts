@@ -227,6 +227,58 @@ describe('ids and times as clients write them', () => {
     expectError(await ctx.call('GET', '/v1/billing/invoices?before=2026-02-30T00:00:00Z', { token: user.token }), 400, 'validation_failed')
   })
 
+  test('before and since at the edges of ISO 8601: 24:00, a leap second, offsets (a + sent unencoded too), years 1 to 9999', async () => {
+    const { agent, user, subscriptionId } = await subscribed()
+    const sent = (await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'hi' } })).body.data
+    const lists: [string, { token?: string; apiKey?: string }][] = [
+      ['/v1/billing/subscriptions', { token: user.token }],
+      ['/v1/billing/invoices', { token: user.token }],
+      [`/v1/billing/reviews/${agent.id}`, { token: user.token }],
+      ['/v1/chat/messages', { token: user.token }],
+      [`/blog/manage/${agent.id}`, { apiKey: agent.apiKey }],
+      [`/v1/conversations/${agent.id}/messages`, { token: user.token }],
+    ]
+    // Raw in the URL: a `+` arrives as a space, read as the offset's `+` it stood for.
+    const read = ['2026-11-22T24:00:00Z', '2026-11-22T10:00:00.0005%2B01:00', '2026-11-22T10:00:00.0005+01:00', '0001-01-01T00:00:00Z']
+    const refused = ['2016-12-31T23:59:60Z', '2026-11-22T24:00:01Z', '0000-12-31T00:00:00Z', '10000-01-01T00:00:00Z', '9999-12-31T23:30:00-01:00']
+    for (const [path, credential] of lists) {
+      for (const before of [...read, '1969-12-31T23:59:59.9995Z', '9999-12-31T23:59:59.9999Z', '']) {
+        expect((await ctx.call('GET', `${path}?before=${before}`, credential)).status, `${path} ${before}`).toBe(200)
+      }
+      for (const before of refused) expectError(await ctx.call('GET', `${path}?before=${before}`, credential), 400, 'validation_failed')
+    }
+    for (const since of read) expect((await ctx.call('GET', `/v1/agent/events?since=${since}`, { apiKey: agent.apiKey })).status, since).toBe(200)
+    for (const since of refused)
+      expectError(await ctx.call('GET', `/v1/agent/events?since=${since}`, { apiKey: agent.apiKey }), 400, 'validation_failed')
+
+    // The subscription and the message, made now: each answer right, not merely not refused.
+    const made = (await ctx.call('GET', '/v1/billing/subscriptions', { token: user.token })).body.data[0].createdAt as string
+    const day = made.slice(0, 10)
+    const subscriptions = (before: string) => ctx.call('GET', `/v1/billing/subscriptions?before=${before}`, { token: user.token })
+    /** `at` as the clock one hour ahead of UTC shows it, with `finer` digits after its milliseconds. */
+    const plusOneHour = (at: string, finer = '') => `${new Date(Date.parse(at) + 3_600_000).toISOString().slice(0, -1)}${finer}+01:00`
+    for (const [before, listed] of [
+      [`${day}T24:00:00Z`, true],
+      [`${day}T00:00:00Z`, false],
+      [plusOneHour(made, '5'), true],
+      [plusOneHour(made), false],
+      [encodeURIComponent(plusOneHour(made, '5')), true],
+      ['0001-01-01T00:00:00Z', false],
+      ['9999-12-31T23:59:59.9999Z', true],
+      ['', true],
+    ] as const) {
+      expect(
+        (await subscriptions(before)).body.data.map((s: { id: string }) => s.id),
+        before,
+      ).toEqual(listed ? [subscriptionId] : [])
+    }
+    const pending = async (since: string) =>
+      (await ctx.call('GET', `/v1/agent/events?since=${since}`, { apiKey: agent.apiKey })).body.data.pendingConversations.length
+    const justBefore = new Date(Date.parse(sent.createdAt) - 1).toISOString()
+    expect(await pending(plusOneHour(justBefore, '5'))).toBe(1)
+    expect(await pending(plusOneHour(sent.createdAt, '5'))).toBe(0)
+  })
+
   test('unknown query parameters are ignored, as web APIs do', async () => {
     const { agent, user } = await subscribed()
     expect((await ctx.call('GET', '/v1/agent/events?utm_source=x&limit=100', { apiKey: agent.apiKey })).status).toBe(200)

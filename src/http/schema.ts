@@ -125,7 +125,12 @@ export const pageLimit = (fallback: number, max: number) =>
   queryInteger('limit', fallback, 1, max, `How many items at most (default ${fallback}, at most ${max})`)
 
 /** An ISO time query parameter (read leniently by `parseTime`), shown as a date-time. */
-export const TimeParam = (description: string) => queryValue({ type: 'string', format: 'date-time' }, description, '2026-11-22T10:00:00.000Z')
+export const TimeParam = (description: string) =>
+  queryValue(
+    { type: 'string', format: 'date-time' },
+    `${description} (UTC when it has no offset; an offset’s \`+\` sent unencoded arrives as a space and is read as \`+\`)`,
+    '2026-11-22T10:00:00.000Z',
+  )
 
 /** A `before` query parameter. */
 export const BeforeParam = TimeParam('Only items strictly older than this ISO 8601 time')
@@ -133,13 +138,14 @@ export const BeforeParam = TimeParam('Only items strictly older than this ISO 86
 /**
  * An ISO 8601 time, read leniently the way clients write them: `T` or a space between date and time,
  * `Z`/`z` or an offset (none means UTC), seconds and a fraction optional. Years 1 to 9999 only.
- * An empty value is the same as none.
+ * An empty value is the same as none. An offset's `+` sent unencoded arrives as a space (a query is
+ * form-encoded), which can stand for nothing else there: it is read as the `+` it was.
  */
 export function parseTime(value: string | undefined, path: string): Date | undefined {
   if (value === undefined || value === '') return undefined
-  const match = /^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)([Zz]|[+-]\d{2}:\d{2})?$/.exec(value)
+  const match = /^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)([Zz]|[+\- ]\d{2}:\d{2})?$/.exec(value)
   if (!match || !isCalendarDate(value) || Number(value.slice(0, 4)) < 1) throw errors.field(path, 'must be an ISO 8601 time')
-  const at = new Date(`${match[1]}T${match[2]}${(match[3] ?? 'Z').toUpperCase()}`)
+  const at = new Date(`${match[1]}T${match[2]}${(match[3] ?? 'Z').toUpperCase().replace(' ', '+')}`)
   if (Number.isNaN(at.getTime()) || at.getUTCFullYear() < 1 || at.getUTCFullYear() > 9999) {
     throw errors.field(path, 'must be an ISO 8601 time')
   }
