@@ -189,6 +189,27 @@ describe('listing reviews', () => {
     expect(await idsBefore(ctx, path, { token: owner.token }, written.createdAt)).toEqual([])
   })
 
+  test('a review of the last millisecond of year 9999 is older than a `before` finer than that millisecond: listed', async () => {
+    const fresh = await createAgent(ctx, owner)
+    const plan = await ctx.call('POST', '/v1/billing/plans', {
+      token: owner.token,
+      body: { participantId: fresh.id, name: 'P', monthlyPriceCents: 1, includedProxyCalls: 1, overagePerCallCents: 1 },
+    })
+    const user = await signUp(ctx)
+    await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId: plan.body.data.id } })
+    ctx.clock.freeze(new Date('9999-12-31T23:59:59.999Z'))
+    let written: { id: string; createdAt: string }
+    try {
+      written = (await ctx.call('POST', '/v1/billing/reviews', { token: user.token, body: { participantId: fresh.id, rating: 4 } })).body.data
+    } finally {
+      ctx.clock.set(new Date())
+    }
+    expect(written.createdAt).toBe('9999-12-31T23:59:59.999Z')
+    const path = `/v1/billing/reviews/${fresh.id}`
+    expect(await idsBefore(ctx, path, { token: owner.token }, '9999-12-31T23:59:59.9999Z')).toEqual([written.id])
+    expect(await idsBefore(ctx, path, { token: owner.token }, written.createdAt)).toEqual([])
+  })
+
   test('a review dated after its write (written at once with others) is never updated before it was created', async () => {
     const users = [await customer(), await customer(), await customer()]
     ctx.clock.freeze(new Date())

@@ -157,13 +157,15 @@ export function parseTime(value: string | undefined, path: string): Date | undef
  * Date keeps milliseconds only, and truncating `…00.0005Z` to `…00.000Z` would leave out the items of
  * that millisecond, which are strictly older than the bound. Every paged list's times are whole
  * milliseconds (their writers date items with Dates), so the rounded bound leaves out exactly what
- * the exact one would.
+ * the exact one would. Past the last millisecond of year 9999 it is no bound: no time stored is
+ * later (Postgres cannot take the year 10000 a Date would be sent as, so none is written), and that
+ * bound cannot be sent either.
  */
 export function parseBefore(value: string | undefined, path: string): Date | undefined {
   const at = parseTime(value, path)
   const finer = /\.\d{3}(\d+)/.exec(value ?? '')?.[1]
-  // Within the years parseTime reads: Postgres cannot take the year 10000 that …59.9999Z would reach.
-  return at && finer && /[1-9]/.test(finer) ? new Date(Math.min(at.getTime() + 1, lastMillisecond)) : at
+  if (!at || !finer || !/[1-9]/.test(finer)) return at
+  return at.getTime() < lastMillisecond ? new Date(at.getTime() + 1) : undefined
 }
 
 const lastMillisecond = Date.UTC(9999, 11, 31, 23, 59, 59, 999)
