@@ -228,6 +228,14 @@ describe('failures', () => {
         expect(statuses, where).toContain('429')
       if (operation.responses['429']) expect(operation.responses['429'].headers, where).toHaveProperty('Retry-After')
       if (operation.responses['503']) expect(operation.responses['503'].headers, where).toHaveProperty('Retry-After')
+      // A repeat while the first request with its Idempotency-Key runs is 409 idempotency_key_in_progress, with Retry-After.
+      if (operation.parameters?.some((p: any) => p.in === 'header' && p.name === 'idempotency-key')) {
+        expect(operation.responses['409']?.headers, where).toHaveProperty('Retry-After')
+        expect(operation.responses['409'].description, where).toContain('idempotency_key_in_progress')
+        expect(operation.responses['409'].description, where).toContain('idempotency_key_reused')
+      }
+      // A body with a Content-Encoding is 415 with `Accept-Encoding: identity` (RFC 9110, 12.5.3).
+      if (operation.requestBody) expect(operation.responses['415'].headers, where).toHaveProperty('Accept-Encoding')
     }
   })
 
@@ -263,6 +271,9 @@ describe('failures', () => {
         )
         expect(form.status, where).toBe(415)
         probes.push({ where, result: { status: form.status, headers: form.headers, body: await form.json() } })
+        const encoded = await ctx.call(method, url, { token: user.token, rawBody: '{}', headers: { 'content-encoding': 'gzip' } })
+        expect(encoded.status, where).toBe(415)
+        probes.push({ where, result: encoded })
       }
     }
     expect(probes.length).toBeGreaterThan(150)
@@ -272,6 +283,15 @@ describe('failures', () => {
       const documented = resolved.paths[path!][method!.toLowerCase()].responses
       expect(Object.keys(documented), `${where} answered ${result.status}: ${JSON.stringify(result.body)}`).toContain(String(result.status))
       seen.add(String(result.status))
+      // The headers a client acts on are documented where they are sent.
+      const response = documented[String(result.status)]
+      for (const header of ['retry-after', 'www-authenticate', 'accept-encoding', 'x-request-id']) {
+        if (result.headers.has(header))
+          expect(
+            Object.keys(response?.headers ?? {}).map(name => name.toLowerCase()),
+            `${where} ${result.status} ${header}`,
+          ).toContain(header)
+      }
       const json = result.headers.get('content-type')?.startsWith('application/json')
       if (result.status >= 400 && json)
         expect(result.body, where).toMatchObject({ success: false, statusCode: result.status, error: expect.any(String) })

@@ -22,6 +22,18 @@ export interface Response {
 
 const envelope = { $ref: '#/components/schemas/ErrorEnvelope' }
 const retryAfter = { description: 'Seconds to wait before trying again', schema: { type: 'integer', minimum: 0 } }
+// Sent with idempotency_key_in_progress only (errors.ts), so a route's other 409s come without it.
+const inProgressRetryAfter = { ...retryAfter, description: 'With idempotency_key_in_progress: seconds to wait before trying again' }
+// RFC 9110, 12.5.3: a 415 for a body with a Content-Encoding names the codings taken (none).
+const acceptEncoding = {
+  description: 'With a body sent with a Content-Encoding: `identity`, no coding is decoded',
+  schema: { type: 'string', const: 'identity' },
+}
+/** The 409s of every route that honours an Idempotency-Key (src/idempotency/idempotent.ts), besides its own. */
+const idempotencyConflicts = [
+  'idempotency_key_reused: the Idempotency-Key came with another request',
+  'idempotency_key_in_progress: its first request is still running, retry after Retry-After',
+] as const
 
 /** What the HTTP layer answers, shared by the operations as `components.responses`. */
 export const failureResponses: Record<string, Response> = {
@@ -35,14 +47,16 @@ export const failureResponses: Record<string, Response> = {
       'WWW-Authenticate': { description: 'Bearer realm="api", with error="invalid_token" for a bad credential', schema: { type: 'string' } },
     },
   },
-  Conflict: failure(
-    'idempotency_key_reused: the Idempotency-Key came with another request; idempotency_key_in_progress: its first request is still running, retry after Retry-After',
-  ),
+  Conflict: {
+    ...failure(`${idempotencyConflicts[0]}; ${idempotencyConflicts[1]}`),
+    headers: { 'Retry-After': inProgressRetryAfter },
+  },
   PayloadTooLarge: failure('payload_too_large: the body is over its limit (1 MiB; 2 MiB for config listings)'),
   UriTooLong: failure('uri_too_long: the path and query are over 8 KiB'),
-  UnsupportedMediaType: failure(
-    'unsupported_media_type: a body must be JSON in UTF-8, sent with Content-Type: application/json and no Content-Encoding',
-  ),
+  UnsupportedMediaType: {
+    ...failure('unsupported_media_type: a body must be JSON in UTF-8, sent with Content-Type: application/json and no Content-Encoding'),
+    headers: { 'Accept-Encoding': acceptEncoding },
+  },
   HeadersTooLarge: failure('headers_too_large: the request line and headers are over 16 KiB'),
   TooManyRequests: {
     ...failure(
@@ -79,7 +93,8 @@ export function addFailures(operation: Operation): void {
   if (operation.security?.some(requirement => Object.keys(requirement).length > 0)) add(401, 'Unauthorized')
   // An API key (sk_, as a bearer token or X-API-Key) the process has not cached may be refused by address.
   if (operation.security?.some(requirement => 'bearer' in requirement || 'apiKey' in requirement)) add(429, 'TooManyRequests')
-  if (operation.parameters?.some(parameter => parameter.in === 'header' && parameter.name === 'idempotency-key')) add(409, 'Conflict')
+  const idempotent = operation.parameters?.some(parameter => parameter.in === 'header' && parameter.name === 'idempotency-key')
+  if (idempotent) add(409, 'Conflict')
   add(413, 'PayloadTooLarge')
   add(414, 'UriTooLong')
   if (operation.requestBody) add(415, 'UnsupportedMediaType')
@@ -90,6 +105,13 @@ export function addFailures(operation: Operation): void {
     if (status === '429' && !response.$ref) response.headers = { 'Retry-After': retryAfter, ...response.headers }
     if (status === '503' && !response.$ref) response.headers = { ...failureResponses.Unavailable!.headers, ...response.headers }
     if (status === '401' && !response.$ref) response.headers = { ...failureResponses.Unauthorized!.headers, ...response.headers }
+    if (status === '415' && !response.$ref) response.headers = { ...failureResponses.UnsupportedMediaType!.headers, ...response.headers }
+    // A route's own 409s (already_subscribed, say) are not all it answers with: the key's are added.
+    if (status === '409' && !response.$ref && idempotent) {
+      const missing = idempotencyConflicts.filter(text => !response.description.includes(text.slice(0, text.indexOf(':'))))
+      if (missing.length > 0) response.description = [response.description, ...missing].join('; ')
+      response.headers = { 'Retry-After': inProgressRetryAfter, ...response.headers }
+    }
   }
 }
 
