@@ -161,6 +161,26 @@ describe('types as generators read them', () => {
   })
 })
 
+describe('parameters', () => {
+  test('say what they are on the parameter, where the reference page and generated clients show it', () => {
+    let described = 0
+    for (const { where, operation } of operations(doc)) {
+      for (const parameter of operation.parameters ?? []) {
+        // The route's TypeBox schema carries the words; a hoisted one by reference.
+        const schema = parameter.schema.$ref ? doc.components.schemas[parameter.schema.$ref.split('/').pop()] : parameter.schema
+        if (typeof schema.description !== 'string') continue
+        expect(parameter.description, `${where} ${parameter.name}`).toBe(schema.description)
+        described++
+      }
+    }
+    expect(described).toBeGreaterThan(60)
+    // One path, two codes: the reader must see which each method takes.
+    const [poll] = doc.paths['/v1/auth/device-codes/{code}'].get.parameters
+    const [decide] = doc.paths['/v1/auth/device-codes/{code}'].patch.parameters
+    expect([poll.description, decide.description]).toEqual([expect.stringContaining('deviceCode'), expect.stringContaining('userCode')])
+  })
+})
+
 describe('request bodies', () => {
   test('are application/json only, and optional only where the route takes none', () => {
     const bodies = operations(doc).filter(({ operation }) => operation.requestBody)

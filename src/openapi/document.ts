@@ -74,7 +74,13 @@ export function openApiDocument(app: AnyElysia, siteUrl: string) {
     for (const operation of Object.values(item)) {
       jsonBodyOnly(operation)
       operation.security ??= []
-      for (const parameter of operation.parameters ?? []) if (parameter.schema) parameter.schema = hoist(shown(parameter.schema))
+      for (const parameter of operation.parameters ?? []) {
+        if (!parameter.schema) continue
+        const schema = shown(parameter.schema)
+        // Swagger UI and the generators show a parameter's own description, not its schema's.
+        if (typeof schema.description === 'string') parameter.description ??= schema.description
+        parameter.schema = hoist(schema)
+      }
       for (const content of Object.values(operation.requestBody?.content ?? {})) content.schema = hoist(content.schema)
       for (const response of Object.values(operation.responses ?? {})) {
         for (const content of Object.values(response.content ?? {})) content.schema = hoist(content.schema)

@@ -7,7 +7,7 @@ import type { Schema } from './components.ts'
 export interface Operation {
   operationId: string
   security?: Record<string, string[]>[]
-  parameters?: { name: string; in: string; required?: boolean; schema?: Schema }[]
+  parameters?: { name: string; in: string; required?: boolean; description?: string; schema?: Schema }[]
   requestBody?: { required?: boolean; content: Record<string, { schema: Schema }> }
   responses: Record<string, Response>
   [key: string]: unknown
