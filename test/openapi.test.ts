@@ -179,6 +179,14 @@ describe('parameters', () => {
     const [decide] = doc.paths['/v1/auth/device-codes/{code}'].patch.parameters
     expect([poll.description, decide.description]).toEqual([expect.stringContaining('deviceCode'), expect.stringContaining('userCode')])
   })
+
+  test('include the request headers a route reads: Last-Event-ID of a stream, If-None-Match of a public document', () => {
+    const headers = (operation: any) => (operation.parameters ?? []).filter((p: any) => p.in === 'header').map((p: any) => p.name)
+    for (const { where, path, operation } of operations(doc)) {
+      expect(headers(operation).includes('last-event-id'), where).toBe(path.startsWith('/v1/events/'))
+      expect(headers(operation).includes('if-none-match'), where).toBe('304' in operation.responses)
+    }
+  })
 })
 
 describe('request bodies', () => {

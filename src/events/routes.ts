@@ -27,6 +27,11 @@ const Resume = Query({
   lastEventId: t.Optional(t.String({ description: 'Resume after this event id (or send the Last-Event-ID header)' })),
 })
 
+/** The header an EventSource sends when it reconnects (the query's `lastEventId` does the same). */
+const ResumeHeaders = t.Object({
+  'last-event-id': t.Optional(t.String({ description: 'Resume after this event id: the last `id:` received' })),
+})
+
 /** HEAD (safe, RFC 9110): what a GET would answer, without a stream to hold or a token to spend. */
 function streamHead(lastEventId: string | undefined): Response {
   if (lastEventId && !isEventId(lastEventId)) throw errors.invalidCursor()
@@ -101,6 +106,7 @@ export function eventRoutes(deps: RouteDeps) {
           token: t.Optional(t.String({ description: 'A one-use token from POST /v1/auth/sse-token (instead of a header)' })),
           lastEventId: Resume.properties.lastEventId,
         }),
+        headers: ResumeHeaders,
         detail: {
           operationId: 'notificationStream',
           summary: 'Your notifications as server-sent events (at most 5 open streams per user)',
@@ -125,6 +131,7 @@ export function eventRoutes(deps: RouteDeps) {
       },
       {
         query: Resume,
+        headers: ResumeHeaders,
         detail: {
           operationId: 'chatStream',
           summary: 'World chat as server-sent events (public)',

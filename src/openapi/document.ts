@@ -115,7 +115,7 @@ export function openApiDocument(app: AnyElysia, siteUrl: string) {
 
 /**
  * A public document's caching (`publicDocument`, whose mark the route's detail carries): its 200's
- * ETag and Cache-Control, and the 304 a GET with that ETag in If-None-Match gets.
+ * ETag and Cache-Control, the If-None-Match header it reads, and the 304 a GET with that ETag there gets.
  */
 function addCaching(operation: Operation): void {
   const cacheControl = operation[cacheControlExtension]
@@ -127,6 +127,14 @@ function addCaching(operation: Operation): void {
   }
   const ok = operation.responses['200']
   if (ok) ok.headers = { ...headers, ...ok.headers }
+  const ifNoneMatch = {
+    name: 'if-none-match',
+    in: 'header',
+    required: false,
+    description: 'The ETag of the copy held: 304 while the document is unchanged',
+    schema: { type: 'string' },
+  }
+  operation.parameters = [...(operation.parameters ?? []), ifNoneMatch]
   operation.responses['304'] = { description: 'Not modified: If-None-Match named the current ETag (no body)', headers }
 }
 
