@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, subscribedPair, type TestContext, type TestUser } from './helpers/context.ts'
 import { holdOpen } from './helpers/held-transaction.ts'
+import { lockWaited } from './helpers/deactivation.ts'
+import { createInboxReader } from '../src/conversations/inbox-reader.ts'
 import { until } from './helpers/until.ts'
 
 let ctx: TestContext
@@ -217,5 +219,28 @@ describe('changing an agent', () => {
     expect(await ctx.deps.redis.exists(...inboxKeys)).toBe(4)
     expect((await ctx.call('DELETE', `/v1/participants/${agent.id}`, { token: alice.token })).status).toBe(200)
     expect(await ctx.deps.redis.exists(...inboxKeys)).toBe(0)
+  })
+
+  test('a rebuild under way as the agent is deactivated writes nothing after the forgetting: no inbox stays in Redis for good', async () => {
+    const { agent, user } = await subscribedPair(ctx, alice)
+    expect((await ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'hi' } })).status).toBe(201)
+    const { redis, keys } = ctx.deps
+    const k = keys.agent(agent.id)
+    const inboxes = await createInboxReader(ctx.deps)
+    // The rebuild holds the actor and has found the agent active, then waits to read its conversations.
+    const unlock = await holdOpen(ctx.deps.sql, tx => tx`lock table conversations in access exclusive mode`)
+    try {
+      await redis.del(k.built)
+      const reading = inboxes.read(agent.id).catch(() => null)
+      await lockWaited(ctx.deps.sql)
+      expect(await redis.exists(keys.actor(`agent:${agent.id}`).lease)).toBe(1)
+      expect((await ctx.call('DELETE', `/v1/participants/${agent.id}`, { token: alice.token })).status).toBe(200)
+      await unlock()
+      await reading
+      expect(await redis.exists(k.built, k.inbox, k.versions, k.requests)).toBe(0)
+    } finally {
+      await unlock().catch(() => {})
+      await inboxes.close()
+    }
   })
 })

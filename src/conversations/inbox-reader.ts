@@ -200,7 +200,8 @@ async function rebuildHeld(deps: RebuildDeps, agentId: string): Promise<AgentInb
     // servers known as it began: should either change meanwhile, the next read rebuilds it again.
     const [runId, active] = await Promise.all([server.runId(), isActiveAgent(sql, agentId)])
     // Deactivated since its key was checked (by another process, whose eviction is on its way): its
-    // inbox was forgotten, and built again it would stay in Redis for good, read by no one.
+    // inbox was forgotten, and built again it would stay in Redis for good, read by no one. One
+    // deactivated after this check: its forgetting takes the lease, so none of the steps below writes.
     if (!active) throw errors.invalidToken()
     const from = builtMark(runId, database.current())
     // A turn whose holder lost its lease mid-way (paused) may still commit and project a service

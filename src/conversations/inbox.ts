@@ -131,10 +131,17 @@ export async function invalidateInbox(deps: InboxDeps, agentId: string): Promise
  * Forgets a deactivated agent's inbox, here and in every process: no key of its polls again, and
  * nothing else reads it (its conversations and requests stay in Postgres). Its versions alone were
  * about 100 bytes a conversation the agent ever had, kept for good.
+ *
+ * The actor's lease goes with it: a rebuild that found the agent active just before the deactivation
+ * writes only while it holds that lease (each step checks it), so it writes nothing more, where it
+ * built the inbox again after this, to stay for good. A runtime holding the actor then finds its
+ * hold lost, as after a pause: the fence counter stays, so the next holder's token fences it out in
+ * Postgres, and that holder applies what it left.
  */
 export async function forgetInbox(deps: InboxDeps, agentId: string): Promise<void> {
   const k = deps.keys.agent(agentId)
-  await deps.redis.multi().unlink(k.built, k.inbox, k.versions, k.requests).publish(deps.keys.channels.inboxChanged, agentId).exec()
+  const lease = deps.keys.actor(`agent:${agentId}`).lease
+  await deps.redis.multi().unlink(k.built, k.inbox, k.versions, k.requests, lease).publish(deps.keys.channels.inboxChanged, agentId).exec()
   announcedHere(deps, agentId)
 }
 
