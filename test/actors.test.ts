@@ -7,6 +7,7 @@ import { createHolder, isHold, type Hold } from '../src/actors/hold.ts'
 import { createDue } from '../src/actors/due.ts'
 import { createDispatcher } from '../src/actors/dispatcher.ts'
 import { readDeadLetters, sendAgain } from '../src/actors/dead-letters.ts'
+import { createCareful, deadLettersKept } from '../src/actors/careful.ts'
 import { AppError } from '../src/errors.ts'
 import { enqueueEvents } from '../src/events/outbox.ts'
 import { createTestContext, type TestContext } from './helpers/context.ts'
@@ -253,6 +254,30 @@ describe('actor runtime', () => {
     expect(addedRuns).toBe(1)
     await newer.stop()
   }, 40_000)
+
+  test('an actor’s dead-letter stream keeps its newest letters up to a cap, not every one for good', async () => {
+    const { redis, keys } = ctx.deps
+    const actor = `log:${randomUUID()}`
+    const careful = createCareful(
+      redis,
+      keys,
+      createLog('error', () => {}),
+    )
+    const over = 300
+    for (let n = 0; n < deadLettersKept + over; n++) {
+      const fields = { type: 'poison', n: String(n) }
+      const mail = [{ entryId: `${n + 1}-0`, list: Object.entries(fields).flat(), fields }]
+      const hold: Hold = { actor, kind: 'log', token: 1, mail, redelivered: false, lost: false }
+      for (let attempt = 1; attempt <= 5; attempt++) await careful.refuse(hold, new Error('poison'), true)
+    }
+    const dead = keys.actor(actor).dead
+    const length = await redis.xlen(dead)
+    expect(length).toBeGreaterThanOrEqual(deadLettersKept)
+    expect(length).toBeLessThan(deadLettersKept + over)
+    const [newest] = await redis.xrevrange(dead, '+', '-', 'COUNT', 1)
+    expect(newest?.[1]).toContain(String(deadLettersKept + over - 1))
+    await redis.unlink(dead)
+  })
 
   test('a claim applied in Redis whose reply was lost hides its actors for a moment, not for a lease', async () => {
     const { redis, keys } = ctx.deps

@@ -13,6 +13,13 @@ import { isOutage, type Finished } from './work.ts'
 // A command that fails this often for a reason other than an outage goes to the dead-letter stream.
 const maxAttempts = 5
 
+/**
+ * The dead letters each actor's stream keeps, about (trimmed by Redis's whole nodes): the newest. A
+ * bug that fails every command of a busy actor would otherwise pile its commands up in Redis for good
+ * while no one sends them again; each one moved is logged (with its error) and counted all the same.
+ */
+export const deadLettersKept = 1000
+
 export interface Careful {
   has(actor: string): boolean
   /** The actor's command failed a batch: from now on it is worked alone. */
@@ -45,7 +52,7 @@ export function createCareful(redis: Redis, keys: Keys, log: Log, deadLettered: 
       const error = String((cause as Error)?.message)
       log.error('actor command moved to the dead-letter stream', { actor: hold.actor, type: mail.fields.type, entryId: mail.entryId, error })
       const dead = keys.actor(hold.actor).dead
-      await redis.xadd(dead, '*', ...mail.list!, 'entry', mail.entryId, 'error', error)
+      await redis.xadd(dead, 'MAXLEN', '~', deadLettersKept, '*', ...mail.list!, 'entry', mail.entryId, 'error', error)
       deadLettered(String(mail.fields.type))
       attempts.delete(hold.actor)
       return [{ mail, answer: { failed: true } }]
