@@ -3,7 +3,7 @@
  * after five failures that were not an outage (a bug, a constraint, a type this release has no
  * handler for), each with its error; and, once the cause is fixed, each sent to its actor again.
  */
-import type { Redis } from '../redis.ts'
+import { defineScript, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import { createDue } from './due.ts'
 import { mailboxEntry } from './dispatcher.ts'
@@ -20,6 +20,13 @@ export interface DeadLetter {
   /** The mailbox entry's fields as its sender wrote them, with `entry` (its id in the mailbox) and `error`. */
   fields: Record<string, string>
 }
+
+// KEYS the dead-letter stream; ARGV the letter's id. Takes it out, and the stream with its last
+// letter: XDEL leaves an empty stream behind, which stayed in Redis for good (and in every listing).
+const takeOut = defineScript(`
+redis.call('XDEL', KEYS[1], ARGV[1])
+if redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[1]) end
+return 1`)
 
 /** Every dead letter under the keys' prefix, oldest first within each actor. */
 export async function readDeadLetters(redis: Redis, keys: Keys): Promise<DeadLetter[]> {
@@ -63,7 +70,7 @@ export async function sendAgain(redis: Redis, keys: Keys, letter: DeadLetter): P
   })
   await redis.xadd(keys.actor(letter.actor).mailbox, '*', ...again)
   await createDue(redis, keys).mark(letter.actor)
-  await redis.xdel(letter.stream, letter.id)
+  await takeOut(redis, [letter.stream], [letter.id])
 }
 
 /** `text` matched literally by SCAN's glob. */
