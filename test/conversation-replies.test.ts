@@ -1021,6 +1021,44 @@ describe('an agent deactivated as it works (by another process, whose eviction o
     expect(await here.deps.redis.exists(k.inbox, k.versions, k.built)).toBe(0)
   })
 
+  test('a reply’s event relayed as the agent is deactivated: the inbox write lands before the forgetting, never after it', async () => {
+    const { pair, agentOwner } = await waiting()
+    expect((await replyHere(pair)).status).toBe(201)
+    // The relay's inbox write held back once it has read the conversation, as a pass under load is.
+    let letThrough!: () => void
+    const gate = new Promise<void>(resolve => (letThrough = resolve))
+    let reached!: () => void
+    const writing = new Promise<void>(resolve => (reached = resolve))
+    const redis = new Proxy(here.deps.redis, {
+      get(target, name) {
+        const value = Reflect.get(target, name) as unknown
+        if (typeof value !== 'function') return value
+        if (name !== 'evalsha') return value.bind(target)
+        return async (...args: unknown[]) => {
+          if (String(args[2]).endsWith(':inbox')) {
+            reached()
+            await gate
+          }
+          return value.apply(target, args)
+        }
+      },
+    })
+    const relayed = relayPass({ ...here.deps, redis, effects: relayEffects({ ...here.deps, redis }) }, 500)
+    try {
+      await writing
+      // The deactivation either waits for the relay's transaction or, not waiting, forgets the inbox before the write.
+      const deactivated = here.call('DELETE', `/v1/participants/${pair.agent.id}`, { token: agentOwner.token })
+      await Promise.race([deactivated, lockWaited(here.deps.sql)])
+      letThrough()
+      await relayed
+      expect((await deactivated).status).toBe(200)
+    } finally {
+      letThrough()
+    }
+    const k = here.deps.keys.agent(pair.agent.id)
+    expect(await here.deps.redis.exists(k.inbox, k.versions, k.built)).toBe(0)
+  })
+
   test('deactivated while the reply waits for its conversation’s row: refused once the row is free', async () => {
     const { pair, agentOwner } = await waiting()
     let release = () => {}
