@@ -1021,10 +1021,8 @@ describe('an agent deactivated as it works (by another process, whose eviction o
     expect(await here.deps.redis.exists(k.inbox, k.versions, k.built)).toBe(0)
   })
 
-  test('a reply’s event relayed as the agent is deactivated: the inbox write lands before the forgetting, never after it', async () => {
-    const { pair, agentOwner } = await waiting()
-    expect((await replyHere(pair)).status).toBe(201)
-    // The relay's inbox write held back once it has read the conversation, as a pass under load is.
+  /** The relay's deps with its inbox writes held back once it has read the conversations, as a pass under load (or a Redis that hangs) holds them. */
+  function heldInboxWrites() {
     let letThrough!: () => void
     const gate = new Promise<void>(resolve => (letThrough = resolve))
     let reached!: () => void
@@ -1043,20 +1041,58 @@ describe('an agent deactivated as it works (by another process, whose eviction o
         }
       },
     })
-    const relayed = relayPass({ ...here.deps, redis, effects: relayEffects({ ...here.deps, redis }) }, 500)
+    return { deps: { ...here.deps, redis, effects: relayEffects({ ...here.deps, redis }) }, writing, letThrough }
+  }
+
+  test('a reply’s event relayed as the agent is deactivated: the inbox write lands before the forgetting, or is forgotten after it', async () => {
+    const { pair, agentOwner } = await waiting()
+    expect((await replyHere(pair)).status).toBe(201)
+    const held = heldInboxWrites()
+    const relayed = relayPass(held.deps, 500)
     try {
-      await writing
-      // The deactivation either waits for the relay's transaction or, not waiting, forgets the inbox before the write.
+      await held.writing
       const deactivated = here.call('DELETE', `/v1/participants/${pair.agent.id}`, { token: agentOwner.token })
       await Promise.race([deactivated, lockWaited(here.deps.sql)])
-      letThrough()
-      await relayed
+      held.letThrough()
+      expect((await relayed)?.error).toBeUndefined()
       expect((await deactivated).status).toBe(200)
     } finally {
-      letThrough()
+      held.letThrough()
     }
     const k = here.deps.keys.agent(pair.agent.id)
     expect(await here.deps.redis.exists(k.inbox, k.versions, k.built)).toBe(0)
+  })
+
+  test('a reply’s event relayed as the agent is deactivated: the deactivation does not wait for the relay’s Redis', async () => {
+    const { pair, agentOwner } = await waiting()
+    expect((await replyHere(pair)).status).toBe(201)
+    const held = heldInboxWrites()
+    const relayed = relayPass(held.deps, 500)
+    try {
+      await held.writing
+      // Redis hanging under the relay's write (up to its command timeout, again each pass) must not
+      // hold the owner's deactivation: it answers, waiting on no lock, while the write is still held.
+      let answered = false
+      const deactivated = here.call('DELETE', `/v1/participants/${pair.agent.id}`, { token: agentOwner.token }).finally(() => (answered = true))
+      await until(
+        async () =>
+          answered ||
+          (await here.deps.sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`).length > 0,
+        60_000,
+      )
+      expect(answered).toBe(true)
+      expect((await deactivated).status).toBe(200)
+      held.letThrough()
+      expect((await relayed)?.error).toBeUndefined()
+    } finally {
+      held.letThrough()
+      await relayed
+    }
+    // The write landed after the forgetting: the relay forgets the inbox again once it has.
+    const k = here.deps.keys.agent(pair.agent.id)
+    expect(await here.deps.redis.exists(k.inbox, k.versions, k.built)).toBe(0)
+    const [left] = await here.deps.sql`select count(*)::int as n from outbox where type = 'conversation.reply' and data like ${`%${pair.agent.id}%`}`
+    expect(left!.n).toBe(0)
   })
 
   test('deactivated while the reply waits for its conversation’s row: refused once the row is free', async () => {

@@ -18,7 +18,8 @@ import type { PubSub } from '../pubsub.ts'
 import type { Clock } from '../clock.ts'
 import { createBatcher } from '../batcher.ts'
 import type { RelayEffect } from '../events/relay.ts'
-import { writeConversation, type InboxDeps } from './inbox.ts'
+import { inactiveAgents } from '../participants/store.ts'
+import { forgetInbox, writeConversation, type InboxDeps } from './inbox.ts'
 import { conversationsNow, storeChosenReplies, storeFreshReplies, type ReplyStored } from './store.ts'
 
 export interface AgentReply {
@@ -194,6 +195,11 @@ export function createReplyWriter(options: ReplyWriterOptions): ReplyWriter {
  * event commits with the reply, so this is done even when the writer's process died between its
  * commit and its own write, or Redis refused that write. An agent deactivated since is left alone:
  * its inbox was forgotten, and written again it would stay in Redis for good, read by no one.
+ *
+ * One deactivated between the read and the writes may have had its inbox forgotten before they
+ * landed: the agents found deactivated after the writes have it forgotten again (a deactivation
+ * committed later forgets after them itself). Holding the agents' rows instead made a deactivation
+ * wait for the whole pass, Redis calls included: 503 at its lock timeout while Redis hung.
  */
 export function inboxAfterReply(deps: InboxDeps): RelayEffect {
   return async (tx, events) => {
@@ -204,6 +210,9 @@ export function inboxAfterReply(deps: InboxDeps): RelayEffect {
     }
     const conversations = await conversationsNow(tx, [...pairs.values()])
     await Promise.all(conversations.map(c => writeConversation(deps, c.agentId, c.userId, c.version, c.pending)))
+    // Also those found deactivated before the writes: a forgetting Redis refused then is tried again with the events.
+    const agents = [...new Set([...pairs.values()].map(p => p.agentId))]
+    await Promise.all((await inactiveAgents(tx, agents)).map(agentId => forgetInbox(deps, agentId)))
   }
 }
 

@@ -262,10 +262,8 @@ export async function agentConversations(
 /**
  * Conversations as Postgres holds them now, by agent and user (those that exist, of active agents),
  * each by its primary key. A deactivated agent's are left out: its inbox was forgotten, and nothing
- * reads it again. The agents' rows are held (key share) to the end of the caller's transaction, so
- * a deactivation (its row locked for update) waits for the writes the caller makes before it commits,
- * and its forgetting comes after them: one that read the agent active and wrote after the forgetting
- * left the inbox in Redis for good.
+ * reads it again. Nothing is held: an agent deactivated after this read may have its inbox forgotten
+ * before the caller's writes land, which the caller then forgets again (`inboxAfterReply`).
  */
 export async function conversationsNow(sql: Db, pairs: { agentId: string; userId: string }[]): Promise<ConversationNow[]> {
   const rows = await sql<StateRow[]>`
@@ -276,7 +274,6 @@ export async function conversationsNow(sql: Db, pairs: { agentId: string; userId
     cross join lateral (
       select * from conversations where participant_id = p.agent_id and user_id = p.user_id
     ) as c
-    for key share of a
   `
   return rows.map(nowOf)
 }

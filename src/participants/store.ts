@@ -122,6 +122,15 @@ export async function holdActiveAgent(sql: Db, id: string): Promise<{ ownerId: s
   return row
 }
 
+/** Those of the agents that are deactivated now (or unknown), by their ids. */
+export async function inactiveAgents(sql: Db, ids: string[]): Promise<string[]> {
+  const rows = await sql<{ id: string }[]>`
+    select id from unnest(${ids}::uuid[]) as i(id)
+    where not exists (select 1 from participants p where p.id = i.id and p.active)
+  `
+  return rows.map(row => row.id)
+}
+
 /** Whether the agent is active (not deactivated), by its id. */
 export async function isActiveAgent(sql: Db, id: string): Promise<boolean> {
   const [row] = await sql`select 1 from participants where id = ${id} and active`
