@@ -120,9 +120,11 @@ async function verifyHs256(token: string, secrets: Uint8Array[], options: Parame
 }
 
 /**
- * After a fetch of the JWKS failed, how long tokens that the last set's keys verify are checked with
- * them without asking the provider again: one that hangs held every such request for jose's 5 s
- * timeout. Its cooldown between fetches for an unknown `kid`, too.
+ * After a fetch of the JWKS failed, how long tokens are checked with the last set's keys without
+ * asking the provider again: one that hangs held every such request for jose's 5 s timeout. A token
+ * whose `kid` that set lacks is refused meanwhile (503) without a fetch: jose's cooldown counts from
+ * the last fetch that succeeded, so each such token would otherwise have the failing provider asked.
+ * A process with no set to use (none fetched yet, or a day old) asks at every token.
  */
 export const askAgainAfterMs = 30_000
 
@@ -132,17 +134,19 @@ export const askAgainAfterMs = 30_000
  * the provider no longer refuses tokens that the keys already held verify. A token whose key is not in
  * that set still fails as unreachable (503: a key published since cannot be told from a made-up one);
  * a provider that answers goes on deciding as before (a set without the key: 401; a new set: used).
- * After a failed fetch the provider is asked again only `askAgainAfterMs` later (or for a key the
- * last set lacks), so it is back in use at most that long after it answers again.
+ * After a failed fetch the provider is asked again only `askAgainAfterMs` later, whatever the token's
+ * `kid` (unless no set is held), so it is back in use at most that long after it answers again.
  */
 function withStaleKeys(remote: RemoteJWKSet, lastGood: JWKSCacheInput, log: Log): JWTVerifyGetKey {
   const said = throttled(log, 60_000)
   // The local set made from `lastGood`, kept while no newer fetch replaces it (it caches imported keys).
   let stale: { fetchedAt: number; keys: ReturnType<typeof createLocalJWKSet> } | undefined
   let failed: { at: number; error: unknown } | undefined
+  /** Whether a set fetched before is young enough to use. */
+  const held = () => 'uat' in lastGood && Date.now() - lastGood.uat < staleKeysForMs
   /** The key from the last set fetched, if it is young enough and holds it; else `error` is thrown. */
   const fromStale = async (header: Parameters<JWTVerifyGetKey>[0], token: Parameters<JWTVerifyGetKey>[1], error: unknown) => {
-    if (!('uat' in lastGood) || Date.now() - lastGood.uat >= staleKeysForMs) throw error
+    if (!held() || !('uat' in lastGood)) throw error
     if (stale?.fetchedAt !== lastGood.uat) stale = { fetchedAt: lastGood.uat, keys: createLocalJWKSet(lastGood.jwks) }
     let key: Awaited<ReturnType<JWTVerifyGetKey>>
     try {
@@ -158,14 +162,9 @@ function withStaleKeys(remote: RemoteJWKSet, lastGood: JWKSCacheInput, log: Log)
   }
   return async (header, token) => {
     const resting = failed && Date.now() - failed.at < askAgainAfterMs ? failed : undefined
-    if (resting) {
-      try {
-        return await fromStale(header, token, resting.error)
-      } catch (error) {
-        // Not a key the last set holds: the provider is asked (jose's cooldown spaces such fetches).
-        if (error !== resting.error) throw error
-      }
-    }
+    // A key the last set lacks is unreachable still, without asking (made-up kids would have it asked at
+    // each token). With no set to use (none fetched, or a day old), every token asks, as it always did.
+    if (resting && held()) return fromStale(header, token, resting.error)
     try {
       const key = await remote(header, token)
       failed = undefined
