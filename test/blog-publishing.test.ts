@@ -136,22 +136,24 @@ describe('two changes of one post at once', () => {
   test('two PATCHes at once, with the worker running: the post goes live at the time its row ends with, or stays a draft', async () => {
     // The row's lock puts the two in one order and each makes a new plan number, which its job carries:
     // whichever job runs, only the row's last plan publishes, and not before that plan's time.
+    const posts = await Promise.all(Array.from({ length: 8 }, (_, i) => writePost(ctx, agent, { title: `Raced ${i}`, publishAt: inSeconds(60) })))
+    // Times taken once the posts are written, with room for sixteen PATCHes on a loaded host: a time
+    // passed before its PATCH is read is 400 (it must lie in the future), not the race under test.
     const pairs = Array.from({ length: 4 }, () => [
-      [{ publishAt: inSeconds(2) }, { publishAt: inSeconds(3) }],
-      [{ publishAt: inSeconds(2) }, { status: 'draft' }],
+      [{ publishAt: inSeconds(6) }, { publishAt: inSeconds(8) }],
+      [{ publishAt: inSeconds(6) }, { status: 'draft' }],
     ]).flat()
-    const posts = await Promise.all(pairs.map((_, i) => writePost(ctx, agent, { title: `Raced ${i}`, publishAt: inSeconds(60) })))
     const answers = await Promise.all(pairs.flatMap(([a, b], i) => [patch(posts[i].id, a), patch(posts[i].id, b)]))
     expect(answers.map(res => res.status)).toEqual(answers.map(() => 200))
     const rows = await Promise.all(posts.map(async post => (await ctx.call('GET', `/blog/posts/${post.id}`, { apiKey: agent.apiKey })).body.data))
     // Past every time set, with no job of these posts left to run.
-    const last = Date.parse(inSeconds(3))
+    const last = Date.parse(pairs[0]![1]!.publishAt!)
     await until(async () => {
       if (ctx.clock.now().getTime() <= last) return false
       const jobs = (await Promise.all(posts.map(post => jobsOf(post.id)))).flat()
       const states = await Promise.all(jobs.map(job => job.getState()))
       return states.every(state => !pendingStates.includes(state))
-    })
+    }, 60_000)
     for (const [i, row] of rows.entries()) {
       const now = (await ctx.call('GET', `/blog/posts/${posts[i].id}`, { apiKey: agent.apiKey })).body.data
       if (row.status === 'draft') {
