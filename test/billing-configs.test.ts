@@ -109,7 +109,7 @@ describe('config listings', () => {
     expect(forAgent[0].content).toBeUndefined()
   })
 
-  test('a listing created or changed as its agent is deactivated is 404, never a 500; none is created', async () => {
+  test('a listing created or changed as its agent is deactivated is 404, never a 500; none is created, none changed', async () => {
     const creating = await createAgent(ctx, owner)
     const created = whileDeactivating(creating.id, () =>
       ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: listing({ participantId: creating.id }) }),
@@ -125,6 +125,9 @@ describe('config listings', () => {
       config.id,
     )
     expectError(await changed, 404, 'not_found')
+    // Nor is the change written behind the 404: buyers go on reading the listing (GET /my-configs).
+    const [kept] = await ctx.deps.sql`select price_cents as "priceCents" from config_listings where id = ${config.id}`
+    expect(kept!.priceCents).toBe(config.priceCents)
   })
 
   test('patch and delete are owner-only (403) and unknown ids are 404', async () => {

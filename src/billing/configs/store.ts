@@ -78,6 +78,11 @@ export async function listConfigs(sql: Db, participantId: string, reader: string
   `
 }
 
+/**
+ * Changes a listing of an agent still active: nothing when it is not. The agent's row is held (key
+ * share) by the statement, as insertConfig holds it: a deactivation in flight is waited for and then
+ * seen, and the change (new content, which buyers read) is not written behind the caller's 404.
+ */
 export async function updateConfig(sql: Db, id: string, patch: UpdateConfig, at: Date): Promise<void> {
   const changes: Record<string, unknown> = {}
   if (patch.name !== undefined) changes.name = patch.name
@@ -87,7 +92,13 @@ export async function updateConfig(sql: Db, id: string, patch: UpdateConfig, at:
   if (patch.content !== undefined) changes.content = patch.content
   if (patch.previewSnippet !== undefined) changes.preview_snippet = patch.previewSnippet
   if (Object.keys(changes).length === 0) return
-  await sql`update config_listings set ${sql(changes)}, updated_at = ${at} where id = ${id}`
+  await sql`
+    with agent as (
+      select a.id from participants a where a.id = (select participant_id from config_listings where id = ${id}) and a.active
+      for key share
+    )
+    update config_listings set ${sql(changes)}, updated_at = ${at} where id = ${id} and participant_id in (select id from agent)
+  `
 }
 
 export async function deactivateConfig(sql: Db, id: string, at: Date): Promise<void> {
