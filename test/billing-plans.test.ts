@@ -444,6 +444,27 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
     expect(written).toEqual({ plans: 0, terms: 0 })
   })
 
+  test('a plan changed as its agent is deactivated is 404, and the change is not written', async () => {
+    const mine = await createAgent(ctx, owner)
+    const created = await ctx.call('POST', '/v1/billing/plans', { token: owner.token, body: thousand(mine.id) })
+    expect(created.status).toBe(201)
+    const plan = created.body.data
+    // The deactivation holds the plan's row too, so the change waits for it after its own check.
+    const held = await holdDeactivation(
+      ctx.deps.sql,
+      { id: mine.id, ownerId: owner.id },
+      tx => tx`select 1 from plans where id = ${plan.id} for update`,
+    )
+    const changing = ctx.call('PATCH', `/v1/billing/plans/${plan.id}`, { token: owner.token, body: { monthlyPriceCents: 1 } })
+    await held.commitOnceWaited()
+    expectError(await changing, 404, 'not_found')
+    const [written] = await ctx.deps.sql`
+      select (select monthly_price_cents from plans where id = ${plan.id}) as price,
+        (select count(*)::int from plan_terms where plan_id = ${plan.id}) as terms
+    `
+    expect(written).toEqual({ price: plan.monthlyPriceCents, terms: 1 })
+  })
+
   test('fewer included calls or a higher overage is a rise; with a lower monthly price each term takes its own date', async () => {
     const { plan, a } = await subscribedPlan('2025-06-01T00:00:00.000Z', { monthlyPriceCents: 1000, includedProxyCalls: 100, overagePerCallCents: 5 })
     try {

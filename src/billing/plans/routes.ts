@@ -99,8 +99,10 @@ export function planRoutes({ sql, clock, rateLimiter }: RouteDeps, auth: AuthPlu
         await sql.begin(async tx => {
           // Dated once the row is ours: a subscription being made meanwhile starts before this date
           // (so it is told of the change, and billed as told), never after it.
-          const latest = await lockPlan(tx, params.id)
-          const at = changeDate(clock.now(), latest)
+          const locked = await lockPlan(tx, params.id)
+          // Its agent deactivated since the check above: nothing is changed, and the read below is 404.
+          if (!locked) return
+          const at = changeDate(clock.now(), locked.latest)
           const change = await updatePlan(tx, params.id, body, at)
           if (change) await announcePlanChange(tx, { id: plan.id, name: body.name ?? plan.name, participantId: plan.participantId }, change, at)
         })

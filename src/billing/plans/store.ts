@@ -91,15 +91,18 @@ export async function listPlans(sql: Db, participantId: string, includeInactive:
  * Locks the plan's row for a change, waiting for subscriptions to it being made (findPlan with
  * `lockAgent`): the change is to be dated after this, so that no subscription's start falls after
  * the change's date without having seen it. Returns the date of the plan's latest terms: the change
- * is dated after it too (`changeDate`), as the history keeps one version a date.
+ * is dated after it too (`changeDate`), as the history keeps one version a date. Only while its agent
+ * is active, whose row is held (key share) to the end of the transaction: a deactivation in flight is
+ * waited for and then seen (undefined: no change is to be written behind the caller's 404).
  */
-export async function lockPlan(sql: Db, id: string): Promise<Date | null> {
+export async function lockPlan(sql: Db, id: string): Promise<{ latest: Date | null } | undefined> {
   const [row] = await sql<{ latest: Date | null }[]>`
     select (select max(effective_from) from plan_terms where plan_id = p.id) as latest
-    from plans p where p.id = ${id}
-    for update of p
+    from plans p join participants a on a.id = p.participant_id
+    where p.id = ${id} and a.active
+    for update of p for key share of a
   `
-  return row?.latest ?? null
+  return row
 }
 
 /**
