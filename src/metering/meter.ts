@@ -3,7 +3,7 @@ import type { Sql } from '../db.ts'
 import type { Queues } from '../queues.ts'
 import { ensurePeriodsPastRun, periodUsage } from '../billing/subscriptions/store.ts'
 import { periodIndexAt } from '../billing/periods.ts'
-import { countLive, type CounterDeps } from './usage-counter.ts'
+import { countLive, type CounterDeps } from '../billing/subscriptions/usage-counter.ts'
 import { recordUsage, type UsageEvent } from './count.ts'
 import { errorFields, type Log } from '../log.ts'
 

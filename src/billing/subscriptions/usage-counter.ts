@@ -1,8 +1,8 @@
 /** The live count of a period's proxy calls in Redis, so a call's response shows usage including itself. */
-import { defineScript, type Redis } from '../redis.ts'
-import type { Keys } from '../keys.ts'
-import type { DatabaseIdentity } from '../db.ts'
-import { idempotencyWindowMs } from '../idempotency/idempotent.ts'
+import { defineScript, type Redis } from '../../redis.ts'
+import type { Keys } from '../../keys.ts'
+import type { DatabaseIdentity } from '../../db.ts'
+import { idempotencyWindowMs } from '../../idempotency/idempotent.ts'
 
 // KEYS[1] the period's counter, KEYS[2] the event's marker; ARGV seed (calls Postgres had counted), the
 // counter's ttl ms, the marker's ttl ms.
