@@ -1,7 +1,7 @@
 /** Buying a config: once per user, at the listing's price as read in the purchase's transaction, invoiced and told. */
 import type { Db } from '../../db.ts'
 import { errors } from '../../errors.ts'
-import { issuePurchaseInvoice } from '../../invoices/store.ts'
+import { issuePurchaseInvoice } from '../invoice-numbers.ts'
 import { enqueueEvents } from '../../events/outbox.ts'
 import { findConfig, findPurchase, insertPurchase, type PurchaseRow } from './store.ts'
 
