@@ -9,7 +9,7 @@ import { createHolder, isHold, type Holder } from '../actors/hold.ts'
 import { createDue, type Due } from '../actors/due.ts'
 import { fenceOut } from '../actors/store.ts'
 import { errors } from '../errors.ts'
-import { openRequests } from '../service-requests/store.ts'
+import { openRequests } from './open-requests.ts'
 import { isActiveAgent } from '../participants/store.ts'
 import { agentConversations, type PendingConversation } from './store.ts'
 import {

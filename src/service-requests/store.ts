@@ -1,6 +1,5 @@
 /** SQL for agent-to-agent service requests. */
 import type { Db } from '../db.ts'
-import type { OpenServiceRequest } from '../conversations/inbox.ts'
 
 export type RequestStatus = 'pending' | 'completed' | 'failed' | 'expired'
 
@@ -74,18 +73,6 @@ export async function respondToRequest(sql: Db, answer: { id: string; output: st
     returning 1
   `
   return rows.length === 1
-}
-
-/** The agent's unanswered, unexpired requests, oldest first: what its inbox is rebuilt from. */
-export async function openRequests(sql: Db, targetAgentId: string, now: Date): Promise<OpenServiceRequest[]> {
-  const rows = await sql<(Omit<OpenServiceRequest, 'createdAt' | 'expiresAt'> & { createdAt: Date; expiresAt: Date })[]>`
-    select r.id as "requestId", r.from_participant_id as "fromAgentId", p.name as "fromAgentName",
-      r.service_tag as "serviceTag", r.input, r.created_at as "createdAt", r.expires_at as "expiresAt"
-    from service_requests r join participants p on p.id = r.from_participant_id
-    where r.target_participant_id = ${targetAgentId} and r.status = 'pending' and r.expires_at > ${now}
-    order by r.created_at, r.id
-  `
-  return rows.map(row => ({ ...row, createdAt: row.createdAt.toISOString(), expiresAt: row.expiresAt.toISOString() }))
 }
 
 /** Marks requests past their 24 h expired; returns them so their inboxes can drop them. */
