@@ -3,7 +3,13 @@ import type { Db } from '../db.ts'
 import type { KeyKind } from './api-key.ts'
 import type { TokenClaims } from './jwt.ts'
 import type { KeyStatus } from './principal.ts'
-import { keyRevokedType } from '../events/outbox.ts'
+
+/**
+ * Not an event for a stream: the hex SHA-256 of a revoked API key, which the relay
+ * (src/events/relay.ts) announces on the key-revoked channel so every API process evicts it
+ * (written by the revocations below).
+ */
+export const keyRevokedType = 'key.revoked'
 
 export interface UserRow {
   id: string

@@ -33,12 +33,6 @@ export interface NewEvent {
 /** An event's own fields: `type` and `createdAt` are the event's, which a field of the payload would overwrite. */
 export type EventPayload = Record<string, unknown> & { type?: never; createdAt?: never }
 
-/**
- * Not an event for a stream: the hex SHA-256 of a revoked API key, which the relay announces on the
- * key-revoked channel so every API process evicts it (written by src/auth/store.ts's revocations).
- */
-export const keyRevokedType = 'key.revoked'
-
 /** The JSON clients receive: type, createdAt (the change's time), then the payload's fields. */
 export function eventData(type: EventType, at: Date, payload: EventPayload): string {
   return JSON.stringify({ type, createdAt: at.toISOString(), ...payload })

@@ -14,7 +14,7 @@ import type { Sql, TxSql } from '../db.ts'
 import type { Keys } from '../keys.ts'
 import type { Log } from '../log.ts'
 import { errorFields } from '../log.ts'
-import { keyRevokedType } from './outbox.ts'
+import { keyRevokedType } from '../auth/store.ts'
 
 /** Kept per stream for replay: the last 1,000 events (and at most 24 h, enforced when replaying). */
 export const streamLength = 1000
