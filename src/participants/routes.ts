@@ -16,13 +16,8 @@ import { generateKey } from '../auth/api-key.ts'
 import { insertApiKey, revokeAgentKeys } from '../auth/store.ts'
 import { deactivateAgent } from './deactivate.ts'
 import { CreateParticipant, CreatedParticipant, Deactivated, Participant, RotatedKey, UpdateParticipant } from './schema.ts'
-import { findParticipant, insertParticipant, listOwnedParticipants, updateParticipant, type ParticipantRow } from './store.ts'
+import { findParticipant, insertParticipant, listOwnedParticipants, ratingSummary, updateParticipant, type ParticipantRow } from './store.ts'
 import { requireOwnedParticipant } from './ownership.ts'
-
-/** A rating summary: the mean to two decimals, null with no reviews. */
-export function ratingSummary(sum: number, count: number) {
-  return { average: count === 0 ? null : Math.round((sum / count) * 100) / 100, count }
-}
 
 /** The public shape; settings only for the owner. */
 export function participantView(row: ParticipantRow, viewer: Principal | null): Participant {

@@ -18,6 +18,11 @@ export interface ParticipantRow {
   createdAt: Date
 }
 
+/** A rating summary: the mean to two decimals, null with no reviews. */
+export function ratingSummary(sum: number, count: number) {
+  return { average: count === 0 ? null : Math.round((sum / count) * 100) / 100, count }
+}
+
 const columns = (sql: Db) => sql`
   id, name, display_name as "displayName", description, owner_id as "ownerId",
   blog_enabled as "blogEnabled", blog_auto_publish as "blogAutoPublish",

@@ -6,7 +6,7 @@ import { Ok, failures, ok } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
 import { addMonths, monthStart } from '../periods.ts'
 import { CreatorStats } from './schema.ts'
-import { ratingSummary } from '../../participants/routes.ts'
+import { ratingSummary } from '../../participants/store.ts'
 import { agentStats } from './store.ts'
 
 /** What the stats routes use. */
