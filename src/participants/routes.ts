@@ -5,7 +5,6 @@ import type { Clock } from '../clock.ts'
 import type { Log } from '../log.ts'
 import type { RateLimiter } from '../rate-limit/token-bucket.ts'
 import type { Authenticator } from '../auth/authenticator.ts'
-import type { InboxReader } from '../conversations/inbox-reader.ts'
 import { errors } from '../errors.ts'
 import { uniqueViolation } from '../db.ts'
 import { errorFields } from '../log.ts'
@@ -45,7 +44,8 @@ export interface RouteDeps {
   log: Log
   rateLimiter: RateLimiter
   authenticator: Authenticator
-  inboxes: InboxReader
+  /** The InboxReader of src/conversations/inbox-reader.ts, which sits above this slice. */
+  inboxes: { forget(agentId: string): Promise<void> }
 }
 
 export function participantRoutes(deps: RouteDeps, auth: AuthPlugin) {
