@@ -239,6 +239,35 @@ describe('servers, security, licence and contact', () => {
   })
 })
 
+describe('security against behaviour', () => {
+  // A well-formed key with a bad checksum and a token no verifier takes: each is refused before any
+  // lookup, so a 401 to one says the operation reads that header. One that reads X-API-Key and lets
+  // a good agent key through (not 403 for its kind) takes it, and its security must name it: a client
+  // generated from the document sends only the schemes it lists, and learns there what 401 means.
+  const badAgentKey = `sk_agt_${'A'.repeat(32)}AAAAAA`
+  const badBearer = 'not-a-token'
+
+  test('an operation that refuses a bad credential in a header lists that header’s scheme', async () => {
+    for (const { path, method, operation, where } of operations(resolved)) {
+      if (path.startsWith('/v1/events/')) continue
+      const url = path.replace(/\{([^}]+)\}/g, (_, name: string) => {
+        const parameter = operation.parameters.find((p: any) => p.in === 'path' && p.name === name)
+        if (parameter.schema.format === 'uuid') return crypto.randomUUID()
+        return parameter.schema.enum?.[0] ?? (name === 'code' ? 'BCDF-GHJK' : 'sample')
+      })
+      const schemes = new Set(operation.security.flatMap((requirement: object) => Object.keys(requirement)))
+      const body = operation.requestBody ? {} : undefined
+      const byKey = await ctx.call(method, url, { headers: { 'x-api-key': badAgentKey }, body })
+      if (byKey.status === 401) {
+        const good = await ctx.call(method, url, { apiKey: agent.apiKey, body })
+        if (good.status !== 403) expect([...schemes], `${where} takes X-API-Key`).toContain('apiKey')
+      }
+      const byBearer = await ctx.call(method, url, { token: badBearer, body })
+      if (byBearer.status === 401) expect([...schemes], `${where} reads Authorization`).toContain('bearer')
+    }
+  }, 60_000)
+})
+
 describe('failures', () => {
   test('every operation documents what the HTTP layer answers, with the headers that come with it', () => {
     for (const { where, operation } of operations(resolved)) {

@@ -8,7 +8,8 @@ type Security = Record<string, string[]>[]
 const bearer: Security = [{ bearer: [] }]
 const agentKey: Security = [{ apiKey: [] }, { bearer: [] }]
 const anyCredential: Security = [{ bearer: [] }, { apiKey: [] }]
-const optionalBearer: Security = [{}, { bearer: [] }]
+// Either header is read when sent (and must then be valid), so both are named beside the empty one.
+const optionalCredential: Security = [{}, { bearer: [] }, { apiKey: [] }]
 
 /**
  * @example
@@ -47,7 +48,7 @@ export function authPlugin(authenticator: Authenticator) {
     },
     /** Public, but a credential, when sent, must be valid and shows more (e.g. to an owner). */
     viewer: {
-      detail: { security: optionalBearer },
+      detail: { security: optionalCredential },
       async resolve({ request, server }) {
         return { viewer: (await authenticator.authenticate(request, server)) as Principal | null }
       },
