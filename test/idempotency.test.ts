@@ -1,8 +1,10 @@
 /** Idempotency-Key reservations for commands and upstream calls: take-overs and late finishers. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { until } from './helpers/until.ts'
-import { createTestContext, type TestContext } from './helpers/context.ts'
-import { idempotentCommand, type CommandOptions } from '../src/idempotency/idempotent.ts'
+import { createTestContext, expectError, signUp, type TestContext } from './helpers/context.ts'
+import { idempotent, idempotentCommand, type CommandOptions } from '../src/idempotency/idempotent.ts'
+import { renderError } from '../src/http/error-handler.ts'
+import { AppError } from '../src/errors.ts'
 import { errors } from '../src/errors.ts'
 import { createSql } from '../src/db.ts'
 import { createLog } from '../src/log.ts'
@@ -331,6 +333,44 @@ describe('a leased request whose end could not be written (PostgreSQL away)', ()
     } finally {
       await sql.end({ timeout: 0 })
       await proxy.close()
+    }
+  })
+})
+
+describe('a bad key', () => {
+  // Empty (or only spaces, which header parsing trims away) and too long are refused alike, wherever
+  // it is caught: by the route's header schema or by the module itself (a caller that skips it).
+  const expected = {
+    success: false,
+    statusCode: 400,
+    error: 'validation_failed',
+    message: 'The headers are not valid: /idempotency-key must be 1 to 255 characters',
+    details: [{ path: '/idempotency-key', message: 'must be 1 to 255 characters' }],
+  }
+
+  test('is 400 in the envelope with the contract’s rule, never the validator’s wording', async () => {
+    const user = await signUp(ctx)
+    for (const key of ['', '   ', 'k'.repeat(256)]) {
+      const refused = await ctx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'hi' }, headers: { 'idempotency-key': key } })
+      expectError(refused, 400, 'validation_failed')
+      expect(refused.body, `${key.length} characters`).toEqual(expected)
+    }
+    // The contract asks 1 to 255 characters, of any kind a header can carry.
+    for (const key of ['k'.repeat(255), 'a key, with spaces; é']) {
+      const taken = await ctx.call('POST', '/v1/chat/messages', { token: user.token, body: { text: 'hi' }, headers: { 'idempotency-key': key } })
+      expect(taken.status, key).toBe(201)
+    }
+  })
+
+  test('is refused by the module with the same answer', async () => {
+    for (const key of ['', 'k'.repeat(256)]) {
+      const run = idempotent(ctx.deps, { ...request(key), key }, async () => ({ status: 200, body: 'ran' }))
+      const error = await run.then(
+        () => null,
+        (caught: unknown) => caught,
+      )
+      expect(error).toBeInstanceOf(AppError)
+      expect(await renderError(error as AppError).json()).toEqual(expected)
     }
   })
 })

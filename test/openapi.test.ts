@@ -168,6 +168,8 @@ describe('parameters', () => {
       for (const parameter of operation.parameters ?? []) {
         // The route's TypeBox schema carries the words; a hoisted one by reference.
         const schema = parameter.schema.$ref ? doc.components.schemas[parameter.schema.$ref.split('/').pop()] : parameter.schema
+        // The words a refusal of it is answered with are the service's, no JSON Schema keyword.
+        expect(schema, `${where} ${parameter.name}`).not.toHaveProperty('error')
         if (typeof schema.description !== 'string') continue
         expect(parameter.description, `${where} ${parameter.name}`).toBe(schema.description)
         described++

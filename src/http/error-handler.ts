@@ -117,7 +117,9 @@ function validationDetails(error: ValidationError): ErrorDetail[] {
   const details: ErrorDetail[] = []
   for (const issue of error.all.map(narrowed)) {
     const path = 'path' in issue && typeof issue.path === 'string' ? issue.path : ''
-    const message = 'message' in issue && typeof issue.message === 'string' ? issue.message : 'is not valid'
+    // A schema's own `error` (Elysia's option) says the rule in the contract's words.
+    const own = 'schema' in issue && (issue.schema as { error?: unknown } | undefined)?.error
+    const message = typeof own === 'string' ? own : 'message' in issue && typeof issue.message === 'string' ? issue.message : 'is not valid'
     const line = `${path}\u0000${message}`
     if (seen.has(line)) continue
     seen.add(line)

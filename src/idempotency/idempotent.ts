@@ -350,9 +350,13 @@ function errorBody(error: AppError) {
   return { success: false, statusCode: error.status, error: error.code, message: error.message }
 }
 
+/** The contract's rule for a key, in the words of every refusal of one, the header schema's too. */
+const keyRule = 'must be 1 to 255 characters'
+
+/** Routes check the header first (IdempotencyHeaders); this refuses a key that skipped it alike. */
 function checkKey(key: string) {
   if (key.length < 1 || key.length > 255) {
-    throw errors.field('/headers/idempotency-key', 'must be 1 to 255 characters')
+    throw errors.validation('The headers are not valid', [{ path: '/idempotency-key', message: keyRule }])
   }
 }
 
@@ -380,6 +384,8 @@ export const IdempotencyHeaders = t.Object({
     t.String({
       minLength: 1,
       maxLength: 255,
+      // What a client is told when a key fails (error-handler.ts), rather than TypeBox's wording.
+      error: keyRule,
       description: 'Repeats with the same key and body within 24 h replay the first response',
     }),
   ),

@@ -69,6 +69,7 @@ export function openApiDocument(app: AnyElysia, siteUrl: string) {
   const generated = toOpenAPISchema(app, { staticFile: false })
   // A plain copy: the generated schemas share objects with the validators.
   const paths = JSON.parse(JSON.stringify(generated.paths)) as Record<string, Record<string, Operation>>
+  withoutErrorWords(paths)
   const { hoist, components } = namedSchemas()
   for (const item of Object.values(paths)) {
     for (const operation of Object.values(item)) {
@@ -136,6 +137,19 @@ function addCaching(operation: Operation): void {
   }
   operation.parameters = [...(operation.parameters ?? []), ifNoneMatch]
   operation.responses['304'] = { description: 'Not modified: If-None-Match named the current ETag (no body)', headers }
+}
+
+/**
+ * Drops Elysia's `error` option (the words a refused value is answered with: error-handler.ts) from
+ * every schema: it is no JSON Schema keyword, and the 400 it words is documented already. Examples
+ * are left whole: an error envelope's example has an `error` of its own.
+ */
+function withoutErrorWords(node: unknown): void {
+  if (!node || typeof node !== 'object') return
+  if (Array.isArray(node)) return node.forEach(withoutErrorWords)
+  const record = node as Record<string, unknown>
+  if (typeof record.error === 'string') delete record.error
+  for (const [key, value] of Object.entries(record)) if (key !== 'example' && key !== 'examples') withoutErrorWords(value)
 }
 
 /** A query value its route reads from the raw string, shown as what it stands for (`queryValue`). */
