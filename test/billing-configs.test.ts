@@ -11,7 +11,8 @@ import {
   type TestContext,
   type TestUser,
 } from './helpers/context.ts'
-import { holdDeactivation } from './helpers/deactivation.ts'
+import { holdDeactivation, lockWaited } from './helpers/deactivation.ts'
+import { holdOpen } from './helpers/held-transaction.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -53,6 +54,8 @@ async function whileDeactivating(agentId: string, request: () => ReturnType<type
   await held.commitOnceWaited()
   return requesting
 }
+
+const priceOf = async (id: string) => (await ctx.deps.sql`select price_cents as price from config_listings where id = ${id}`)[0]!.price
 
 describe('config listings', () => {
   test('the owner creates one (201, content shown to the owner)', async () => {
@@ -125,9 +128,32 @@ describe('config listings', () => {
       config.id,
     )
     expectError(await changed, 404, 'not_found')
-    // Nor is the change written behind the 404: buyers go on reading the listing (GET /my-configs).
-    const [kept] = await ctx.deps.sql`select price_cents as "priceCents" from config_listings where id = ${config.id}`
-    expect(kept!.priceCents).toBe(config.priceCents)
+    expect(await priceOf(config.id)).toBe(499)
+  })
+
+  test('a listing changed as its agent is deactivated is 404 and left as it was, whichever commits first', async () => {
+    // The deactivation holds only the agent's row, uncommitted, as the change runs: the change waits for it.
+    const racing = await createAgent(ctx, owner)
+    const first = (await ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: listing({ participantId: racing.id }) })).body.data
+    const changed = whileDeactivating(racing.id, () =>
+      ctx.call('PATCH', `/v1/billing/configs/${first.id}`, { token: owner.token, body: { priceCents: 1 } }),
+    )
+    expectError(await changed, 404, 'not_found')
+    expect(await priceOf(first.id)).toBe(499)
+    // The change passed its check and waits for the listing's row while the deactivation commits.
+    const earlier = await createAgent(ctx, owner)
+    const second = (await ctx.call('POST', '/v1/billing/configs', { token: owner.token, body: listing({ participantId: earlier.id }) })).body.data
+    const release = await holdOpen(ctx.deps.sql, tx => tx`select 1 from config_listings where id = ${second.id} for update`)
+    let late: ReturnType<typeof ctx.call>
+    try {
+      late = ctx.call('PATCH', `/v1/billing/configs/${second.id}`, { token: owner.token, body: { priceCents: 1 } })
+      await lockWaited(ctx.deps.sql)
+      expect((await ctx.call('DELETE', `/v1/participants/${earlier.id}`, { token: owner.token })).status).toBe(200)
+    } finally {
+      await release()
+    }
+    expectError(await late, 404, 'not_found')
+    expect(await priceOf(second.id)).toBe(499)
   })
 
   test('patch and delete are owner-only (403) and unknown ids are 404', async () => {

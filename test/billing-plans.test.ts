@@ -7,6 +7,7 @@ import { deactivatePlan, findPlan, updatePlan } from '../src/billing/plans/store
 import { announcePlanChange, planChangeEvents } from '../src/billing/plans/price-change.ts'
 import { insertSubscription } from '../src/billing/subscriptions/store.ts'
 import { holdDeactivation, lockWaited as waitedForLock } from './helpers/deactivation.ts'
+import { holdOpen } from './helpers/held-transaction.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -444,25 +445,34 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
     expect(written).toEqual({ plans: 0, terms: 0 })
   })
 
-  test('a plan changed as its agent is deactivated is 404, and the change is not written', async () => {
-    const mine = await createAgent(ctx, owner)
-    const created = await ctx.call('POST', '/v1/billing/plans', { token: owner.token, body: thousand(mine.id) })
-    expect(created.status).toBe(201)
-    const plan = created.body.data
-    // The deactivation holds the plan's row too, so the change waits for it after its own check.
-    const held = await holdDeactivation(
-      ctx.deps.sql,
-      { id: mine.id, ownerId: owner.id },
-      tx => tx`select 1 from plans where id = ${plan.id} for update`,
-    )
-    const changing = ctx.call('PATCH', `/v1/billing/plans/${plan.id}`, { token: owner.token, body: { monthlyPriceCents: 1 } })
+  test('a plan changed as its agent is deactivated is 404 and left as it was, whichever commits first', async () => {
+    const stored = async (id: string) =>
+      (
+        await ctx.deps
+          .sql`select name, monthly_price_cents as price, (select count(*)::int from plan_terms where plan_id = ${id}) as terms from plans where id = ${id}`
+      )[0]
+    // The deactivation holds the agent's row, uncommitted, as the change runs: the change waits for it.
+    const racing = await createAgent(ctx, owner)
+    const first = (await ctx.call('POST', '/v1/billing/plans', { token: owner.token, body: thousand(racing.id) })).body.data
+    const held = await holdDeactivation(ctx.deps.sql, { id: racing.id, ownerId: owner.id })
+    const changing = ctx.call('PATCH', `/v1/billing/plans/${first.id}`, { token: owner.token, body: { name: 'Late', monthlyPriceCents: 1 } })
     await held.commitOnceWaited()
     expectError(await changing, 404, 'not_found')
-    const [written] = await ctx.deps.sql`
-      select (select monthly_price_cents from plans where id = ${plan.id}) as price,
-        (select count(*)::int from plan_terms where plan_id = ${plan.id}) as terms
-    `
-    expect(written).toEqual({ price: plan.monthlyPriceCents, terms: 1 })
+    expect(await stored(first.id)).toEqual({ name: 'Pro', price: 1000, terms: 1 })
+    // The change passed its check and waits for the plan's row while the deactivation commits.
+    const earlier = await createAgent(ctx, owner)
+    const second = (await ctx.call('POST', '/v1/billing/plans', { token: owner.token, body: thousand(earlier.id) })).body.data
+    const release = await holdOpen(ctx.deps.sql, tx => tx`select 1 from plans where id = ${second.id} for update`)
+    let late: ReturnType<typeof ctx.call>
+    try {
+      late = ctx.call('PATCH', `/v1/billing/plans/${second.id}`, { token: owner.token, body: { name: 'Late', monthlyPriceCents: 1 } })
+      await waitedForLock(ctx.deps.sql)
+      expect((await ctx.call('DELETE', `/v1/participants/${earlier.id}`, { token: owner.token })).status).toBe(200)
+    } finally {
+      await release()
+    }
+    expectError(await late, 404, 'not_found')
+    expect(await stored(second.id)).toEqual({ name: 'Pro', price: 1000, terms: 1 })
   })
 
   test('fewer included calls or a higher overage is a rise; with a lower monthly price each term takes its own date', async () => {

@@ -1,11 +1,11 @@
 /** Publication by the blog worker: scheduled posts at their time, auto-publish, stale jobs, the sweep. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { Queue, type Job } from 'bullmq'
-import { createTestContext, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import { createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
 import { blogAgent, setBlog, startBlogWorker, writePost } from './helpers/blog.ts'
 import { until } from './helpers/until.ts'
 import { holdOpen } from './helpers/held-transaction.ts'
-import { lockWaited } from './helpers/deactivation.ts'
+import { holdDeactivation, lockWaited } from './helpers/deactivation.ts'
 import { blogQueueName } from '../src/blog/queue.ts'
 import { publishDuePosts, publishScheduledPost } from '../src/blog/publish.ts'
 import { createLog } from '../src/log.ts'
@@ -331,5 +331,35 @@ describe('an agent deactivated while a post of its is written', () => {
     expect(await written).toEqual({ status: 404, code: 'not_found' })
     const [row] = await ctx.deps.sql<{ n: number }[]>`select count(*)::int as n from blog_posts where participant_id = ${gone.id}`
     expect(row!.n).toBe(0)
+  })
+})
+
+describe('an agent deactivated while a post of its is changed', () => {
+  const stored = async (id: string) => (await ctx.deps.sql`select title, status from blog_posts where id = ${id}`)[0]
+
+  test('the change waits for a deactivation in flight, then is 404 and changes nothing', async () => {
+    const gone = await blogAgent(ctx, owner)
+    const post = await writePost(ctx, gone, { title: 'Before', publish: false })
+    const held = await holdDeactivation(ctx.deps.sql, { id: gone.id, ownerId: owner.id })
+    const changing = ctx.call('PATCH', `/blog/posts/${post.id}`, { token: owner.token, body: { title: 'After', status: 'published' } })
+    await held.commitOnceWaited()
+    expectError(await changing, 404, 'not_found')
+    expect(await stored(post.id)).toEqual({ title: 'Before', status: 'draft' })
+  })
+
+  test('a change that waited for the post while the deactivation committed is 404 and changes nothing, not a 500', async () => {
+    const gone = await blogAgent(ctx, owner)
+    const post = await writePost(ctx, gone, { title: 'Before', publish: false })
+    const release = await holdOpen(ctx.deps.sql, tx => tx`select 1 from blog_posts where id = ${post.id} for update`)
+    let changing: ReturnType<typeof ctx.call>
+    try {
+      changing = ctx.call('PATCH', `/blog/posts/${post.id}`, { token: owner.token, body: { title: 'After', status: 'published' } })
+      await lockWaited(ctx.deps.sql)
+      expect((await ctx.call('DELETE', `/v1/participants/${gone.id}`, { token: owner.token })).status).toBe(200)
+    } finally {
+      await release()
+    }
+    expectError(await changing, 404, 'not_found')
+    expect(await stored(post.id)).toEqual({ title: 'Before', status: 'draft' })
   })
 })

@@ -102,13 +102,17 @@ export async function takenSlugs(sql: Db, participantId: string, prefix: string,
   return new Set(rows.map(row => row.slug))
 }
 
-/** A post of an active agent, whatever its status. */
+/**
+ * A post of an active agent, whatever its status. With `lock`, the post's row is locked and its
+ * agent's held (key share) in one statement: a deactivation in flight, or one committed while the
+ * post's row was waited for, is seen, and then there is no post.
+ */
 export async function findPost(sql: Db, id: string, options: { lock?: boolean } = {}): Promise<FullPostRow | undefined> {
   const [row] = await sql<FullPostRow[]>`
     select ${columns(sql, true)}
     from blog_posts p join participants a on a.id = p.participant_id
     where p.id = ${id} and a.active
-    ${options.lock ? sql`for update of p` : sql``}
+    ${options.lock ? sql`for update of p for key share of a` : sql``}
   `
   return row
 }

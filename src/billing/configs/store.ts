@@ -79,9 +79,9 @@ export async function listConfigs(sql: Db, participantId: string, reader: string
 }
 
 /**
- * Changes a listing of an agent still active: nothing when it is not. The agent's row is held (key
- * share) by the statement, as insertConfig holds it: a deactivation in flight is waited for and then
- * seen, and the change (new content, which buyers read) is not written behind the caller's 404.
+ * Changes a listing of an active agent. Its agent's row is held (key share) as the listing's is
+ * locked: a deactivation in flight, or one committed while the listing's row was waited for, is seen,
+ * and then nothing is changed.
  */
 export async function updateConfig(sql: Db, id: string, patch: UpdateConfig, at: Date): Promise<void> {
   const changes: Record<string, unknown> = {}
@@ -93,11 +93,12 @@ export async function updateConfig(sql: Db, id: string, patch: UpdateConfig, at:
   if (patch.previewSnippet !== undefined) changes.preview_snippet = patch.previewSnippet
   if (Object.keys(changes).length === 0) return
   await sql`
-    with agent as (
-      select a.id from participants a where a.id = (select participant_id from config_listings where id = ${id}) and a.active
-      for key share
+    with held as (
+      select c.id from config_listings c join participants a on a.id = c.participant_id
+      where c.id = ${id} and a.active
+      for update of c for key share of a
     )
-    update config_listings set ${sql(changes)}, updated_at = ${at} where id = ${id} and participant_id in (select id from agent)
+    update config_listings set ${sql(changes)}, updated_at = ${at} where id = (select id from held)
   `
 }
 

@@ -100,8 +100,8 @@ export function planRoutes({ sql, clock, rateLimiter }: RouteDeps, auth: AuthPlu
           // Dated once the row is ours: a subscription being made meanwhile starts before this date
           // (so it is told of the change, and billed as told), never after it.
           const locked = await lockPlan(tx, params.id)
-          // Its agent deactivated since the check above: nothing is changed, and the read below is 404.
-          if (!locked) return
+          // Its agent deactivated since the check above: nothing is changed.
+          if (!locked) throw errors.notFound('Plan')
           const at = changeDate(clock.now(), locked.latest)
           const change = await updatePlan(tx, params.id, body, at)
           if (change) await announcePlanChange(tx, { id: plan.id, name: body.name ?? plan.name, participantId: plan.participantId }, change, at)

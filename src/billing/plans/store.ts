@@ -91,9 +91,9 @@ export async function listPlans(sql: Db, participantId: string, includeInactive:
  * Locks the plan's row for a change, waiting for subscriptions to it being made (findPlan with
  * `lockAgent`): the change is to be dated after this, so that no subscription's start falls after
  * the change's date without having seen it. Returns the date of the plan's latest terms: the change
- * is dated after it too (`changeDate`), as the history keeps one version a date. Only while its agent
- * is active, whose row is held (key share) to the end of the transaction: a deactivation in flight is
- * waited for and then seen (undefined: no change is to be written behind the caller's 404).
+ * is dated after it too (`changeDate`), as the history keeps one version a date. Its agent's row is
+ * held too (key share) in the same statement: a deactivation in flight, or one committed while the
+ * plan's row was waited for, is seen, and then there is no plan (undefined) to change.
  */
 export async function lockPlan(sql: Db, id: string): Promise<{ latest: Date | null } | undefined> {
   const [row] = await sql<{ latest: Date | null }[]>`
