@@ -363,3 +363,36 @@ describe('an agent deactivated while a post of its is changed', () => {
     expect(await stored(post.id)).toEqual({ title: 'Before', status: 'draft' })
   })
 })
+
+describe('a scheduled post of an agent deactivated before its time', () => {
+  // The contract keeps a deactivated agent's data as it was ("its data stays"): nothing publishes it.
+  const stored = async (id: string) =>
+    (await ctx.deps.sql`select status, published_at as "publishedAt", first_published_at as "firstPublishedAt" from blog_posts where id = ${id}`)[0]
+  const untouched = { status: 'scheduled', publishedAt: null, firstPublishedAt: null }
+
+  test('stays scheduled: its job and the sweep skip it', async () => {
+    const gone = await blogAgent(ctx, owner)
+    const post = await writePost(ctx, gone, { title: 'Never Out', publishAt: inSeconds(600) })
+    // Its job, run here rather than by the worker, once its time has come.
+    const [job] = await jobsOf(post.id)
+    await job!.remove()
+    expect((await ctx.call('DELETE', `/v1/participants/${gone.id}`, { token: owner.token })).status).toBe(200)
+    ctx.clock.advance(601_000)
+    expect(await publishScheduledPost(ctx.deps, job!.data)).toBe(false)
+    await publishDuePosts(ctx.deps)
+    expect(await stored(post.id)).toEqual(untouched)
+  })
+
+  test('a job that runs as the deactivation commits waits for it, then skips the post', async () => {
+    const gone = await blogAgent(ctx, owner)
+    const post = await writePost(ctx, gone, { title: 'Never Out Either', publishAt: inSeconds(600) })
+    const [job] = await jobsOf(post.id)
+    await job!.remove()
+    ctx.clock.advance(601_000)
+    const held = await holdDeactivation(ctx.deps.sql, { id: gone.id, ownerId: owner.id })
+    const publishing = publishScheduledPost(ctx.deps, job!.data)
+    await held.commitOnceWaited()
+    expect(await publishing).toBe(false)
+    expect(await stored(post.id)).toEqual(untouched)
+  })
+})

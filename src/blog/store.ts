@@ -246,27 +246,45 @@ export async function isVisible(sql: Db, id: string): Promise<boolean> {
  * after Postgres went back (a backup restored, a replica promoted that lagged) plans are numbered
  * again from where it was, and the queue may still hold the job of a lost plan of the same number
  * (whose id the new plan's would take: its enqueue did nothing), due at the lost plan's time. A new
- * plan that job does not publish, the sweep does (publishDue).
+ * plan that job does not publish, the sweep does (publishDue). Nor is a post of a deactivated agent
+ * published: its data stays as it was (the contract), so it stays scheduled (`ofActiveAgents`).
  */
 export async function publishIfScheduled(sql: Db, id: string, version: number, at: Date): Promise<boolean> {
   const rows = await sql`
+    with due as (
+      ${ofActiveAgents(sql, sql`p.id = ${id} and p.schedule_version = ${version} and p.status = 'scheduled' and p.publish_at <= ${at}`)}
+    )
     update blog_posts
     set status = 'published', publish_at = null, published_at = ${at},
       first_published_at = coalesce(first_published_at, ${at}), updated_at = ${at}
-    where id = ${id} and schedule_version = ${version} and status = 'scheduled' and publish_at <= ${at}
+    where id in (select id from due)
     returning 1
   `
   return rows.length === 1
 }
 
-/** Publishes every scheduled post whose time has come; the ids it published. */
+/** Publishes every scheduled post whose time has come, but a deactivated agent's; the ids it published. */
 export async function publishDue(sql: Db, at: Date): Promise<string[]> {
   const rows = await sql<{ id: string }[]>`
+    with due as (${ofActiveAgents(sql, sql`p.status = 'scheduled' and p.publish_at <= ${at}`)})
     update blog_posts
     set status = 'published', publish_at = null, published_at = ${at},
       first_published_at = coalesce(first_published_at, ${at}), updated_at = ${at}
-    where status = 'scheduled' and publish_at <= ${at}
+    where id in (select id from due)
     returning id
   `
   return rows.map(row => row.id)
+}
+
+/**
+ * The ids of the posts `where` picks whose agent is active, each post's row locked and its agent's
+ * held (key share): a deactivation in flight is waited for and then seen, so that no post is
+ * published after its agent is gone.
+ */
+function ofActiveAgents(sql: Db, where: ReturnType<Db>) {
+  return sql`
+    select p.id from blog_posts p join participants a on a.id = p.participant_id
+    where ${where} and a.active
+    for update of p for key share of a
+  `
 }
