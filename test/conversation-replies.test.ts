@@ -856,6 +856,35 @@ describe('a process’s own inbox changes', () => {
     }
   })
 
+  test('reach its next poll when another process wrote the same answer first, its announcement still on its way', async () => {
+    const pair = await subscribedPair()
+    await send(pair.user, pair.agent, 'first')
+    const subscriber = new Redis(redisUrl)
+    const pubsub = createPubSub(subscriber)
+    const inboxes = await createInboxReader({ ...ctx.deps, pubsub })
+    const sql = createSql(ctx.database.url, { max: 2 })
+    const replies = createReplyWriter({ ...ctx.deps, pubsub, sql })
+    try {
+      const latest = async () => (await inboxes.read(pair.agent.id)).conversations.map(c => c.latestMessage)
+      // Read until held in memory (a read that overlapped an announcement is not kept).
+      await until(async () => (await latest())[0] === 'first' && inboxes.peek(pair.agent.id) !== undefined)
+      await subscriber.unsubscribe(ctx.deps.keys.channels.inboxChanged)
+      // The reply's version, written answered first by another process (the outbox relay delivering
+      // the reply's event, say) whose announcement has not reached this one: the writer's own write
+      // then changes nothing, yet this process's copy is older than what Redis holds.
+      const [row] = await ctx.deps.sql`select version from conversations where participant_id = ${pair.agent.id} and user_id = ${pair.user.id}`
+      const elsewhere = { ...ctx.deps, pubsub: { deliver: () => {} } }
+      await writeConversation(elsewhere, pair.agent.id, pair.user.id, Number(row!.version) + 1, null)
+      await replies.send({ agentId: pair.agent.id, userId: pair.user.id, text: 'answered', messageId: newRowId(), chosen: false })
+      expect(await latest()).toEqual([])
+    } finally {
+      await replies.close()
+      await inboxes.close()
+      await pubsub.close()
+      await sql.end()
+    }
+  })
+
   test('reach a poll that comes after them while a rebuild that read before them is under way', async () => {
     const pair = await subscribedPair()
     await send(pair.user, pair.agent, 'first')

@@ -43,11 +43,11 @@ const announcedHere = (deps: InboxDeps, agentId: string) => deps.pubsub.deliver(
 
 // The rule, as a Lua function: K inbox, versions; user id, version, entry ('' for answered). A
 // conversation never written is older than any version, 0 included (rows from before versions).
-// Returns 1 when the entries changed (what the poll shows), else 0: an answer to a conversation
-// already answered moves only its version on.
+// Returns 1 when the entries changed (what the poll shows); 0 when only the version moved on (an
+// answer to a conversation already answered); -1 when the inbox had this version or a newer one.
 const write = `
 local function write(K, user, version, entry)
-  if tonumber(redis.call('HGET', K[2], user) or '-1') >= tonumber(version) then return 0 end
+  if tonumber(redis.call('HGET', K[2], user) or '-1') >= tonumber(version) then return -1 end
   redis.call('HSET', K[2], user, version)
   if entry == '' then return redis.call('HDEL', K[1], user) end
   redis.call('HSET', K[1], user, entry)
@@ -57,7 +57,8 @@ end`
 // K inbox, versions; A channel, agent id, user id, version, entry. One conversation's change, announced if it changed an entry.
 const change = defineBatchedScript(
   `${write}
-if write(K, A[3], A[4], A[5]) == 0 then return 0 end
+local written = write(K, A[3], A[4], A[5])
+if written ~= 1 then return written end
 redis.call('PUBLISH', A[1], A[2])
 return 1`,
   2,
@@ -104,7 +105,13 @@ if ARGV[4] then redis.call('HSET', KEYS[1], ARGV[3], ARGV[4]) else redis.call('H
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return 1`)
 
-/** Writes a conversation as it stands at `version`: pending, or answered (null). Dropped if the inbox has a newer one. */
+/**
+ * Writes a conversation as it stands at `version`: pending, or answered (null). Dropped if the inbox
+ * has this version or a newer one. This process's readers are told of every write that changed what
+ * the poll shows, and of every one that found another writer there first: the one that wrote it (the
+ * outbox relay writing the same reply, say) announced it, but that announcement may reach them after
+ * the caller's answer, and the agent's next poll, served from memory, would show what it replaced.
+ */
 export async function writeConversation(
   deps: InboxDeps,
   agentId: string,
@@ -118,7 +125,7 @@ export async function writeConversation(
     [k.inbox, k.versions],
     [deps.keys.channels.inboxChanged, agentId, userId, version, pending ? JSON.stringify(pending) : ''],
   )
-  if (changed === 1) announcedHere(deps, agentId)
+  if (changed === 1 || changed === -1) announcedHere(deps, agentId)
 }
 
 /** Marks the inbox for a rebuild from Postgres at its next read, here and in every process. */
