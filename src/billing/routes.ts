@@ -1,26 +1,14 @@
 /** /v1/billing: every marketplace billing route, one plugin per resource. */
 import { Elysia } from 'elysia'
-import type { DatabaseIdentity, Sql } from '../db.ts'
-import type { Redis } from '../redis.ts'
-import type { Keys } from '../keys.ts'
-import type { Clock } from '../clock.ts'
-import type { RateLimiter } from '../rate-limit/token-bucket.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
-import { planRoutes } from './plans/routes.ts'
-import { subscriptionRoutes } from './subscriptions/routes.ts'
-import { reviewRoutes } from './reviews/routes.ts'
-import { configRoutes } from './configs/routes.ts'
-import { statsRoutes } from './stats/routes.ts'
+import { planRoutes, type RouteDeps as PlanDeps } from './plans/routes.ts'
+import { subscriptionRoutes, type RouteDeps as SubscriptionDeps } from './subscriptions/routes.ts'
+import { reviewRoutes, type RouteDeps as ReviewDeps } from './reviews/routes.ts'
+import { configRoutes, type RouteDeps as ConfigDeps } from './configs/routes.ts'
+import { statsRoutes, type RouteDeps as StatsDeps } from './stats/routes.ts'
 
-/** What the billing routes use together; Redis, keys and database for subscriptions' live counts. */
-export interface RouteDeps {
-  sql: Sql
-  redis: Redis
-  keys: Keys
-  database: DatabaseIdentity
-  clock: Clock
-  rateLimiter: RateLimiter
-}
+/** What the billing routes use together: what each resource's routes use. */
+export type RouteDeps = PlanDeps & SubscriptionDeps & ReviewDeps & ConfigDeps & StatsDeps
 
 export function billingRoutes(deps: RouteDeps, auth: AuthPlugin) {
   return new Elysia({ prefix: '/v1/billing' })
