@@ -825,15 +825,30 @@ describe('an agent’s replies past its replyPost budget', () => {
 })
 
 describe('a process’s own inbox changes', () => {
+  /**
+   * A process of its own: its pub/sub, its poll's reader (on `readerSql`, else the context's pool)
+   * and its reply writer; `close` ends them all.
+   */
+  async function ownProcess(readerSql?: Sql) {
+    const subscriber = new Redis(redisUrl)
+    const pubsub = createPubSub(subscriber)
+    const inboxes = await createInboxReader({ ...ctx.deps, pubsub, sql: readerSql ?? ctx.deps.sql })
+    const sql = createSql(ctx.database.url, { max: 2 })
+    const replies = createReplyWriter({ ...ctx.deps, pubsub, sql })
+    const close = async () => {
+      await replies.close()
+      await inboxes.close()
+      await pubsub.close()
+      await sql.end()
+    }
+    return { subscriber, pubsub, inboxes, replies, close }
+  }
+
   test('reach its next poll before their announcement comes back through Redis: a user’s message, then the reply', async () => {
     const pair = await subscribedPair()
     await send(pair.user, pair.agent, 'first')
-    // A process of its own: its pub/sub, its poll's reader, its turns' handlers and its reply writer.
-    const subscriber = new Redis(redisUrl)
-    const pubsub = createPubSub(subscriber)
-    const inboxes = await createInboxReader({ ...ctx.deps, pubsub })
-    const sql = createSql(ctx.database.url, { max: 2 })
-    const replies = createReplyWriter({ ...ctx.deps, pubsub, sql })
+    // A process of its own; its turns' handlers too, below.
+    const { subscriber, pubsub, inboxes, replies, close } = await ownProcess()
     try {
       const latest = async () => (await inboxes.read(pair.agent.id)).conversations.map(c => c.latestMessage)
       // Read once: listening, and held in memory.
@@ -849,21 +864,14 @@ describe('a process’s own inbox changes', () => {
       await replies.send({ agentId: pair.agent.id, userId: pair.user.id, text: 'answered', messageId: newRowId(), chosen: false })
       expect(await latest()).toEqual([])
     } finally {
-      await replies.close()
-      await inboxes.close()
-      await pubsub.close()
-      await sql.end()
+      await close()
     }
   })
 
   test('reach its next poll when another process wrote the same answer first, its announcement still on its way', async () => {
     const pair = await subscribedPair()
     await send(pair.user, pair.agent, 'first')
-    const subscriber = new Redis(redisUrl)
-    const pubsub = createPubSub(subscriber)
-    const inboxes = await createInboxReader({ ...ctx.deps, pubsub })
-    const sql = createSql(ctx.database.url, { max: 2 })
-    const replies = createReplyWriter({ ...ctx.deps, pubsub, sql })
+    const { subscriber, inboxes, replies, close } = await ownProcess()
     try {
       const latest = async () => (await inboxes.read(pair.agent.id)).conversations.map(c => c.latestMessage)
       // Read until held in memory (a read that overlapped an announcement is not kept).
@@ -878,23 +886,16 @@ describe('a process’s own inbox changes', () => {
       await replies.send({ agentId: pair.agent.id, userId: pair.user.id, text: 'answered', messageId: newRowId(), chosen: false })
       expect(await latest()).toEqual([])
     } finally {
-      await replies.close()
-      await inboxes.close()
-      await pubsub.close()
-      await sql.end()
+      await close()
     }
   })
 
   test('reach a poll that comes after them while a rebuild that read before them is under way', async () => {
     const pair = await subscribedPair()
     await send(pair.user, pair.agent, 'first')
-    const subscriber = new Redis(redisUrl)
-    const pubsub = createPubSub(subscriber)
-    // Its own connections, with no lock timeout: the rebuild held on the table waits for it, however loaded the machine.
+    // Its reader on connections of its own, with no lock timeout: the rebuild held on the table waits for it, however loaded the machine.
     const readerSql = createSql(ctx.database.url, { max: 4 })
-    const inboxes = await createInboxReader({ ...ctx.deps, pubsub, sql: readerSql })
-    const sql = createSql(ctx.database.url, { max: 2 })
-    const replies = createReplyWriter({ ...ctx.deps, pubsub, sql })
+    const { inboxes, replies, close } = await ownProcess(readerSql)
     // The rebuild's read of the open requests waits here, after it read (and wrote) the conversations.
     let unlock!: () => void
     const unlocked = new Promise<void>(resolve => (unlock = resolve))
@@ -924,10 +925,7 @@ describe('a process’s own inbox changes', () => {
     } finally {
       unlock()
       await lock
-      await replies.close()
-      await inboxes.close()
-      await pubsub.close()
-      await sql.end()
+      await close()
       await readerSql.end()
     }
   })

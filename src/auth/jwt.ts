@@ -6,6 +6,7 @@ import {
   errors as joseErrors,
   jwksCache,
   jwtVerify,
+  type ExportedJWKSCache,
   type JWKSCacheInput,
   type JWTPayload,
   type JWTVerifyGetKey,
@@ -143,10 +144,10 @@ function withStaleKeys(remote: RemoteJWKSet, lastGood: JWKSCacheInput, log: Log)
   let stale: { fetchedAt: number; keys: ReturnType<typeof createLocalJWKSet> } | undefined
   let failed: { at: number; error: unknown } | undefined
   /** Whether a set fetched before is young enough to use. */
-  const held = () => 'uat' in lastGood && Date.now() - lastGood.uat < staleKeysForMs
+  const held = (cache: JWKSCacheInput): cache is ExportedJWKSCache => 'uat' in cache && Date.now() - cache.uat < staleKeysForMs
   /** The key from the last set fetched, if it is young enough and holds it; else `error` is thrown. */
   const fromStale = async (header: Parameters<JWTVerifyGetKey>[0], token: Parameters<JWTVerifyGetKey>[1], error: unknown) => {
-    if (!held() || !('uat' in lastGood)) throw error
+    if (!held(lastGood)) throw error
     if (stale?.fetchedAt !== lastGood.uat) stale = { fetchedAt: lastGood.uat, keys: createLocalJWKSet(lastGood.jwks) }
     let key: Awaited<ReturnType<JWTVerifyGetKey>>
     try {
@@ -164,7 +165,7 @@ function withStaleKeys(remote: RemoteJWKSet, lastGood: JWKSCacheInput, log: Log)
     const resting = failed && Date.now() - failed.at < askAgainAfterMs ? failed : undefined
     // A key the last set lacks is unreachable still, without asking (made-up kids would have it asked at
     // each token). With no set to use (none fetched, or a day old), every token asks, as it always did.
-    if (resting && held()) return fromStale(header, token, resting.error)
+    if (resting && held(lastGood)) return fromStale(header, token, resting.error)
     try {
       const key = await remote(header, token)
       failed = undefined
