@@ -325,6 +325,24 @@ describe('framework-level errors', () => {
     expect(expectError(status, 400, 'validation_failed').details).toEqual([{ path: '/status', message: expect.not.stringContaining("'draft'") }])
   })
 
+  test('a body that may be left out names the field it refused, not only that no variant fits', async () => {
+    const unknown = '00000000-0000-4000-8000-000000000000'
+    // An optional body (a purchase's, a device decision's) is an object, null or nothing: an object sent
+    // is that variant's, whose own problems say where.
+    const price = await ctx.call('POST', `/v1/billing/configs/${unknown}/purchase`, { token: alice.token, body: { expectedPriceCents: -1 } })
+    expect(expectError(price, 400, 'validation_failed').details).toEqual([{ path: '/expectedPriceCents', message: expect.stringContaining('0') }])
+    const action = await ctx.call('PATCH', '/v1/auth/device-codes/BCDF-GHJK', { token: alice.token, body: { action: 'maybe' } })
+    expect(expectError(action, 400, 'validation_failed').details).toEqual([{ path: '/action', message: expect.any(String) }])
+    const extra = await ctx.call('PATCH', '/v1/auth/device-codes/BCDF-GHJK', { token: alice.token, body: { action: 'deny', note: 'x' } })
+    const body = expectError(extra, 400, 'validation_failed')
+    expect(body.details).toEqual([{ path: '/note', message: expect.any(String) }])
+    expect(body.message).toBe(`The request body is not valid: /note ${body.details[0].message}`)
+    // A value of none of its types (an array) keeps the union's word for it.
+    expect(
+      expectError(await ctx.call('PATCH', '/v1/auth/device-codes/BCDF-GHJK', { token: alice.token, body: [] }), 400, 'validation_failed').details,
+    ).toEqual([{ path: '/', message: expect.any(String) }])
+  })
+
   test('invalid path parameters are 400 validation_failed naming the parameter', async () => {
     const res = await ctx.call('DELETE', '/v1/auth/api-keys/not-a-uuid', { token: alice.token })
     const body = expectError(res, 400, 'validation_failed')

@@ -115,7 +115,7 @@ const parts: Record<string, string> = {
 function validationDetails(error: ValidationError): ErrorDetail[] {
   const seen = new Set<string>()
   const details: ErrorDetail[] = []
-  for (const issue of error.all.map(narrowed)) {
+  for (const issue of error.all.flatMap(narrowed)) {
     const path = 'path' in issue && typeof issue.path === 'string' ? issue.path : ''
     // A schema's own `error` (Elysia's option) says the rule in the contract's words.
     const own = 'schema' in issue && (issue.schema as { error?: unknown } | undefined)?.error
@@ -132,18 +132,26 @@ function validationDetails(error: ValidationError): ErrorDetail[] {
 /**
  * A union's failure (a nullable field's, mostly) says only `Expected union value`. When exactly one
  * variant is of the value's own JSON type and refused it at the same place, by a constraint of its
- * own (a string's pattern or length, a number's range), that variant's message says why instead. A
+ * own (a string's pattern or length, a number's range), that variant's message says why instead.
+ * When exactly one variant is of the value's type and refused it deeper inside (an object, in a body
+ * that may be left out: object, null or nothing), that variant's problems say where instead. A
  * value of no variant's type, or of several (a choice of literals), keeps the union's message.
  */
-function narrowed<Issue extends object>(issue: Issue): Issue {
-  if (!('errors' in issue) || !Array.isArray(issue.errors)) return issue
+function narrowed<Issue extends object>(issue: Issue): Issue[] {
+  if (!('errors' in issue) || !Array.isArray(issue.errors)) return [issue]
   const path = 'path' in issue ? issue.path : undefined
   // TypeBox ValueErrors: what the reader above takes from an issue (path, message) they have too.
-  const firsts = (issue.errors as { First?: () => unknown }[]).map(
-    variant => variant?.First?.() as (Issue & { path?: unknown; value?: unknown; schema?: { type?: unknown } }) | undefined,
-  )
+  const variants = issue.errors as ({ First?: () => unknown } & Iterable<Issue>)[]
+  const firsts = variants.map(variant => variant?.First?.() as (Issue & { path?: unknown; value?: unknown; schema?: { type?: unknown } }) | undefined)
   const own = firsts.filter(first => first && first.path === path && first.schema?.type === jsonType(first.value))
-  return own.length === 1 ? narrowed(own[0]!) : issue
+  if (own.length === 1) return narrowed(own[0]!)
+  const value = 'value' in issue ? issue.value : undefined
+  const types = ('schema' in issue && (issue.schema as { anyOf?: { type?: unknown }[] } | undefined)?.anyOf) || []
+  const ofType = types.flatMap((variant, i) => (variant?.type === jsonType(value) && firsts[i] ? [i] : []))
+  if (ofType.length !== 1) return [issue]
+  // `First` took the variant's first problem from its iterator: the rest follow it there.
+  const [i] = ofType as [number]
+  return [firsts[i]!, ...variants[i]!].flatMap(narrowed)
 }
 
 function jsonType(value: unknown): string {
