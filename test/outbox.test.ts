@@ -8,6 +8,7 @@ import { enqueueEvents } from '../src/events/outbox.ts'
 import { relayPass, replayWindowMs, startRelay, type Relay } from '../src/events/relay.ts'
 import { createRedis, deleteByPrefix } from '../src/redis.ts'
 import { createSql } from '../src/db.ts'
+import { createLog } from '../src/log.ts'
 import { keepSchedules, scheduledJobOptions, upsertSchedules } from '../workers/schedules.ts'
 import { startRedisServer } from './helpers/redis-server.ts'
 
@@ -272,6 +273,36 @@ describe('job schedules', () => {
       await worker.close()
       await queue.close()
       await connection.quit()
+    }
+  }, 30_000)
+
+  test('stopped while Redis is down (a shutdown): the assertion in flight fails without a warning', async () => {
+    // The workers' close stops the schedules and closes the connections under an assertion waiting
+    // for Redis: it fails then, stopped on purpose, which is no failure to warn of.
+    const server = await startRedisServer()
+    const lines: { level: string; msg: string }[] = []
+    const log = createLog('debug', line => lines.push(JSON.parse(line)))
+    const connection = createRedis(server.url, log, 'bullmq')
+    const queue = new Queue('schedules-stopped', { connection, prefix: ctx.deps.keys.bullPrefix })
+    try {
+      const kept = await keepSchedules([{ queue, id: 'tick', job: 'tick', everyMs: 60_000 }], connection, log, 100)
+      let asked = 0
+      const getJobScheduler = queue.getJobScheduler.bind(queue)
+      queue.getJobScheduler = id => (asked++, getJobScheduler(id))
+      await server.down({ keepData: false })
+      // An assertion begun since Redis went down: it waits for Redis.
+      const before = asked
+      await until(async () => asked > before, 5000)
+      const stoppedAt = lines.length
+      kept.stop()
+      connection.disconnect()
+      await until(async () => lines.some(line => line.msg === 'job schedules not asserted: stopped'), 5000)
+      const after = lines.slice(stoppedAt)
+      expect(after.filter(line => /schedules/.test(line.msg)).map(line => line.level)).toEqual(['debug'])
+    } finally {
+      await queue.close()
+      connection.disconnect()
+      await server.close()
     }
   }, 30_000)
 

@@ -50,7 +50,8 @@ export async function upsertSchedules(schedules: Schedule[]): Promise<void> {
 
 /**
  * Upserts the schedules now (waiting for Redis, as BullMQ's connections do), then keeps them: on
- * every `ready` of `connection` (a reconnect) and every `scheduleCheckEveryMs`.
+ * every `ready` of `connection` (a reconnect) and every `scheduleCheckEveryMs`. An assertion that fails
+ * once they are stopped (the connections closed under it by a shutdown) is a `debug` line, not a warning.
  *
  * @example
  * const kept = await keepSchedules([{ queue, id: 'maintenance', job: 'maintenance', everyMs: 60_000 }], redis, log)
@@ -59,9 +60,15 @@ export async function upsertSchedules(schedules: Schedule[]): Promise<void> {
 export async function keepSchedules(schedules: Schedule[], connection: Redis, log: Log, everyMs = scheduleCheckEveryMs): Promise<{ stop(): void }> {
   await upsertSchedules(schedules)
   let running: Promise<void> | undefined
+  let stopped = false
   const assert = () => {
     running ??= upsertSchedules(schedules)
-      .catch(error => log.warn('job schedules not asserted; trying again', errorFields(error)))
+      .catch(error => {
+        // Stopped (a shutdown closing the connections under an assertion waiting for Redis): nothing
+        // failed that was still wanted, nor is it tried again.
+        if (stopped) log.debug('job schedules not asserted: stopped', errorFields(error))
+        else log.warn('job schedules not asserted; trying again', errorFields(error))
+      })
       .finally(() => (running = undefined))
   }
   connection.on('ready', assert)
@@ -69,6 +76,7 @@ export async function keepSchedules(schedules: Schedule[], connection: Redis, lo
   timer.unref()
   return {
     stop() {
+      stopped = true
       clearInterval(timer)
       connection.off('ready', assert)
     },
