@@ -1105,7 +1105,7 @@ describe('an agent deactivated as it works (by another process, whose eviction o
         async () =>
           answered ||
           (await here.deps.sql`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`).length > 0,
-        60_000,
+        20_000,
       )
       expect(answered).toBe(true)
       expect((await deactivated).status).toBe(200)

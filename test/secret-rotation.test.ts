@@ -118,7 +118,7 @@ describe('CONNECTIONS_KEY', () => {
       DATABASE_URL: ctx.database.url,
       ...env,
     })
-    const code = await exitWithin(cli.proc, 30_000)
+    const code = await exitWithin(cli.proc, 20_000)
     return { code, stdout: (await cli.stdout).trim(), stderr: (await cli.stderr).trim() }
   }
 

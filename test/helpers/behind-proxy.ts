@@ -42,7 +42,7 @@ export function proxiedDeployments(name: string) {
       await until(async () => {
         if (started.proc.exitCode !== null) throw new Error(`the API exited with ${started.proc.exitCode}: ${await started.stderr}`)
         return (await fetch(`http://127.0.0.1:${port}/health/ready`).catch(() => undefined))?.status === 200
-      }, 30_000)
+      }, 20_000)
       return { port, started, env: full }
     },
     /** A workers process (`bun src/main.ts --workers`): the outbox relay that feeds event streams, among others. */
