@@ -384,6 +384,53 @@ describe('a scheduled post of an agent deactivated before its time', () => {
     expect(await stored(post.id)).toEqual(untouched)
   })
 
+  test('its publish jobs leave Redis with the deactivation; another agent’s stay', async () => {
+    // Due up to a year away, they would otherwise wait there all that time, to do nothing: the contract
+    // has no way back for a deactivated agent.
+    const gone = await blogAgent(ctx, owner)
+    const posts = [
+      await writePost(ctx, gone, { title: 'Far Off', publishAt: inSeconds(300 * 86_400) }),
+      await writePost(ctx, gone, { title: 'Moved Once', publishAt: inSeconds(600) }),
+    ]
+    expect((await ctx.call('PATCH', `/blog/posts/${posts[1]!.id}`, { apiKey: gone.apiKey, body: { publishAt: inSeconds(900) } })).status).toBe(200)
+    const other = await writePost(ctx, agent, { title: 'Still Coming', publishAt: inSeconds(600) })
+    for (const post of posts) expect(await jobsOf(post.id)).toHaveLength(1)
+    expect((await ctx.call('DELETE', `/v1/participants/${gone.id}`, { token: owner.token })).status).toBe(200)
+    for (const post of posts) expect((await jobsOf(post.id)).map(job => job.id)).toEqual([])
+    expect(await Promise.all((await jobsOf(other.id)).map(job => job.getState()))).toEqual(['delayed'])
+    for (const post of posts) expect(await stored(post.id)).toEqual(untouched)
+  })
+
+  test('a plan whose job reaches Redis after the deactivation took the agent’s jobs out is taken out too', async () => {
+    // The PATCH committed its plan before the deactivation, which then took the agent's jobs out of
+    // Redis before that plan's job was there: it would have waited until its time, to do nothing.
+    const gone = await blogAgent(ctx, owner)
+    const post = await writePost(ctx, gone, { title: 'Late Job', publishAt: inSeconds(300 * 86_400) })
+    const blogQueue = ctx.deps.blogQueue
+    const { schedule } = blogQueue
+    let enqueuing!: () => void
+    const planEnqueuing = new Promise<void>(resolve => (enqueuing = resolve))
+    let deactivated!: () => void
+    const agentGone = new Promise<void>(resolve => (deactivated = resolve))
+    blogQueue.schedule = async (job, at) => {
+      if (job.postId === post.id && job.version === 1) {
+        enqueuing()
+        await agentGone
+      }
+      return schedule(job, at)
+    }
+    try {
+      const patched = ctx.call('PATCH', `/blog/posts/${post.id}`, { apiKey: gone.apiKey, body: { publishAt: inSeconds(301 * 86_400) } })
+      await planEnqueuing
+      expect((await ctx.call('DELETE', `/v1/participants/${gone.id}`, { token: owner.token })).status).toBe(200)
+      deactivated()
+      expect((await patched).status).toBe(200)
+    } finally {
+      blogQueue.schedule = schedule
+    }
+    expect((await jobsOf(post.id)).map(job => job.id)).toEqual([])
+  })
+
   test('a job that runs as the deactivation commits waits for it, then skips the post', async () => {
     const gone = await blogAgent(ctx, owner)
     const post = await writePost(ctx, gone, { title: 'Never Out Either', publishAt: inSeconds(600) })

@@ -12,7 +12,7 @@ import type { Principal } from '../auth/principal.ts'
 import { holdActiveAgent, type ParticipantRow } from '../participants/store.ts'
 import type { CreatePost, PostStatus, UpdatePost } from './schema.ts'
 import { candidatePrefix, firstFree, slugify } from './slug.ts'
-import { deletePost, findPost, insertPost, scheduleVersion, takenSlugs, updatePost, type FullPostRow } from './store.ts'
+import { deletePost, findPost, insertPost, livePlanVersion, takenSlugs, updatePost, type FullPostRow } from './store.ts'
 import { announcePublished } from './publish.ts'
 import { RendererBusy } from './render.ts'
 import { requireBlogEnabled, requireWriter } from './writer.ts'
@@ -99,15 +99,16 @@ async function renderContent(
 
 /**
  * Enqueues the job of the post's plan as the row says it now, and takes it out again when the plan is
- * no longer the row's: a change committed meanwhile (a new time, a draft, the post deleted) removes
- * the job of the plan it replaced once it has committed, which can be before this enqueue reached
- * Redis; the job would then wait there, doing nothing, until its time. Either that removal comes
- * after this enqueue, or the change committed before this read, which sees it.
+ * no longer the row's or its agent is deactivated: a change committed meanwhile (a new time, a draft,
+ * the post deleted, the agent deactivated) removes the job of the plan it replaced once it has
+ * committed, which can be before this enqueue reached Redis; the job would then wait there, doing
+ * nothing, until its time. Either that removal comes after this enqueue, or the change committed
+ * before this read, which sees it.
  */
 async function schedulePlan(deps: Pick<PostDeps, 'sql' | 'blogQueue'>, post: FullPostRow): Promise<void> {
   const job = { postId: post.id, version: post.scheduleVersion }
   await deps.blogQueue.schedule(job, post.publishAt!)
-  if ((await scheduleVersion(deps.sql, post.id)) !== job.version) await deps.blogQueue.unschedule(job)
+  if ((await livePlanVersion(deps.sql, post.id)) !== job.version) await deps.blogQueue.unschedule(job)
 }
 
 /** Where a new post starts: published now, scheduled (auto-publish is scheduled for now), or a draft. */

@@ -127,9 +127,12 @@ export async function storeContentHtml(sql: Db, post: { id: string; content: str
   await sql`update blog_posts set content_html = ${html} where id = ${post.id} and content = ${post.content}`
 }
 
-/** The post's plan number (schedule_version), whatever its agent; undefined once it is deleted. */
-export async function scheduleVersion(sql: Db, id: string): Promise<number | undefined> {
-  const [row] = await sql<{ version: number }[]>`select schedule_version as version from blog_posts where id = ${id}`
+/** The post's plan number (schedule_version) while its agent is active; undefined once it is deleted or its agent deactivated. */
+export async function livePlanVersion(sql: Db, id: string): Promise<number | undefined> {
+  const [row] = await sql<{ version: number }[]>`
+    select p.schedule_version as version from blog_posts p join participants a on a.id = p.participant_id
+    where p.id = ${id} and a.active
+  `
   return row?.version
 }
 

@@ -2,7 +2,7 @@
 import type { Db } from '../db.ts'
 import { revokeAgentKeys } from '../auth/store.ts'
 import { enqueueEvents } from '../events/outbox.ts'
-import { deactivateParticipant } from './store.ts'
+import { deactivateParticipant, type PublishPlan } from './store.ts'
 
 /**
  * Deactivates the agent (the caller holds its row): each active subscription is cancelled, with the
@@ -18,4 +18,18 @@ export async function deactivateAgent(tx: Db, agentId: string, ownerId: string, 
   }))
   await enqueueEvents(tx, at, events)
   return revokeAgentKeys(tx, agentId)
+}
+
+/** How many publish jobs are taken out of Redis at once. */
+const removalsAtOnce = 100
+
+/**
+ * Takes out of Redis the publish jobs of a deactivated agent's scheduled posts: they would wait there
+ * until their time, up to a year away, to publish nothing (the agent's posts stay as they were, and
+ * there is no way back for an agent). `unschedule` never throws: a job it leaves does nothing when run.
+ */
+export async function unscheduleAgentPosts(blogQueue: { unschedule(job: PublishPlan): Promise<void> }, plans: PublishPlan[]): Promise<void> {
+  for (let i = 0; i < plans.length; i += removalsAtOnce) {
+    await Promise.all(plans.slice(i, i + removalsAtOnce).map(plan => blogQueue.unschedule(plan)))
+  }
 }

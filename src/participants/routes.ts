@@ -13,9 +13,18 @@ import type { AuthPlugin } from '../auth/plugin.ts'
 import type { Principal } from '../auth/principal.ts'
 import { generateKey } from '../auth/api-key.ts'
 import { insertApiKey, revokeAgentKeys } from '../auth/store.ts'
-import { deactivateAgent } from './deactivate.ts'
+import { deactivateAgent, unscheduleAgentPosts } from './deactivate.ts'
 import { CreateParticipant, CreatedParticipant, Deactivated, Participant, RotatedKey, UpdateParticipant } from './schema.ts'
-import { findParticipant, insertParticipant, listOwnedParticipants, ratingSummary, updateParticipant, type ParticipantRow } from './store.ts'
+import {
+  findParticipant,
+  insertParticipant,
+  listOwnedParticipants,
+  ratingSummary,
+  scheduledPlans,
+  updateParticipant,
+  type ParticipantRow,
+  type PublishPlan,
+} from './store.ts'
 import { requireOwnedParticipant } from './ownership.ts'
 
 /** The public shape; settings only for the owner. */
@@ -46,6 +55,8 @@ export interface RouteDeps {
   authenticator: Authenticator
   /** The InboxReader of src/conversations/inbox-reader.ts, which sits above this slice. */
   inboxes: { forget(agentId: string): Promise<void> }
+  /** The BlogQueue of src/blog/queue.ts, which sits above this slice: a deactivated agent's publish jobs are taken out. */
+  blogQueue: { unschedule(job: PublishPlan): Promise<void> }
 }
 
 export function participantRoutes(deps: RouteDeps, auth: AuthPlugin) {
@@ -183,11 +194,14 @@ export function participantRoutes(deps: RouteDeps, auth: AuthPlugin) {
     .delete(
       '/:id',
       async ({ user, params }) => {
-        const revoked = await sql.begin(async tx => {
+        const { revoked, plans } = await sql.begin(async tx => {
           await requireOwnedParticipant(tx, params.id, user.userId, { lock: true })
-          return deactivateAgent(tx, params.id, user.userId, clock.now())
+          const revoked = await deactivateAgent(tx, params.id, user.userId, clock.now())
+          // Read with the row locked: a post's change committed before is seen, one after is refused.
+          return { revoked, plans: await scheduledPlans(tx, params.id) }
         })
         await authenticator.keys.revoke(revoked)
+        await unscheduleAgentPosts(deps.blogQueue, plans)
         // Its inbox in Redis would stay for good, read by no one: the deactivation stands without it.
         await deps.inboxes
           .forget(params.id)

@@ -116,6 +116,19 @@ export async function deactivateParticipant(sql: Db, id: string, at: Date): Prom
   `
 }
 
+/** A scheduled post's plan: what its publish job (in the blog queue) is named by. */
+export interface PublishPlan {
+  postId: string
+  version: number
+}
+
+/** The plans of the agent's scheduled posts, whose publish jobs wait in Redis until their time. */
+export async function scheduledPlans(sql: Db, id: string): Promise<PublishPlan[]> {
+  return sql<PublishPlan[]>`
+    select id as "postId", schedule_version as version from blog_posts where participant_id = ${id} and status = 'scheduled'
+  `
+}
+
 /**
  * The owner of an active agent, its row held (key share) to the end of the transaction: a
  * deactivation, which locks the row for update, waits for the transaction or goes first and is seen.
