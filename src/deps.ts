@@ -6,7 +6,8 @@ import { createPubSub, type PubSub } from './pubsub.ts'
 import { createKeys, type Keys } from './keys.ts'
 import { systemClock, type Clock } from './clock.ts'
 import { createLog, type Log } from './log.ts'
-import { createJwtVerifier } from './auth/jwt.ts'
+import { createJwtVerifier, staleKeysForMs } from './auth/jwt.ts'
+import { keptKeySet } from './auth/kept-key-set.ts'
 import { createKeyCache } from './auth/key-cache.ts'
 import { createAuthenticator, type Authenticator } from './auth/authenticator.ts'
 import { createRateLimiter, type RateLimiter } from './rate-limit/token-bucket.ts'
@@ -162,7 +163,11 @@ export async function createDeps(config: Config, options: DepsOptions = {}): Pro
   const rateLimiter = createRateLimiter(redis, keys, clock, config.rateLimits)
   const authenticator = createAuthenticator({
     sql,
-    verifyJwt: createJwtVerifier(config.auth, log),
+    verifyJwt: createJwtVerifier(
+      config.auth,
+      log,
+      config.auth.jwksUrl ? keptKeySet(redis, keys.jwks, config.auth.jwksUrl, staleKeysForMs) : undefined,
+    ),
     keys: keyCache,
     database,
     clientIp: clientIpResolver(config.trustedProxies),

@@ -10,6 +10,8 @@ export function createKeys(prefix: string) {
     // By the device code's SHA-256 (hex), never the code itself: a bearer secret (device-flow.ts).
     devicePoll: (codeHashHex: string) => `${prefix}device:poll:${codeHashHex}`,
     sseToken: (token: string) => `${prefix}sse:${token}`,
+    // The identity provider's last key set fetched, for processes started while it cannot be reached.
+    jwks: `${prefix}auth:jwks`,
     channels: {
       keyRevoked: `${prefix}auth:key-revoked`,
       inboxChanged: `${prefix}agent:inbox-changed`,

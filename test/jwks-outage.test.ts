@@ -1,13 +1,16 @@
 /**
  * The identity provider's JWKS out of reach once its keys are due (10 minutes after their fetch):
- * tokens its last key set verifies keep passing, for a day after that fetch. The wall clock is moved
- * on (jose times its cache by it), the provider is a real HTTP server on 127.0.0.1.
+ * tokens its last key set verifies keep passing, for a day after that fetch, in a process started
+ * during the outage too (the set kept in Redis). The wall clock is moved on (jose times its cache by
+ * it), the provider is a real HTTP server on 127.0.0.1.
  */
 import { afterEach, describe, expect, setSystemTime, test } from 'bun:test'
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from 'jose'
 import { askAgainAfterMs, createJwtVerifier, staleKeysForMs, type VerifyJwt } from '../src/auth/jwt.ts'
 import { AppError } from '../src/errors.ts'
 import { createLog } from '../src/log.ts'
+import { createTestContext, type TestContext } from './helpers/context.ts'
+import { startRedisServer } from './helpers/redis-server.ts'
 
 const minuteMs = 60_000
 
@@ -162,6 +165,81 @@ describe('JWT keys while the identity provider cannot be reached', () => {
       expect(staleRecords()).toHaveLength(0)
     } finally {
       provider.server.stop(true)
+    }
+  })
+})
+
+describe('JWT keys in a process started while the identity provider cannot be reached', () => {
+  /** Two processes of one deployment (one database, one Redis prefix), the second made by `second()`. */
+  async function deployment(url: string, env: Record<string, string> = {}) {
+    const contexts: TestContext[] = []
+    const first = await createTestContext({ env: { ...env, AUTH_JWKS_URL: url } })
+    contexts.push(first)
+    const second = async () => {
+      const made = await createTestContext({ database: first.database, env: { ...env, AUTH_JWKS_URL: url, REDIS_PREFIX: first.config.redisPrefix } })
+      contexts.push(made)
+      return made
+    }
+    const close = async () => {
+      for (const context of contexts.reverse()) await context.close()
+    }
+    return { first, second, close }
+  }
+  /** The status of GET /v1/auth/me with `token`, and its error code when refused. */
+  const me = async (context: TestContext, token: string) => {
+    const res = await context.call('GET', '/v1/auth/me', { token })
+    return res.status === 200 ? '200' : `${res.status} ${res.body.error}`
+  }
+
+  test('verifies with the set another process fetched, kept in Redis, for a day after that fetch', async () => {
+    const k1 = await rsaKey('k-1')
+    const k2 = await rsaKey('k-2')
+    const provider = startProvider(() => Response.json({ keys: [k1.jwk] }))
+    const { first, second, close } = await deployment(`http://127.0.0.1:${provider.server.port}/jwks.json`)
+    try {
+      const before = Date.now()
+      expect(await me(first, await sign(k1.privateKey, 'k-1', 'kept-alice'))).toBe('200')
+      provider.server.stop(true)
+
+      // Started now, it never reached the provider: its siblings' set is the one it uses, taken here
+      // half a day after that set's fetch.
+      const started = await second()
+      setSystemTime(new Date(before + staleKeysForMs / 2))
+      expect(await me(started, await sign(k1.privateKey, 'k-1', 'kept-alice'))).toBe('200')
+      expect(await me(started, await sign(k1.privateKey, 'k-1', 'kept-bob'))).toBe('200')
+      // A key not in that set: 503 (a key published since cannot be told from a made-up one).
+      expect(await me(started, await sign(k2.privateKey, 'k-2', 'kept-bob'))).toBe('503 unavailable')
+
+      // The day counts from the set's fetch, not from when this process took it.
+      setSystemTime(new Date(before + staleKeysForMs - minuteMs))
+      expect(await me(started, await sign(k1.privateKey, 'k-1', 'kept-alice'))).toBe('200')
+      setSystemTime(new Date(before + staleKeysForMs + minuteMs))
+      expect(await me(started, await sign(k1.privateKey, 'k-1', 'kept-alice'))).toBe('503 unavailable')
+    } finally {
+      setSystemTime()
+      provider.server.stop(true)
+      await close()
+    }
+  })
+
+  test('with Redis out of reach too, it has no set: 503', async () => {
+    const k1 = await rsaKey('k-1')
+    const provider = startProvider(() => Response.json({ keys: [k1.jwk] }))
+    const redis = await startRedisServer()
+    const { first, second, close } = await deployment(`http://127.0.0.1:${provider.server.port}/jwks.json`, { REDIS_URL: redis.url })
+    try {
+      const started = await second()
+      expect(await me(first, await sign(k1.privateKey, 'k-1', 'kept-carol'))).toBe('200')
+      provider.server.stop(true)
+      await redis.down({ keepData: true })
+      expect(await me(started, await sign(k1.privateKey, 'k-1', 'kept-carol'))).toBe('503 unavailable')
+      // The one that fetched the set still holds it.
+      expect(await me(first, await sign(k1.privateKey, 'k-1', 'kept-carol'))).toBe('200')
+    } finally {
+      provider.server.stop(true)
+      await redis.up()
+      await close()
+      await redis.close()
     }
   })
 })

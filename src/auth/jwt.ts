@@ -17,6 +17,7 @@ import { errors } from '../errors.ts'
 import { errorFields, throttled, type Log } from '../log.ts'
 import { isStorableText } from '../text.ts'
 import { checksumAddress } from './wallet.ts'
+import type { KeptKeySet } from './kept-key-set.ts'
 
 export interface TokenClaims {
   sub: string
@@ -46,20 +47,21 @@ export const staleKeysForMs = 24 * 3_600_000
  * whose signature the secret does not check is tried with `AUTH_JWT_SECRET_PREVIOUS`, when set: while
  * the identity provider moves to a new secret, tokens signed with either arrive (docs/operations.md).
  * While the JWKS cannot be fetched, the last key set fetched verifies tokens for `staleKeysForMs`
- * (see `withStaleKeys`).
+ * (see `withStaleKeys`); with `kept`, each set fetched is kept there, and a process with none of its
+ * own takes the one kept by another, under the same rule.
  *
  * @example
- * const verify = createJwtVerifier(config.auth, log)
+ * const verify = createJwtVerifier(config.auth, log, keptKeySet(redis, keys.jwks, config.auth.jwksUrl, staleKeysForMs))
  * const { sub } = await verify(token)
  */
-export function createJwtVerifier(auth: Config['auth'], log: Log): VerifyJwt {
+export function createJwtVerifier(auth: Config['auth'], log: Log, kept?: KeptKeySet): VerifyJwt {
   const secrets = [auth.jwtSecret, auth.jwtSecretPrevious].filter(Boolean).map(text => new TextEncoder().encode(text))
-  // jose writes the set and the time of each fetch that succeeded here.
+  // jose writes the set and the time of each fetch that succeeded here (and `withStaleKeys` a kept one).
   const lastGood: JWKSCacheInput = {}
   const remote = auth.jwksUrl
     ? createRemoteJWKSet(new URL(auth.jwksUrl), { cooldownDuration: 30_000, cacheMaxAge: 600_000, [jwksCache]: lastGood })
     : undefined
-  const jwks = remote && withStaleKeys(remote, lastGood, log)
+  const jwks = remote && withStaleKeys(remote, lastGood, log, kept)
   const options = {
     ...(auth.issuer ? { issuer: auth.issuer } : {}),
     ...(auth.audience ? { audience: auth.audience } : {}),
@@ -137,9 +139,17 @@ export const askAgainAfterMs = 30_000
  * a provider that answers goes on deciding as before (a set without the key: 401; a new set: used).
  * After a failed fetch the provider is asked again only `askAgainAfterMs` later, whatever the token's
  * `kid` (unless no set is held), so it is back in use at most that long after it answers again.
+ *
+ * Each set fetched is kept in `kept` (Redis), and a process that holds no set young enough (one
+ * started during the outage) takes the one kept there after a failed fetch, at most once every
+ * `askAgainAfterMs`, as though it had fetched it at its original time: siblings that fetched it
+ * serve the same tokens, for the same day. Redis out of reach too: no set, 503 as before.
  */
-function withStaleKeys(remote: RemoteJWKSet, lastGood: JWKSCacheInput, log: Log): JWTVerifyGetKey {
+function withStaleKeys(remote: RemoteJWKSet, lastGood: JWKSCacheInput, log: Log, kept?: KeptKeySet): JWTVerifyGetKey {
   const said = throttled(log, 60_000)
+  // The fetch time of the set last written to or taken from `kept`, and when `kept` was last read.
+  let keptAt: number | undefined
+  let lookedAt: number | undefined
   // The local set made from `lastGood`, kept while no newer fetch replaces it (it caches imported keys).
   let stale: { fetchedAt: number; keys: ReturnType<typeof createLocalJWKSet> } | undefined
   let failed: { at: number; error: unknown } | undefined
@@ -161,6 +171,24 @@ function withStaleKeys(remote: RemoteJWKSet, lastGood: JWKSCacheInput, log: Log)
     })
     return key
   }
+  /** Keeps the set jose last fetched, once. A Redis that refuses costs only the siblings' start during an outage. */
+  const keep = () => {
+    if (!kept || !('uat' in lastGood) || lastGood.uat === keptAt) return
+    keptAt = lastGood.uat
+    kept
+      .save({ jwks: lastGood.jwks, uat: lastGood.uat })
+      .catch(error => said('debug', 'jwks-not-kept', 'identity provider keys not kept in Redis', errorFields(error)))
+  }
+  /** With no set young enough of its own, the one kept by another process, when it is younger. */
+  const takeKept = async () => {
+    if (!kept || held(lastGood) || (lookedAt !== undefined && Date.now() - lookedAt < askAgainAfterMs)) return
+    lookedAt = Date.now()
+    const set = await kept.load().catch(() => undefined)
+    if (set && held(set) && !('uat' in lastGood && lastGood.uat >= set.uat)) {
+      Object.assign(lastGood, set)
+      keptAt = set.uat
+    }
+  }
   return async (header, token) => {
     const resting = failed && Date.now() - failed.at < askAgainAfterMs ? failed : undefined
     // A key the last set lacks is unreachable still, without asking (made-up kids would have it asked at
@@ -169,10 +197,13 @@ function withStaleKeys(remote: RemoteJWKSet, lastGood: JWKSCacheInput, log: Log)
     try {
       const key = await remote(header, token)
       failed = undefined
+      keep()
       return key
     } catch (error) {
+      keep()
       if (!isJwksUnreachable(error)) throw error
       failed = { at: Date.now(), error }
+      await takeKept()
       return fromStale(header, token, error)
     }
   }
