@@ -196,6 +196,80 @@ describe('the owner’s notification stream', () => {
   })
 })
 
+describe('a resume from an event the stream no longer holds', () => {
+  /** The raw text of a stream resumed from `lastEventId`, read until it holds `until`. */
+  const resumeUntil = async (token: string, lastEventId: string, until: string) => {
+    const reader = (await rawStream('/v1/events/stream', { authorization: `Bearer ${token}`, 'last-event-id': lastEventId })).body!.getReader()
+    const decoder = new TextDecoder()
+    let text = ''
+    const deadline = Date.now() + 5000
+    while (!text.includes(until) && Date.now() < deadline) {
+      const { value, done } = await reader.read()
+      if (done) break
+      text += decoder.decode(value)
+    }
+    await reader.cancel()
+    return text
+  }
+
+  test('Redis lost it: told that events may be missing (events.missed) before what the stream holds; a resume from a kept one is not', async () => {
+    const { owner, agent, planId } = await ownerWithPlan()
+    const user = await signUp(ctx)
+    await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId } })
+    const stream = ctx.deps.keys.events.user(owner.id)
+    const write = (text: string) => ctx.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text } })
+    // The subscription's event is in the stream before the client listens: a stream opened afresh starts after it.
+    await until(async () => (await ctx.deps.redis.xlen(stream)) === 1)
+    const first = listen(`${server.url}/v1/events/stream`, { token: owner.token })
+    await Bun.sleep(100)
+    await write('seen')
+    const [seen] = await first.waitFor(1)
+    first.close()
+    await write('gone 0')
+    await write('gone 1')
+    await until(async () => (await ctx.deps.redis.xlen(stream)) === 4)
+    // Redis still holds the client's last event: the replay is whole, and says nothing more.
+    const whole = await resumeUntil(owner.token, seen!.id, 'gone 1')
+    expect(whole).toContain('gone 0')
+    expect(whole).not.toContain('events.missed')
+    // Redis loses the stream (a restart without its data), then takes the next event.
+    await ctx.deps.redis.del(stream)
+    await write('after')
+    await until(async () => (await ctx.deps.redis.xlen(stream)) === 1)
+    const text = await resumeUntil(owner.token, seen!.id, 'after')
+    expect(text).not.toContain('gone 0')
+    const missed = /event: events\.missed\ndata: (.*)\n\n/.exec(text)
+    expect(missed).not.toBeNull()
+    expect(JSON.parse(missed![1]!)).toMatchObject({ type: 'events.missed', after: seen!.id })
+    expect(text.indexOf('events.missed')).toBeLessThan(text.indexOf('after'))
+  })
+
+  test('a resume from more events back than the stream keeps is told so too; one from an empty stream’s place (0-0) is not', async () => {
+    const stream = ctx.deps.keys.events.user(randomUUID())
+    const adds = ctx.deps.redis.pipeline()
+    for (let n = 0; n < 1002; n++) adds.xadd(stream, '*', 'type', 'chat.message', 'data', JSON.stringify({ type: 'chat.message', n }))
+    const added = (await adds.exec())!.map(([, id]) => id as string)
+    /** The start of a stream resumed from `lastEventId`: its first two frames after the retry. */
+    const start = async (lastEventId: string) => {
+      const reader = (await ctx.deps.events.open({ stream, lastEventId })).body!.getReader()
+      const decoder = new TextDecoder()
+      let text = ''
+      while (text.split('\n\n').length < 4) text += decoder.decode((await reader.read()).value)
+      await reader.cancel()
+      return text.split('\n\n').slice(1, 3)
+    }
+    // 1,001 came after the first: the newest 1,000 are replayed, the one before them is missing.
+    const [notice, next] = await start(added[0]!)
+    expect(notice).toStartWith('event: events.missed\ndata: ')
+    expect(next).toStartWith(`id: ${added[2]}\n`)
+    // 1,000 after the second: every one is replayed, nothing is missing.
+    expect((await start(added[1]!))[0]).toStartWith(`id: ${added[2]}\n`)
+    expect((await start(`0${added[1]}`))[0]).toStartWith(`id: ${added[2]}\n`)
+    expect((await start('0-0'))[0]).toStartWith(`id: ${added[2]}\n`)
+    await ctx.deps.redis.del(stream)
+  })
+})
+
 describe('the wire format and limits', () => {
   test('opens with retry: 3000 and pings within 5 s', async () => {
     const user = await signUp(ctx)

@@ -2,6 +2,8 @@
  * Where each open stream stands in its Redis stream, and bringing it there. Events go to a stream in
  * order and once (by id): live, or, while it catches up from Redis (a resume from Last-Event-ID, its
  * opening, the subscription back after a drop), into its buffer, sent after what the read returned.
+ * A resume from an event the stream no longer holds, from within its replay window (Redis lost it,
+ * or more than the stream keeps came since), is told so first: `events.missed`, never a silent gap.
  */
 import type { Redis } from '../redis.ts'
 import { replayWindowMs, streamLength, type Published } from './relay.ts'
@@ -15,6 +17,15 @@ interface Framed {
   bytes: Uint8Array
 }
 
+/** What a stream holds after a place: its events, and whether some after that place are gone. */
+interface Read {
+  framed: Framed[]
+  missed: boolean
+}
+
+/** The type of the notice a resume gets when events after its place are gone: no `id:`, so a resume after it asks from the same place. */
+export const missedType = 'events.missed'
+
 export type CatchUp = ReturnType<typeof createCatchUp>
 
 export function createCatchUp(redis: Redis, send: (connection: Connection, bytes: Uint8Array) => void) {
@@ -27,13 +38,16 @@ export function createCatchUp(redis: Redis, send: (connection: Connection, bytes
   // that came live before it listened, but after the read ran, is in neither its buffer nor the read.
   let opened = 0
   const openedAs = new WeakMap<Connection, number>()
-  const reads = new Map<string, { read: Promise<Framed[]>; opened: number }>()
+  const reads = new Map<string, { read: Promise<Read>; opened: number }>()
   const readShared = (connection: Connection) => {
     const { stream, lastId: from } = connection
     const at = `${drops} ${stream} ${from}`
     let shared = reads.get(at)
     if (!shared || shared.opened < (openedAs.get(connection) ?? 0)) {
-      const read = readAfter(redis, stream, from).then(events => events.map(event => ({ event, bytes: frame(event) })))
+      const read = readAfter(redis, stream, from).then(({ events, missed }) => ({
+        framed: events.map(event => ({ event, bytes: frame(event) })),
+        missed,
+      }))
       const entry = { read, opened }
       reads.set(at, entry)
       void read.finally(() => reads.get(at) === entry && reads.delete(at)).catch(() => {})
@@ -54,12 +68,16 @@ export function createCatchUp(redis: Redis, send: (connection: Connection, bytes
    * Sends a stream what Redis holds after the last event it sent, again while the subscription
    * dropped meanwhile, then what came live during the read (its buffer), and goes live. `covered`:
    * the drops it needs no read for (a stream opened afresh, after the newest event at its opening).
+   * `resumed`: a client's resume, told first when events after its place are gone.
    */
-  const catchUp = async (connection: Connection, covered = -1) => {
+  const catchUp = async (connection: Connection, covered = -1, resumed = false) => {
     connection.buffer ??= []
     while (covered !== drops && !connection.closed) {
       covered = drops
-      for (const { event, bytes } of await readShared(connection)) {
+      const { framed, missed } = await readShared(connection)
+      if (resumed && missed) send(connection, missedFrame(connection.lastId))
+      resumed = false
+      for (const { event, bytes } of framed) {
         if (!isAfter(event.id, connection.lastId)) continue
         connection.lastId = event.id
         send(connection, bytes)
@@ -82,7 +100,7 @@ export function createCatchUp(redis: Redis, send: (connection: Connection, bytes
     async open(connection: Connection, lastEventId: string | null | undefined) {
       // Listening already (added to the streams): a read sent from now on may serve it.
       openedAs.set(connection, ++opened)
-      if (lastEventId) return catchUp(connection)
+      if (lastEventId) return catchUp(connection, -1, true)
       const covered = drops
       connection.lastId = await newestId(redis, connection.stream)
       await catchUp(connection, covered)
@@ -110,6 +128,12 @@ export function frame(event: Published) {
   return encoder.encode(`id: ${event.id}\nevent: ${event.type}\ndata: ${event.data}\n\n`)
 }
 
+/** Tells a resumed stream that events after `after` are gone from Redis: the client re-reads what it keeps of them. */
+function missedFrame(after: string) {
+  const data = JSON.stringify({ type: missedType, createdAt: new Date().toISOString(), after })
+  return encoder.encode(`event: ${missedType}\ndata: ${data}\n\n`)
+}
+
 /** The id of the stream's newest event; `0-0` for a stream with none, so that its first is after it. */
 async function newestId(redis: Redis, stream: string): Promise<string> {
   const [newest] = (await redis.xrevrange(stream, '+', '-', 'COUNT', 1)) as [string, string[]][]
@@ -118,13 +142,25 @@ async function newestId(redis: Redis, stream: string): Promise<string> {
 
 /**
  * The stream's events after `from`, within the replay window: the newest `streamLength` of them, what
- * the stream promises to keep (trimmed a node at a time, it may hold more).
+ * the stream promises to keep (trimmed a node at a time, it may hold more). `missed`: the read does
+ * not reach back to `from` itself, an event from within the window (a minute's margin for clocks):
+ * Redis lost it (a restart without its data, a failover to a replica that lagged) and perhaps what
+ * followed it, or more events than the stream keeps came after it. `0-0` (an empty stream's place)
+ * misses nothing; an older place's events were beyond the window anyway.
  */
-async function readAfter(redis: Redis, stream: string, from: string): Promise<Published[]> {
+async function readAfter(redis: Redis, stream: string, from: string): Promise<{ events: Published[]; missed: boolean }> {
   const oldest = Date.now() - replayWindowMs
-  const entries = (await redis.xrevrange(stream, '+', `(${from}`, 'COUNT', streamLength)) as [string, string[]][]
-  return entries
+  const entries = (await redis.xrevrange(stream, '+', from, 'COUNT', streamLength + 1)) as [string, string[]][]
+  // The read holds nothing before `from`: an entry not after it is `from` itself (compared as
+  // numbers: a client may send the id with leading zeros).
+  const isFrom = (id: string) => !isAfter(id, from)
+  const reached = entries.length > 0 && isFrom(entries.at(-1)![0])
+  const missed = !reached && isAfter(from, '0-0') && Number(from.split('-')[0]) >= oldest + 60_000
+  const events = entries
+    .filter(([id]) => !isFrom(id))
+    .slice(0, streamLength)
     .reverse()
     .filter(([id]) => Number(id.split('-')[0]) >= oldest)
     .map(([id, fields]) => ({ stream, id, type: fields[fields.indexOf('type') + 1]!, data: fields[fields.indexOf('data') + 1]! }))
+  return { events, missed }
 }
