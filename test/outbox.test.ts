@@ -11,6 +11,7 @@ import { createSql } from '../src/db.ts'
 import { createLog } from '../src/log.ts'
 import { keepSchedules, scheduledJobOptions, upsertSchedules } from '../workers/schedules.ts'
 import { startRedisServer } from './helpers/redis-server.ts'
+import { holdOpen } from './helpers/held-transaction.ts'
 
 let ctx: TestContext
 
@@ -198,6 +199,73 @@ describe('the outbox relay', () => {
       await server.close()
     }
   }, 40_000)
+
+  /** The pid of the relay pass waiting to delete its rows, once it waits. */
+  const deleting = async () => {
+    const waiter = () => ctx.deps.sql<{ pid: number }[]>`
+      select pid from pg_stat_activity where wait_event_type = 'Lock' and query like 'delete from outbox%'
+    `
+    await until(async () => (await waiter()).length === 1)
+    return (await waiter())[0]!.pid
+  }
+
+  /** A pass that appends the user's waiting events, then dies before its commit (its connection ended). */
+  async function passThatDies(user: string) {
+    // Another session holds the rows: the pass appends them, then waits to delete them...
+    const release = await holdOpen(ctx.deps.sql, tx => tx`select 1 from outbox where user_id = ${user} for update`)
+    const dying = relayPass(ctx.deps, 500)
+    const pid = await deleting()
+    // ...and its process dies there: its transaction never commits.
+    await ctx.deps.sql`select pg_terminate_backend(${pid})`
+    expect(
+      await dying.then(
+        () => 'committed',
+        () => 'died',
+      ),
+    ).toBe('died')
+    await release()
+  }
+
+  test('a pass that dies between Redis and its commit: the next sends none of its events again, however many', async () => {
+    const user = randomUUID()
+    await commit(user, 1, 20)
+    await passThatDies(user)
+    expect(await delivered(user)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1))
+    expect(await waiting()).toBe(20)
+    expect(await relayPass(ctx.deps, 500)).toEqual({ sent: 20 })
+    expect(await waiting()).toBe(0)
+    expect(await delivered(user)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1))
+  })
+
+  test('nor an event it sent before an earlier row committed', async () => {
+    const user = randomUUID()
+    // 1 takes its row id first, but commits after 2 has been sent by the pass that dies.
+    const commitFirst = await holdOpen(ctx.deps.sql, tx =>
+      enqueueEvents(tx, new Date(), [{ userId: user, type: 'context.updated', payload: { n: 1 } }]),
+    )
+    await commit(user, 2, 1)
+    await passThatDies(user)
+    await commitFirst()
+    expect(await relayPass(ctx.deps, 500)).toEqual({ sent: 2 })
+    expect(await delivered(user)).toEqual([2, 1])
+  })
+
+  test('rows whose ids come again (a database restored) are sent as the new events they are', async () => {
+    const user = randomUUID()
+    await commit(user, 1, 3)
+    const { first } = (await ctx.deps.sql<{ first: string }[]>`select min(id)::text as first from outbox where user_id = ${user}`)[0]!
+    expect(await relayPass(ctx.deps, 500)).toEqual({ sent: 3 })
+    const { next } = (await ctx.deps.sql<{ next: string }[]>`select nextval(pg_get_serial_sequence('outbox', 'id'))::text as next`)[0]!
+    // The ids of the events just sent, taken again by other events.
+    await ctx.deps.sql`select setval(pg_get_serial_sequence('outbox', 'id'), ${first}::bigint, false)`
+    try {
+      await commit(user, 4, 2)
+      expect(await relayPass(ctx.deps, 500)).toEqual({ sent: 2 })
+    } finally {
+      await ctx.deps.sql`select setval(pg_get_serial_sequence('outbox', 'id'), ${next}::bigint)`
+    }
+    expect(await delivered(user)).toEqual([1, 2, 3, 4, 5])
+  })
 
   test('relays running at once send every event once, each user’s in order', async () => {
     const users = Array.from({ length: 5 }, () => randomUUID())

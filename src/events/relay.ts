@@ -5,9 +5,9 @@
  * and retrying until it does. Any number of relays may run (one per worker
  * process): a pass holds a transaction-scoped advisory lock, so one relay moves events at a time and
  * none sends an event twice on purpose.
- * Delivery is at least once: a relay that dies between Redis and its commit leaves those rows to be
- * sent again (clients deduplicate by the ids in the payload); a copy of one of a stream's newest
- * events is dropped (`append`).
+ * A relay that dies between Redis and its commit leaves those rows to be sent again: the copy of an
+ * event its stream holds already is dropped (`append`), so each is kept and announced once (as are
+ * the rows a database restore brings back, sent before it, while their stream holds them).
  */
 import { defineBatchedScript, type Redis } from '../redis.ts'
 import type { Sql, TxSql } from '../db.ts'
@@ -24,7 +24,7 @@ export const streamLength = 1000
  * ago its user was last told anything).
  */
 export const replayWindowMs = 24 * 3_600_000
-// Entries a new event is checked against, newest first, for being a copy of one kept already.
+// Entries read at a time, newest first, looking for a copy of a new event among those kept already.
 const recentEntries = 8
 
 /** What every API process hears on the events channel, and what a stream replays. */
@@ -36,15 +36,28 @@ export interface Published {
 }
 
 // K the stream; A channel, type, JSON, outbox row. Kept and announced in one step, so an event is
-// never announced without being kept, nor kept without being announced. An event among the stream's
-// newest already (the same outbox row and payload: row ids can come again after a database restore)
-// is not appended again: an append that timed out (Redis paused) runs when Redis answers again, after
-// the passes that sent it again meanwhile, and its user's later events wait for it, so its copies
-// land among the newest.
+// never announced without being kept, nor kept without being announced. An event the stream holds
+// already (the same outbox row and payload: row ids can come again after a database restore) is not
+// appended again. Its copy is among the newest entries, or behind entries of later rows only: those
+// of a pass that died before its commit (the next sends its events again, up to a batch of them), or
+// of the passes that ran while an append that timed out (Redis paused) waited to run. So the newest
+// entries are looked through a chunk at a time, on while a chunk holds a later row than the event's
+// (rows commit out of their order, a few apart), at most as far as the stream keeps (after a
+// restore, all its rows may be later than the new events').
 const append = defineBatchedScript(
   `
-for _, entry in ipairs(redis.call('XREVRANGE', K[1], '+', '-', 'COUNT', ${recentEntries})) do
-  if entry[2][6] == A[4] and entry[2][4] == A[3] then return entry[1] end
+local row, from, looked = tonumber(A[4]), '+', 0
+while looked < ${streamLength} do
+  local entries = redis.call('XREVRANGE', K[1], from, '-', 'COUNT', ${recentEntries})
+  local later = false
+  for _, entry in ipairs(entries) do
+    if entry[2][6] == A[4] and entry[2][4] == A[3] then return entry[1] end
+    local other = tonumber(entry[2][6])
+    if other ~= nil and other > row then later = true end
+    from = '(' .. entry[1]
+  end
+  if not later or #entries < ${recentEntries} then break end
+  looked = looked + #entries
 end
 local id = redis.call('XADD', K[1], 'MAXLEN', '~', ${streamLength}, '*', 'type', A[2], 'data', A[3], 'row', A[4])
 redis.call('PEXPIRE', K[1], ${replayWindowMs})
