@@ -18,6 +18,8 @@ import { closeRedis, connectRedis, createRedis } from '../src/redis.ts'
 import { createPubSub } from '../src/pubsub.ts'
 import { startHeldProxy } from './helpers/held-proxy.ts'
 import { redisUrl } from './helpers/context.ts'
+import { startRedisServer } from './helpers/redis-server.ts'
+import { createKeys } from '../src/keys.ts'
 
 let ctx: TestContext
 const runtimes: ActorRuntime[] = []
@@ -723,6 +725,37 @@ describe('actor runtime', () => {
     expect(await appended(actor)).toEqual([9])
     await r.stop()
   })
+
+  test('a command whose actor could not be marked due is marked once Redis takes the mark: its mail never waits unmarked', async () => {
+    // A Redis of the test's own, whose user may append to a stream but not run the mark's script
+    // until the test allows it: the entry lands, both marks fail, the sender hears 503.
+    const server = await startRedisServer()
+    const admin = createRedis(server.url, ctx.deps.log, 'commands', 'admin')
+    await connectRedis(admin, server.url)
+    await admin.acl('SETUSER', 'sender', 'on', '>secret', '~*', '&*', '+@all', '-@scripting')
+    const url = server.url.replace('redis://', 'redis://sender:secret@')
+    const redis = createRedis(url, ctx.deps.log, 'commands', 'sender')
+    const subscriber = createRedis(url, ctx.deps.log, 'subscriber', 'sender-subscriber')
+    await Promise.all([connectRedis(redis, url), connectRedis(subscriber, url)])
+    const pubsub = createPubSub(subscriber)
+    const keys = createKeys(`am_test_${randomUUID()}:`)
+    const dispatcher = await createDispatcher({ redis, pubsub, keys })
+    try {
+      const actor = `log:${randomUUID()}`
+      const error = await dispatcher.tell(actor, 'append', { n: 1 }).catch(e => e)
+      expect((error as AppError).code).toBe('unavailable')
+      expect(await admin.xlen(keys.actor(actor).mailbox)).toBe(1)
+      expect(await admin.zscore(keys.actorsDue, actor)).toBeNull()
+      // Redis takes scripts again: nobody sends the actor anything more, and its mail is marked.
+      await admin.acl('SETUSER', 'sender', '+@scripting')
+      await until(async () => (await admin.zscore(keys.actorsDue, actor)) !== null, 10_000)
+    } finally {
+      await dispatcher.close()
+      await pubsub.close()
+      await Promise.all([closeRedis(redis), closeRedis(subscriber), closeRedis(admin)])
+      await server.close()
+    }
+  }, 30_000)
 })
 
 describe('holding an actor', () => {

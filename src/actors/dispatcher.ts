@@ -97,7 +97,26 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
       () => true,
       () => false,
     )
+    if (!again) markLater(actor)
     if (added.status === 'rejected' || !again) throw errors.unavailable('The command could not be sent; it may have been')
+  }
+
+  // Actors whose mail may be in their mailbox unmarked (the append may have landed, no mark did): marked
+  // once Redis takes it, tried every half second meanwhile, so their mail never waits for the next command.
+  const unmarked = new Set<string>()
+  let closing = false
+  let marking: Promise<void> | undefined
+  const markOne = (actor: string) =>
+    due
+      .mark(actor)
+      .then(() => void unmarked.delete(actor))
+      .catch(() => {})
+  const markAll = () => Promise.all([...unmarked].map(markOne))
+  const markLater = (actor: string) => {
+    unmarked.add(actor)
+    marking ??= (async () => {
+      while (unmarked.size > 0 && !closing) await Bun.sleep(500).then(markAll)
+    })().finally(() => (marking = undefined))
   }
 
   const send = async (actor: string, type: string, payload: unknown, sendOptions: SendOptions, ask: string, command: string, again = false) => {
@@ -149,6 +168,9 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
     },
     async close() {
       await Promise.allSettled(sending)
+      closing = true
+      await marking
+      await markAll()
       for (const waiter of waiting.values()) waiter.reject(errors.unavailable('Shutting down'))
       waiting.clear()
       await stopListening()
