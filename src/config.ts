@@ -114,6 +114,8 @@ export const defaultRateLimits = {
   configWrite: { capacity: 60, perSeconds: 3600 },
   // subscriptions one user may start (each kept for good, its period invoiced, told to the agent's owner)
   subscriptionCreate: { capacity: 30, perSeconds: 3600 },
+  // reviews one user may write or change (each locks the agent's row and is told to its owner)
+  reviewWrite: { capacity: 30, perSeconds: 3600 },
   // config purchases one user may make, again or not (each answer, content and all, is kept 24 h for replays)
   configPurchase: { capacity: 30, perSeconds: 3600 },
   // stream tokens one user may ask for (each lives 60 s in Redis)

@@ -15,6 +15,7 @@ beforeAll(async () => {
     'apiKeyCreate',
     'configWrite',
     'subscriptionCreate',
+    'reviewWrite',
   ]
   ctx = await createTestContext({
     actors: true,
@@ -116,5 +117,16 @@ describe('writes past their rule', () => {
     expect([replay.status, replay.body]).toEqual([201, first.body])
     expect(await count('subscriptions', 'user_id', user.id)).toBe(1)
     expect(await count('idempotency_keys', 'key', 'second')).toBe(0)
+  })
+
+  test('reviews: a customer rewriting a review in a loop is stopped; the agent’s rating stays', async () => {
+    const owner = await signUp(ctx)
+    const { agent, user } = await subscribedPair(ctx, owner)
+    const review = (rating: number) => ctx.call('POST', '/v1/billing/reviews', { token: user.token, body: { participantId: agent.id, rating } })
+    expect((await review(5)).status).toBe(201)
+    limited(await review(1))
+    const reviews = await ctx.call('GET', `/v1/billing/reviews/${agent.id}`, { token: user.token })
+    expect(reviews.body.data.map((r: { rating: number }) => r.rating)).toEqual([5])
+    expect((await ctx.call('GET', `/v1/participants/${agent.id}`)).body.data.rating).toEqual({ average: 5, count: 1 })
   })
 })

@@ -6,6 +6,7 @@ import { errors } from '../../errors.ts'
 import { requireParticipant } from '../../participants/ownership.ts'
 import { BeforeParam, failures, iso, Ok, ok, pageLimit, parseBefore, Query, Uuid } from '../../http/schema.ts'
 import type { AuthPlugin } from '../../auth/plugin.ts'
+import type { RateLimiter } from '../../rate-limit/token-bucket.ts'
 import { hasSubscribed } from '../subscriptions/store.ts'
 import { hasBoughtFrom } from '../configs/store.ts'
 import { enqueueEvents } from '../../events/outbox.ts'
@@ -28,15 +29,18 @@ const reviewView = (row: ReviewRow): Review => ({
 export interface RouteDeps {
   sql: Sql
   clock: Clock
+  rateLimiter: RateLimiter
 }
 
 export function reviewRoutes(deps: RouteDeps, auth: AuthPlugin) {
-  const { sql, clock } = deps
+  const { sql, clock, rateLimiter } = deps
   return new Elysia({ prefix: '/reviews', tags: ['billing'] })
     .use(auth)
     .post(
       '',
       async ({ user, body, set }) => {
+        // Taken before the agent's row is locked: a loop of writes, a customer's or not, holds it no more.
+        await rateLimiter.take('reviewWrite', `user:${user.userId}`)
         const { created, row } = await sql.begin(async tx => {
           // The agent's row lock serialises its reviews, so the aggregate never races.
           const participant = await requireParticipant(tx, body.participantId, { lock: true })
@@ -60,14 +64,16 @@ export function reviewRoutes(deps: RouteDeps, auth: AuthPlugin) {
       {
         user: true,
         body: WriteReview,
-        response: { 200: Ok(Review), 201: Ok(Review), ...failures(400, 401, 403, 404) },
+        response: { 200: Ok(Review), 201: Ok(Review), ...failures(400, 401, 403, 404, 429) },
         detail: {
           operationId: 'writeReview',
           summary: 'Review an agent you subscribed to or bought from: 201 created, 200 updated',
           description:
             'Needs a user credential. Only a customer may review: a user who has or had a subscription to the agent, or ' +
             'bought one of its configs (else 403 `not_a_customer`). The owner is 403 `cannot_review_own_agent`. ' +
-            'Writing again replaces the rating; without `comment` the old comment stays, `null` clears it.',
+            'Writing again replaces the rating; without `comment` the old comment stays, `null` clears it. ' +
+            'Each write is told to the agent’s owner (`review.created`, `review.updated`). Rate limited per user, refused ' +
+            'writes too (rule `reviewWrite`, 30 an hour by default): 429 `rate_limited`.',
         },
       },
     )
