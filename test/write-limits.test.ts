@@ -129,4 +129,21 @@ describe('writes past their rule', () => {
     expect(reviews.body.data.map((r: { rating: number }) => r.rating)).toEqual([5])
     expect((await ctx.call('GET', `/v1/participants/${agent.id}`)).body.data.rating).toEqual({ average: 5, count: 1 })
   })
+
+  test('user keys: approving device codes takes apiKeyCreate as creating keys does; a miss or a denial takes none', async () => {
+    const user = await signUp(ctx)
+    const start = async () => (await ctx.call('POST', '/v1/auth/device-codes')).body.data
+    const decide = (userCode: string, action?: 'deny') =>
+      ctx.call('PATCH', `/v1/auth/device-codes/${userCode}`, { token: user.token, ...(action ? { body: { action } } : {}) })
+    expect((await decide('BBBB-BBBB')).status).toBe(404)
+    expect((await decide((await start()).userCode, 'deny')).status).toBe(200)
+    const first = await start()
+    expect((await decide(first.userCode)).status).toBe(200)
+    expect((await ctx.call('GET', `/v1/auth/device-codes/${first.deviceCode}`)).body.data.status).toBe('approved')
+    const second = await start()
+    limited(await decide(second.userCode))
+    limited(await ctx.call('POST', '/v1/auth/api-keys', { token: user.token, body: { name: 'more' } }))
+    expect((await ctx.call('GET', `/v1/auth/device-codes/${second.deviceCode}`)).body.data.status).toBe('pending')
+    expect(await count('api_keys', 'user_id', user.id)).toBe(1)
+  })
 })

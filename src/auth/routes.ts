@@ -236,12 +236,24 @@ function deviceRoutes(deps: RouteDeps, auth: AuthPlugin) {
       '/device-codes/:code',
       async ({ user, params, body }) => {
         const subject = `user:${user.userId}`
+        const action = body?.action ?? 'approve'
         await rateLimiter.take('deviceCodeApprove', subject)
+        // An approval gives the device a user key of this user: it costs the key's token, as a key
+        // created here does, given back when nothing was approved.
+        const keyToken = action === 'approve'
+        if (keyToken) await rateLimiter.take('apiKeyCreate', subject)
+        const giveKeyTokenBack = () => (keyToken ? rateLimiter.refund('apiKeyCreate', subject).catch(() => {}) : undefined)
         // Every guess is charged a miss before it is looked at (atomically, so guesses sent at once
         // cannot all pass a check made before any was charged); a hit is given it back.
-        await rateLimiter.take('deviceCodeMisses', subject)
-        const status = await decideDeviceAuthorization(device, user.userId, params.code, body?.action ?? 'approve')
-        if (!status) throw errors.notFound('User code')
+        await rateLimiter.take('deviceCodeMisses', subject).catch(async (error: unknown) => {
+          await giveKeyTokenBack()
+          throw error
+        })
+        const status = await decideDeviceAuthorization(device, user.userId, params.code, action)
+        if (!status) {
+          await giveKeyTokenBack()
+          throw errors.notFound('User code')
+        }
         await rateLimiter.refund('deviceCodeMisses', subject)
         return ok({ status })
       },
@@ -260,7 +272,8 @@ function deviceRoutes(deps: RouteDeps, auth: AuthPlugin) {
             '`{"action": "deny"}` denies. An unknown or expired code, or one already decided otherwise, is 404; ' +
             'repeating one’s own decision is 200 until the device has collected its key. Misses are limited per user (rule ' +
             '`deviceCodeMisses`, by default 10 an hour), and ' +
-            'decisions too (`deviceCodeApprove`): 429.',
+            'decisions too (`deviceCodeApprove`); an approval, a repeat of one too, takes a token of `apiKeyCreate`, as ' +
+            'creating a key does (given back on a miss): 429.',
         },
       },
     )
