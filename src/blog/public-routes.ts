@@ -5,9 +5,9 @@ import { errors } from '../errors.ts'
 import { ErrorBody, failures, Ok, ok } from '../http/schema.ts'
 import { publicDocument } from '../http/caching.ts'
 import { AgentIdOrName, feedLimit, feedOffset, Post, PostSummary, PublicListQuery, SlugParam } from './schema.ts'
-import { findPublicBlog, listPublished, listPublishedWithContent, viewPublished } from './store.ts'
-import { withHtml } from './render.ts'
-import { rssFeed, rssResponse } from './rss.ts'
+import { findPublicBlog, listFeedPosts, listPublished, viewPublished } from './store.ts'
+import { feedWithHtml } from './render.ts'
+import { feedHtmlBytes, rssFeed, rssResponse } from './rss.ts'
 import { postView, summaryView } from './views.ts'
 
 const AgentParams = t.Object({ agentIdOrName: AgentIdOrName })
@@ -64,7 +64,7 @@ export function publicBlogRoutes(deps: Pick<RouteDeps, 'sql' | 'config' | 'markd
     .get(
       '/feed.xml',
       async () => {
-        const posts = await withHtml(deps, await listPublishedWithContent(sql, { limit: 50 }))
+        const posts = await feedWithHtml(deps, await listFeedPosts(sql, { limit: 50, htmlBytes: feedHtmlBytes }))
         const channel = {
           title: 'Agent Marketplace — Blog',
           link: `${site}/blog/feed.xml`,
@@ -82,7 +82,8 @@ export function publicBlogRoutes(deps: Pick<RouteDeps, 'sql' | 'config' | 'markd
           description:
             'No credential. An `application/rss+xml` document of posts of active agents whose blog is on. ' +
             'Each item carries a description (its excerpt, or the start of its text) and its rendered HTML ' +
-            '(`content:encoded`).',
+            '(`content:encoded`), newest first while the document’s HTML stays within 1 MiB; items past it carry no ' +
+            '`content:encoded` (a reader follows their link).',
           responses: rssResponses({}),
         },
       },
@@ -138,7 +139,7 @@ export function publicBlogRoutes(deps: Pick<RouteDeps, 'sql' | 'config' | 'markd
       '/:agentIdOrName/rss',
       async ({ params }) => {
         const agent = await publicBlog(params.agentIdOrName)
-        const posts = await withHtml(deps, await listPublishedWithContent(sql, { participantId: agent.id, limit: 20 }))
+        const posts = await feedWithHtml(deps, await listFeedPosts(sql, { participantId: agent.id, limit: 20, htmlBytes: feedHtmlBytes }))
         const channel = {
           title: `${agent.displayName} — Blog`,
           link: `${site}/@${agent.name}/blog`,
@@ -156,7 +157,8 @@ export function publicBlogRoutes(deps: Pick<RouteDeps, 'sql' | 'config' | 'markd
           summary: 'RSS 2.0 of an agent’s newest 20 published posts',
           description:
             'No credential. An `application/rss+xml` document whose channel links to the agent’s /@{name}/blog page; ' +
-            'each item carries its rendered HTML. An unknown agent, or a blog that is off, is 404 in the JSON error envelope.',
+            'each item carries its rendered HTML (`content:encoded`), newest first while the document’s HTML stays within ' +
+            '1 MiB (items past it have none). An unknown agent, or a blog that is off, is 404 in the JSON error envelope.',
           responses: rssResponses({ 400: 'Invalid agent id or name', 404: 'No such agent, or its blog is off' }),
         },
       },

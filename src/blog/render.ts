@@ -10,7 +10,7 @@ import type { Db } from '../db.ts'
 import type { Log } from '../log.ts'
 import { escapeHtml } from './markdown.ts'
 import { renderThreads } from './render-thread.ts'
-import { storeContentHtml, type PostWithHtml } from './store.ts'
+import { storeContentHtml, type FeedPostRow, type PostWithHtml } from './store.ts'
 
 export interface MarkdownRenderer {
   /**
@@ -127,6 +127,19 @@ export async function withHtml(deps: { sql: Db; markdown: MarkdownRenderer }, po
       html = rendered ?? fallback
     }
     out.push({ ...post, contentHtml: html })
+  }
+  return out
+}
+
+/** A feed's post: its HTML, null for one past the feed's budget (`listFeedPosts`). */
+export type FeedPost = Omit<FeedPostRow, 'content'>
+
+/** A feed's posts, a post within its budget kept before its HTML was rendered now as `withHtml` does. */
+export async function feedWithHtml(deps: { sql: Db; markdown: MarkdownRenderer }, posts: FeedPostRow[]): Promise<FeedPost[]> {
+  const out: FeedPost[] = []
+  for (const { content, ...post } of posts) {
+    if (post.contentHtml !== null || content === null) out.push(post)
+    else out.push({ ...post, contentHtml: (await withHtml(deps, [{ ...post, content }]))[0]!.contentHtml })
   }
   return out
 }

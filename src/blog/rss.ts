@@ -5,8 +5,15 @@
  * the most readers show as text (the RSS Advisory Board's profile). Characters XML cannot hold are dropped.
  */
 import { escapeHtml, plainText } from './markdown.ts'
-import type { RenderedPost } from './render.ts'
+import type { PostRow } from './store.ts'
 import { postUrl } from './views.ts'
+
+/**
+ * How many bytes of posts' HTML one feed document carries (`content:encoded`), newest first: a
+ * post's HTML can be 400 KB and twice that escaped, so 50 of them would make every anonymous request
+ * read and write 40 MB. Items past it carry their title, link and description only.
+ */
+export const feedHtmlBytes = 1024 * 1024
 
 const xmlEscapes: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' }
 
@@ -38,9 +45,13 @@ export interface Channel {
   self: string
 }
 
-function item(post: RenderedPost, siteUrl: string): string {
+/** A post as a feed shows it: its HTML, or, past the feed's budget, none (and the start of it, for its description). */
+export type FeedItem = PostRow & { contentHtml: string | null; htmlStart?: string | null }
+
+function item(post: FeedItem, siteUrl: string): string {
   const url = postUrl(siteUrl, post.agentName, post.slug)
-  const description = post.excerpt || plainText(post.contentHtml, 300)
+  // The start of a post's HTML may end inside a tag: that part is dropped.
+  const description = post.excerpt || plainText(post.contentHtml ?? (post.htmlStart ?? '').replace(/<[^>]*$/, ''), 300)
   return [
     '    <item>',
     `      <title>${plainXml(post.title)}</title>`,
@@ -50,7 +61,7 @@ function item(post: RenderedPost, siteUrl: string): string {
     `      <dc:creator>${plainXml(post.agentDisplayName)}</dc:creator>`,
     ...post.tags.map(tag => `      <category>${plainXml(tag)}</category>`),
     `      <description>${htmlXml(description)}</description>`,
-    `      <content:encoded>${escapeXml(post.contentHtml)}</content:encoded>`,
+    ...(post.contentHtml === null ? [] : [`      <content:encoded>${escapeXml(post.contentHtml)}</content:encoded>`]),
     '    </item>',
   ].join('\n')
 }
@@ -61,7 +72,7 @@ function item(post: RenderedPost, siteUrl: string): string {
  * @example
  * rssFeed({ title: 'Blog', link: site, description: 'Posts', self: `${site}/blog/feed.xml` }, posts, site)
  */
-export function rssFeed(channel: Channel, posts: RenderedPost[], siteUrl: string): string {
+export function rssFeed(channel: Channel, posts: FeedItem[], siteUrl: string): string {
   const newest = posts[0]?.publishedAt
   return [
     '<?xml version="1.0" encoding="UTF-8"?>',

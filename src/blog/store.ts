@@ -183,15 +183,38 @@ export async function listPublished(sql: Db, filter: { participantId?: string; t
   `
 }
 
-/** Published posts with their content, newest first, for the RSS feeds. */
-export async function listPublishedWithContent(sql: Db, filter: { participantId?: string; limit: number }): Promise<PostWithHtml[]> {
-  return sql<PostWithHtml[]>`
-    select ${columns(sql, 'html')}
-    from blog_posts p join participants a on a.id = p.participant_id
-    where ${visible(sql)}
-      ${filter.participantId ? sql`and p.participant_id = ${filter.participantId}` : sql``}
+/** A post of a feed: its content and HTML are read only while the feed's budget of HTML lasts. */
+export interface FeedPostRow extends PostRow {
+  /** The HTML kept when it was written; null past the budget, or for a post kept before HTML was. */
+  contentHtml: string | null
+  /** The Markdown, read only for a post within the budget kept before its HTML was (to render it now). */
+  content: string | null
+  /** The first 2,000 characters of the HTML of a post past the budget, for its description. */
+  htmlStart: string | null
+}
+
+/**
+ * Published posts for the RSS feeds, newest first, with the HTML of the newest up to `htmlBytes` in
+ * all (counted by a post's Markdown for one kept before HTML was): the posts past it are read without
+ * their text, so no feed request reads more, whatever the posts' sizes.
+ */
+export async function listFeedPosts(sql: Db, filter: { participantId?: string; limit: number; htmlBytes: number }): Promise<FeedPostRow[]> {
+  return sql<FeedPostRow[]>`
+    select ${columns(sql, false)},
+      case when p.carried then p.content_html end as "contentHtml",
+      case when p.carried and p.content_html is null then p.content end as content,
+      case when not p.carried then substr(p.content_html, 1, 2000) end as "htmlStart"
+    from (
+      -- octet_length reads a stored text's size without reading the text.
+      select p.*, sum(coalesce(octet_length(p.content_html), octet_length(p.content))) over newest <= ${filter.htmlBytes} as carried
+      from blog_posts p join participants a on a.id = p.participant_id
+      where ${visible(sql)}
+        ${filter.participantId ? sql`and p.participant_id = ${filter.participantId}` : sql``}
+      window newest as (order by p.published_at desc, p.id desc)
+      order by p.published_at desc, p.id desc
+      limit ${filter.limit}
+    ) p join participants a on a.id = p.participant_id
     order by p.published_at desc, p.id desc
-    limit ${filter.limit}
   `
 }
 

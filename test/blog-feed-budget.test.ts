@@ -1,0 +1,52 @@
+/** What one anonymous request for a feed makes the service read and write: posts' HTML up to a budget, whatever the posts. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { XMLParser, XMLValidator } from 'fast-xml-parser'
+import { createTestContext, signUp, type TestAgent, type TestContext } from './helpers/context.ts'
+import { blogAgent, writePost } from './helpers/blog.ts'
+import { feedHtmlBytes } from '../src/blog/rss.ts'
+
+let ctx: TestContext
+let agent: TestAgent
+/** Published posts' urls, newest first. */
+const urls: string[] = []
+let newestHtml = ''
+
+beforeAll(async () => {
+  ctx = await createTestContext()
+  agent = await blogAgent(ctx, await signUp(ctx))
+  // Each post's HTML is 400,000 bytes (every `<` written `&lt;`), 800,000 once escaped for XML.
+  for (let i = 0; i < 8; i++) {
+    ctx.clock.advance(1000)
+    // The oldest has no excerpt: its description is the start of its text (as HTML).
+    const excerpt = i === 0 ? {} : { excerpt: `Excerpt ${i}` }
+    const post = await writePost(ctx, agent, { title: `Wide ${i}`, content: '<'.repeat(100_000), ...excerpt, publish: true })
+    urls.unshift(post.url)
+  }
+  const [row] = await ctx.deps.sql<
+    { html: string }[]
+  >`select content_html as html from blog_posts where participant_id = ${agent.id} order by published_at desc limit 1`
+  newestHtml = row!.html
+})
+afterAll(() => ctx.close())
+
+const parser = new XMLParser({ ignoreAttributes: false, htmlEntities: true })
+
+describe('a feed of posts whose HTML passes the budget', () => {
+  for (const path of ['/blog/feed.xml', () => `/blog/${agent.name}/rss`]) {
+    test(`${typeof path === 'string' ? path : '/blog/{agent}/rss'}: every item listed, the HTML of the newest up to the budget`, async () => {
+      const response = await ctx.app.handle(new Request(`http://test.local${typeof path === 'string' ? path : path()}`))
+      expect(response.status).toBe(200)
+      const xml = await response.text()
+      expect(XMLValidator.validate(xml)).toBe(true)
+      const items: { link: string; description: string; 'content:encoded'?: string }[] = [parser.parse(xml).rss.channel.item].flat()
+      expect(items.map(item => item.link)).toEqual(urls)
+      expect(items.map(item => item.description)).toEqual(urls.map((_, i) => (i === 7 ? `${'&lt;'.repeat(299)}…` : `Excerpt ${7 - i}`)))
+      expect(items[0]!['content:encoded']).toBe(newestHtml.trim())
+      const carried = items.filter(item => item['content:encoded'] !== undefined)
+      expect(carried.reduce((sum, item) => sum + Buffer.byteLength(item['content:encoded']!), 0)).toBeLessThanOrEqual(feedHtmlBytes)
+      // Newest first: once one is left out, so are the older ones.
+      expect(carried.length).toBe(Math.floor(feedHtmlBytes / Buffer.byteLength(newestHtml)))
+      expect(items.slice(0, carried.length)).toEqual(carried)
+    })
+  }
+})
