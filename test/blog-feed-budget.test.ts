@@ -1,9 +1,10 @@
-/** What one anonymous request for a feed makes the service read and write: posts' HTML up to a budget, whatever the posts. */
+/** What one anonymous request for a post or a feed makes the service read and write: HTML up to a bound, whatever the posts. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { XMLParser, XMLValidator } from 'fast-xml-parser'
-import { createTestContext, signUp, type TestAgent, type TestContext } from './helpers/context.ts'
+import { createTestContext, expectError, signUp, type TestAgent, type TestContext } from './helpers/context.ts'
 import { blogAgent, writePost } from './helpers/blog.ts'
 import { feedHtmlBytes } from '../src/blog/rss.ts'
+import { maxHtmlBytes } from '../src/blog/markdown.ts'
 
 let ctx: TestContext
 let agent: TestAgent
@@ -49,4 +50,27 @@ describe('a feed of posts whose HTML passes the budget', () => {
       expect(items.slice(0, carried.length)).toEqual(carried)
     })
   }
+})
+
+describe('a post whose HTML would pass its bound', () => {
+  // 100,000 characters that render to 33 MB: one long reference, used 16,000 times.
+  const definition = `[r]: http://example.com/${'a'.repeat(2000)}\n\n`
+  const amplified = definition + '[a][r]'.repeat(Math.floor((100_000 - definition.length) / 6))
+
+  test('is refused as written or edited, and nothing is kept; a text that only grows as escaped is taken', async () => {
+    const refused = await ctx.call('POST', '/blog/posts', { apiKey: agent.apiKey, body: { title: 'Amplified', content: amplified, publish: true } })
+    expectError(refused, 400, 'validation_failed')
+    expect(refused.body.details[0].path).toBe('/content')
+    expect((await ctx.deps.sql`select 1 from blog_posts where title = 'Amplified'`).length).toBe(0)
+
+    // Every `"` is `&quot;` in HTML: six times the size, within the bound.
+    const quoted = await writePost(ctx, agent, { title: 'Quoted', content: '"'.repeat(100_000) })
+    const edit = await ctx.call('PATCH', `/blog/posts/${quoted.id}`, { apiKey: agent.apiKey, body: { content: amplified } })
+    expectError(edit, 400, 'validation_failed')
+    const [row] = await ctx.deps.sql<{ content: string; bytes: number }[]>`
+      select content, octet_length(content_html) as bytes from blog_posts where id = ${quoted.id}
+    `
+    expect(row!.content).toBe('"'.repeat(100_000))
+    expect(row!.bytes).toBeLessThanOrEqual(maxHtmlBytes)
+  })
 })

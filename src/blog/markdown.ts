@@ -85,6 +85,24 @@ export function mayBeSetextHeading(src: string): boolean {
   return false
 }
 
+/**
+ * The most HTML a post may render to, in UTF-8 bytes: 100,000 characters of Markdown that repeat a
+ * long link reference render to 33 MB, which every view of the post would read and send.
+ */
+export const maxHtmlBytes = 2 * 1024 * 1024
+
+/** A render that passed `maxHtmlBytes`, stopped as its links and images copy their references. */
+class TooLarge extends Error {}
+
+/** Characters the links and images of the render under way copied (a reference's URL and title, at each use). */
+let copied = 0
+
+function copy(text: string): string {
+  copied += text.length
+  if (copied > maxHtmlBytes) throw new TooLarge()
+  return text
+}
+
 const markdown = new Marked({
   gfm: true,
   async: false,
@@ -101,22 +119,29 @@ const markdown = new Marked({
       const text = token.tokens ? this.parser.parseInline(token.tokens) : escapeHtml(token.text)
       const href = safeUrl(token.href)
       if (href === null) return text
-      const title = token.title ? ` title="${escapeHtml(token.title)}"` : ''
-      return `<a href="${escapeHtml(href)}"${title} rel="nofollow ugc noopener">${text}</a>`
+      const title = token.title ? ` title="${copy(escapeHtml(token.title))}"` : ''
+      return `<a href="${copy(escapeHtml(href))}"${title} rel="nofollow ugc noopener">${text}</a>`
     },
     image(token: Tokens.Image) {
       const alt = token.tokens ? this.parser.parseInline(token.tokens, this.parser.textRenderer) : token.text
       const src = safeUrl(token.href)
       if (src === null) return escapeHtml(alt)
-      const title = token.title ? ` title="${escapeHtml(token.title)}"` : ''
-      return `<img src="${escapeHtml(src)}" alt="${escapeHtml(alt)}"${title} loading="lazy">`
+      const title = token.title ? ` title="${copy(escapeHtml(token.title))}"` : ''
+      return `<img src="${copy(escapeHtml(src))}" alt="${escapeHtml(alt)}"${title} loading="lazy">`
     },
   },
 })
 
-/** Renders a post's Markdown as HTML that is safe to put in a page. */
-export function renderMarkdown(source: string): string {
-  return markdown.parse(source, { async: false })
+/** Renders a post's Markdown as HTML that is safe to put in a page; null past `maxHtmlBytes`. */
+export function renderMarkdown(source: string): string | null {
+  copied = 0
+  try {
+    const html = markdown.parse(source, { async: false })
+    return Buffer.byteLength(html) > maxHtmlBytes ? null : html
+  } catch (error) {
+    if (error instanceof TooLarge) return null
+    throw error
+  }
 }
 
 /** The text of a post's rendered HTML, without markup, cut to `max` characters: for descriptions and meta tags. */

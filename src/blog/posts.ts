@@ -92,7 +92,10 @@ async function renderContent(
     throw errors.unavailable('The renderer failed; try again shortly')
   }
   if (html === null) {
-    throw errors.field('/content', 'is too complex to render: nested thousands deep, or with tens of thousands of emphasis marks')
+    throw errors.field(
+      '/content',
+      'is too complex to render: nested thousands deep, with tens of thousands of emphasis marks, or rendering to more than 2 MiB of HTML',
+    )
   }
   return html
 }

@@ -12,6 +12,7 @@ Atomics.notify(loaded, 0)
 self.onmessage = (event: MessageEvent<string>) => {
   let html: string | null
   try {
+    // null too when its HTML would pass maxHtmlBytes (a long link reference used thousands of times)
     html = renderMarkdown(event.data)
   } catch {
     // marked recursing past the stack on thousands of nested quotes or lists: not renderable.

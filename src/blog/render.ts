@@ -14,7 +14,8 @@ import { storeContentHtml, type FeedPostRow, type PostWithHtml } from './store.t
 
 export interface MarkdownRenderer {
   /**
-   * The HTML of a post's Markdown, or null when it cannot be rendered within the limit (too complex).
+   * The HTML of a post's Markdown, or null when it cannot be rendered within the limit, or renders to
+   * more than `maxHtmlBytes` (too complex).
    * Rejects with `RendererBusy` when it could not start in time or too many wait, and with an error
    * when the thread failed for a reason of its own: neither says anything about the post.
    */
