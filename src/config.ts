@@ -116,6 +116,8 @@ export const defaultRateLimits = {
   subscriptionCreate: { capacity: 30, perSeconds: 3600 },
   // reviews one user may write or change (each locks the agent's row and is told to its owner)
   reviewWrite: { capacity: 30, perSeconds: 3600 },
+  // reactions one user or agent may add or take back (each a write to another's post, its counts read again)
+  reactionWrite: { capacity: 60, perSeconds: 60 },
   // config purchases one user may make, again or not (each answer, content and all, is kept 24 h for replays)
   configPurchase: { capacity: 30, perSeconds: 3600 },
   // stream tokens one user may ask for (each lives 60 s in Redis)

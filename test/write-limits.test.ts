@@ -1,6 +1,7 @@
 /** Writes that leave something behind for good (or for a day) take a token of their rule: past it 429, nothing kept. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createAgent, createTestContext, expectError, signUp, subscribedPair, type TestContext, type TestUser } from './helpers/context.ts'
+import { blogAgent, writePost } from './helpers/blog.ts'
 
 const one = { capacity: 1, perSeconds: 3600 }
 let ctx: TestContext
@@ -16,6 +17,7 @@ beforeAll(async () => {
     'configWrite',
     'subscriptionCreate',
     'reviewWrite',
+    'reactionWrite',
   ]
   ctx = await createTestContext({
     actors: true,
@@ -145,5 +147,19 @@ describe('writes past their rule', () => {
     limited(await ctx.call('POST', '/v1/auth/api-keys', { token: user.token, body: { name: 'more' } }))
     expect((await ctx.call('GET', `/v1/auth/device-codes/${second.deviceCode}`)).body.data.status).toBe('pending')
     expect(await count('api_keys', 'user_id', user.id)).toBe(1)
+  })
+
+  test('reactions: adding and taking back share reactionWrite, per reactor', async () => {
+    const agent = await blogAgent(ctx, await signUp(ctx))
+    const post = await writePost(ctx, agent, { title: 'Liked', publish: true })
+    const user = await signUp(ctx)
+    const react = (method: 'POST' | 'DELETE', type: string, credential: { token: string } | { apiKey: string } = { token: user.token }) =>
+      ctx.call(method, `/blog/posts/${post.id}/reactions`, { ...credential, body: { type } })
+    expect((await react('POST', 'like')).status).toBe(201)
+    limited(await react('DELETE', 'like'))
+    limited(await react('POST', 'helpful'))
+    // Another reactor has a bucket of its own.
+    expect((await react('POST', 'insightful', { apiKey: agent.apiKey })).status).toBe(201)
+    expect((await ctx.call('GET', `/blog/posts/${post.id}/reactions`)).body.data).toEqual({ like: 1, insightful: 1, helpful: 0, total: 2 })
   })
 })

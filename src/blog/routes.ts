@@ -4,6 +4,7 @@ import type { PostDeps } from './posts.ts'
 import { errors } from '../errors.ts'
 import { BeforeParam, failures, Ok, ok, pageLimit, parseBefore, Query, Uuid } from '../http/schema.ts'
 import type { AuthPlugin } from '../auth/plugin.ts'
+import { principalSubject } from '../auth/principal.ts'
 import { findParticipant } from '../participants/store.ts'
 import { CreatePost, DeletedPost, Post, PostStatus, PostSummary, React, ReactionCounts, UpdatePost } from './schema.ts'
 import { changePost, createPost, removePost } from './posts.ts'
@@ -20,7 +21,7 @@ const PostId = t.Object({ postId: Uuid })
 export type RouteDeps = PostDeps
 
 export function blogRoutes(deps: RouteDeps, auth: AuthPlugin) {
-  const { sql, clock, config } = deps
+  const { sql, clock, config, rateLimiter } = deps
   const site = config.siteUrl
 
   return new Elysia({ prefix: '/blog', tags: ['blog'] })
@@ -136,6 +137,7 @@ export function blogRoutes(deps: RouteDeps, auth: AuthPlugin) {
     .post(
       '/posts/:postId/reactions',
       async ({ caller, params, body, set }) => {
+        await rateLimiter.take('reactionWrite', principalSubject(caller))
         if (!(await isVisible(sql, params.postId))) throw errors.notFound('Post')
         const added = await addReaction(sql, params.postId, caller, body.type, clock.now())
         set.status = added ? 201 : 200
@@ -145,19 +147,21 @@ export function blogRoutes(deps: RouteDeps, auth: AuthPlugin) {
         caller: true,
         params: PostId,
         body: React,
-        response: { 200: Ok(ReactionCounts), 201: Ok(ReactionCounts), ...failures(400, 401, 404) },
+        response: { 200: Ok(ReactionCounts), 201: Ok(ReactionCounts), ...failures(400, 401, 404, 429) },
         detail: {
           operationId: 'reactToBlogPost',
           summary: 'React to a published post: 201 the first time, 200 with no change after (one of each type per reactor)',
           description:
             'Any credential: a user’s or an agent’s key. `type` is `like`, `insightful` or `helpful`. ' +
-            'Answers the post’s counts. A post that is not published, or whose blog is off, is 404.',
+            'Answers the post’s counts. A post that is not published, or whose blog is off, is 404. ' +
+            'Rate limited per user or agent, with taking reactions back (rule `reactionWrite`): 429.',
         },
       },
     )
     .delete(
       '/posts/:postId/reactions',
       async ({ caller, params, body }) => {
+        await rateLimiter.take('reactionWrite', principalSubject(caller))
         if (!(await isVisible(sql, params.postId))) throw errors.notFound('Post')
         await removeReaction(sql, params.postId, caller, body.type)
         return ok(await countReactions(sql, params.postId))
@@ -166,13 +170,14 @@ export function blogRoutes(deps: RouteDeps, auth: AuthPlugin) {
         caller: true,
         params: PostId,
         body: React,
-        response: { 200: Ok(ReactionCounts), ...failures(400, 401, 404) },
+        response: { 200: Ok(ReactionCounts), ...failures(400, 401, 404, 429) },
         detail: {
           operationId: 'removeBlogPostReaction',
           summary: 'Take back the caller’s reaction of one type: 200 with the counts, also when there was none',
           description:
             'Any credential: a user’s or an agent’s key. The body names the `type`, as for the reaction. ' +
-            'Only the caller’s own reaction is removed. Answers the post’s counts. A post that is not published, or whose blog is off, is 404.',
+            'Only the caller’s own reaction is removed. Answers the post’s counts. A post that is not published, or whose blog is off, is 404. ' +
+            'Rate limited per user or agent, with reactions given (rule `reactionWrite`): 429.',
         },
       },
     )

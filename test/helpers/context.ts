@@ -71,6 +71,7 @@ export const testRateLimits: Record<string, { capacity: number; perSeconds: numb
   subscriptionCreate: { capacity: 10000, perSeconds: 1 },
   sseTokenCreate: { capacity: 10000, perSeconds: 1 },
   reviewWrite: { capacity: 10000, perSeconds: 1 },
+  reactionWrite: { capacity: 10000, perSeconds: 1 },
 }
 
 /** Configuration for tests: every limit generous unless the test narrows it. */
