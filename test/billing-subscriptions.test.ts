@@ -12,6 +12,7 @@ import {
   type TestContext,
   type TestUser,
 } from './helpers/context.ts'
+import { until } from './helpers/until.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -182,16 +183,65 @@ describe('Idempotency-Key on subscribe', () => {
     expect((await ctx.call('POST', '/v1/billing/subscriptions', { token: someoneElse.token, body: { planId: b.planId }, headers })).status).toBe(201)
   })
 
-  test('concurrent repeats with one key create one subscription and all get the same answer', async () => {
+  test('concurrent repeats with one key create one subscription: each answer is the first’s or 409 in progress', async () => {
+    // CONTRACT.md §9: a repeat while the first still runs is 409 idempotency_key_in_progress with
+    // Retry-After, not a wait; once the first is done, a repeat replays it.
     const { agent, planId } = await agentWithPlan()
     const user = await signUp(ctx)
     const headers = { 'idempotency-key': 'race' }
     const results = await Promise.all(
       Array.from({ length: 20 }, () => ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId }, headers })),
     )
-    expect(new Set(results.map(r => r.status))).toEqual(new Set([201]))
-    expect(new Set(results.map(r => r.body.data.id)).size).toBe(1)
+    const created = results.filter(r => r.status === 201)
+    expect(created.length).toBeGreaterThan(0)
+    expect(new Set(created.map(r => r.body.data.id)).size).toBe(1)
+    for (const r of results.filter(r => r.status !== 201)) {
+      expectError(r, 409, 'idempotency_key_in_progress')
+      expect(Number(r.headers.get('retry-after'))).toBeGreaterThanOrEqual(1)
+    }
+    const replay = await ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId }, headers })
+    expect([replay.status, replay.body]).toEqual([201, created[0]!.body])
     expect((await participant(agent.id)).activeSubscribers).toBe(1)
+  })
+
+  test('a repeat while the first is still running is 409 in progress with Retry-After and changes nothing', async () => {
+    const { agent, planId } = await agentWithPlan()
+    const user = await signUp(ctx)
+    const headers = { 'idempotency-key': 'held' }
+    const subscribe = () => ctx.call('POST', '/v1/billing/subscriptions', { token: user.token, body: { planId }, headers })
+    const subscriptions = async () =>
+      (await ctx.deps.sql<{ n: number }[]>`select count(*)::int as n from subscriptions where participant_id = ${agent.id}`)[0]!.n
+    // The agent's row held by the test: the first subscribe waits on it inside its transaction.
+    let release!: () => void
+    const released = new Promise<void>(resolve => (release = resolve))
+    let locked!: () => void
+    const holding = new Promise<void>(resolve => (locked = resolve))
+    const held = ctx.deps.sql.begin(async tx => {
+      await tx`select 1 from participants where id = ${agent.id} for update`
+      locked()
+      await released
+    })
+    await holding
+    const first = subscribe()
+    const waiting = async () =>
+      (
+        await ctx.deps.sql<{ n: number }[]>`
+        select count(*)::int as n from pg_stat_activity
+        where datname = current_database() and wait_event_type = 'Lock' and query like '%from plans p join participants%'
+      `
+      )[0]!.n === 1
+    await until(waiting, 5000)
+    const repeat = await subscribe()
+    expectError(repeat, 409, 'idempotency_key_in_progress')
+    expect(repeat.headers.get('retry-after')).toMatch(/^[1-9][0-9]*$/)
+    expect(await subscriptions()).toBe(0)
+    release()
+    await held
+    const answered = await first
+    expect(answered.status).toBe(201)
+    const replay = await subscribe()
+    expect([replay.status, replay.body]).toEqual([201, answered.body])
+    expect(await subscriptions()).toBe(1)
   })
 
   test('a failed call stores nothing, and a key past 24 h runs again', async () => {

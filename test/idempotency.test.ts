@@ -150,6 +150,63 @@ describe('a leased request that failed with 5xx', () => {
   })
 })
 
+describe('a repeat while the first request still runs (CONTRACT.md §9)', () => {
+  /** The 409 a repeat in flight gets: `idempotency_key_in_progress` with a Retry-After of whole seconds. */
+  async function expectInProgress(run: Promise<unknown>, atMostSeconds: number) {
+    const error = await run.then(
+      () => null,
+      (caught: unknown) => caught,
+    )
+    expect(error).toBeInstanceOf(AppError)
+    expect(error).toMatchObject({ status: 409, code: 'idempotency_key_in_progress' })
+    const retryAfter = Number((error as AppError).headers?.['retry-after'])
+    expect(retryAfter).toBeGreaterThanOrEqual(1)
+    expect(retryAfter).toBeLessThanOrEqual(atMostSeconds)
+  }
+
+  test('in one transaction: 409 in progress, no connection held waiting; then the replay, or a run after a rollback', async () => {
+    const effects: string[] = []
+    const held = (key: string, finish: () => { status: number; body: unknown }) => {
+      let release!: () => void
+      const gate = new Promise<void>(resolve => (release = resolve))
+      let started!: () => void
+      const running = new Promise<void>(resolve => (started = resolve))
+      const done = idempotent(ctx.deps, request(key), async () => {
+        started()
+        await gate
+        effects.push(key)
+        return finish()
+      })
+      return { done, release, running }
+    }
+    const repeat = (key: string, body = 'by the repeat') =>
+      idempotent(ctx.deps, request(key), async () => {
+        effects.push(`${key} again`)
+        return { status: 201, body }
+      })
+
+    const first = held('tx-in-flight', () => ({ status: 201, body: 'by the first' }))
+    await first.running
+    // The first's transaction is open: the repeat is told so at once, and runs nothing.
+    await expectInProgress(repeat('tx-in-flight'), 1)
+    first.release()
+    expect(await first.done).toEqual({ status: 201, body: 'by the first', replayed: false })
+    expect(await repeat('tx-in-flight')).toEqual({ status: 201, body: 'by the first', replayed: true })
+    expect(effects).toEqual(['tx-in-flight'])
+
+    // A first that rolled back stored nothing: the repeat runs.
+    const failing = held('tx-rolled-back', () => {
+      throw errors.unavailable()
+    })
+    await failing.running
+    await expectInProgress(repeat('tx-rolled-back'), 1)
+    failing.release()
+    await expect(failing.done).rejects.toMatchObject({ code: 'unavailable' })
+    expect(await repeat('tx-rolled-back', 'ran')).toEqual({ status: 201, body: 'ran', replayed: false })
+    expect(effects).toEqual(['tx-in-flight', 'tx-rolled-back', 'tx-rolled-back again'])
+  })
+})
+
 describe('a repeat that joined a command in flight', () => {
   test('keeps the key when the first is refused: the repeat’s answer is replayed, its command not sent anew', async () => {
     const key = 'joined-then-first-refused'

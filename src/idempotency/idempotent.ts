@@ -24,8 +24,10 @@ export interface IdempotentRequest {
 
 /**
  * Runs `effect` in a transaction. With an Idempotency-Key, a repeat of the same request within 24 h
- * returns the stored outcome without running anything; the same key with another request is 409.
- * Concurrent repeats wait for the first to commit. A failed effect stores nothing, so it may be retried.
+ * returns the stored outcome without running anything; the same key with another request is 409
+ * `idempotency_key_reused`. A repeat while the first's transaction is open is 409
+ * `idempotency_key_in_progress` with a Retry-After of a second (CONTRACT.md §9): it holds no
+ * connection waiting for the first. A failed effect stores nothing, so it may be retried.
  *
  * @example
  * const outcome = await idempotent({ sql, clock }, request, tx => subscribe(tx, ...))
@@ -40,7 +42,11 @@ export async function idempotent(
   checkKey(key)
   const hash = requestHash(request)
   return sql.begin(async tx => {
-    await tx`select pg_advisory_xact_lock(hashtext(${request.subject}), hashtext(${key}))`
+    // Held by the first until its transaction ends: once it committed, its outcome is there to replay.
+    const [{ locked }] = await tx<[{ locked: boolean }]>`
+      select pg_try_advisory_xact_lock(hashtext(${request.subject}), hashtext(${key})) as locked
+    `
+    if (!locked) throw errors.idempotencyInProgress(1)
     const now = clock.now()
     const [stored] = await tx<{ requestHash: Buffer; status: number; body: string; createdAt: Date }[]>`
       select request_hash as "requestHash", response_status as status, response_body as body, created_at as "createdAt"
