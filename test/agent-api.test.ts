@@ -433,7 +433,17 @@ describe('Idempotency-Key after an answer that never came', () => {
       const { agent, user, planId, subscriptionId } = await newPair(quiet, someone)
       const headers = { 'idempotency-key': 'msg-timeout' }
       const message = () => quiet.call('POST', `/v1/conversations/${agent.id}/messages`, { token: user.token, body: { text: 'hello once' }, headers })
-      expectError(await message(), 503, 'unavailable')
+      const mailbox = () => quiet.deps.redis.xlen(quiet.deps.keys.actor(`agent:${agent.id}`).mailbox)
+      const first = message()
+      // The first is still waiting for its answer, its command in the mailbox: a repeat is told so
+      // (CONTRACT.md §9), and sends nothing.
+      await until(async () => (await mailbox()) === 1, 5000)
+      const meanwhile = await message()
+      expectError(meanwhile, 409, 'idempotency_key_in_progress')
+      expect(Number(meanwhile.headers.get('retry-after'))).toBeGreaterThanOrEqual(1)
+      expect(Number(meanwhile.headers.get('retry-after'))).toBeLessThanOrEqual(10)
+      expect(await mailbox()).toBe(1)
+      expectError(await first, 503, 'unavailable')
       // A retry refused by its own checks (no longer subscribed) sent nothing, and frees nothing:
       // the first attempt's command is still on its way under the key.
       expect((await quiet.call('DELETE', `/v1/billing/subscriptions/${subscriptionId}`, { token: user.token })).status).toBe(200)

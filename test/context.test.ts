@@ -2,6 +2,8 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { ensureOrganization, newestEntries } from '../src/context/store.ts'
 import type { ContextType } from '../src/context/schema.ts'
 import { createAgent, createTestContext, expectError, signUp, type TestAgent, type TestContext, type TestUser } from './helpers/context.ts'
+import { holdActor } from './helpers/hold.ts'
+import { until } from './helpers/until.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -341,8 +343,10 @@ describe('bad input writes nothing', () => {
     const headers = { 'idempotency-key': 'agent-write-1' }
     const [first, second] = await Promise.all([1, 2].map(() => ctx.call('POST', '/v1/agent/context', { apiKey: agent!.apiKey, body, headers })))
     const again = await ctx.call('POST', '/v1/agent/context', { apiKey: agent!.apiKey, body, headers })
-    expect([first!.status, second!.status, again.status]).toEqual([201, 201, 201])
-    expect(second!.body).toEqual(first!.body)
+    expect([first!.status, again.status]).toEqual([201, 201])
+    // Sent at once, the second is the first's replay, or 409 while the first still runs (CONTRACT.md §9).
+    if (second!.status === 409) expectError(second!, 409, 'idempotency_key_in_progress')
+    else expect(second!.body).toEqual(first!.body)
     expect(again.body).toEqual(first!.body)
     const other = await ctx.call('POST', '/v1/agent/context', { apiKey: agent!.apiKey, body: { ...body, data: { n: 2 } }, headers })
     expectError(other, 409, 'idempotency_key_reused')
@@ -362,6 +366,33 @@ describe('bad input writes nothing', () => {
     // One version for each request, however many times it was sent.
     const versions = await ctx.call('GET', '/v1/context/keywords/retried/versions', { token: user.token })
     expect(versions.body.data.entries.map((e: { version: number }) => e.version)).toEqual([3, 2, 1])
+  })
+
+  test('a repeat while the first write waits for its actor is 409 in progress with Retry-After; then it replays', async () => {
+    const user = await signUp(ctx)
+    const {
+      agents: [agent],
+    } = await hire(user, 1)
+    const orgId = await ensureOrganization(ctx.deps.sql, user.id, ctx.clock.now())
+    const body = { userId: user.id, type: 'keywords', key: 'held', data: { n: 1 }, confidence: 'derived' }
+    const headers = { 'idempotency-key': 'held-write' }
+    const write = () => ctx.call('POST', '/v1/agent/context', { apiKey: agent!.apiKey, body, headers })
+    const versions = async () =>
+      (await ctx.deps.sql<{ n: number }[]>`select count(*)::int as n from context_entries where org_id = ${orgId} and key = 'held'`)[0]!.n
+    // The organization's actor held as another process would: the first's command waits in its mailbox.
+    const letGo = (await holdActor(ctx.deps, `org:${orgId}`, 30_000))!
+    const first = write()
+    await until(async () => (await ctx.deps.redis.xlen(ctx.deps.keys.actor(`org:${orgId}`).mailbox)) === 1, 5000)
+    const meanwhile = await write()
+    expectError(meanwhile, 409, 'idempotency_key_in_progress')
+    expect(meanwhile.headers.get('retry-after')).toMatch(/^([1-9]|10)$/)
+    expect(await ctx.deps.redis.xlen(ctx.deps.keys.actor(`org:${orgId}`).mailbox)).toBe(1)
+    await letGo()
+    const answered = await first
+    expect(answered.status).toBe(201)
+    const replay = await write()
+    expect([replay.status, replay.body]).toEqual([201, answered.body])
+    expect(await versions()).toBe(1)
   })
 
   test('the table is append-only: the database refuses updates and deletes', async () => {

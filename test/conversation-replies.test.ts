@@ -2,6 +2,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { Redis } from 'ioredis'
 import { newRowId } from '../src/ids.ts'
+import { commandLeaseMs } from '../src/idempotency/idempotent.ts'
 import {
   beginRebuild,
   builtMark,
@@ -142,9 +143,12 @@ describe('a repeat under one Idempotency-Key whose first answer was lost', () =>
     expect(first.status).toBe(201)
     // Its id comes from the reservation, the same for every repeat, and is still time-ordered.
     expect(first.body.data.messageId).toMatch(uuidV7)
-    // The process died before it could keep the outcome: the reservation is still in progress.
+    // The process died before it could keep the outcome: the reservation is still in progress, its
+    // lease (no longer renewed) lapsed, so the repeat takes it over (CONTRACT.md §9: 409 before then).
     await ctx.deps.sql`
-      update idempotency_keys set response_status = null, response_body = null where key = ${headers['idempotency-key']}
+      update idempotency_keys set response_status = null, response_body = null,
+        created_at = ${new Date(ctx.clock.now().getTime() - commandLeaseMs)}
+      where key = ${headers['idempotency-key']}
     `
     const asked = await send(pair.user, pair.agent, 'question two')
     const again = await reply(pair.agent, pair.user.id, 'answer one', headers)

@@ -25,7 +25,7 @@ async function throughHeldProxy() {
   return { proxy, sql: createSql(through.toString(), { max: 2 }) }
 }
 
-const upstreamLike: CommandOptions = { inFlight: 'refuse', leaseMs: 10_000 }
+const upstreamLike: CommandOptions = { leaseMs: 10_000 }
 const request = (key: string) => ({ subject: 'test:caller', key, method: 'POST', path: '/v1/agent/proxy-call', body: { n: 1 } })
 
 /** A call that holds its reservation until released, then answers (or throws) as `finish` does. */
@@ -205,39 +205,79 @@ describe('a repeat while the first request still runs (CONTRACT.md §9)', () => 
     expect(await repeat('tx-rolled-back', 'ran')).toEqual({ status: 201, body: 'ran', replayed: false })
     expect(effects).toEqual(['tx-in-flight', 'tx-rolled-back', 'tx-rolled-back again'])
   })
-})
 
-describe('a repeat that joined a command in flight', () => {
-  test('keeps the key when the first is refused: the repeat’s answer is replayed, its command not sent anew', async () => {
-    const key = 'joined-then-first-refused'
+  test('for an actor command: 409 in progress with the lease’s seconds, nothing sent; then the replay', async () => {
+    const key = 'command-in-flight'
     const ids: string[] = []
-    // The first is refused (its rate limit) only once a repeat has joined it and sent its command.
-    let refuseFirst!: () => void
-    const firstChecked = new Promise<void>(resolve => (refuseFirst = resolve))
-    const first = idempotentCommand(ctx.deps, request(key), async ({ commandId }) => {
-      ids.push(commandId!)
-      await firstChecked
-      throw errors.rateLimited(1)
-    })
-    await until(async () => ids.length === 1)
     let answer!: () => void
     const answered = new Promise<void>(resolve => (answer = resolve))
-    const repeat = idempotentCommand(ctx.deps, request(key), async ({ commandId }) => {
+    const first = idempotentCommand(ctx.deps, request(key), async ({ commandId }) => {
       ids.push(commandId!)
       await answered
-      return { status: 201, body: 'sent by the repeat' }
+      return { status: 201, body: 'applied once' }
     })
-    await until(async () => ids.length === 2)
-    refuseFirst()
-    await expect(first).rejects.toMatchObject({ code: 'rate_limited' })
+    await until(async () => ids.length === 1)
+    const repeat = () =>
+      idempotentCommand(ctx.deps, request(key), async ({ commandId }) => {
+        ids.push(commandId!)
+        return { status: 201, body: 'sent again' }
+      })
+    await expectInProgress(repeat(), 10)
+    expect(ids).toHaveLength(1)
     answer()
-    expect(await repeat).toEqual({ status: 201, body: 'sent by the repeat', replayed: false })
+    expect(await first).toEqual({ status: 201, body: 'applied once', replayed: false })
+    expect(await repeat()).toEqual({ status: 201, body: 'applied once', replayed: true })
+    expect(ids).toHaveLength(1)
+  })
+})
+
+describe('a command whose answer never came (5xx), retried', () => {
+  test('keeps the key when the retry is refused (4xx): the next retry takes over with the same command id', async () => {
+    const key = 'unanswered-then-refused'
+    const ids: string[] = []
+    // The first may have been applied (its ask ran out): the key stays, its lease let go.
+    const first = idempotentCommand(ctx.deps, request(key), async ({ commandId }) => {
+      ids.push(commandId!)
+      throw errors.unavailable()
+    })
+    await expect(first).rejects.toMatchObject({ code: 'unavailable' })
+    // The retry takes it over, and is refused by its own checks: the first's command may still be
+    // applied under the key, so the key is not freed for a new command id.
+    const refused = idempotentCommand(ctx.deps, request(key), async ({ commandId }) => {
+      ids.push(commandId!)
+      throw errors.rateLimited(1)
+    })
+    await expect(refused).rejects.toMatchObject({ code: 'rate_limited' })
     const again = await idempotentCommand(ctx.deps, request(key), async ({ commandId }) => {
       ids.push(commandId!)
-      return { status: 201, body: 'sent a second time' }
+      return { status: 201, body: 'applied once' }
     })
-    expect(again).toEqual({ status: 201, body: 'sent by the repeat', replayed: true })
+    expect(again).toEqual({ status: 201, body: 'applied once', replayed: false })
+    expect(ids).toHaveLength(3)
     expect(new Set(ids).size).toBe(1)
+  })
+
+  test('gives a reply the same message time on every attempt: the reservation’s, not the take-over’s', async () => {
+    const key = 'reply-taken-over'
+    const seen: Date[] = []
+    ctx.clock.freeze(new Date())
+    try {
+      await expect(
+        idempotentCommand(ctx.deps, request(key), async ({ reservedAt }) => {
+          seen.push(reservedAt!)
+          throw errors.unavailable()
+        }),
+      ).rejects.toMatchObject({ code: 'unavailable' })
+      ctx.clock.advance(60_000)
+      await idempotentCommand(ctx.deps, request(key), async ({ reservedAt }) => {
+        seen.push(reservedAt!)
+        return { status: 201, body: 'stored once' }
+      })
+      expect(seen).toHaveLength(2)
+      expect(seen[1]!.getTime()).toBe(seen[0]!.getTime())
+    } finally {
+      ctx.clock.resume()
+    }
   })
 })
 
@@ -259,7 +299,7 @@ describe('a lease whose renewal landed unanswered (the connection to PostgreSQL 
           await finished
           return { status: 200, body: 'by the first' }
         },
-        { inFlight: 'refuse', leaseMs },
+        { leaseMs },
       )
       const renewed = async () => {
         ctx.clock.advance(100)
@@ -287,7 +327,7 @@ describe('a lease whose renewal landed unanswered (the connection to PostgreSQL 
           ran++
           return { status: 200, body: 'by the repeat' }
         },
-        { inFlight: 'refuse', leaseMs },
+        { leaseMs },
       )
       expect(repeat).toEqual({ status: 200, body: 'by the first', replayed: true })
       expect(ran).toBe(1)
@@ -381,7 +421,7 @@ describe('a leased request whose end could not be written (PostgreSQL away)', ()
           await proxy.stop()
           return { status: 200, body: 'by the first' }
         },
-        { inFlight: 'refuse', leaseMs: 300 },
+        { leaseMs: 300 },
       )
       await expect(first).rejects.toThrow()
       const warned = 'an Idempotency-Key’s outcome could not be stored within its lease; a repeat may run the call again'

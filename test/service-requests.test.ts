@@ -6,6 +6,7 @@ import { runMaintenance } from '../workers/maintenance.ts'
 import { startActors } from '../workers/actors.ts'
 import { until } from './helpers/until.ts'
 import { holdDeactivation } from './helpers/deactivation.ts'
+import { holdActor } from './helpers/hold.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -122,6 +123,27 @@ describe('service requests between agents', () => {
     expect(again.body.data).toEqual(first.body.data)
     expect((await requestsOf(target)).length).toBe(1)
     expectError(await request(a, { targetAgentId: target.id, input: 'twice' }, headers), 409, 'idempotency_key_reused')
+  })
+
+  test('a repeat while the first waits for its target’s actor is 409 in progress with Retry-After; then it replays', async () => {
+    const target = await createAgent(ctx, await signUp(ctx))
+    const headers = { 'idempotency-key': 'req-held' }
+    const send = () => request(a, { targetAgentId: target.id, input: 'held once' }, headers)
+    const mailbox = () => ctx.deps.redis.xlen(ctx.deps.keys.actor(`agent:${target.id}`).mailbox)
+    // The target's actor held as another process would: the first's command waits in its mailbox.
+    const letGo = (await holdActor(ctx.deps, `agent:${target.id}`, 30_000))!
+    const first = send()
+    await until(async () => (await mailbox()) === 1, 5000)
+    const meanwhile = await send()
+    expectError(meanwhile, 409, 'idempotency_key_in_progress')
+    expect(meanwhile.headers.get('retry-after')).toMatch(/^([1-9]|10)$/)
+    expect(await mailbox()).toBe(1)
+    await letGo()
+    const answered = await first
+    expect(answered.status).toBe(201)
+    const replay = await send()
+    expect([replay.status, replay.body]).toEqual([201, answered.body])
+    expect((await requestsOf(target)).length).toBe(1)
   })
 
   test('an agent sees only requests sent to it', async () => {

@@ -1,5 +1,5 @@
 /** Idempotency-Key: the first response is stored with the effect, in one transaction, and replayed. */
-import { createHash, randomUUID } from 'node:crypto'
+import { createHash } from 'node:crypto'
 import { t } from 'elysia'
 import { deleteOlderThan, type Sql, type TxSql } from '../db.ts'
 import type { Clock } from '../clock.ts'
@@ -75,26 +75,27 @@ export function purgeIdempotencyKeys(sql: Sql, now: Date): Promise<number> {
 }
 
 /**
- * For commands applied by actors. The key is reserved with the request's fingerprint before anything
- * is sent, so a key reused with another request is refused whichever actor it would reach; a repeat
- * gets the stored response without running `send` (so no check can refuse a replay); a repeat of a
- * call that never got its answer sends the same command id again, which the actor applies once.
+ * How long a command's reservation lasts unless renewed (every third of it while `send` runs): an
+ * actor's answer is waited for as long (the dispatcher's ask, 10 s), so a repeat told to come back
+ * after the lease finds the first answered, or failed with its lease let go.
+ */
+export const commandLeaseMs = 10_000
+
+/**
+ * For commands applied by actors, and upstream calls. The key is reserved with the request's
+ * fingerprint before anything is sent, so a key reused with another request is refused whichever
+ * actor it would reach; a repeat gets the stored response without running `send` (so no check can
+ * refuse a replay). The reservation is a lease, renewed while `send` runs: a repeat meanwhile is 409
+ * `idempotency_key_in_progress` with a Retry-After of the lease's remaining seconds (CONTRACT.md §9).
+ * One not renewed for a whole lease belongs to a process that died (or stalled): a repeat takes it
+ * over with the same command id, which an actor applies once. A 5xx (it may have been applied) keeps
+ * the reservation with its lease let go, so the retry takes it over at once; a 4xx of the request
+ * that made it frees the key.
  */
 export interface CommandOptions {
-  /**
-   * A repeat that arrives while the first is still running: `resend` it (actors apply a command id
-   * once), or `refuse` it with 409 (effects nothing deduplicates, such as an upstream call).
-   */
-  inFlight: 'resend' | 'refuse'
-  /** Failures to keep as the outcome (the effect happened, e.g. the upstream was reached); others free the key. */
+  /** Failures to keep as the outcome (the effect happened, e.g. the upstream was reached); others free the key or let the lease go. */
   keepFailure?: (error: AppError) => boolean
-  /**
-   * With `refuse`: the reservation is a lease of this long, renewed every third of it while `send`
-   * runs. One not renewed for this long belongs to a process that died (or stalled), and a repeat
-   * takes it over, with the same command id, instead of being refused for the rest of the window.
-   * Repeats before then are refused with 409 `idempotency_key_in_progress` and a Retry-After of the
-   * lease's remaining seconds.
-   */
+  /** The lease's length: `commandLeaseMs` unless said. */
   leaseMs?: number
 }
 
@@ -102,7 +103,7 @@ export interface CommandOptions {
 export interface CommandIdentity {
   commandId?: string
   requestHash?: Buffer
-  /** When the reservation was made. */
+  /** When the reservation was made (not when it was last renewed or taken over). */
   reservedAt?: Date
 }
 
@@ -110,44 +111,39 @@ export async function idempotentCommand(
   { sql, clock, log }: { sql: Sql; clock: Clock; log?: Log },
   request: IdempotentRequest,
   send: (identity: CommandIdentity) => Promise<Outcome>,
-  options: CommandOptions = { inFlight: 'resend' },
+  options: CommandOptions = {},
 ): Promise<Outcome & { replayed: boolean }> {
   const key = request.key
   if (key === undefined || key === null) return { ...(await send({})), replayed: false }
   checkKey(key)
+  const leaseMs = options.leaseMs ?? commandLeaseMs
   const hash = requestHash(request)
-  const taken = await reserve(sql, request.subject, key, hash, clock.now(), options)
+  const taken = await reserve(sql, request.subject, key, hash, clock.now(), leaseMs)
   if ('replay' in taken) return { ...taken.replay, replayed: true }
   const { reservation, at, own } = taken
   // What marks the reservation as this caller's; the lease's renewals move `at` on.
   const mine: Holding = { reservation, at, unsure: [] }
-  // One command id per reservation: a repeat in flight resends it (applied once), a key used again
-  // after its window or after a refusal is a new command.
+  // One command id per reservation: a repeat that takes it over sends the same (applied once), a
+  // key used again after its window or after a refusal is a new command.
   const commandId = createHash('sha256')
     .update(JSON.stringify([request.subject, key, reservation]))
     .digest('hex')
-  const settle = (write: () => Promise<unknown>) => settleReservation(write, options.leaseMs, log, { subject: request.subject, key })
-  const lease =
-    options.inFlight === 'refuse' && options.leaseMs !== undefined
-      ? keepLease({ sql, clock }, request.subject, key, mine, options.leaseMs)
-      : undefined
+  const settle = (write: () => Promise<unknown>) => settleReservation(write, leaseMs, log, { subject: request.subject, key })
+  const lease = keepLease({ sql, clock }, request.subject, key, mine, leaseMs)
   let outcome: Outcome
   try {
-    outcome = await send({ commandId, requestHash: hash, reservedAt: at })
+    outcome = await send({ commandId, requestHash: hash, reservedAt: reservedAt(reservation, at) })
   } catch (error) {
-    await lease?.stop()
+    await lease.stop()
     if (error instanceof AppError && options.keepFailure?.(error)) {
       await settle(() => complete(sql, request.subject, key, mine, { status: error.status, body: errorBody(error) }))
-    } else if (options.inFlight === 'resend' && (!own || !(error instanceof AppError && error.status < 500))) {
-      // Not answered, but it may still be applied (an actor that did not reply in time): the
-      // reservation stays, so a retry sends the same command id again and it is applied once. A
-      // repeat refused before it sent anything (its checks failed) leaves it too: an earlier
-      // attempt may have sent the command under it.
-    } else if (options.leaseMs !== undefined && !(error instanceof AppError && error.status < 500)) {
-      // Failed after it may have done something (a proxy call that reached its upstream, then could
-      // not be metered): the reservation stays, its lease let go at once, so the retry takes it over
-      // with the same reservation, and what derives from it (the usage event) is the same again.
-      const lapsed = new Date(mine.at.getTime() - options.leaseMs)
+    } else if (!own || !(error instanceof AppError && error.status < 500)) {
+      // Failed after it may have done something (an actor that did not answer in time, a proxy call
+      // that reached its upstream and could not be metered): the reservation stays, its lease let go
+      // at once, so the retry takes it over with the same command id, applied once, and what derives
+      // from it (the usage event) is the same again. A take-over refused before it sent anything (its
+      // checks failed) leaves it so too: an earlier attempt may have sent the command under it.
+      const lapsed = new Date(mine.at.getTime() - leaseMs)
       await settle(
         () => sql`
           update idempotency_keys set created_at = ${lapsed}
@@ -157,8 +153,8 @@ export async function idempotentCommand(
       ).catch(() => {})
     } else {
       // Refused, so nothing happened: the key is free again, also for a corrected request. Only
-      // this reservation's: one taken over meanwhile is the taker's, and one a repeat joined may
-      // have had its command sent by that repeat, whose answer is to be stored under it.
+      // this reservation's: one taken over meanwhile is the taker's (and one an older process's
+      // repeat joined, `joined`, may have had its command sent by that repeat).
       await settle(
         () => sql`
           delete from idempotency_keys
@@ -169,26 +165,26 @@ export async function idempotentCommand(
     }
     throw error
   }
-  await lease?.stop()
+  await lease.stop()
   await settle(() => complete(sql, request.subject, key, mine, outcome))
   return { ...outcome, replayed: false }
 }
 
 /**
  * A reservation to run under (its id, the time that marks it as this caller's, and whether this
- * caller made it rather than repeating a request in flight), or the outcome to replay.
+ * caller made it rather than taking it over), or the outcome to replay.
  */
 type Taken = { reservation: string; at: Date; own: boolean } | { replay: Outcome }
 
 /**
  * Reserves the key for this request, or finds what holds it: a stored outcome to replay, a request in
- * flight to resend (`resend`) or refuse, or take over once its lease lapsed (`refuse` with `leaseMs`).
+ * flight to refuse (409 in progress), or a reservation whose lease lapsed to take over.
  */
-async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now: Date, options: CommandOptions): Promise<Taken> {
+async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now: Date, leaseMs: number): Promise<Taken> {
   for (let attempt = 1; ; attempt++) {
     const [reserved] = await sql<{ reservation: string }[]>`
       insert into idempotency_keys (subject, key, request_hash, created_at, reservation)
-      values (${subject}, ${key}, ${hash}, ${now}, ${randomUUID()})
+      values (${subject}, ${key}, ${hash}, ${now}, ${Bun.randomUUIDv7('hex', now)})
       on conflict (subject, key) do update
         set request_hash = excluded.request_hash, created_at = excluded.created_at,
             response_status = null, response_body = null, reservation = excluded.reservation, joined = false
@@ -209,37 +205,33 @@ async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now
     if (!stored.requestHash.equals(hash)) throw errors.idempotencyKeyReused()
     // Past this point the key is in progress, so it has a reservation (sql/00015).
     if (stored.status != null) return { replay: { status: stored.status, body: JSON.parse(stored.body!) } }
-    if (options.inFlight === 'resend') {
-      // Marked as joined, so that the first, should it be refused, leaves the key to this repeat (which
-      // may send the command under it) rather than free it for a new command id.
-      const [joined] = await sql`
-        update idempotency_keys set joined = true
-        where subject = ${subject} and key = ${key} and response_status is null and reservation = ${stored.reservation}
-        returning 1
-      `
-      if (joined) return { reservation: stored.reservation, at: stored.createdAt, own: false }
-      // Answered or freed since it was read: read it again.
-      if (attempt < 3) continue
-      throw errors.unavailable('The Idempotency-Key is changing hands; try again')
-    }
     // A reservation's time is its lease's last renewal.
     const held = now.getTime() - stored.createdAt.getTime()
-    const abandoned = options.leaseMs !== undefined && held >= options.leaseMs
     // One repeat takes an abandoned reservation over (the others still see it in progress); the
-    // reservation id stays, so what is derived from it (a usage event's id) stays too.
-    const [takenOver] = abandoned
-      ? await sql`
-          update idempotency_keys set created_at = ${now}
-          where subject = ${subject} and key = ${key} and response_status is null and created_at = ${stored.createdAt}
-          returning 1
-        `
-      : []
+    // reservation id stays, so the command id and what is derived from it (a usage event's id) stay too.
+    const [takenOver] =
+      held >= leaseMs
+        ? await sql`
+            update idempotency_keys set created_at = ${now}
+            where subject = ${subject} and key = ${key} and response_status is null and created_at = ${stored.createdAt}
+            returning 1
+          `
+        : []
     // Try again when the lease would lapse: by then the request has finished, or its holder is gone
     // (at most a lease away, should the holder's clock run ahead of this one).
-    const leaseMs = options.leaseMs ?? 1000
     if (!takenOver) throw errors.idempotencyInProgress(Math.ceil(Math.min(leaseMs, Math.max(1000, leaseMs - held)) / 1000))
-    return { reservation: stored.reservation, at: now, own: true }
+    return { reservation: stored.reservation, at: now, own: false }
   }
+}
+
+/**
+ * When a reservation was made: the time of its id (a UUIDv7), which renewals and take-overs leave
+ * alone, so that a row id derived from it (a reply's message id) is the same on every attempt.
+ * Reservations made before their ids were time-ordered (UUIDv4) fall back to the time held now.
+ */
+function reservedAt(reservation: string, at: Date): Date {
+  const hex = reservation.replaceAll('-', '')
+  return hex[12] === '7' ? new Date(parseInt(hex.slice(0, 12), 16)) : at
 }
 
 /**
@@ -284,7 +276,7 @@ function keepLease({ sql, clock }: { sql: Sql; clock: Clock }, subject: string, 
 
 /**
  * Writes what became of a reservation (its outcome, or the key let go). If that fails (Postgres
- * away), the failure is thrown, and with a lease the write is tried again in the background every
+ * away), the failure is thrown, and the write is tried again in the background every
  * twentieth of it until it lands or the lease has lapsed anyway: repeats meanwhile are refused as in
  * progress, and then replay the stored outcome (the upstream is not called twice) or take the key
  * over at once, rather than waiting out the lease. Each write touches only this caller's reservation,
@@ -293,22 +285,20 @@ function keepLease({ sql, clock }: { sql: Sql; clock: Clock }, subject: string, 
  */
 async function settleReservation(
   write: () => Promise<unknown>,
-  leaseMs: number | undefined,
+  leaseMs: number,
   log: Log | undefined,
   fields: { subject: string; key: string },
 ): Promise<void> {
   try {
     await write()
   } catch (error) {
-    if (leaseMs !== undefined) {
-      void retryUntilLanded(write, leaseMs / 20, performance.now() + leaseMs).then(last => {
-        if (last === undefined) return
-        log?.warn('an Idempotency-Key’s outcome could not be stored within its lease; a repeat may run the call again', {
-          ...fields,
-          ...errorFields(last),
-        })
+    void retryUntilLanded(write, leaseMs / 20, performance.now() + leaseMs).then(last => {
+      if (last === undefined) return
+      log?.warn('an Idempotency-Key’s outcome could not be stored within its lease; a repeat may run the call again', {
+        ...fields,
+        ...errorFields(last),
       })
-    }
+    })
     throw error
   }
 }
@@ -392,7 +382,9 @@ export const IdempotencyHeaders = t.Object({
       maxLength: 255,
       // What a client is told when a key fails (error-handler.ts), rather than TypeBox's wording.
       error: keyRule,
-      description: 'Repeats with the same key and body within 24 h replay the first response',
+      description:
+        'Repeats with the same key and body within 24 h replay the first response; one sent while the first still runs is ' +
+        '409 idempotency_key_in_progress with Retry-After',
     }),
   ),
 })

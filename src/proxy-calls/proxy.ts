@@ -34,7 +34,6 @@ export const proxyCallLeaseMs = 10_000
  * takes it over. The upstream may then see the call twice, but it is metered once (same event id).
  */
 export const proxyCallIdempotency: CommandOptions = {
-  inFlight: 'refuse',
   keepFailure: error => reachedUpstream(error),
   leaseMs: proxyCallLeaseMs,
 }
