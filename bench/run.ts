@@ -134,7 +134,7 @@ async function loadPhases(bench: Bench, results: Results): Promise<void> {
   }
   const measureBaseline = baseline
     ? async () => {
-        const run = await baselineScenario(bench, baseline!, keys)
+        const run = await baselineScenario(bench, baseline, keys)
         progress(`  bare route run ${results.baselines.length + 1}: ${describe(run)}`)
         results.baselines.push(run)
         return run

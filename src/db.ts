@@ -82,7 +82,7 @@ export function createSql(url: string, options: SqlOptions = {}): Sql {
         parse: parseBytea,
       },
     },
-  }) as unknown as Sql
+  })
 }
 
 /**

@@ -392,7 +392,7 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
     } finally {
       release()
     }
-    const subscribed = await subscribing!
+    const subscribed = await subscribing
     ctx.clock.set(new Date())
     expect(subscribed.status).toBe(201)
     expect(subscribed.body.data.currentPeriodStart).toBe('2025-01-10T13:00:01.000Z')
@@ -428,7 +428,7 @@ describe('a change of a plan’s terms for its existing subscribers', () => {
       release()
       await deactivating
     }
-    expectError(await subscribing!, 409, 'plan_inactive')
+    expectError(await subscribing, 409, 'plan_inactive')
   })
 
   test('a plan created as its agent is deactivated is 404, never a 500, and is not written', async () => {

@@ -351,7 +351,7 @@ describe('deactivating an agent while its subscribers come and go', () => {
         ctx.call('DELETE', `/v1/participants/${agent.id}`, { token: owner.token }),
         ...users.map((user, i) => ctx.call('DELETE', `/v1/billing/subscriptions/${ids[i]}`, { token: user.token })),
       ])
-      expect(deactivated!.status).toBe(200)
+      expect(deactivated.status).toBe(200)
       for (const cancel of cancels) {
         if (cancel.status !== 200) expectError(cancel, 409, 'already_cancelled')
       }

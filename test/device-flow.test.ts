@@ -341,7 +341,7 @@ describe('polls of codes that do not exist', () => {
       for (const res of results) expectError(res, 404, 'not_found')
       expect((await redisKeys(c)).filter(key => !keysBefore.includes(key))).toEqual(['rl:deviceCodePoll:ip:local'])
       const [after] = await c.deps.sql`select count(*)::int as n from device_codes`
-      expect(after).toEqual(before!)
+      expect(after).toEqual(before)
     } finally {
       await c.close()
     }

@@ -359,13 +359,13 @@ describe('bodies over the wire', () => {
     server = Bun.serve({ hostname: '127.0.0.1', port: 0, maxRequestBodySize: 8 * oneMiB, fetch: request => ctx.app.handle(request) })
   })
   afterAll(() => server.stop(true))
-  const post = async (path: string, body: string | ReadableStream, headers: Record<string, string>) => {
+  const post = async (path: string, body: string | ReadableStream, headers: Record<string, string>): Promise<CallResult> => {
     const response = await fetch(`http://127.0.0.1:${server.port}${path}`, {
       method: 'POST',
       body,
       headers: { authorization: `Bearer ${alice.token}`, ...headers },
     })
-    return { status: response.status, headers: response.headers, body: await response.json() } as CallResult
+    return { status: response.status, headers: response.headers, body: await response.json() }
   }
   const chunked = (text: string) => {
     const bytes = new TextEncoder().encode(text)

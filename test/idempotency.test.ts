@@ -132,7 +132,7 @@ describe('a leased request that failed with 5xx', () => {
     expect(retry).toEqual({ status: 200, body: 'done', replayed: false })
     // The same id both times: a usage event derived from it is counted once.
     expect(ids).toHaveLength(2)
-    expect(ids[1]).toBe(ids[0]!)
+    expect(ids[1]).toBe(ids[0])
   })
 
   test('a 4xx still frees the key, for a corrected request', async () => {

@@ -28,7 +28,7 @@ export interface Server {
 /** Pins this process (every thread) to one core; false when taskset is missing. */
 export function pinSelf(cpu: number): boolean {
   if (!hasTaskset) return false
-  return Bun.spawnSync([taskset!, '-apc', String(cpu), String(process.pid)], { stdout: 'ignore', stderr: 'ignore' }).exitCode === 0
+  return Bun.spawnSync([taskset, '-apc', String(cpu), String(process.pid)], { stdout: 'ignore', stderr: 'ignore' }).exitCode === 0
 }
 
 /** The open-file limit of this process (soft). */
@@ -54,7 +54,7 @@ export function spawnBun(
   options: { cpu?: number; port?: number; role?: string } = {},
 ): Server {
   // taskset execs the command, so the pid is the server's own.
-  const pin = hasTaskset && options.cpu !== undefined ? [taskset!, '-c', String(options.cpu)] : []
+  const pin = hasTaskset && options.cpu !== undefined ? [taskset, '-c', String(options.cpu)] : []
   const log = Bun.file(join(outDir, `${name}.log`))
   const proc = Bun.spawn([...pin, process.execPath, ...args], { cwd: root, env, stdin: 'ignore', stdout: log, stderr: log })
   return {

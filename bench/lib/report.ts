@@ -14,7 +14,7 @@ const averages = (values: number[]) => values.map(v => v.toFixed(2)).join(' / ')
 function header(results: Results): string[] {
   const { machine, settings } = results
   const measured = [...results.baselines, ...results.polls, results.reply, results.replyWaiting].filter(r => r !== undefined)
-  const busiest = Math.max(0, ...measured.flatMap(r => r!.loadavg))
+  const busiest = Math.max(0, ...measured.flatMap(r => r.loadavg))
   return [
     '# Benchmark results',
     '',

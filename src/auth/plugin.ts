@@ -2,7 +2,6 @@
 import { Elysia } from 'elysia'
 import { errors } from '../errors.ts'
 import type { Authenticator } from './authenticator.ts'
-import type { AgentPrincipal, Principal, UserPrincipal } from './principal.ts'
 
 type Security = Record<string, string[]>[]
 const bearer: Security = [{ bearer: [] }]
@@ -24,7 +23,7 @@ export function authPlugin(authenticator: Authenticator) {
         const principal = await authenticator.authenticate(request, server)
         if (!principal) throw errors.unauthorized()
         if (principal.kind !== 'user') throw errors.userOnly()
-        return { user: principal as UserPrincipal }
+        return { user: principal }
       },
     },
     /** An agent, by X-API-Key or Bearer sk_agt_; a user credential is 403. */
@@ -34,7 +33,7 @@ export function authPlugin(authenticator: Authenticator) {
         const principal = await authenticator.authenticate(request, server, 'agent')
         if (!principal) throw errors.unauthorized()
         if (principal.kind !== 'agent') throw errors.agentOnly()
-        return { agent: principal as AgentPrincipal }
+        return { agent: principal }
       },
     },
     /** A user or an agent. */
@@ -43,14 +42,14 @@ export function authPlugin(authenticator: Authenticator) {
       async resolve({ request, server }) {
         const principal = await authenticator.authenticate(request, server)
         if (!principal) throw errors.unauthorized()
-        return { caller: principal as Principal }
+        return { caller: principal }
       },
     },
     /** Public, but a credential, when sent, must be valid and shows more (e.g. to an owner). */
     viewer: {
       detail: { security: optionalCredential },
       async resolve({ request, server }) {
-        return { viewer: (await authenticator.authenticate(request, server)) as Principal | null }
+        return { viewer: await authenticator.authenticate(request, server) }
       },
     },
   })

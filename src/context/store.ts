@@ -137,8 +137,8 @@ export async function insertVersion(sql: Db, orgId: string, entry: NewVersion): 
   const [row] = await sql<EntryRow[]>`
     insert into context_entries (org_id, type, key, version, data, confidence, source, author_kind, author_id, created_at)
     values (
-      ${orgId}, ${entry.type}, ${entry.key}, ${entry.version}, ${sql.json(entry.data as never)}, ${entry.confidence},
-      ${entry.source ? sql.json(entry.source as never) : null}, ${entry.author.kind}, ${entry.author.id}, ${entry.at}
+      ${orgId}, ${entry.type}, ${entry.key}, ${entry.version}, ${sql.json(entry.data)}, ${entry.confidence},
+      ${entry.source ? sql.json(entry.source) : null}, ${entry.author.kind}, ${entry.author.id}, ${entry.at}
     )
     returning ${columns(sql)}
   `

@@ -203,7 +203,7 @@ export async function storeChosenReplies(sql: Db, replies: NewReply[], at: Date,
   const outcomes = new Map<string, ReplyStored | Error>()
   const repeats = new Map<string, Row>()
   for (const row of rows) {
-    if (row.createdAt) outcomes.set(row.id, { stored: true, createdAt: row.createdAt, version: row.version!, wasPending: row.wasPending })
+    if (row.createdAt) outcomes.set(row.id, { stored: true, createdAt: row.createdAt, version: row.version, wasPending: row.wasPending })
     else repeats.set(row.id, row)
   }
   if (repeats.size > 0) {
@@ -224,7 +224,7 @@ export async function storeChosenReplies(sql: Db, replies: NewReply[], at: Date,
       outcomes.set(message.id, {
         stored: false,
         createdAt: message.createdAt,
-        conversation: { version: version!, pendingCount, latestMessage, latestMessageAt },
+        conversation: { version, pendingCount, latestMessage, latestMessageAt },
       })
     }
   }

@@ -162,7 +162,7 @@ export async function relayPass(deps: RelayDeps, batch: number): Promise<Pass | 
     // Done with the transaction before it commits, even where no event of theirs waited for them.
     await Promise.allSettled(effects.values())
     const sent = rows.filter((_, i) => settled[i]!.status === 'fulfilled').map(row => row.id)
-    const failed = settled.find(outcome => outcome.status === 'rejected') as PromiseRejectedResult | undefined
+    const failed = settled.find((outcome): outcome is PromiseRejectedResult => outcome.status === 'rejected')
     if (sent.length > 0) await tx`delete from outbox where id in ${tx(sent)}`
     return failed ? { sent: sent.length, error: failed.reason } : { sent: sent.length }
   })

@@ -95,7 +95,7 @@ function text(raw: string): string | null {
  */
 function valueOf(spec: Spec, where: string, name: string): string | undefined | null | false {
   const decode = (raw: string) => text(where === 'query' ? raw.replace(/\+/g, ' ') : raw)
-  if (where === 'path') return spec.params[name] === undefined ? undefined : decode(spec.params[name]!)
+  if (where === 'path') return spec.params[name] === undefined ? undefined : decode(spec.params[name])
   // A header's value arrives without the spaces and tabs around it (Fetch and HTTP drop them).
   if (where === 'header') return spec.headers[name]?.replace(/^[\t ]+|[\t ]+$/g, '')
   const values = spec.query.filter(([n]) => text(n.replace(/\+/g, ' ')) === name)
