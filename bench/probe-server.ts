@@ -16,8 +16,9 @@ const app = createApp(deps)
 app.listen({ port: Number(process.env.PORT), idleTimeout: 30, ...serverOptions(deps.log) })
 console.log(JSON.stringify({ level: 'info', msg: 'probe server listening', port: app.server?.port }))
 
-process.on('SIGTERM', async () => {
-  await app.stop()
-  await deps.close()
-  process.exit(0)
+process.on('SIGTERM', () => {
+  void app
+    .stop()
+    .then(() => deps.close())
+    .then(() => process.exit(0))
 })

@@ -252,7 +252,7 @@ describe('JWT bearer (remote JWKS)', () => {
   })
   afterAll(async () => {
     await idp.close()
-    jwks.stop(true)
+    await jwks.stop(true)
   })
 
   const sign = (key: CryptoKey, alg: string, kid: string, options: { sub?: string; iss?: string; aud?: string } = {}) =>
@@ -334,7 +334,7 @@ describe('JWT bearer when the JWKS endpoint fails', () => {
       expect((await idp.call('GET', '/v1/auth/me', { token })).status).toBe(200)
     } finally {
       await idp.close()
-      jwks.stop(true)
+      await jwks.stop(true)
     }
   })
 

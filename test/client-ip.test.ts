@@ -13,8 +13,8 @@ function serving(trustedProxies: string[]) {
     fetch(server.url, { headers: forwardedFor === undefined ? {} : { 'x-forwarded-for': forwardedFor } }).then(r => r.text())
 }
 
-afterAll(() => {
-  for (const server of servers) server.stop(true)
+afterAll(async () => {
+  await Promise.all(servers.map(server => server.stop(true)))
 })
 
 describe('the client address', () => {

@@ -225,7 +225,7 @@ describe('approving', () => {
         expect((await poll(deviceCode)).body.data.status).toBe('approved')
       }
     } finally {
-      server.stop(true)
+      await server.stop(true)
     }
     const user = await signUp(ctx)
     const { deviceCode, userCode } = await start()

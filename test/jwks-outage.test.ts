@@ -105,7 +105,7 @@ describe('JWT keys while the identity provider cannot be reached', () => {
         expect([name, await outcome(verify, await sign(forger.privateKey, 'k-1'))]).toEqual([name, '401 invalid_token'])
       }
 
-      provider.server.stop(true)
+      await provider.server.stop(true)
       at = before + staleKeysForMs - minuteMs
       setSystemTime(new Date(at))
       expect(await outcome(verify, await sign(k1.privateKey, 'k-1'))).toBe('idp-user')
@@ -122,7 +122,7 @@ describe('JWT keys while the identity provider cannot be reached', () => {
       expect(Date.parse(records[0].fetchedAt)).toBeWithin(before, after + 1)
       expect(typeof records[0].error).toBe('string')
     } finally {
-      provider.server.stop(true)
+      await provider.server.stop(true)
     }
   }, 60_000)
 
@@ -152,7 +152,7 @@ describe('JWT keys while the identity provider cannot be reached', () => {
       expect(await outcome(verify, await sign(k2.privateKey, 'k-2'))).toBe('idp-user')
       expect(await outcome(verify, await sign(k1.privateKey, 'k-1'))).toBe('503 unavailable')
     } finally {
-      provider.server.stop(true)
+      await provider.server.stop(true)
     }
   })
 
@@ -164,7 +164,7 @@ describe('JWT keys while the identity provider cannot be reached', () => {
       expect(await outcome(verify, await sign(k1.privateKey, 'k-1'))).toBe('503 unavailable')
       expect(staleRecords()).toHaveLength(0)
     } finally {
-      provider.server.stop(true)
+      await provider.server.stop(true)
     }
   })
 })
@@ -199,7 +199,7 @@ describe('JWT keys in a process started while the identity provider cannot be re
     try {
       const before = Date.now()
       expect(await me(first, await sign(k1.privateKey, 'k-1', 'kept-alice'))).toBe('200')
-      provider.server.stop(true)
+      await provider.server.stop(true)
 
       // Started now, it never reached the provider: its siblings' set is the one it uses, taken here
       // half a day after that set's fetch.
@@ -217,7 +217,7 @@ describe('JWT keys in a process started while the identity provider cannot be re
       expect(await me(started, await sign(k1.privateKey, 'k-1', 'kept-alice'))).toBe('503 unavailable')
     } finally {
       setSystemTime()
-      provider.server.stop(true)
+      await provider.server.stop(true)
       await close()
     }
   })
@@ -230,13 +230,13 @@ describe('JWT keys in a process started while the identity provider cannot be re
     try {
       const started = await second()
       expect(await me(first, await sign(k1.privateKey, 'k-1', 'kept-carol'))).toBe('200')
-      provider.server.stop(true)
+      await provider.server.stop(true)
       await redis.down({ keepData: true })
       expect(await me(started, await sign(k1.privateKey, 'k-1', 'kept-carol'))).toBe('503 unavailable')
       // The one that fetched the set still holds it.
       expect(await me(first, await sign(k1.privateKey, 'k-1', 'kept-carol'))).toBe('200')
     } finally {
-      provider.server.stop(true)
+      await provider.server.stop(true)
       await redis.up()
       await close()
       await redis.close()

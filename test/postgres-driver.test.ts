@@ -165,7 +165,9 @@ describe('the PostgreSQL driver when a connection closes under it', () => {
 
   test('an end() waiting for a statement in flight is done when its backend goes', async () => {
     let ended: Promise<boolean> | undefined
-    const { inFlight } = await terminatedMidStatement(sql => (ended = endsWithin(sql, 3000)))
+    const { inFlight } = await terminatedMidStatement(sql => {
+      ended = endsWithin(sql, 3000)
+    })
     expect(isConnectionError({ code: inFlight })).toBe(true)
     // Upstream only ReadyForQuery or a terminate() (end's timeout) settled it, never the close.
     expect(await ended).toBe(true)

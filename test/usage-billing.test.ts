@@ -252,7 +252,7 @@ describe('proxy calls', () => {
     const s = await setup()
     const closed = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: () => new Response('') })
     const deadPort = closed.port
-    closed.stop(true)
+    await closed.stop(true)
     await ctx.call('DELETE', `/v1/connections/${(await ctx.call('GET', '/v1/connections', { token: s.user.token })).body.data[0].id}`, {
       token: s.user.token,
     })

@@ -73,6 +73,6 @@ export function startUpstream(): Upstream {
       gate?.open()
       gate = null
     },
-    stop: () => server.stop(true),
+    stop: () => void server.stop(true),
   }
 }
