@@ -52,7 +52,7 @@ export function createPubSub(subscriber: Redis): PubSub {
       // ioredis sends its SUBSCRIBEs again as it reconnects; a PING sent after them (on the next turn,
       // to be sure of it) answers once they are in force, so what a handler reads after it cannot
       // miss a message published meanwhile.
-      setImmediate(() =>
+      setImmediate(() => {
         subscriber.ping().then(
           () => {
             for (const handler of reconnectHandlers) handler()
@@ -64,8 +64,8 @@ export function createPubSub(subscriber: Redis): PubSub {
             // live message for good: connected again, it asks anew.
             if (subscriber.status === 'ready') subscriber.disconnect(true)
           },
-        ),
-      )
+        )
+      })
     } else {
       listening = true
     }

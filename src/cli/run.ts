@@ -28,6 +28,8 @@ export async function runCli<O extends Options>(
       console.log(usage)
       return
     }
+    // Needed, though the lint calls it unnecessary: parseArgs types the spread options apart from `O`.
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-assertion
     values = parsed.values as ReturnType<typeof parseArgs<{ options: O }>>['values']
   } catch (error) {
     return fail(name, `${firstLine(error)} (--help shows the usage)`, 2)

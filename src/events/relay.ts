@@ -203,7 +203,7 @@ export function startRelay(deps: RelayDeps, options: RelayOptions = {}): Relay {
       const pass = await relayPass(deps, batch)
       if (!pass) return moved
       moved += pass.sent
-      if (pass.error !== undefined) throw pass.error
+      if ('error' in pass) throw pass.error
       if (pass.sent < batch) return moved
     }
   }
