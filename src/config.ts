@@ -122,6 +122,12 @@ export const defaultRateLimits = {
   configPurchase: { capacity: 30, perSeconds: 3600 },
   // stream tokens one user may ask for (each lives 60 s in Redis)
   sseTokenCreate: { capacity: 60, perSeconds: 60 },
+  // events replayed to one user's notification streams as they resume (`Last-Event-ID`): 5 whole
+  // replays (the 1,000 events a stream keeps, up to 40 MB), refilled over 10 minutes
+  streamReplay: { capacity: 5000, perSeconds: 600 },
+  // events replayed to one address's world-chat streams as they resume (anonymous): 10 whole
+  // replays (about 5 MB), refilled over 10 minutes
+  chatReplay: { capacity: 10_000, perSeconds: 600 },
 } satisfies Record<string, RateRule>
 export type RateLimitName = keyof typeof defaultRateLimits
 export type RateLimits = Record<RateLimitName, RateRule>

@@ -68,10 +68,12 @@ export function createCatchUp(redis: Redis, send: (connection: Connection, bytes
    * Sends a stream what Redis holds after the last event it sent, again while the subscription
    * dropped meanwhile, then what came live during the read (its buffer), and goes live. `covered`:
    * the drops it needs no read for (a stream opened afresh, after the newest event at its opening).
-   * `resumed`: a client's resume, told first when events after its place are gone.
+   * `resumed`: a client's resume, told first when events after its place are gone. How many events
+   * the reads sent.
    */
   const catchUp = async (connection: Connection, covered = -1, resumed = false) => {
     connection.buffer ??= []
+    let sent = 0
     while (covered !== drops && !connection.closed) {
       covered = drops
       const { framed, missed } = await readShared(connection)
@@ -81,11 +83,13 @@ export function createCatchUp(redis: Redis, send: (connection: Connection, bytes
         if (!isAfter(event.id, connection.lastId)) continue
         connection.lastId = event.id
         send(connection, bytes)
+        sent++
       }
     }
     const buffered = connection.buffer
     connection.buffer = null
     for (const event of buffered) deliver(connection, event)
+    return sent
   }
 
   return {
@@ -95,16 +99,17 @@ export function createCatchUp(redis: Redis, send: (connection: Connection, bytes
      * id, or after the stream's newest event (what came before it is not its own). A stream opened
      * afresh is told that place as an id without an event (a browser's EventSource takes it as its
      * last event id): its client, reconnecting before any event came, resumes from there and misses
-     * none sent in between.
+     * none sent in between. How many events were replayed from Redis.
      */
-    async open(connection: Connection, lastEventId: string | null | undefined) {
+    async open(connection: Connection, lastEventId: string | null | undefined): Promise<number> {
       // Listening already (added to the streams): a read sent from now on may serve it.
       openedAs.set(connection, ++opened)
       if (lastEventId) return catchUp(connection, -1, true)
       const covered = drops
       connection.lastId = await newestId(redis, connection.stream)
-      await catchUp(connection, covered)
+      const sent = await catchUp(connection, covered)
       send(connection, encoder.encode(`id: ${connection.lastId}\n\n`))
+      return sent
     },
     /**
      * The subscription is back after a drop: every stream is caught up, as a client's resume would

@@ -47,6 +47,19 @@ export interface OpenOptions {
   limit?: { subject: string; max: number }
   /** The API key (its hex hash) the stream is opened with: revoking the key ends the stream. */
   keyHash?: string | null
+  /** What a resume's replay is counted against (a user's, an address's): not asked of an open without a last event id. */
+  replayBudget?: ReplayBudget
+}
+
+/**
+ * Events replayed to a subject's resumed streams, which a loop of opens from far back would make
+ * Redis read, and the process send, again and again (up to the 1,000 events a stream keeps, each time).
+ */
+export interface ReplayBudget {
+  /** Refuses (429) a resume while nothing is left, before anything is read. */
+  check(): Promise<void>
+  /** Counts the events a resume was sent. */
+  spend(events: number): Promise<void>
 }
 
 export interface EventHub {
@@ -161,9 +174,12 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
     get size() {
       return connections.size
     },
-    async open({ stream, lastEventId, limit, keyHash = null }) {
+    async open({ stream, lastEventId, limit, keyHash = null, replayBudget }) {
       const closedBefore = closings
       if (lastEventId && !isEventId(lastEventId)) throw errors.invalidCursor()
+      // Counted only for a resume: an open afresh replays what came during its opening, at most.
+      const budget = lastEventId ? replayBudget : undefined
+      await budget?.check()
       await events.listen()
       if (keyHash) await revocations.listen()
       const id = randomUUID()
@@ -191,13 +207,17 @@ export async function createEventHub(options: EventHubOptions): Promise<EventHub
         throw errors.invalidToken('The API key this stream was asked for with has been revoked')
       }
       send(connection, encoder.encode('retry: 3000\n\n'))
+      let replayed: number
       try {
         // Live or, across a drop of the subscription, caught up from Redis from here on.
-        await catchUp.open(connection, lastEventId)
+        replayed = await catchUp.open(connection, lastEventId)
       } catch (error) {
         end(connection)
         throw error
       }
+      // Spent after the fact (its size is known only now), into debt: opens in flight at once
+      // overspend by at most a replay each. Not counted if Redis refuses: the stream is sent.
+      if (budget && replayed > 0) await budget.spend(replayed).catch(error => log.warn('stream replay not counted', errorFields(error)))
       // A closeAll (shutdown) ran while this stream was being opened, before it was added: it ends
       // too, after its `retry`, so that its client reconnects elsewhere rather than hold the drain.
       if (closings !== closedBefore) end(connection)

@@ -5,7 +5,9 @@ import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
 import type { Config } from '../config.ts'
 import type { Authenticator } from '../auth/authenticator.ts'
-import type { EventHub } from './hub.ts'
+import type { EventHub, ReplayBudget } from './hub.ts'
+import type { RateLimiter } from '../rate-limit/token-bucket.ts'
+import type { RateLimitName } from '../config.ts'
 import { errors } from '../errors.ts'
 import { ErrorBody, Query } from '../http/schema.ts'
 import { userKeyHash } from '../auth/authenticator.ts'
@@ -48,11 +50,17 @@ export interface RouteDeps {
   config: Config
   authenticator: Authenticator
   events: EventHub
+  rateLimiter: RateLimiter
 }
 
 export function eventRoutes(deps: RouteDeps) {
   const { authenticator, events, keys } = deps
   const clientIp = clientIpResolver(deps.config.trustedProxies)
+  /** Resumes' replays counted by a rate rule, per user (`streamReplay`) or address (`chatReplay`). */
+  const budgetOf = (rule: RateLimitName, subject: string): ReplayBudget => ({
+    check: () => deps.rateLimiter.check(rule, subject),
+    spend: events => deps.rateLimiter.spend(rule, subject, events),
+  })
 
   /**
    * Opens a stream with its connection's idle timeout lifted (pings keep it busy), and puts it back
@@ -101,6 +109,7 @@ export function eventRoutes(deps: RouteDeps) {
           lastEventId,
           limit: { subject: userId, max: maxStreamsPerUser },
           keyHash,
+          replayBudget: budgetOf('streamReplay', userId),
         })
       },
       {
@@ -115,7 +124,8 @@ export function eventRoutes(deps: RouteDeps) {
           description:
             'Needs a user credential as `Authorization: Bearer`, or a one-use `token` from POST /v1/auth/sse-token; ' +
             'an agent key is 403. Resume with `Last-Event-ID` or `lastEventId`: later events are replayed (the last 1,000, up ' +
-            'to 24 h), then live ones. A sixth stream is 429 with `Retry-After`. A stream opened with an API key ends when ' +
+            'to 24 h), then live ones. A sixth stream is 429 with `Retry-After`, and so is a resume once the events replayed ' +
+            'to the user pass the rule `streamReplay` (5,000 per 10 minutes by default). A stream opened with an API key ends when ' +
             'the key is revoked.',
           security: [{ bearer: [] }, { sseToken: [] }],
           responses: streamResponses(400, 401, 403, 429),
@@ -128,8 +138,10 @@ export function eventRoutes(deps: RouteDeps) {
         const lastEventId = request.headers.get('last-event-id') || query.lastEventId
         if (request.method === 'HEAD') return streamHead(lastEventId)
         const max = deps.config.chatStreamsPerAddress
-        const limit = max > 0 ? { subject: `ip:${addressBucket(clientIp(server, request))}`, max } : undefined
-        return openStream(request, server, { stream: keys.events.chat, lastEventId, limit })
+        const address = `ip:${addressBucket(clientIp(server, request))}`
+        const limit = max > 0 ? { subject: address, max } : undefined
+        const replayBudget = budgetOf('chatReplay', address)
+        return openStream(request, server, { stream: keys.events.chat, lastEventId, limit, replayBudget })
       },
       {
         query: Resume,
@@ -141,7 +153,8 @@ export function eventRoutes(deps: RouteDeps) {
             'No credential. Each message posted with POST /v1/chat/messages arrives as an event. ' +
             'Resume with `Last-Event-ID` or `lastEventId`: later events are replayed (the last 1,000, up to 24 h), then live ' +
             'ones. An id not of the form `<ms>-<seq>`, or more than an hour ahead, is 400 `invalid_cursor`. One client address holds at most ' +
-            'CHAT_STREAMS_PER_ADDRESS chat streams at once (100 by default; an IPv6 one by its /64); past that 429 `rate_limited`.',
+            'CHAT_STREAMS_PER_ADDRESS chat streams at once (100 by default; an IPv6 one by its /64); past that 429 `rate_limited`, ' +
+            'as is a resume once the events replayed to the address pass the rule `chatReplay` (10,000 per 10 minutes by default).',
           security: [],
           responses: streamResponses(400, 429),
         },

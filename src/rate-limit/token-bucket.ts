@@ -40,6 +40,11 @@ export interface RateLimiter {
   check(rule: RateLimitName, subject: string): Promise<void>
   /** Gives a token taken back (the request it was taken for did nothing after all). */
   refund(rule: RateLimitName, subject: string): Promise<void>
+  /**
+   * Takes `tokens` whatever is left, into debt if it must: the cost of what was done, known only
+   * once done (after a `check`). Later takes and checks are refused until the debt is refilled.
+   */
+  spend(rule: RateLimitName, subject: string, tokens: number): Promise<void>
 }
 
 export function createRateLimiter(redis: Redis, keys: Keys, clock: Clock, limits: RateLimits): RateLimiter {
@@ -56,5 +61,6 @@ export function createRateLimiter(redis: Redis, keys: Keys, clock: Clock, limits
     take: (rule, subject) => run(rule, subject, 1),
     check: (rule, subject) => run(rule, subject, 0),
     refund: (rule, subject) => run(rule, subject, -1, 0),
+    spend: (rule, subject, tokens) => run(rule, subject, tokens, 0),
   }
 }

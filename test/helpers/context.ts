@@ -72,6 +72,8 @@ export const testRateLimits: Record<string, { capacity: number; perSeconds: numb
   sseTokenCreate: { capacity: 10000, perSeconds: 1 },
   reviewWrite: { capacity: 10000, perSeconds: 1 },
   reactionWrite: { capacity: 10000, perSeconds: 1 },
+  streamReplay: { capacity: 1_000_000, perSeconds: 1 },
+  chatReplay: { capacity: 1_000_000, perSeconds: 1 },
 }
 
 /** Configuration for tests: every limit generous unless the test narrows it. */
