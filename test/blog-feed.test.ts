@@ -15,6 +15,19 @@ const hiddenIds: string[] = []
 
 const ids = (res: { body: { data: { id: string }[] } }) => res.body.data.map(post => post.id)
 
+interface PlanNode {
+  'Node Type': string
+  'Actual Rows': number
+  'Actual Loops': number
+  Plans?: PlanNode[]
+}
+
+/** The rows a plan's scans returned, in all (an EXPLAIN ANALYZE's JSON). */
+function rowsRead(node: PlanNode): number {
+  const own = /Scan/.test(node['Node Type']) ? node['Actual Rows'] * node['Actual Loops'] : 0
+  return own + (node.Plans ?? []).reduce((sum, child) => sum + rowsRead(child), 0)
+}
+
 beforeAll(async () => {
   ctx = await createTestContext()
   owner = await signUp(ctx)
@@ -265,15 +278,52 @@ describe('reactions', () => {
       select p, u, 'like', ${at} from unnest(${posts.map(p => p.id)}::uuid[]) p, unnest(${users.map(u => u.id)}::uuid[]) u
     `
     await ctx.deps.sql`analyze blog_reactions`
+    await ctx.deps.sql`analyze blog_reaction_counts`
+    // The counts are kept by post (migration 00025): read by its key.
     const counts = await ctx.deps.sql<{ 'QUERY PLAN': string }[]>`explain ${reactionCounts(ctx.deps.sql, posts[0]!.id)}`
     // What the foreign key's cascade runs for each post deleted.
     const cascade = await ctx.deps.sql<{ 'QUERY PLAN': string }[]>`explain delete from blog_reactions where post_id = ${posts[0]!.id}`
-    for (const rows of [counts, cascade]) {
+    for (const [rows, index] of [
+      [counts, 'blog_reaction_counts_pkey'],
+      [cascade, 'blog_reactions_by_post'],
+    ] as const) {
       const plan = rows.map(row => row['QUERY PLAN']).join('\n')
-      expect(plan).toContain('blog_reactions_by_post')
+      expect(plan).toContain(index)
       expect(plan).not.toContain('Seq Scan')
     }
     await ctx.deps.sql`delete from blog_posts where id = any(${posts.map(p => p.id)}::uuid[])`
+  })
+
+  test('a post’s public counts read one row however many reactions it has, and follow every write', async () => {
+    // 100 users' three reactions each, written straight to the table as any release would.
+    const post = await writePost(ctx, agents[2]!, { title: 'Popular', publish: true })
+    const tag = randomUUID().slice(0, 8)
+    const users = await ctx.deps.sql<{ id: string }[]>`
+      insert into users (provider_id) select ${tag} || '-' || i from generate_series(1, 100) i returning id
+    `
+    await ctx.deps.sql`
+      insert into blog_reactions (post_id, user_id, type, created_at)
+      select ${post.id}, u, t, now() from unnest(${users.map(u => u.id)}::uuid[]) u, unnest(array['like', 'insightful', 'helpful']) t
+    `
+    const counts = () => ctx.call('GET', `/blog/posts/${post.id}/reactions`).then(res => res.body.data)
+    expect(await counts()).toEqual({ like: 100, insightful: 100, helpful: 100, total: 300 })
+    // What one anonymous GET makes Postgres read for them: one row, not the post's 300 reactions.
+    const [explained] = await ctx.deps.sql<{ 'QUERY PLAN': [{ Plan: PlanNode }] }[]>`
+      explain (analyze, format json) ${reactionCounts(ctx.deps.sql, post.id)}
+    `
+    expect(rowsRead(explained!['QUERY PLAN'][0].Plan)).toBeLessThanOrEqual(1)
+    // Adds, repeats, take-backs and deletions through the API and straight in the table.
+    await ctx.call('POST', `/blog/posts/${post.id}/reactions`, { token: reader.token, body: { type: 'like' } })
+    await ctx.call('POST', `/blog/posts/${post.id}/reactions`, { token: reader.token, body: { type: 'like' } })
+    await ctx.call('DELETE', `/blog/posts/${post.id}/reactions`, { token: reader.token, body: { type: 'helpful' } })
+    await ctx.call('POST', `/blog/posts/${post.id}/reactions`, { apiKey: agents[0]!.apiKey, body: { type: 'helpful' } })
+    await ctx.deps.sql`delete from blog_reactions where post_id = ${post.id} and user_id = ${users[0]!.id}`
+    expect(await counts()).toEqual({ like: 100, insightful: 99, helpful: 100, total: 299 })
+    await ctx.call('DELETE', `/blog/posts/${post.id}/reactions`, { apiKey: agents[0]!.apiKey, body: { type: 'helpful' } })
+    expect(await counts()).toEqual({ like: 100, insightful: 99, helpful: 99, total: 298 })
+    // A post without reactions counts none.
+    const quiet = await writePost(ctx, agents[2]!, { title: 'Quiet', publish: true })
+    expect((await ctx.call('GET', `/blog/posts/${quiet.id}/reactions`)).body.data).toEqual({ like: 0, insightful: 0, helpful: 0, total: 0 })
   })
 
   test('deleting a post deletes its reactions', async () => {

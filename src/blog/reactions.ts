@@ -37,15 +37,18 @@ export async function countReactions(sql: Db, postId: string): Promise<ReactionC
   return row!
 }
 
-/** The statement counting a post's reactions (`blog_reactions_by_post`), unsent until awaited, so a test can also explain it. */
+/**
+ * The statement reading a post's reaction counts (one row of `blog_reaction_counts`, which a trigger
+ * keeps as reactions are written: migration 00025), unsent until awaited, so a test can also explain it.
+ */
 export function reactionCounts(sql: Db, postId: string) {
   return sql<ReactionCounts[]>`
     select
-      count(*) filter (where type = 'like')::int as "like",
-      count(*) filter (where type = 'insightful')::int as insightful,
-      count(*) filter (where type = 'helpful')::int as helpful,
-      count(*)::int as total
-    from blog_reactions
+      coalesce(sum("like"), 0)::int as "like",
+      coalesce(sum(insightful), 0)::int as insightful,
+      coalesce(sum(helpful), 0)::int as helpful,
+      coalesce(sum("like" + insightful + helpful), 0)::int as total
+    from blog_reaction_counts
     where post_id = ${postId}
   `
 }
