@@ -244,7 +244,7 @@ describe('a resume from an event the stream no longer holds', () => {
     expect(text.indexOf('events.missed')).toBeLessThan(text.indexOf('after'))
   })
 
-  test('a resume from more events back than the stream keeps is told so too; one from an empty stream’s place (0-0) is not', async () => {
+  test('a resume from more events back than the stream keeps is told so too', async () => {
     const stream = ctx.deps.keys.events.user(randomUUID())
     const adds = ctx.deps.redis.pipeline()
     for (let n = 0; n < 1002; n++) adds.xadd(stream, '*', 'type', 'chat.message', 'data', JSON.stringify({ type: 'chat.message', n }))
@@ -265,8 +265,44 @@ describe('a resume from an event the stream no longer holds', () => {
     // 1,000 after the second: every one is replayed, nothing is missing.
     expect((await start(added[1]!))[0]).toStartWith(`id: ${added[2]}\n`)
     expect((await start(`0${added[1]}`))[0]).toStartWith(`id: ${added[2]}\n`)
-    expect((await start('0-0'))[0]).toStartWith(`id: ${added[2]}\n`)
     await ctx.deps.redis.del(stream)
+  })
+
+  test('a resume from an empty stream’s place (0-0) is told so when the stream kept or held more than it replays', async () => {
+    // 0-0 is the place a stream opened afresh on an empty stream is given (`id: 0-0`): its client
+    // resumes from there, and every event after it is one it has not read.
+    const stream = ctx.deps.keys.events.user(randomUUID())
+    const add = async (count: number) => {
+      const adds = ctx.deps.redis.pipeline()
+      for (let n = 0; n < count; n++) adds.xadd(stream, '*', 'type', 'chat.message', 'data', JSON.stringify({ type: 'chat.message', n }))
+      return (await adds.exec())!.map(([, id]) => id as string)
+    }
+    const start = async (lastEventId: string) => {
+      const reader = (await ctx.deps.events.open({ stream, lastEventId })).body!.getReader()
+      const decoder = new TextDecoder()
+      let text = ''
+      while (text.split('\n\n').length < 4) text += decoder.decode((await reader.read()).value)
+      await reader.cancel()
+      return text.split('\n\n').slice(1, 3)
+    }
+    try {
+      // All of them replayed: nothing to tell.
+      const kept = await add(1000)
+      expect((await start('0-0'))[0]).toStartWith(`id: ${kept[0]}\n`)
+      // One more than the replay sends, held by the stream: the oldest is not sent.
+      await add(1)
+      const [notice, next] = await start('0-0')
+      expect(notice).toStartWith('event: events.missed\ndata: ')
+      expect(JSON.parse(notice!.slice(notice!.indexOf('data: ') + 6))).toMatchObject({ type: 'events.missed', after: '0-0' })
+      expect(next).toStartWith(`id: ${kept[1]}\n`)
+      // Trimmed to what it keeps (as its appends trim it): the replay is all it holds, and the first is gone.
+      await ctx.deps.redis.xtrim(stream, 'MAXLEN', 1000)
+      const [trimmed, first] = await start('0-0')
+      expect(trimmed).toStartWith('event: events.missed\ndata: ')
+      expect(first).toStartWith(`id: ${kept[1]}\n`)
+    } finally {
+      await ctx.deps.redis.del(stream)
+    }
   })
 })
 

@@ -150,8 +150,10 @@ async function newestId(redis: Redis, stream: string): Promise<string> {
  * the stream promises to keep (trimmed a node at a time, it may hold more). `missed`: the read does
  * not reach back to `from` itself, an event from within the window (a minute's margin for clocks):
  * Redis lost it (a restart without its data, a failover to a replica that lagged) and perhaps what
- * followed it, or more events than the stream keeps came after it. `0-0` (an empty stream's place)
- * misses nothing; an older place's events were beyond the window anyway.
+ * followed it, or more events than the stream keeps came after it. `0-0`, the place of a stream
+ * opened when it was empty, is no event to reach: from there, some are missed when the stream holds
+ * more than the read sends, or has dropped one from within the window (`droppedWithin`). An older
+ * place's events were beyond the window anyway.
  */
 async function readAfter(redis: Redis, stream: string, from: string): Promise<{ events: Published[]; missed: boolean }> {
   const oldest = Date.now() - replayWindowMs
@@ -160,12 +162,28 @@ async function readAfter(redis: Redis, stream: string, from: string): Promise<{ 
   // numbers: a client may send the id with leading zeros).
   const isFrom = (id: string) => !isAfter(id, from)
   const reached = entries.length > 0 && isFrom(entries.at(-1)![0])
-  const missed = !reached && isAfter(from, '0-0') && Number(from.split('-')[0]) >= oldest + 60_000
-  const events = entries
-    .filter(([id]) => !isFrom(id))
+  const after = entries.filter(([id]) => !isFrom(id) && Number(id.split('-')[0]) >= oldest)
+  const missed = isAfter(from, '0-0')
+    ? !reached && Number(from.split('-')[0]) >= oldest + 60_000
+    : after.length > streamLength || (after.length > 0 && (await droppedWithin(redis, stream, oldest + 60_000)))
+  const events = after
     .slice(0, streamLength)
     .reverse()
-    .filter(([id]) => Number(id.split('-')[0]) >= oldest)
     .map(([id, fields]) => ({ stream, id, type: fields[fields.indexOf('type') + 1]!, data: fields[fields.indexOf('data') + 1]! }))
   return { events, missed }
+}
+
+/**
+ * Whether the stream may have dropped an event from `since` on: it has been trimmed (Redis 7 counts
+ * the entries ever added to it) and its oldest entry left is from then on, so what was trimmed before
+ * it may be too. A stream gone meanwhile (expired) has dropped nothing it still has to tell of.
+ */
+async function droppedWithin(redis: Redis, stream: string, since: number): Promise<boolean> {
+  const info = (await redis.xinfo('STREAM', stream).catch((error: unknown) => {
+    if (/no such key/i.test((error as Error | null)?.message ?? '')) return []
+    throw error
+  })) as unknown[]
+  const field = (name: string) => (info.includes(name) ? info[info.indexOf(name) + 1] : undefined)
+  const first = String(field('recorded-first-entry-id') ?? '0-0')
+  return Number(field('entries-added')) > Number(field('length')) && Number(first.split('-')[0]) >= since
 }
