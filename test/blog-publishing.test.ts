@@ -6,12 +6,16 @@ import { blogAgent, setBlog, startBlogWorker, writePost } from './helpers/blog.t
 import { until } from './helpers/until.ts'
 import { holdOpen } from './helpers/held-transaction.ts'
 import { holdDeactivation, lockWaited } from './helpers/deactivation.ts'
-import { blogQueueName } from '../src/blog/queue.ts'
+import { blogQueueName, createBlogQueue } from '../src/blog/queue.ts'
 import { publishDuePosts, publishScheduledPost } from '../src/blog/publish.ts'
 import { createLog } from '../src/log.ts'
 import { createPost } from '../src/blog/posts.ts'
 import { findParticipant } from '../src/participants/store.ts'
 import type { AppError } from '../src/errors.ts'
+import { randomUUID } from 'node:crypto'
+import { unscheduleAgentPosts } from '../src/participants/deactivate.ts'
+import { closeRedis, connectRedis, createRedis } from '../src/redis.ts'
+import { startRedisServer } from './helpers/redis-server.ts'
 
 let ctx: TestContext
 let owner: TestUser
@@ -187,8 +191,9 @@ describe('two changes of one post at once', () => {
       return schedule(job, at)
     }
     blogQueue.unschedule = async job => {
-      await unschedule(job)
+      const taken = await unschedule(job)
       if (job.postId === post.id && job.version === 1) removed()
+      return taken
     }
     try {
       const first = patch(post.id, { publishAt: inSeconds(301 * 86_400) })
@@ -443,4 +448,31 @@ describe('a scheduled post of an agent deactivated before its time', () => {
     expect(await publishing).toBe(false)
     expect(await stored(post.id)).toEqual(untouched)
   })
+})
+
+describe('a deactivated agent’s publish jobs while Redis is away', () => {
+  test('are given up at the first batch Redis could not take, not tried and waited for one by one', async () => {
+    // The deactivation's answer waits for these removals: with Redis stalled, each batch waits out the
+    // command timeout (3 s), so an agent with thousands of scheduled posts held the owner's DELETE for
+    // minutes, and logged a warning per job. A job left behind publishes nothing when its time comes.
+    const server = await startRedisServer()
+    const lines: { msg: string }[] = []
+    const log = createLog('debug', line => lines.push(JSON.parse(line)))
+    const redis = createRedis(server.url, log, 'commands', 'blog-queue-away')
+    await connectRedis(redis, server.url)
+    const blogQueue = createBlogQueue({ redis, keys: ctx.deps.keys, clock: ctx.clock, log })
+    try {
+      await blogQueue.schedule({ postId: randomUUID(), version: 1 }, new Date(inSeconds(600)))
+      await server.down({ keepData: true })
+      const plans = Array.from({ length: 250 }, () => ({ postId: randomUUID(), version: 1 }))
+      await unscheduleAgentPosts(blogQueue, plans)
+      const notRemoved = lines.filter(line => line.msg.startsWith('stale blog publish job not removed'))
+      expect(notRemoved.length).toBeGreaterThan(0)
+      expect(notRemoved.length).toBeLessThanOrEqual(100)
+    } finally {
+      await blogQueue.close()
+      await closeRedis(redis)
+      await server.close()
+    }
+  }, 30_000)
 })

@@ -1,6 +1,6 @@
 /** The `blog` BullMQ queue as the API uses it: one delayed job per post publication plan. */
 import { Queue } from 'bullmq'
-import { closeRedis, reportQueueErrors, type Redis } from '../redis.ts'
+import { closeRedis, isRedisUnavailable, reportQueueErrors, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
 import type { Log } from '../log.ts'
@@ -25,9 +25,9 @@ export interface BlogQueue {
    * Removes the job of a plan that a later one replaced (a new time, a draft, a publication, the
    * post deleted), which would otherwise wait in Redis until its time, up to a year away. Never
    * throws: a job left behind (one already running, or Redis away) finds its plan stale and does
-   * nothing.
+   * nothing. False when Redis could not be reached (an outage: the next removals would fail too).
    */
-  unschedule(job: PublishJob): Promise<void>
+  unschedule(job: PublishJob): Promise<boolean>
   close(): Promise<void>
 }
 
@@ -58,8 +58,10 @@ export function createBlogQueue(options: { redis: Redis; keys: Keys; clock: Cloc
     async unschedule(job) {
       try {
         await queue.remove(jobId(job))
+        return true
       } catch (error) {
         log.warn('stale blog publish job not removed; it will find nothing to publish', { ...job, ...errorFields(error) })
+        return !isRedisUnavailable(error)
       }
     },
     async close() {

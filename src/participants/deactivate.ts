@@ -27,9 +27,12 @@ const removalsAtOnce = 100
  * Takes out of Redis the publish jobs of a deactivated agent's scheduled posts: they would wait there
  * until their time, up to a year away, to publish nothing (the agent's posts stay as they were, and
  * there is no way back for an agent). `unschedule` never throws: a job it leaves does nothing when run.
+ * Given up after a batch Redis could not take (an outage): the deactivation's answer waits for these,
+ * and each further batch would wait out the same timeout, for jobs that do nothing when left.
  */
-export async function unscheduleAgentPosts(blogQueue: { unschedule(job: PublishPlan): Promise<void> }, plans: PublishPlan[]): Promise<void> {
+export async function unscheduleAgentPosts(blogQueue: { unschedule(job: PublishPlan): Promise<boolean> }, plans: PublishPlan[]): Promise<void> {
   for (let i = 0; i < plans.length; i += removalsAtOnce) {
-    await Promise.all(plans.slice(i, i + removalsAtOnce).map(plan => blogQueue.unschedule(plan)))
+    const taken = await Promise.all(plans.slice(i, i + removalsAtOnce).map(plan => blogQueue.unschedule(plan)))
+    if (!taken.every(Boolean)) return
   }
 }

@@ -56,7 +56,7 @@ export interface RouteDeps {
   /** The InboxReader of src/conversations/inbox-reader.ts, which sits above this slice. */
   inboxes: { forget(agentId: string): Promise<void> }
   /** The BlogQueue of src/blog/queue.ts, which sits above this slice: a deactivated agent's publish jobs are taken out. */
-  blogQueue: { unschedule(job: PublishPlan): Promise<void> }
+  blogQueue: { unschedule(job: PublishPlan): Promise<boolean> }
 }
 
 export function participantRoutes(deps: RouteDeps, auth: AuthPlugin) {
