@@ -39,7 +39,10 @@ async function fill(stream: string): Promise<string[]> {
   return (await adds.exec())!.map(([, id]) => id as string)
 }
 
-/** Opens a stream; when it is 200, reads it until `last` arrives and closes it. The status, and the events it carried. */
+/**
+ * Opens a stream; when it is 200, reads it until `last` arrives and closes it. The status, and the
+ * events it replayed (an `events.missed` notice before them is not one).
+ */
 async function open(path: string, headers: Record<string, string>, last: string) {
   const response = await fetch(`${base}${path}`, { headers })
   if (response.status !== 200) return { status: response.status, response, events: 0 }
@@ -52,7 +55,7 @@ async function open(path: string, headers: Record<string, string>, last: string)
     text += decoder.decode(value)
   }
   await reader.cancel()
-  return { status: 200, response, events: text.split('\nevent: ').length - 1 }
+  return { status: 200, response, events: (text.match(/\nevent: (?!events\.missed\n)/g) ?? []).length }
 }
 
 /** Opens the stream `times` times one after another; what each was answered, and every event sent in all. */
