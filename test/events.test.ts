@@ -260,7 +260,8 @@ describe('a resume from an event the stream no longer holds', () => {
     }
     // 1,001 came after the first: the newest 1,000 are replayed, the one before them is missing.
     const [notice, next] = await start(added[0]!)
-    expect(notice).toStartWith('event: events.missed\ndata: ')
+    // Every event carries an id (CONTRACT.md §8): the notice's is the resume's own place.
+    expect(notice).toStartWith(`id: ${added[0]}\nevent: events.missed\ndata: `)
     expect(next).toStartWith(`id: ${added[2]}\n`)
     // 1,000 after the second: every one is replayed, nothing is missing.
     expect((await start(added[1]!))[0]).toStartWith(`id: ${added[2]}\n`)
@@ -292,13 +293,13 @@ describe('a resume from an event the stream no longer holds', () => {
       // One more than the replay sends, held by the stream: the oldest is not sent.
       await add(1)
       const [notice, next] = await start('0-0')
-      expect(notice).toStartWith('event: events.missed\ndata: ')
+      expect(notice).toStartWith('id: 0-0\nevent: events.missed\ndata: ')
       expect(JSON.parse(notice!.slice(notice!.indexOf('data: ') + 6))).toMatchObject({ type: 'events.missed', after: '0-0' })
       expect(next).toStartWith(`id: ${kept[1]}\n`)
       // Trimmed to what it keeps (as its appends trim it): the replay is all it holds, and the first is gone.
       await ctx.deps.redis.xtrim(stream, 'MAXLEN', 1000)
       const [trimmed, first] = await start('0-0')
-      expect(trimmed).toStartWith('event: events.missed\ndata: ')
+      expect(trimmed).toStartWith('id: 0-0\nevent: events.missed\ndata: ')
       expect(first).toStartWith(`id: ${kept[1]}\n`)
     } finally {
       await ctx.deps.redis.del(stream)

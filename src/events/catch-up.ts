@@ -23,7 +23,10 @@ interface Read {
   missed: boolean
 }
 
-/** The type of the notice a resume gets when events after its place are gone: no `id:`, so a resume after it asks from the same place. */
+/**
+ * The type of the notice a resume gets when events after its place are gone. Its `id:` is that place
+ * (every event carries one, CONTRACT.md §8), so a resume after it asks from the same place.
+ */
 export const missedType = 'events.missed'
 
 export type CatchUp = ReturnType<typeof createCatchUp>
@@ -136,7 +139,7 @@ export function frame(event: Published) {
 /** Tells a resumed stream that events after `after` are gone from Redis: the client re-reads what it keeps of them. */
 function missedFrame(after: string) {
   const data = JSON.stringify({ type: missedType, createdAt: new Date().toISOString(), after })
-  return encoder.encode(`event: ${missedType}\ndata: ${data}\n\n`)
+  return encoder.encode(`id: ${after}\nevent: ${missedType}\ndata: ${data}\n\n`)
 }
 
 /** The id of the stream's newest event; `0-0` for a stream with none, so that its first is after it. */

@@ -22,7 +22,7 @@ const streamResponses = (...statuses: number[]) => ({
       '`retry: 3000`; opened without a last event id, then `id:` alone (the place it starts from, to resume from, no event); then events with `id:`, `event:` (the type) and `data:` (JSON with type, createdAt and the payload); `: ping` at least every 5 s. ' +
       'A resume from an event of the last 24 h the stream no longer holds (Redis lost it, or more than 1,000 came since), or from `0-0` ' +
       '(an empty stream’s place) with more than 1,000 since, is sent `event: events.missed` first, ' +
-      'with no `id:` and data `{type, createdAt, after}`: events after `after` may be missing, re-read what they tell of',
+      "with `id:` the resume's own place and data `{type, createdAt, after}`: events after `after` may be missing, re-read what they tell of",
     content: { 'text/event-stream': { schema: { type: 'string' as const } } },
   },
   ...Object.fromEntries(statuses.map(status => [status, { description: 'Error', content: { 'application/json': { schema: ErrorBody } } }])),
