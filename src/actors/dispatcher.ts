@@ -114,9 +114,11 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
   const markAll = () => Promise.all([...unmarked].map(markOne))
   const markLater = (actor: string) => {
     unmarked.add(actor)
+    // The loop ends in the same turn as it finds nothing left, so an actor added after that starts another.
     marking ??= (async () => {
       while (unmarked.size > 0 && !closing) await Bun.sleep(500).then(markAll)
-    })().finally(() => (marking = undefined))
+      marking = undefined
+    })()
   }
 
   const send = async (actor: string, type: string, payload: unknown, sendOptions: SendOptions, ask: string, command: string, again = false) => {
