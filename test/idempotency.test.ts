@@ -281,6 +281,54 @@ describe('a command whose answer never came (5xx), retried', () => {
   })
 })
 
+describe('a reservation the previous release made (a UUIDv4, its time never renewed), taken over', () => {
+  test('gives a reply the time that release gave it, on every take-over', async () => {
+    const key = 'reply-of-the-previous-release'
+    const seen: Date[] = []
+    ctx.clock.freeze(new Date())
+    try {
+      await expect(
+        idempotentCommand(ctx.deps, request(key), async () => {
+          throw errors.unavailable()
+        }),
+      ).rejects.toMatchObject({ code: 'unavailable' })
+      // As the previous release left a reply whose answer never came: a random id, and the time it was
+      // made, which it passed as the reply's time (its repeats joined the reservation without moving it).
+      const madeAt = ctx.clock.now()
+      await ctx.deps.sql`
+        update idempotency_keys set reservation = ${crypto.randomUUID()}, created_at = ${madeAt}
+        where subject = 'test:caller' and key = ${key}
+      `
+      ctx.clock.advance(60_000)
+      await expect(
+        idempotentCommand(ctx.deps, request(key), async ({ reservedAt }) => {
+          seen.push(reservedAt!)
+          throw errors.unavailable()
+        }),
+      ).rejects.toMatchObject({ code: 'unavailable' })
+      // Its first request, still running on a process of that release, refused by its checks: it frees
+      // the key only if nobody joined it (sql/00024), and the take-over, which sent the command, did.
+      const [reservation] = await ctx.deps.sql<{ id: string }[]>`
+        select reservation as id from idempotency_keys where subject = 'test:caller' and key = ${key}
+      `
+      await ctx.deps.sql`
+        delete from idempotency_keys
+        where subject = 'test:caller' and key = ${key} and response_status is null
+          and created_at = any(${[madeAt.toISOString()]}::timestamptz[]) and reservation = ${reservation!.id} and not joined
+      `
+      ctx.clock.advance(60_000)
+      await idempotentCommand(ctx.deps, request(key), async ({ reservedAt }) => {
+        seen.push(reservedAt!)
+        return { status: 201, body: 'stored once' }
+      })
+      // The message id derives from it: any other time would store the reply a second time.
+      expect(seen.map(time => time.getTime())).toEqual([madeAt.getTime(), madeAt.getTime()])
+    } finally {
+      ctx.clock.resume()
+    }
+  })
+})
+
 describe('a lease whose renewal landed unanswered (the connection to PostgreSQL lost)', () => {
   test('is still the holder’s: its answer is stored, and a repeat after the lease replays it', async () => {
     const key = 'renewal-unanswered'

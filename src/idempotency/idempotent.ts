@@ -121,6 +121,7 @@ export async function idempotentCommand(
   const taken = await reserve(sql, request.subject, key, hash, clock.now(), leaseMs)
   if ('replay' in taken) return { ...taken.replay, replayed: true }
   const { reservation, at, own } = taken
+  const made = reservedAt(reservation, taken.found)
   // What marks the reservation as this caller's; the lease's renewals move `at` on.
   const mine: Holding = { reservation, at, unsure: [] }
   // One command id per reservation: a repeat that takes it over sends the same (applied once), a
@@ -132,7 +133,7 @@ export async function idempotentCommand(
   const lease = keepLease({ sql, clock }, request.subject, key, mine, leaseMs)
   let outcome: Outcome
   try {
-    outcome = await send({ commandId, requestHash: hash, reservedAt: reservedAt(reservation, at) })
+    outcome = await send({ commandId, requestHash: hash, reservedAt: made })
   } catch (error) {
     await lease.stop()
     if (error instanceof AppError && options.keepFailure?.(error)) {
@@ -142,8 +143,10 @@ export async function idempotentCommand(
       // that reached its upstream and could not be metered): the reservation stays, its lease let go
       // at once, so the retry takes it over with the same command id, applied once, and what derives
       // from it (the usage event) is the same again. A take-over refused before it sent anything (its
-      // checks failed) leaves it so too: an earlier attempt may have sent the command under it.
-      const lapsed = new Date(mine.at.getTime() - leaseMs)
+      // checks failed) leaves it so too: an earlier attempt may have sent the command under it. One
+      // the previous release made goes back to the time it bore (lapsed: it was taken over a lease
+      // after it), which is its reply's time (`reservedAt`).
+      const lapsed = timeOrdered(reservation) ? new Date(mine.at.getTime() - leaseMs) : made
       await settle(
         () => sql`
           update idempotency_keys set created_at = ${lapsed}
@@ -153,8 +156,9 @@ export async function idempotentCommand(
       ).catch(() => {})
     } else {
       // Refused, so nothing happened: the key is free again, also for a corrected request. Only
-      // this reservation's: one taken over meanwhile is the taker's (and one an older process's
-      // repeat joined, `joined`, may have had its command sent by that repeat).
+      // this reservation's, and never one taken over (`joined`, as the previous release marked its
+      // repeats), whose taker may have sent the command under it, even should its time be back at
+      // one this caller held.
       await settle(
         () => sql`
           delete from idempotency_keys
@@ -171,10 +175,10 @@ export async function idempotentCommand(
 }
 
 /**
- * A reservation to run under (its id, the time that marks it as this caller's, and whether this
- * caller made it rather than taking it over), or the outcome to replay.
+ * A reservation to run under (its id, the time that marks it as this caller's, the time it bore when
+ * found, and whether this caller made it rather than taking it over), or the outcome to replay.
  */
-type Taken = { reservation: string; at: Date; own: boolean } | { replay: Outcome }
+type Taken = { reservation: string; at: Date; found: Date; own: boolean } | { replay: Outcome }
 
 /**
  * Reserves the key for this request, or finds what holds it: a stored outcome to replay, a request in
@@ -191,7 +195,7 @@ async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now
         where idempotency_keys.created_at < ${new Date(now.getTime() - idempotencyWindowMs)}
       returning reservation
     `
-    if (reserved) return { reservation: reserved.reservation, at: now, own: true }
+    if (reserved) return { reservation: reserved.reservation, at: now, found: now, own: true }
     const [stored] = await sql<{ requestHash: Buffer; status: number | null; body: string | null; createdAt: Date; reservation: string }[]>`
       select request_hash as "requestHash", response_status as status, response_body as body,
         created_at as "createdAt", reservation
@@ -212,7 +216,7 @@ async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now
     const [takenOver] =
       held >= leaseMs
         ? await sql`
-            update idempotency_keys set created_at = ${now}
+            update idempotency_keys set created_at = ${now}, joined = true
             where subject = ${subject} and key = ${key} and response_status is null and created_at = ${stored.createdAt}
             returning 1
           `
@@ -220,18 +224,24 @@ async function reserve(sql: Sql, subject: string, key: string, hash: Buffer, now
     // Try again when the lease would lapse: by then the request has finished, or its holder is gone
     // (at most a lease away, should the holder's clock run ahead of this one).
     if (!takenOver) throw errors.idempotencyInProgress(Math.ceil(Math.min(leaseMs, Math.max(1000, leaseMs - held)) / 1000))
-    return { reservation: stored.reservation, at: now, own: false }
+    return { reservation: stored.reservation, at: now, found: stored.createdAt, own: false }
   }
 }
 
 /**
  * When a reservation was made: the time of its id (a UUIDv7), which renewals and take-overs leave
- * alone, so that a row id derived from it (a reply's message id) is the same on every attempt.
- * Reservations made before their ids were time-ordered (UUIDv4) fall back to the time held now.
+ * alone, so that a row id derived from it (a reply's message id) is the same on every attempt. One
+ * the previous release made (a UUIDv4) has it in the time it bore when found: that release renewed
+ * no reservation of an actor command, and took its reply's time from there. A take-over that fails
+ * puts that time back (`lapsed`) for the next; one whose process dies leaves its last renewal there.
  */
-function reservedAt(reservation: string, at: Date): Date {
-  const hex = reservation.replaceAll('-', '')
-  return hex[12] === '7' ? new Date(parseInt(hex.slice(0, 12), 16)) : at
+function reservedAt(reservation: string, found: Date): Date {
+  return timeOrdered(reservation) ? new Date(parseInt(reservation.replaceAll('-', '').slice(0, 12), 16)) : found
+}
+
+/** Whether a reservation id is a UUIDv7, as this release makes them (the previous one's were UUIDv4). */
+function timeOrdered(reservation: string): boolean {
+  return reservation[14] === '7'
 }
 
 /**
