@@ -3,10 +3,10 @@
  * under its key; how soon writes succeed again is the recovery check's business); a 409
  * `idempotency_key_in_progress` to a retry; no answer only from an API process the scenario killed,
  * before its replacement was up. And no write was left unacknowledged by a service still answering
- * 503 (or nothing) after 20 s of retries.
+ * 503 (or nothing) after `giveUpAfterMs` of retries.
  */
 import { describeAttempt, type Attempt } from './http-client.ts'
-import type { WriteRecord } from './load-driver.ts'
+import { giveUpAfterMs, type WriteRecord } from './load-driver.ts'
 import { phase, type ScenarioRun } from './scenario-run.ts'
 
 function allowed(run: ScenarioRun, attempt: Attempt): boolean {
@@ -57,7 +57,7 @@ export function checkAnswers(run: ScenarioRun): string[] {
   const stalled = run.load.writes.filter(write => write.unacked === 'gave up' && write.attempts.at(-1)!.status !== 409)
   if (stalled.length > 0) {
     failures.push(
-      `${stalled.length} writes never acknowledged after 20 s of retries under their keys: ` +
+      `${stalled.length} writes never acknowledged after ${giveUpAfterMs / 1000} s of retries under their keys: ` +
         stalled
           .map(write => `${write.kind} ${write.key} (${write.attempts.length} attempts, the last ${answerClass(write.attempts.at(-1)!)})`)
           .join(', '),

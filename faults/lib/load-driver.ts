@@ -42,8 +42,12 @@ export interface Load {
 const pace = { message: 300, poll: 250, proxy: 400, subscription: 1000 }
 const retryDelayMs = 150
 const maxRetryDelayMs = 1000
-/** How long one key is retried before it is given up. */
-const giveUpAfterMs = 20_000
+/**
+ * How long one key is retried before it is given up: past a first attempt that waited out an actor's
+ * answer (10 s) in a process then killed, the lease on its key (10 s) that answers retries 409 in
+ * progress until it lapses, and the actor's answer to the retry that takes it over (10 s).
+ */
+export const giveUpAfterMs = 35_000
 
 function retryable(attempt: Attempt): boolean {
   if (attempt.status === undefined) return true

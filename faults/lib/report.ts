@@ -1,7 +1,7 @@
 /** The summary a scenario prints after its run: the fault's times, the load's answers, recovery, and what the processes logged. */
 import { keysStuckInProgress } from './check-answers.ts'
 import { recoveries } from './check-recovery.ts'
-import { writeKinds } from './load-driver.ts'
+import { giveUpAfterMs, writeKinds } from './load-driver.ts'
 import { problemCounts } from './log-lines.ts'
 import { backMoment, type ScenarioRun } from './scenario-run.ts'
 
@@ -38,7 +38,8 @@ export function summary(run: ScenarioRun): string {
     if (Object.keys(counts).length > 0) lines.push(`   ${service.name} logged ${JSON.stringify(counts)}`)
   }
   const stuck = keysStuckInProgress(run)
-  if (stuck.length > 0) lines.push(`   note: keys still "in progress" after 20 s of retries (given up): ${stuck.map(write => write.key).join(', ')}`)
+  if (stuck.length > 0)
+    lines.push(`   note: keys still "in progress" after ${giveUpAfterMs / 1000} s of retries (given up): ${stuck.map(write => write.key).join(', ')}`)
   const refused = load.writes.filter(write => write.unacked === 'refused')
   for (const write of refused) {
     const last = write.attempts.at(-1)!
