@@ -103,17 +103,18 @@ export async function createDispatcher(options: DispatcherOptions): Promise<Disp
 
   // Actors whose mail may be in their mailbox unmarked (the append may have landed, no mark did): marked
   // once Redis takes it, tried every half second meanwhile, so their mail never waits for the next command.
-  const unmarked = new Set<string>()
+  // Each by how many sends left it so: a mark taken only counts for the sends before it was sent.
+  const unmarked = new Map<string, number>()
   let closing = false
   let marking: Promise<void> | undefined
-  const markOne = (actor: string) =>
+  const markOne = (actor: string, sends: number) =>
     due
       .mark(actor)
-      .then(() => void unmarked.delete(actor))
+      .then(() => void (unmarked.get(actor) === sends && unmarked.delete(actor)))
       .catch(() => {})
-  const markAll = () => Promise.all([...unmarked].map(markOne))
+  const markAll = () => Promise.all([...unmarked].map(([actor, sends]) => markOne(actor, sends)))
   const markLater = (actor: string) => {
-    unmarked.add(actor)
+    unmarked.set(actor, (unmarked.get(actor) ?? 0) + 1)
     // The loop ends in the same turn as it finds nothing left, so an actor added after that starts another.
     marking ??= (async () => {
       while (unmarked.size > 0 && !closing) await Bun.sleep(500).then(markAll)
