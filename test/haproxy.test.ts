@@ -60,7 +60,7 @@ async function readUntilCut(response: Response): Promise<string[]> {
 }
 
 describe('event streams behind HAProxy', () => {
-  test('outlive timeout client and timeout server (the 5 s pings keep them busy), and each event arrives as it happens', async () => {
+  test('outlive timeout client and timeout server (the 4 s pings keep them busy), and each event arrives as it happens', async () => {
     const settings = (await deployment())({ RATE_LIMITS: chatUnlimited })
     const api = await startApi(settings)
     startWorkers(settings)
