@@ -244,20 +244,27 @@ describe('a resume from an event the stream no longer holds', () => {
     expect(text.indexOf('events.missed')).toBeLessThan(text.indexOf('after'))
   })
 
+  /** Appends `count` chat messages to `stream` directly; their ids. */
+  const addEvents = async (stream: string, count: number) => {
+    const adds = ctx.deps.redis.pipeline()
+    for (let n = 0; n < count; n++) adds.xadd(stream, '*', 'type', 'chat.message', 'data', JSON.stringify({ type: 'chat.message', n }))
+    return (await adds.exec())!.map(([, id]) => id as string)
+  }
+
+  /** The start of `stream` resumed from `lastEventId`: its first two frames after the retry. */
+  const resumeStart = async (stream: string, lastEventId: string) => {
+    const reader = (await ctx.deps.events.open({ stream, lastEventId })).body!.getReader()
+    const decoder = new TextDecoder()
+    let text = ''
+    while (text.split('\n\n').length < 4) text += decoder.decode((await reader.read()).value)
+    await reader.cancel()
+    return text.split('\n\n').slice(1, 3)
+  }
+
   test('a resume from more events back than the stream keeps is told so too', async () => {
     const stream = ctx.deps.keys.events.user(randomUUID())
-    const adds = ctx.deps.redis.pipeline()
-    for (let n = 0; n < 1002; n++) adds.xadd(stream, '*', 'type', 'chat.message', 'data', JSON.stringify({ type: 'chat.message', n }))
-    const added = (await adds.exec())!.map(([, id]) => id as string)
-    /** The start of a stream resumed from `lastEventId`: its first two frames after the retry. */
-    const start = async (lastEventId: string) => {
-      const reader = (await ctx.deps.events.open({ stream, lastEventId })).body!.getReader()
-      const decoder = new TextDecoder()
-      let text = ''
-      while (text.split('\n\n').length < 4) text += decoder.decode((await reader.read()).value)
-      await reader.cancel()
-      return text.split('\n\n').slice(1, 3)
-    }
+    const added = await addEvents(stream, 1002)
+    const start = (lastEventId: string) => resumeStart(stream, lastEventId)
     // 1,001 came after the first: the newest 1,000 are replayed, the one before them is missing.
     const [notice, next] = await start(added[0]!)
     // Every event carries an id (CONTRACT.md §8): the notice's is the resume's own place.
@@ -273,19 +280,8 @@ describe('a resume from an event the stream no longer holds', () => {
     // 0-0 is the place a stream opened afresh on an empty stream is given (`id: 0-0`): its client
     // resumes from there, and every event after it is one it has not read.
     const stream = ctx.deps.keys.events.user(randomUUID())
-    const add = async (count: number) => {
-      const adds = ctx.deps.redis.pipeline()
-      for (let n = 0; n < count; n++) adds.xadd(stream, '*', 'type', 'chat.message', 'data', JSON.stringify({ type: 'chat.message', n }))
-      return (await adds.exec())!.map(([, id]) => id as string)
-    }
-    const start = async (lastEventId: string) => {
-      const reader = (await ctx.deps.events.open({ stream, lastEventId })).body!.getReader()
-      const decoder = new TextDecoder()
-      let text = ''
-      while (text.split('\n\n').length < 4) text += decoder.decode((await reader.read()).value)
-      await reader.cancel()
-      return text.split('\n\n').slice(1, 3)
-    }
+    const add = (count: number) => addEvents(stream, count)
+    const start = (lastEventId: string) => resumeStart(stream, lastEventId)
     try {
       // All of them replayed: nothing to tell.
       const kept = await add(1000)
