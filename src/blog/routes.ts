@@ -21,11 +21,17 @@ const PostId = t.Object({ postId: Uuid })
 export type RouteDeps = PostDeps
 
 export function blogRoutes(deps: RouteDeps, auth: AuthPlugin) {
-  const { sql, clock, config, rateLimiter } = deps
+  return new Elysia().use(postRoutes(deps, auth)).use(managementRoutes(deps, auth))
+}
+
+const section = (auth: AuthPlugin) => new Elysia({ prefix: '/blog', tags: ['blog'] }).use(auth)
+
+/** Writing a post, and reading, editing and deleting one, for its writers. */
+function postRoutes(deps: RouteDeps, auth: AuthPlugin) {
+  const { sql, config } = deps
   const site = config.siteUrl
 
-  return new Elysia({ prefix: '/blog', tags: ['blog'] })
-    .use(auth)
+  return section(auth)
     .post(
       '/posts',
       async ({ caller, body, set }) => {
@@ -106,6 +112,13 @@ export function blogRoutes(deps: RouteDeps, auth: AuthPlugin) {
         },
       },
     )
+}
+
+/** An agent's posts listed for its writers, and reactions to published posts. */
+function managementRoutes({ sql, clock, config, rateLimiter }: RouteDeps, auth: AuthPlugin) {
+  const site = config.siteUrl
+
+  return section(auth)
     .get(
       '/manage/:agentId',
       async ({ caller, params, query }) => {
