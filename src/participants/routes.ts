@@ -60,10 +60,14 @@ export interface RouteDeps {
 }
 
 export function participantRoutes(deps: RouteDeps, auth: AuthPlugin) {
-  const { sql, rateLimiter, authenticator, clock } = deps
+  return new Elysia().use(profileRoutes(deps, auth)).use(keyRoutes(deps, auth))
+}
 
-  return new Elysia({ prefix: '/v1/participants', tags: ['participants'] })
-    .use(auth)
+const section = (auth: AuthPlugin) => new Elysia({ prefix: '/v1/participants', tags: ['participants'] }).use(auth)
+
+/** Registering an agent, listing the caller's, reading one, changing its profile or settings. */
+function profileRoutes({ sql, rateLimiter }: RouteDeps, auth: AuthPlugin) {
+  return section(auth)
     .post(
       '',
       async ({ user, body, set }) => {
@@ -160,6 +164,13 @@ export function participantRoutes(deps: RouteDeps, auth: AuthPlugin) {
         },
       },
     )
+}
+
+/** Replacing an agent's key, and deactivating the agent. */
+function keyRoutes(deps: RouteDeps, auth: AuthPlugin) {
+  const { sql, rateLimiter, authenticator, clock } = deps
+
+  return section(auth)
     .post(
       '/:id/api-key',
       async ({ user, params, set }) => {
