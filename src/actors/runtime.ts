@@ -8,12 +8,12 @@ import type { Sql } from '../db.ts'
 import { commandTimeoutMs, type Redis } from '../redis.ts'
 import type { Keys } from '../keys.ts'
 import type { Clock } from '../clock.ts'
-import { errorFields, throttled, type Log } from '../log.ts'
+import { errorFields, throttled, type Log, type Throttled } from '../log.ts'
 import type { ActorKinds } from './types.ts'
 import { createHolder, isHold, type Hold, type Holder } from './hold.ts'
-import { createDue } from './due.ts'
+import { createDue, type Due } from './due.ts'
 import { isOutage, work, type WorkDeps, type Worked } from './work.ts'
-import { createCareful } from './careful.ts'
+import { createCareful, type Careful } from './careful.ts'
 
 export interface ActorRuntimeOptions {
   sql: Sql
@@ -73,103 +73,13 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
   const due = createDue(redis, keys)
   const stats: ActorRuntimeStats = { batches: 0, batchedCommands: 0, singleCommands: 0, rolledBack: 0 }
   const careful = createCareful(redis, keys, log, options.onDeadLetter)
-  /** Consecutive outages met by each actor, for its backoff. */
-  const failures = new Map<string, number>()
   let running = true
   let abandoned = false
   let claims = 0
   // What repeats every round while Redis or Postgres is away is said once, then once a minute.
   const outage = throttled(log, 60_000)
   const depsOf = (holder: Holder): WorkDeps => ({ ...options, leaseMs, outage, holder, running: () => running, abandoned: () => abandoned })
-  const commands = (holds: Hold[]) => holds.reduce((n, h) => n + h.mail.filter(m => m.list !== null).length, 0)
-
-  /**
-   * Marks each actor again: its claim taken away once drained, due at once (whoever marked it last)
-   * with mail left, put off while it keeps failing. Letting go failed: the claim comes due once the
-   * lease would have run out.
-   */
-  const settle = (owner: string, worked: Worked, retryLater: (actor: string) => boolean) =>
-    Promise.all(
-      [...worked.left].map(([actor, left]) => {
-        if (running && retryLater(actor)) {
-          const n = (failures.get(actor) ?? 0) + 1
-          failures.set(actor, n)
-          return due.settle(actor, owner, Math.min(2000, 100 * 2 ** n))
-        }
-        failures.delete(actor)
-        if (left === undefined) return undefined
-        return left === 0 && !worked.failure ? due.settle(actor, owner) : due.mark(actor)
-      }),
-    ).catch(error =>
-      outage('warn', 'marks', 'actor due marks failed; the claims come due again', { actors: worked.left.size, ...errorFields(error) }),
-    )
-
-  /**
-   * A turn an outage failed (Postgres or Redis refusing or away: a full disk, say) leaves its commands
-   * waiting, their senders hearing 503: said once per kind of failure (its code: the message of a
-   * full disk names a file), then once a minute.
-   */
-  const waitingOut = (worked: Worked, holds: Hold[]) => {
-    const error = worked.failure?.error
-    if (error === undefined || !running || !isOutage(error)) return
-    const fields = errorFields(error)
-    outage('warn', `turn:${String(fields.code ?? fields.error)}`, 'actor turn failed; its commands wait in their mailboxes and are tried again', {
-      actors: holds.length,
-      ...fields,
-    })
-  }
-
-  /** A batch of the actors not careful: one turn; a command that fails it makes its actor careful. */
-  const batch = async (deps: WorkDeps, holds: Hold[], owner: string) => {
-    const worked = await work(deps, holds)
-    const { failure } = worked
-    waitingOut(worked, holds)
-    if (!failure) Object.assign(stats, { batches: stats.batches + 1, batchedCommands: stats.batchedCommands + commands(holds) })
-    else if (failure.culprit && !isOutage(failure.error) && running) {
-      stats.rolledBack++
-      careful.begin(failure.culprit)
-      log.debug('actor batch rolled back; the actor at fault goes one command at a time', { actor: failure.culprit, ...errorFields(failure.error) })
-    }
-    await settle(owner, worked, () => failure !== undefined && isOutage(failure.error))
-  }
-
-  /** A careful actor's one command, in a turn of its own. */
-  const alone = async (deps: WorkDeps, hold: Hold, owner: string) => {
-    const worked = await work(deps, [hold], (failed, cause) => careful.refuse(failed, cause, running))
-    waitingOut(worked, [hold])
-    if (!worked.failure) {
-      stats.singleCommands += commands([hold])
-      careful.end(hold.actor)
-    }
-    await settle(owner, worked, actor => worked.failure !== undefined && careful.has(actor))
-  }
-
-  /** Takes the claimed actors (careful ones one command each), works them, marks them again. */
-  const round = async (deps: WorkDeps, actors: string[], owner: string) => {
-    const { holder } = deps
-    // Worked as taken: an actor the other loop made careful while this take was under way holds a
-    // batch's mail, which only a batch may work (a turn alone answers its first command for its failure).
-    const singly = new Set(actors.filter(actor => careful.has(actor)))
-    const taken = await holder.take(actors.map(actor => ({ actor, mail: singly.has(actor) ? 1 : perActor })))
-    const holds: Hold[] = []
-    const later = taken.map((t, i) => {
-      if (t instanceof Error) {
-        if (running) outage('warn', 'lease', 'actor lease failed; retrying', { actor: actors[i], ...errorFields(t) })
-        // The lease may have been taken, its reply lost: let go of it.
-        return holder.release(actors[i]!, []).then(() => due.settle(actors[i]!, owner, 1000))
-      }
-      // Held elsewhere. A live holder marks the actor due as it lets go with mail left, but one backing
-      // off after an outage only puts off its own mark, not this one: look again in half a lease at
-      // most. A dead holder never lets go: look again as its lease runs out, if that is sooner.
-      if (!isHold(t)) return due.settle(actors[i]!, owner, t.leftMs >= 0 ? Math.min(leaseMs / 2, t.leftMs + 1) : leaseMs / 2)
-      holds.push(t)
-      return undefined
-    })
-    const quick = holds.filter(h => !singly.has(h.actor))
-    const slow = holds.filter(h => singly.has(h.actor))
-    const done = await Promise.allSettled([...later, quick.length > 0 && batch(deps, quick, owner), ...slow.map(h => alone(deps, h, owner))])
-    for (const outcome of done) if (outcome.status === 'rejected') log.warn('actor round step failed', errorFields(outcome.reason))
-  }
+  const round = createRound({ due, careful, stats, log, outage, leaseMs, running: () => running })
 
   // Idle loops wait on the doorbell together, on a connection of its own (a blocking call holds it).
   // Its BLPOP is timed by ioredis's blocking timeout (the call's own wait, and as long again as a
@@ -219,5 +129,113 @@ export async function startActorRuntime(options: ActorRuntimeOptions): Promise<A
       for (const holder of holders) holder.abandon()
       blocking.disconnect()
     },
+  }
+}
+
+/** What a round uses of its runtime: its marks, its careful actors, its counters, and whether it still runs. */
+interface RoundDeps {
+  due: Due
+  careful: Careful
+  stats: ActorRuntimeStats
+  log: Log
+  outage: Throttled
+  leaseMs: number
+  running: () => boolean
+}
+
+/** The commands a batch of holds applies (an entry with no list is no command). */
+const commands = (holds: Hold[]) => holds.reduce((n, h) => n + h.mail.filter(m => m.list !== null).length, 0)
+
+/** A runtime's round: takes the actors one claim brought, works them (a batch, careful ones alone), marks them again. */
+function createRound({ due, careful, stats, log, outage, leaseMs, running }: RoundDeps) {
+  /** Consecutive outages met by each actor, for its backoff. */
+  const failures = new Map<string, number>()
+
+  /**
+   * Marks each actor again: its claim taken away once drained, due at once (whoever marked it last)
+   * with mail left, put off while it keeps failing. Letting go failed: the claim comes due once the
+   * lease would have run out.
+   */
+  const settle = (owner: string, worked: Worked, retryLater: (actor: string) => boolean) =>
+    Promise.all(
+      [...worked.left].map(([actor, left]) => {
+        if (running() && retryLater(actor)) {
+          const n = (failures.get(actor) ?? 0) + 1
+          failures.set(actor, n)
+          return due.settle(actor, owner, Math.min(2000, 100 * 2 ** n))
+        }
+        failures.delete(actor)
+        if (left === undefined) return undefined
+        return left === 0 && !worked.failure ? due.settle(actor, owner) : due.mark(actor)
+      }),
+    ).catch(error =>
+      outage('warn', 'marks', 'actor due marks failed; the claims come due again', { actors: worked.left.size, ...errorFields(error) }),
+    )
+
+  /**
+   * A turn an outage failed (Postgres or Redis refusing or away: a full disk, say) leaves its commands
+   * waiting, their senders hearing 503: said once per kind of failure (its code: the message of a
+   * full disk names a file), then once a minute.
+   */
+  const waitingOut = (worked: Worked, holds: Hold[]) => {
+    const error = worked.failure?.error
+    if (error === undefined || !running() || !isOutage(error)) return
+    const fields = errorFields(error)
+    outage('warn', `turn:${String(fields.code ?? fields.error)}`, 'actor turn failed; its commands wait in their mailboxes and are tried again', {
+      actors: holds.length,
+      ...fields,
+    })
+  }
+
+  /** A batch of the actors not careful: one turn; a command that fails it makes its actor careful. */
+  const batch = async (deps: WorkDeps, holds: Hold[], owner: string) => {
+    const worked = await work(deps, holds)
+    const { failure } = worked
+    waitingOut(worked, holds)
+    if (!failure) Object.assign(stats, { batches: stats.batches + 1, batchedCommands: stats.batchedCommands + commands(holds) })
+    else if (failure.culprit && !isOutage(failure.error) && running()) {
+      stats.rolledBack++
+      careful.begin(failure.culprit)
+      log.debug('actor batch rolled back; the actor at fault goes one command at a time', { actor: failure.culprit, ...errorFields(failure.error) })
+    }
+    await settle(owner, worked, () => failure !== undefined && isOutage(failure.error))
+  }
+
+  /** A careful actor's one command, in a turn of its own. */
+  const alone = async (deps: WorkDeps, hold: Hold, owner: string) => {
+    const worked = await work(deps, [hold], (failed, cause) => careful.refuse(failed, cause, running()))
+    waitingOut(worked, [hold])
+    if (!worked.failure) {
+      stats.singleCommands += commands([hold])
+      careful.end(hold.actor)
+    }
+    await settle(owner, worked, actor => worked.failure !== undefined && careful.has(actor))
+  }
+
+  /** Takes the claimed actors (careful ones one command each), works them, marks them again. */
+  return async (deps: WorkDeps, actors: string[], owner: string) => {
+    const { holder } = deps
+    // Worked as taken: an actor the other loop made careful while this take was under way holds a
+    // batch's mail, which only a batch may work (a turn alone answers its first command for its failure).
+    const singly = new Set(actors.filter(actor => careful.has(actor)))
+    const taken = await holder.take(actors.map(actor => ({ actor, mail: singly.has(actor) ? 1 : perActor })))
+    const holds: Hold[] = []
+    const later = taken.map((t, i) => {
+      if (t instanceof Error) {
+        if (running()) outage('warn', 'lease', 'actor lease failed; retrying', { actor: actors[i], ...errorFields(t) })
+        // The lease may have been taken, its reply lost: let go of it.
+        return holder.release(actors[i]!, []).then(() => due.settle(actors[i]!, owner, 1000))
+      }
+      // Held elsewhere. A live holder marks the actor due as it lets go with mail left, but one backing
+      // off after an outage only puts off its own mark, not this one: look again in half a lease at
+      // most. A dead holder never lets go: look again as its lease runs out, if that is sooner.
+      if (!isHold(t)) return due.settle(actors[i]!, owner, t.leftMs >= 0 ? Math.min(leaseMs / 2, t.leftMs + 1) : leaseMs / 2)
+      holds.push(t)
+      return undefined
+    })
+    const quick = holds.filter(h => !singly.has(h.actor))
+    const slow = holds.filter(h => singly.has(h.actor))
+    const done = await Promise.allSettled([...later, quick.length > 0 && batch(deps, quick, owner), ...slow.map(h => alone(deps, h, owner))])
+    for (const outcome of done) if (outcome.status === 'rejected') log.warn('actor round step failed', errorFields(outcome.reason))
   }
 }
