@@ -200,10 +200,12 @@ describe('the outbox relay', () => {
     }
   }, 40_000)
 
-  /** The pid of the relay pass waiting to delete its rows, once it waits. */
-  const deleting = async () => {
+  /** The pid of the relay pass on the session named `applicationName` waiting to delete its rows, once it waits. */
+  const deleting = async (applicationName: string) => {
     const waiter = () => ctx.deps.sql<{ pid: number }[]>`
-      select pid from pg_stat_activity where wait_event_type = 'Lock' and query like 'delete from outbox%'
+      select pid from pg_stat_activity
+      where datname = current_database() and application_name = ${applicationName}
+        and wait_event_type = 'Lock' and query like 'delete from outbox%'
     `
     await until(async () => (await waiter()).length === 1)
     return (await waiter())[0]!.pid
@@ -211,19 +213,26 @@ describe('the outbox relay', () => {
 
   /** A pass that appends the user's waiting events, then dies before its commit (its connection ended). */
   async function passThatDies(user: string) {
-    // Another session holds the rows: the pass appends them, then waits to delete them...
-    const release = await holdOpen(ctx.deps.sql, tx => tx`select 1 from outbox where user_id = ${user} for update`)
-    const dying = relayPass(ctx.deps, 500)
-    const pid = await deleting()
-    // ...and its process dies there: its transaction never commits.
-    await ctx.deps.sql`select pg_terminate_backend(${pid})`
-    expect(
-      await dying.then(
+    // The pass has a session of its own, named so that only its backend is ended (the server is shared
+    // with other tests' databases), without the lock_timeout that would end its wait before the test does.
+    const applicationName = `outbox-pass-that-dies-${randomUUID()}`
+    const own = createSql(ctx.database.url, { max: 1, applicationName })
+    try {
+      // Another session holds the rows: the pass appends them, then waits to delete them...
+      const release = await holdOpen(ctx.deps.sql, tx => tx`select 1 from outbox where user_id = ${user} for update`)
+      const dying = relayPass({ ...ctx.deps, sql: own }, 500).then(
         () => 'committed',
         () => 'died',
-      ),
-    ).toBe('died')
-    await release()
+      )
+      const pid = await deleting(applicationName)
+      // ...and its process dies there: its transaction never commits.
+      await ctx.deps.sql`select pg_terminate_backend(${pid})`
+      expect(await dying).toBe('died')
+      await release()
+    } finally {
+      // Its connection, ended inside the transaction, stays reserved to it: end() would wait for ever.
+      await own.end({ timeout: 0 })
+    }
   }
 
   test('a pass that dies between Redis and its commit: the next sends none of its events again, however many', async () => {
