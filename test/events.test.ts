@@ -221,7 +221,7 @@ describe('a resume from an event the stream no longer holds', () => {
     // The subscription's event is in the stream before the client listens: a stream opened afresh starts after it.
     await until(async () => (await ctx.deps.redis.xlen(stream)) === 1)
     const first = listen(`${server.url}/v1/events/stream`, { token: owner.token })
-    await Bun.sleep(100)
+    await first.opened
     await write('seen')
     const [seen] = await first.waitFor(1)
     first.close()

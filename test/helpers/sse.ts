@@ -10,6 +10,11 @@ export interface Received {
 
 export interface Listener {
   events: Received[]
+  /**
+   * Resolves once the stream first opened: the server answers only once it has fixed where the stream
+   * starts, so every event appended after this reaches it.
+   */
+  opened: Promise<void>
   /** Resolves once `count` events (of the given types, if any) have arrived. */
   waitFor(count: number, types?: string[], ms?: number): Promise<Received[]>
   close(): void
@@ -51,6 +56,7 @@ export function listen(url: string, options: { token?: string; lastEventId?: str
       return fetch(input, { ...init, headers })
     },
   })
+  const opened = new Promise<void>(resolve => source.addEventListener('open', () => resolve(), { once: true }))
   for (const type of types) {
     source.addEventListener(type, event => {
       events.push({ id: event.lastEventId, type: event.type, data: JSON.parse(event.data) })
@@ -59,6 +65,7 @@ export function listen(url: string, options: { token?: string; lastEventId?: str
   }
   return {
     events,
+    opened,
     async waitFor(count, only, ms = 5000) {
       const deadline = Date.now() + ms
       const matching = () => (only ? events.filter(e => only.includes(e.type)) : events)
