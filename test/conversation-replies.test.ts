@@ -11,7 +11,8 @@ import {
   writeConversation,
   type StoredConversation,
 } from '../src/conversations/inbox.ts'
-import { createReplyWriter } from '../src/conversations/replies.ts'
+import { createReplyWriter, type ReplyWriter } from '../src/conversations/replies.ts'
+import { replyAsAgent } from '../src/conversations/agent-reply.ts'
 import { createInboxReader } from '../src/conversations/inbox-reader.ts'
 import { createPubSub } from '../src/pubsub.ts'
 import { agentConversations, insertUserMessage, storeChosenReplies, storeFreshReplies } from '../src/conversations/store.ts'
@@ -799,6 +800,25 @@ describe('a reply after the subscription ended', () => {
     expect((await send(pair.user, pair.agent, 'hi')).status).toBe(201)
     expect((await reply(pair.agent, pair.user.id, 'hello')).status).toBe(201)
     expect((await reply(pair.agent, pair.user.id, 'and a follow-up')).status).toBe(201)
+  })
+
+  test('to a subscriber whose first message commits just after the reply’s statement ran is stored, not 403', async () => {
+    const pair = await subscribedPair()
+    // The reply's statement finds no conversation (the user's first message not yet committed); the
+    // message commits before the reason is read, which then finds a conversation open to a reply.
+    let first = true
+    const replies: ReplyWriter = {
+      async send(r) {
+        const replied = await ctx.deps.replies.send(r)
+        if (first) expect((await send(pair.user, pair.agent, 'my first question')).status).toBe(201)
+        first = false
+        return replied
+      },
+      close: () => ctx.deps.replies.close(),
+    }
+    const replied = await replyAsAgent({ ...ctx.deps, replies }, pair.agent.id, { userId: pair.user.id, text: 'welcome' }, {})
+    expect(replied.text).toBe('welcome')
+    expect((await history(pair)).map(m => m.text)).toEqual(['welcome', 'my first question'])
   })
 })
 

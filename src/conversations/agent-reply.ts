@@ -29,13 +29,17 @@ export async function replyAsAgent(
   // Every repeat under one reservation stores (or finds) the same message.
   const chosen = commandId !== undefined && reservedAt !== undefined
   const messageId = chosen ? rowIdFor(reservedAt, commandId) : newRowId()
-  const replied = await replies.send({ agentId, userId: body.userId, text: body.text, messageId, chosen })
-  if (!replied) {
+  const reply = { agentId, userId: body.userId, text: body.text, messageId, chosen }
+  for (let attempt = 1; ; attempt++) {
+    const replied = await replies.send(reply)
+    if (replied) return replied
     const why = await whyNotReplied(sql, agentId, body.userId)
+    // The conversation was committed just after the statement looked for it (the user's first
+    // message, applied at that moment): stored now, with a statement that sees it.
+    if (why === 'arrived' && attempt === 1) continue
     // Its key was revoked with the deactivation: answered as any request with it is from now on.
     if (why === 'inactive') throw errors.invalidToken()
     if (why === 'not_subscribed') throw errors.notSubscribed()
     throw errors.notFound('Conversation')
   }
-  return replied
 }

@@ -312,13 +312,23 @@ export async function listMessages(
 
 /**
  * Why a reply was not stored: the agent was deactivated since its key was checked (401), the user
- * never wrote to the agent (404), or may no longer be written to (403).
+ * never wrote to the agent (404), or may no longer be written to (403). `arrived`: the conversation
+ * is there now and open to a reply, so it was committed after the reply's statement ran (the user's
+ * first message, applied at that moment).
  */
-export async function whyNotReplied(sql: Db, participantId: string, userId: string): Promise<'inactive' | 'not_found' | 'not_subscribed'> {
-  const [row] = await sql<{ active: boolean; conversation: boolean }[]>`
-    select p.active, exists (select 1 from conversations where participant_id = p.id and user_id = ${userId}) as conversation
-    from participants p where p.id = ${participantId}
+export async function whyNotReplied(
+  sql: Db,
+  participantId: string,
+  userId: string,
+): Promise<'inactive' | 'not_found' | 'not_subscribed' | 'arrived'> {
+  const [row] = await sql<{ active: boolean; conversation: boolean; open: boolean }[]>`
+    select p.active, c.user_id is not null as conversation, coalesce(c.pending_count > 0 or exists (
+        select 1 from subscriptions s where s.user_id = c.user_id and s.participant_id = c.participant_id and s.status = 'active'
+      ), false) as open
+    from participants p left join conversations c on c.participant_id = p.id and c.user_id = ${userId}
+    where p.id = ${participantId}
   `
   if (!row?.active) return 'inactive'
-  return row.conversation ? 'not_subscribed' : 'not_found'
+  if (!row.conversation) return 'not_found'
+  return row.open ? 'arrived' : 'not_subscribed'
 }
