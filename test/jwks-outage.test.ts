@@ -180,8 +180,18 @@ describe('JWT keys in a process started while the identity provider cannot be re
       contexts.push(made)
       return made
     }
+    // Every context closed, its database dropped, though one's close failed; the first failure thrown.
     const close = async () => {
-      for (const context of contexts.reverse()) await context.close()
+      const closed = []
+      for (const context of contexts.reverse())
+        closed.push(
+          await context.close().then(
+            () => undefined,
+            (error: unknown) => error,
+          ),
+        )
+      const failure = closed.find(error => error !== undefined)
+      if (failure !== undefined) throw failure instanceof Error ? failure : new Error(String(failure))
     }
     return { first, second, close }
   }
