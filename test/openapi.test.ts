@@ -30,6 +30,14 @@ const operations = (document: any) =>
       .map(([method, operation]) => ({ path, method, operation, where: `${method.toUpperCase()} ${path}` })),
   )
 
+/** The operation's path with a sample value for each path parameter (a random UUID where it takes one). */
+const sampleUrl = (path: string, operation: any): string =>
+  path.replace(/\{([^}]+)\}/g, (_, name: string) => {
+    const parameter = operation.parameters.find((p: any) => p.in === 'path' && p.name === name)
+    if (parameter.schema.format === 'uuid') return crypto.randomUUID()
+    return parameter.schema.enum?.[0] ?? (name === 'code' ? 'BCDF-GHJK' : 'sample')
+  })
+
 describe('paths', () => {
   test('no two paths differ only by the names of their parameters', () => {
     const shapes = new Map<string, string>()
@@ -252,11 +260,7 @@ describe('security against behaviour', () => {
   test('an operation that refuses a bad credential in a header lists that header’s scheme', async () => {
     for (const { path, method, operation, where } of operations(resolved)) {
       if (path.startsWith('/v1/events/')) continue
-      const url = path.replace(/\{([^}]+)\}/g, (_, name: string) => {
-        const parameter = operation.parameters.find((p: any) => p.in === 'path' && p.name === name)
-        if (parameter.schema.format === 'uuid') return crypto.randomUUID()
-        return parameter.schema.enum?.[0] ?? (name === 'code' ? 'BCDF-GHJK' : 'sample')
-      })
+      const url = sampleUrl(path, operation)
       const schemes = new Set(operation.security.flatMap((requirement: object) => Object.keys(requirement)))
       const body = operation.requestBody ? {} : undefined
       const byKey = await ctx.call(method, url, { headers: { 'x-api-key': badAgentKey }, body })
@@ -305,11 +309,7 @@ describe('failures', () => {
     for (const { path, method, operation, where } of operations(resolved)) {
       // Streams never end in process; their failures are covered in events.test.ts.
       if (path.startsWith('/v1/events/')) continue
-      const url = path.replace(/\{([^}]+)\}/g, (_, name: string) => {
-        const parameter = operation.parameters.find((p: any) => p.in === 'path' && p.name === name)
-        if (parameter.schema.format === 'uuid') return crypto.randomUUID()
-        return parameter.schema.enum?.[0] ?? (name === 'code' ? 'BCDF-GHJK' : 'sample')
-      })
+      const url = sampleUrl(path, operation)
       const body = operation.requestBody ? {} : undefined
       const anonymous = await ctx.call(method, url, { body })
       probes.push({ where, result: anonymous })
