@@ -23,19 +23,15 @@ import { forward, maxResponseBytes, UpstreamAnswerFailed, upstreamTimeoutMs } fr
 import { checkProxyPath } from './path-policy.ts'
 import type { ProxyCall } from './schema.ts'
 
-/** How long a proxy call's Idempotency-Key reservation lasts unless renewed (every third of it while the call runs). */
-export const proxyCallLeaseMs = 10_000
-
 /**
  * How a proxy call runs under an Idempotency-Key. No transaction is held across the upstream call:
  * the key is reserved, then completed. A repeat must not reach the upstream again: not while the first
  * runs (409 in progress), nor after it timed out there. The one exception is a reservation left by a
- * process that died mid-call: its lease, renewed while the call runs, lapses within 10 s and a repeat
+ * process that died mid-call: its lease (`commandLeaseMs`), renewed while the call runs, lapses within 10 s and a repeat
  * takes it over. The upstream may then see the call twice, but it is metered once (same event id).
  */
 export const proxyCallIdempotency: CommandOptions = {
   keepFailure: error => reachedUpstream(error),
-  leaseMs: proxyCallLeaseMs,
 }
 
 /** The call's usage event id: every repeat under one Idempotency-Key reservation is the same event. */
